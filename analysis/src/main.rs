@@ -1,0 +1,1 @@
+fn main() { println!("roce-analyze: not yet implemented"); }

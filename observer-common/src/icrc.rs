@@ -1,0 +1,84 @@
+//! RoCEv2 invariant CRC (IBA Annex A17): CRC-32 over 8 bytes of 0xff, the IP header with its
+//! variant fields set to all ones (IPv4 TOS, TTL, checksum; IPv6 traffic class, flow label, hop
+//! limit), the UDP header with checksum 0xffff, the BTH with byte 4 set to 0xff, then the rest of
+//! the packet up to the ICRC, which is stored little-endian in the last 4 bytes of the UDP
+//! payload.
+
+use crate::parse::{BTH_LEN, Frame, UDP_HLEN, kind};
+
+/// Outcome of an ICRC check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    Bad,
+    /// The payload was not fully captured (or the packet is not RoCE).
+    Unverifiable,
+}
+
+/// ICRC of `ip`, which holds an IP packet from its first header byte to the end of the UDP
+/// payload *without* the 4 ICRC bytes. `l4_off` is the UDP header's offset inside `ip`
+/// (IPv4 IHL * 4, or 40 + extension headers).
+pub fn compute(ip: &[u8], l4_off: usize, ipv6: bool) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[0xff; 8]);
+    let mut masked = [0u8; 60];
+    let fixed = if ipv6 { 40 } else { l4_off.min(60) };
+    let fixed = fixed.min(ip.len());
+    masked[..fixed].copy_from_slice(&ip[..fixed]);
+    if ipv6 {
+        if fixed >= 8 {
+            masked[0] |= 0x0f;
+            masked[1] = 0xff;
+            masked[2] = 0xff;
+            masked[3] = 0xff;
+            masked[7] = 0xff;
+        }
+    } else if fixed >= 12 {
+        masked[1] = 0xff;
+        masked[8] = 0xff;
+        masked[10] = 0xff;
+        masked[11] = 0xff;
+    }
+    h.update(&masked[..fixed]);
+    if ipv6 && l4_off > fixed {
+        h.update(&ip[fixed..l4_off.min(ip.len())]);
+    }
+    if ip.len() >= l4_off + UDP_HLEN + BTH_LEN {
+        let mut udp = [0u8; UDP_HLEN];
+        udp.copy_from_slice(&ip[l4_off..l4_off + UDP_HLEN]);
+        udp[6] = 0xff;
+        udp[7] = 0xff;
+        h.update(&udp);
+        let mut bth = [0u8; BTH_LEN];
+        bth.copy_from_slice(&ip[l4_off + UDP_HLEN..l4_off + UDP_HLEN + BTH_LEN]);
+        bth[4] = 0xff;
+        h.update(&bth);
+        h.update(&ip[l4_off + UDP_HLEN + BTH_LEN..]);
+    }
+    h.finalize()
+}
+
+/// Checks the ICRC of a classified RoCE frame. `bytes` are the captured bytes the frame was
+/// classified from.
+pub fn verify(bytes: &[u8], f: &Frame) -> Verdict {
+    if f.kind != kind::ROCE {
+        return Verdict::Unverifiable;
+    }
+    let ip = f.ip_off as usize;
+    let udp = f.udp_off as usize;
+    let end = udp + UDP_HLEN + f.udp_payload_len as usize;
+    if f.udp_payload_len < (BTH_LEN + 4) as u16 || end > bytes.len() || udp < ip {
+        return Verdict::Unverifiable;
+    }
+    let stored = u32::from_le_bytes([
+        bytes[end - 4],
+        bytes[end - 3],
+        bytes[end - 2],
+        bytes[end - 1],
+    ]);
+    if compute(&bytes[ip..end - 4], udp - ip, f.ip_version == 6) == stored {
+        Verdict::Ok
+    } else {
+        Verdict::Bad
+    }
+}

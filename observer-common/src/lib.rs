@@ -1,0 +1,17 @@
+//! Shared between the eBPF programs (`observer-ebpf`) and userspace (`observer`):
+//! the frame parser ([`parse`]), the per-QP state machine ([`qp`]), the map layouts
+//! ([`maps`]) and, in userspace, the ICRC check ([`icrc`]).
+//!
+//! Everything here is `no_std`, allocation-free and bounded, so the same code is compiled for
+//! `bpfel-unknown-none` and for the host. The definitions follow `shared/docs/metrics.md`;
+//! README.md ("What is counted") restates them.
+#![cfg_attr(not(test), no_std)]
+
+pub mod cursor;
+#[cfg(feature = "user")]
+pub mod icrc;
+pub mod maps;
+pub mod parse;
+pub mod qp;
+
+pub use cursor::Bytes;

@@ -1,0 +1,303 @@
+//! Layouts of the eBPF maps, shared with userspace. All `#[repr(C)]` with explicit padding, so
+//! every byte is initialised and the layout is the same on both sides.
+
+use crate::parse::reason;
+
+/// Direction a record was seen in.
+pub mod dir {
+    /// XDP, or tc ingress where XDP could not attach.
+    pub const INGRESS: u8 = 0;
+    /// tc egress: what this host sends.
+    pub const EGRESS: u8 = 1;
+    pub const COUNT: usize = 2;
+    pub const NAMES: [&str; COUNT] = ["ingress", "egress"];
+}
+
+/// Packet classes (metrics.md): `cnp` = 0x81, `ack` = 0x11, 0x12, 0x51, 0x52, `data` = rest.
+pub mod class {
+    pub const DATA: usize = 0;
+    pub const ACK: usize = 1;
+    pub const CNP: usize = 2;
+    pub const COUNT: usize = 3;
+    pub const NAMES: [&str; COUNT] = ["data", "ack", "cnp"];
+}
+
+/// Number of buckets of [`QpValue::pcp_hist`]: PCP 0..7 and untagged ([`crate::parse::PCP_NONE`]).
+pub const PCP_BUCKETS: usize = 9;
+/// Number of buckets of [`QpValue::opcode_hist`] (see [`crate::qp::opcode_bucket`]).
+pub const OPCODE_BUCKETS: usize = 64;
+
+/// Per-QP map key: the QP key of metrics.md (source IP, destination IP, BTH destination QP),
+/// plus the direction it was seen in. IPv4 addresses are IPv4-mapped IPv6.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QpKey {
+    pub src_ip: [u8; 16],
+    pub dst_ip: [u8; 16],
+    pub dest_qp: u32,
+    pub dir: u8,
+    pub _pad: [u8; 3],
+}
+
+/// Per-QP state. Counters the kernel adds with atomic adds; PSN state moved with
+/// compare-and-swap (see [`crate::qp`]). Histograms are `u32` to keep a value near 1.4 KiB:
+/// readers take interval deltas with wrapping subtraction, which is exact as long as one key
+/// does not see 2^32 packets between two reads (minutes at 400G line rate).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpValue {
+    pub pkts: u64,
+    /// L2 frame length as on the wire (tags included, no FCS; original length when cut).
+    pub bytes_l2: u64,
+    /// IPv4 total length or IPv6 payload length + 40.
+    pub bytes_ip: u64,
+    /// UDP length - 8.
+    pub bytes_udp: u64,
+    /// Time of the first and last packet, nanoseconds (kernel: CLOCK_MONOTONIC; replay: capture
+    /// time since the epoch). `last_ns` is a plain store: under concurrent updates it is the
+    /// time of one of the latest packets.
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// NAKs: AETH syndrome bits 6:5 = 11.
+    pub naks: u64,
+    /// AETH syndrome 0x60.
+    pub nak_psn_seq_err: u64,
+    /// AETH syndrome bits 6:5 = 01.
+    pub rnr_naks: u64,
+    /// BTH TVer != 0 or opcode outside the defined ranges.
+    pub suspect: u64,
+    pub psn_gaps: u64,
+    pub psn_missing: u64,
+    pub psn_retrans: u64,
+    pub psn_behind: u64,
+    /// ICRC verdicts (replay only; the kernel does not compute the ICRC).
+    pub icrc_ok: u64,
+    pub icrc_bad: u64,
+    pub icrc_unverifiable: u64,
+    /// Highest PSN seen so far plus one (1..=2^24), 0 before the first PSN-analysed packet: an
+    /// all-zero value is a fresh key, so the kernel inserts new keys from zeroed memory.
+    pub psn_max_p1: u32,
+    pub max_udp_payload: u32,
+    /// [`crate::qp::ev`] bits already reported for this key (first occurrence only).
+    pub event_flags: u32,
+    /// UDP source port of the last packet (ECMP entropy, not identity).
+    pub last_udp_sport: u16,
+    pub _pad: u16,
+    pub opcode_hist: [u32; OPCODE_BUCKETS],
+    pub dscp_hist: [[u32; 64]; class::COUNT],
+    pub ecn_hist: [[u32; 4]; class::COUNT],
+    pub pcp_hist: [[u32; PCP_BUCKETS]; class::COUNT],
+    pub _pad2: u32,
+}
+
+impl QpValue {
+    /// The state of a key before any packet.
+    pub const ZERO: QpValue = QpValue {
+        pkts: 0,
+        bytes_l2: 0,
+        bytes_ip: 0,
+        bytes_udp: 0,
+        first_ns: 0,
+        last_ns: 0,
+        naks: 0,
+        nak_psn_seq_err: 0,
+        rnr_naks: 0,
+        suspect: 0,
+        psn_gaps: 0,
+        psn_missing: 0,
+        psn_retrans: 0,
+        psn_behind: 0,
+        icrc_ok: 0,
+        icrc_bad: 0,
+        icrc_unverifiable: 0,
+        psn_max_p1: 0,
+        max_udp_payload: 0,
+        event_flags: 0,
+        last_udp_sport: 0,
+        _pad: 0,
+        opcode_hist: [0; OPCODE_BUCKETS],
+        dscp_hist: [[0; 64]; class::COUNT],
+        ecn_hist: [[0; 4]; class::COUNT],
+        pcp_hist: [[0; PCP_BUCKETS]; class::COUNT],
+        _pad2: 0,
+    };
+
+    /// Highest PSN seen so far, if any packet was PSN-analysed.
+    pub fn psn_max(&self) -> Option<u32> {
+        self.psn_max_p1.checked_sub(1)
+    }
+    /// Packets of one class (sum of its ECN histogram).
+    pub fn class_pkts(&self, c: usize) -> u64 {
+        self.ecn_hist[c].iter().map(|&n| n as u64).sum()
+    }
+    /// CNPs carrying this key (CNPs addressed to (dst, QP)).
+    pub fn cnp(&self) -> u64 {
+        self.class_pkts(class::CNP)
+    }
+    /// Packets with ECN 0b11, all classes.
+    pub fn ce(&self) -> u64 {
+        self.ecn_hist.iter().map(|h| h[3] as u64).sum()
+    }
+    /// Opcode 0x11 packets, any syndrome.
+    pub fn acks(&self) -> u64 {
+        self.opcode_hist[crate::qp::opcode_bucket(0x11)] as u64
+    }
+}
+
+/// PFC and 802.3x PAUSE counters (metrics.md "PFC and PAUSE"), per interface and per source MAC.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PfcCounters {
+    /// PFC frames (opcode 0x0101).
+    pub pfc_frames: u64,
+    /// Per priority p with its class-enable bit set: enabled += 1, quanta += q,
+    /// xoff += 1 if q > 0 else xon += 1.
+    pub enabled: [u64; 8],
+    pub xoff: [u64; 8],
+    pub xon: [u64; 8],
+    pub quanta: [u64; 8],
+    /// 802.3x PAUSE frames (opcode 0x0001): all, with time 0 (XON), and summed quanta.
+    pub pause: u64,
+    pub pause_xon: u64,
+    pub pause_quanta: u64,
+    /// Other MAC control opcodes.
+    pub other_opcode: u64,
+}
+
+/// Per-interface, per-direction counters (a per-CPU array indexed by [`dir`]; userspace sums
+/// the CPUs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IfaceStats {
+    /// Every frame the program ran on.
+    pub frames: u64,
+    /// Sum of their wire lengths.
+    pub bytes: u64,
+    /// RoCEv2 packets (kind ROCE).
+    pub roce: u64,
+    /// Of those, packets not accounted to a QP because the per-QP map was full.
+    pub roce_untracked: u64,
+    /// Frames that are not RoCE (counted, not kept).
+    pub not_roce: u64,
+    /// Exclusions by [`reason`].
+    pub excluded: [u64; reason::COUNT],
+    /// Frames that arrived in mirror encapsulation, by [`crate::parse::encap`] (index 0 unused).
+    pub encap: [u64; crate::parse::encap::COUNT],
+    pub pfc: PfcCounters,
+    /// New keys that could not be inserted (map full): their packets are `roce_untracked`.
+    pub qp_insert_failed: u64,
+    /// Source MACs whose PFC counters could not be inserted (map full).
+    pub mac_insert_failed: u64,
+    /// Events not delivered because the ring buffer was full.
+    pub events_lost: u64,
+    /// PSN updates that gave up after [`crate::qp::CAS_TRIES`] compare-and-swap attempts under
+    /// contention (the packet is still counted everywhere else, as a retransmission-free step).
+    pub psn_contended: u64,
+    /// Frames dropped after being observed (only with drop-after-observe).
+    pub dropped: u64,
+}
+
+/// Per-source-MAC PFC map key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MacKey {
+    pub mac: [u8; 6],
+    pub dir: u8,
+    pub _pad: u8,
+}
+
+/// Policy value meaning "any value is fine".
+pub const ANY: u8 = 0xff;
+
+/// Expected marking, written by userspace into a one-element array map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Expected DSCP per [`class`], or [`ANY`].
+    pub dscp: [u8; class::COUNT],
+    /// Expected PCP per class (0..7, [`crate::parse::PCP_NONE`] for untagged), or [`ANY`].
+    pub pcp: [u8; class::COUNT],
+    /// Per class: 1 when Not-ECT (ECN 0b00) is a violation.
+    pub ecn_capable: [u8; class::COUNT],
+    /// The priority PFC is expected on.
+    pub rdma_priority: u8,
+    /// [`policy_flags`] bits.
+    pub flags: u8,
+    pub _pad: [u8; 5],
+}
+
+pub mod policy_flags {
+    /// Return XDP_DROP / TC_ACT_SHOT after observing (dedicated capture ports only).
+    pub const DROP_AFTER_OBSERVE: u8 = 1;
+    /// The map holds a policy written by userspace (until then nothing is checked).
+    pub const ENABLED: u8 = 2;
+}
+
+impl Policy {
+    /// Checks nothing.
+    pub const NONE: Policy = Policy {
+        dscp: [ANY; 3],
+        pcp: [ANY; 3],
+        ecn_capable: [0; 3],
+        rdma_priority: 3,
+        flags: 0,
+        _pad: [0; 5],
+    };
+}
+
+/// An event for the collector's live alerts: the first occurrence per key of one [`crate::qp::ev`]
+/// bit. Compact, fixed size, carried by a ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    pub ts_ns: u64,
+    pub key: QpKey,
+    /// One [`crate::qp::ev`] bit number.
+    pub kind: u32,
+    pub psn: u32,
+    /// PSN gap: packets missing; NAK: the AETH; otherwise 0.
+    pub detail: u32,
+    pub opcode: u8,
+    pub dscp: u8,
+    pub ecn: u8,
+    pub pcp: u8,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: #[repr(C)], only integer fields and arrays of them, explicit padding fields so no
+    // implicit padding bytes; every bit pattern is a valid value.
+    unsafe impl aya::Pod for QpKey {}
+    // SAFETY: as above; size is a multiple of 8 with `_pad2`, checked by a test.
+    unsafe impl aya::Pod for QpValue {}
+    // SAFETY: #[repr(C)], u64 fields and arrays only.
+    unsafe impl aya::Pod for PfcCounters {}
+    // SAFETY: #[repr(C)], u64 fields and arrays only.
+    unsafe impl aya::Pod for IfaceStats {}
+    // SAFETY: #[repr(C)], u8 fields only.
+    unsafe impl aya::Pod for MacKey {}
+    // SAFETY: #[repr(C)], u8 fields only.
+    unsafe impl aya::Pod for Policy {}
+    // SAFETY: #[repr(C)], integer fields; sizes add up to a multiple of 8 (checked by a test).
+    unsafe impl aya::Pod for Event {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn layouts_have_no_implicit_padding() {
+        assert_eq!(size_of::<QpKey>(), 16 + 16 + 4 + 1 + 3);
+        let qv = 17 * 8 + 4 * 3 + 2 + 2 + (64 + 3 * 64 + 3 * 4 + 3 * 9) * 4 + 4;
+        assert_eq!(size_of::<QpValue>(), qv);
+        assert_eq!(size_of::<QpValue>() % 8, 0);
+        assert_eq!(size_of::<PfcCounters>(), (1 + 32 + 4) * 8);
+        assert_eq!(size_of::<Policy>(), 16);
+        assert_eq!(size_of::<Event>(), 8 + size_of::<QpKey>() + 12 + 4);
+        assert_eq!(size_of::<Event>() % 8, 0);
+        assert_eq!(size_of::<MacKey>(), 8);
+    }
+}

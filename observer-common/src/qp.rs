@@ -1,0 +1,400 @@
+//! The per-QP update, exactly as metrics.md defines it, written once for the kernel and for
+//! userspace. Memory operations go through [`Ops`]: atomic instructions in the eBPF programs
+//! (one key's packets may be processed on several CPUs at once), plain ones in replay.
+//!
+//! Concurrency (kernel): counters are atomic adds; the PSN state (`psn_max_p1`) moves only by
+//! compare-and-swap, so every packet's d = psn - max is taken against the max at the instant its
+//! update takes effect, as if the packets had been processed one at a time in that order. A CAS
+//! that keeps losing gives up after [`CAS_TRIES`] attempts and the caller counts it
+//! (`IfaceStats::psn_contended`), so nothing is lost silently.
+
+use crate::maps::{Policy, QpValue, class, policy_flags, ANY, OPCODE_BUCKETS, PCP_BUCKETS};
+use crate::parse::{Frame, PCP_NONE};
+use core::ptr::addr_of_mut;
+
+/// Compare-and-swap attempts before a PSN update gives up.
+pub const CAS_TRIES: usize = 8;
+
+/// Event bits: [`QpValue::event_flags`] records which were already reported for a key.
+pub mod ev {
+    pub const NEW_QP: u32 = 0;
+    /// + class: DSCP differs from the policy.
+    pub const DSCP: u32 = 1;
+    /// + class: PCP differs from the policy.
+    pub const PCP: u32 = 4;
+    /// + class: Not-ECT where the policy expects ECN-capable transport.
+    pub const NOT_ECT: u32 = 7;
+    pub const PSN_GAP: u32 = 10;
+    /// d <= 0: a go-back-N resend or a duplicate.
+    pub const RETRANS: u32 = 11;
+    pub const NAK: u32 = 12;
+    pub const RNR_NAK: u32 = 13;
+    pub const CNP: u32 = 14;
+    pub const CE: u32 = 15;
+    pub const SUSPECT: u32 = 16;
+    pub const COUNT: u32 = 17;
+    /// Stable names for logs and alerts, indexed by bit.
+    pub const NAMES: [&str; COUNT as usize] = [
+        "new_qp",
+        "dscp_data",
+        "dscp_ack",
+        "dscp_cnp",
+        "pcp_data",
+        "pcp_ack",
+        "pcp_cnp",
+        "not_ect_data",
+        "not_ect_ack",
+        "not_ect_cnp",
+        "psn_gap",
+        "retrans",
+        "nak",
+        "rnr_nak",
+        "cnp",
+        "ce",
+        "suspect",
+    ];
+}
+
+/// Memory operations on a [`QpValue`] in shared memory.
+///
+/// # Safety
+/// Implementations get valid, aligned pointers into a live value.
+pub trait Ops {
+    /// `*p += v`.
+    unsafe fn add64(p: *mut u64, v: u64);
+    /// `*p += v` (wrapping).
+    unsafe fn add32(p: *mut u32, v: u32);
+    /// Compare-and-swap; returns the value found (== `old` when it swapped).
+    unsafe fn cas32(p: *mut u32, old: u32, new: u32) -> u32;
+    /// `*p |= v`.
+    unsafe fn or32(p: *mut u32, v: u32);
+    #[inline(always)]
+    unsafe fn load32(p: *const u32) -> u32 {
+        unsafe { core::ptr::read_volatile(p) }
+    }
+}
+
+/// Single-threaded memory operations (replay, tests).
+pub struct Plain;
+
+impl Ops for Plain {
+    #[inline(always)]
+    unsafe fn add64(p: *mut u64, v: u64) {
+        unsafe { *p = (*p).wrapping_add(v) }
+    }
+    #[inline(always)]
+    unsafe fn add32(p: *mut u32, v: u32) {
+        unsafe { *p = (*p).wrapping_add(v) }
+    }
+    #[inline(always)]
+    unsafe fn cas32(p: *mut u32, old: u32, new: u32) -> u32 {
+        unsafe {
+            let cur = *p;
+            if cur == old {
+                *p = new;
+            }
+            cur
+        }
+    }
+    #[inline(always)]
+    unsafe fn or32(p: *mut u32, v: u32) {
+        unsafe { *p |= v }
+    }
+}
+
+/// Opcode -> [`QpValue::opcode_hist`] bucket: the defined opcodes get a bucket each
+/// (RC 0x00-0x17 -> 0-23, UC 0x20-0x2b -> 24-35, RD 0x40-0x55 -> 36-57, UD 0x64-0x65 -> 58-59,
+/// CNP 0x81 -> 60); every other opcode shares [`OPCODE_OTHER`].
+#[inline(always)]
+pub fn opcode_bucket(op: u8) -> usize {
+    let op = op as usize;
+    match op {
+        0x00..=0x17 => op,
+        0x20..=0x2b => 24 + op - 0x20,
+        0x40..=0x55 => 36 + op - 0x40,
+        0x64..=0x65 => 58 + op - 0x64,
+        0x81 => 60,
+        _ => OPCODE_OTHER,
+    }
+}
+
+/// Bucket of the opcodes outside the defined ranges (all suspect).
+pub const OPCODE_OTHER: usize = OPCODE_BUCKETS - 1;
+
+/// Inverse of [`opcode_bucket`] for the defined opcodes.
+pub fn bucket_opcode(bucket: usize) -> Option<u8> {
+    let op = match bucket {
+        0..=23 => bucket,
+        24..=35 => bucket - 24 + 0x20,
+        36..=57 => bucket - 36 + 0x40,
+        58..=59 => bucket - 58 + 0x64,
+        60 => 0x81,
+        _ => return None,
+    };
+    Some(op as u8)
+}
+
+/// metrics.md classes: 0x81 -> cnp; 0x11, 0x12, 0x51, 0x52 -> ack; everything else -> data.
+#[inline(always)]
+pub fn class_of(opcode: u8) -> usize {
+    match opcode {
+        0x81 => class::CNP,
+        0x11 | 0x12 | 0x51 | 0x52 => class::ACK,
+        _ => class::DATA,
+    }
+}
+
+/// d = (psn - max) mod 2^24 mapped into [-2^23, 2^23).
+#[inline(always)]
+pub fn psn_diff(psn: u32, max: u32) -> i32 {
+    ((psn.wrapping_sub(max) << 8) as i32) >> 8
+}
+
+/// What one PSN-analysed packet did to the PSN state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PsnStep {
+    /// Not PSN-analysed (ack or CNP class).
+    None,
+    /// First PSN of the key: sets max.
+    First,
+    /// d >= 1: new max; d > 1 is a gap of d - 1.
+    Ahead(i32),
+    /// d <= 0: retransmission (d < 0: behind).
+    NotAhead(i32),
+    /// Gave up after [`CAS_TRIES`] contended attempts.
+    Contended,
+}
+
+/// What [`update`] reports back to its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// [`ev`] bits that occurred for the first time for this key with this packet.
+    pub new_events: u32,
+    pub psn: PsnStep,
+}
+
+/// Marking and PSN facts of one packet that are event-worthy, as [`ev`] bits.
+#[inline(always)]
+fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep) -> u32 {
+    let mut bits = 1u32 << ev::NEW_QP;
+    if policy.flags & policy_flags::ENABLED != 0 {
+        let (d, p, e) = match c {
+            class::DATA => (policy.dscp[0], policy.pcp[0], policy.ecn_capable[0]),
+            class::ACK => (policy.dscp[1], policy.pcp[1], policy.ecn_capable[1]),
+            _ => (policy.dscp[2], policy.pcp[2], policy.ecn_capable[2]),
+        };
+        if d != ANY && d != f.dscp {
+            bits |= 1 << (ev::DSCP + c as u32);
+        }
+        if p != ANY && p != f.pcp {
+            bits |= 1 << (ev::PCP + c as u32);
+        }
+        if e != 0 && f.ecn == 0 {
+            bits |= 1 << (ev::NOT_ECT + c as u32);
+        }
+    }
+    match step {
+        PsnStep::Ahead(d) if d > 1 => bits |= 1 << ev::PSN_GAP,
+        PsnStep::NotAhead(_) => bits |= 1 << ev::RETRANS,
+        _ => {}
+    }
+    if f.has_aeth != 0 {
+        let s = f.aeth_syndrome() & 0x60;
+        if s == 0x60 {
+            bits |= 1 << ev::NAK;
+        } else if s == 0x20 {
+            bits |= 1 << ev::RNR_NAK;
+        }
+    }
+    if c == class::CNP {
+        bits |= 1 << ev::CNP;
+    }
+    if f.ecn == 3 {
+        bits |= 1 << ev::CE;
+    }
+    if is_suspect(f) {
+        bits |= 1 << ev::SUSPECT;
+    }
+    bits
+}
+
+/// BTH TVer != 0, or an opcode outside the defined ranges.
+#[inline(always)]
+pub fn is_suspect(f: &Frame) -> bool {
+    f.bth.tver() != 0 || opcode_bucket(f.bth.opcode) == OPCODE_OTHER
+}
+
+/// PSN analysis step for one packet of a key (metrics.md "PSN analysis").
+#[inline(always)]
+unsafe fn psn_update<O: Ops>(v: *mut QpValue, psn: u32) -> PsnStep {
+    let p = unsafe { addr_of_mut!((*v).psn_max_p1) };
+    let psn = psn & 0x00ff_ffff;
+    for _ in 0..CAS_TRIES {
+        let cur = unsafe { O::load32(p) };
+        if cur == 0 {
+            if unsafe { O::cas32(p, 0, psn + 1) } == 0 {
+                return PsnStep::First;
+            }
+            continue;
+        }
+        let max = cur - 1;
+        let d = psn_diff(psn, max);
+        if d <= 0 {
+            return PsnStep::NotAhead(d);
+        }
+        if unsafe { O::cas32(p, cur, psn + 1) } == cur {
+            return PsnStep::Ahead(d);
+        }
+    }
+    PsnStep::Contended
+}
+
+/// Accounts one RoCE packet (`f.kind == ROCE`) to its key's value.
+///
+/// `wire_len` is the frame's length on the wire (the original length when the capture was cut),
+/// `now_ns` its time.
+///
+/// # Safety
+/// `v` points to a live, aligned [`QpValue`]; with [`Plain`] nobody else writes it meanwhile.
+#[inline(always)]
+pub unsafe fn update<O: Ops>(
+    v: *mut QpValue,
+    f: &Frame,
+    wire_len: u32,
+    now_ns: u64,
+    policy: &Policy,
+) -> Outcome {
+    let op = f.bth.opcode;
+    let c = class_of(op);
+    let l2 = wire_len.saturating_sub(f.l2_off as u32) as u64;
+    let dscp = (f.dscp & 63) as usize;
+    let ecn = (f.ecn & 3) as usize;
+    let pcp = if f.pcp >= PCP_NONE { PCP_BUCKETS - 1 } else { f.pcp as usize };
+    let ob = opcode_bucket(op);
+    unsafe {
+        O::add64(addr_of_mut!((*v).pkts), 1);
+        O::add64(addr_of_mut!((*v).bytes_l2), l2);
+        O::add64(addr_of_mut!((*v).bytes_ip), f.ip_len as u64);
+        O::add64(addr_of_mut!((*v).bytes_udp), f.udp_payload_len as u64);
+        O::add32(addr_of_mut!((*v).opcode_hist[ob]), 1);
+        O::add32(addr_of_mut!((*v).dscp_hist[c][dscp]), 1);
+        O::add32(addr_of_mut!((*v).ecn_hist[c][ecn]), 1);
+        O::add32(addr_of_mut!((*v).pcp_hist[c][pcp]), 1);
+        if f.has_aeth != 0 {
+            let s = f.aeth_syndrome();
+            match s & 0x60 {
+                0x60 => {
+                    O::add64(addr_of_mut!((*v).naks), 1);
+                    if s == 0x60 {
+                        O::add64(addr_of_mut!((*v).nak_psn_seq_err), 1);
+                    }
+                }
+                0x20 => O::add64(addr_of_mut!((*v).rnr_naks), 1),
+                _ => {}
+            }
+        }
+        if is_suspect(f) {
+            O::add64(addr_of_mut!((*v).suspect), 1);
+        }
+        let step = if c == class::DATA {
+            psn_update::<O>(v, f.bth.psn)
+        } else {
+            PsnStep::None
+        };
+        match step {
+            PsnStep::Ahead(d) if d > 1 => {
+                O::add64(addr_of_mut!((*v).psn_gaps), 1);
+                O::add64(addr_of_mut!((*v).psn_missing), (d - 1) as u64);
+            }
+            PsnStep::NotAhead(d) => {
+                O::add64(addr_of_mut!((*v).psn_retrans), 1);
+                if d < 0 {
+                    O::add64(addr_of_mut!((*v).psn_behind), 1);
+                }
+            }
+            _ => {}
+        }
+        // Largest UDP payload: a bounded CAS loop that only writes when larger.
+        let mp = addr_of_mut!((*v).max_udp_payload);
+        let pl = f.udp_payload_len as u32;
+        for _ in 0..CAS_TRIES {
+            let cur = O::load32(mp);
+            if pl <= cur || O::cas32(mp, cur, pl) == cur {
+                break;
+            }
+        }
+        // Times and the last source port: plain stores (not counts).
+        let first = addr_of_mut!((*v).first_ns);
+        if core::ptr::read_volatile(first) == 0 {
+            core::ptr::write_volatile(first, now_ns);
+        }
+        core::ptr::write_volatile(addr_of_mut!((*v).last_ns), now_ns);
+        core::ptr::write_volatile(addr_of_mut!((*v).last_udp_sport), f.udp_sport);
+
+        let bits = event_bits(f, c, policy, step);
+        let fp = addr_of_mut!((*v).event_flags);
+        let seen = O::load32(fp);
+        let new = bits & !seen;
+        if new != 0 {
+            O::or32(fp, new);
+        }
+        Outcome {
+            new_events: new,
+            psn: step,
+        }
+    }
+}
+
+/// Accounts a MAC control frame to PFC/PAUSE counters (metrics.md "PFC and PAUSE").
+#[inline(always)]
+pub fn account_mac_control(c: &mut crate::maps::PfcCounters, m: &crate::parse::MacControl) {
+    match m.opcode {
+        crate::parse::MAC_CONTROL_PFC => {
+            c.pfc_frames += 1;
+            let mut p = 0;
+            while p < 8 {
+                if m.class_enable & (1 << p) != 0 {
+                    let q = m.times[p];
+                    c.enabled[p] += 1;
+                    c.quanta[p] += q as u64;
+                    if q > 0 {
+                        c.xoff[p] += 1;
+                    } else {
+                        c.xon[p] += 1;
+                    }
+                }
+                p += 1;
+            }
+        }
+        crate::parse::MAC_CONTROL_PAUSE => {
+            c.pause += 1;
+            c.pause_quanta += m.times[0] as u64;
+            if m.times[0] == 0 {
+                c.pause_xon += 1;
+            }
+        }
+        _ => c.other_opcode += 1,
+    }
+}
+
+/// Accounts one classified frame to the per-interface counters (everything but the per-QP
+/// state and `roce_untracked`/`qp_insert_failed`, which depend on the QP map).
+#[inline(always)]
+pub fn account_iface(s: &mut crate::maps::IfaceStats, f: &Frame, wire_len: u32) {
+    use crate::parse::{encap, kind, reason};
+    s.frames += 1;
+    s.bytes += wire_len as u64;
+    if f.encap != encap::NONE && (f.encap as usize) < encap::COUNT {
+        s.encap[f.encap as usize] += 1;
+    }
+    match f.kind {
+        kind::ROCE => s.roce += 1,
+        kind::MAC_CONTROL => account_mac_control(&mut s.pfc, &f.mac_ctrl),
+        kind::EXCLUDED => {
+            if (f.reason as usize) < reason::COUNT {
+                s.excluded[f.reason as usize] += 1;
+            }
+        }
+        _ => s.not_roce += 1,
+    }
+}

@@ -1,0 +1,4 @@
+//! roce-observe userspace: sources (live eBPF maps, pcap replay), the collector (deltas,
+//! Parquet flow logs, alerts) and the lab.
+pub mod datapath;
+pub mod snapshot;
