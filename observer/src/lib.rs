@@ -2,3 +2,4 @@
 //! Parquet flow logs, alerts) and the lab.
 pub mod datapath;
 pub mod snapshot;
+pub mod testutil;

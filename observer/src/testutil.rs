@@ -1,0 +1,128 @@
+//! Helpers for tests that need root, BPF or network namespaces (used by `observer/tests/*` and
+//! the lab). Outside CI such a test skips with a clear message; with `CI=true` a skip is a
+//! failure.
+
+use std::process::Command;
+
+/// Whether this process can load BPF programs and create namespaces (root).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Returns true when the test may run. Outside CI, prints why it skips and returns false; with
+/// `CI=true`, panics instead, because a privileged test that skips in CI did not run.
+pub fn require_root(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    let msg = format!("{test}: needs root (BPF, network namespaces): SKIPPED");
+    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+        panic!("{msg} — but CI=true, where a skip is a failure");
+    }
+    eprintln!("{msg}");
+    false
+}
+
+/// Runs a command, returning its stdout, or an error with its stderr.
+pub fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd} {}: {e}", args.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A network namespace that is deleted when dropped (also on panic).
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    /// Creates namespace `name` (deleting a stale one of that name first) with loopback up.
+    pub fn new(name: &str) -> Result<Netns, String> {
+        let _ = run("ip", &["netns", "del", name]);
+        run("ip", &["netns", "add", name])?;
+        let ns = Netns {
+            name: name.to_string(),
+        };
+        ns.exec("ip", &["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Runs a command inside the namespace.
+    pub fn exec(&self, cmd: &str, args: &[&str]) -> Result<String, String> {
+        let mut a = vec!["netns", "exec", self.name.as_str(), cmd];
+        a.extend_from_slice(args);
+        run("ip", &a)
+    }
+
+    /// Enters the namespace on the current thread (for sockets and BPF attach from this
+    /// process). Returns a guard that moves the thread back when dropped.
+    pub fn enter(&self) -> Result<NetnsEnter, String> {
+        use std::os::fd::AsRawFd;
+        let orig = std::fs::File::open("/proc/thread-self/ns/net").map_err(|e| e.to_string())?;
+        let target = std::fs::File::open(format!("/var/run/netns/{}", self.name))
+            .map_err(|e| format!("open netns {}: {e}", self.name))?;
+        // SAFETY: setns on valid namespace fds affects only this thread.
+        if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(format!("setns {}: {}", self.name, std::io::Error::last_os_error()));
+        }
+        Ok(NetnsEnter { orig })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run("ip", &["netns", "del", &self.name]);
+    }
+}
+
+/// Moves the thread back to its original namespace when dropped.
+pub struct NetnsEnter {
+    orig: std::fs::File,
+}
+
+impl Drop for NetnsEnter {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns back to the namespace this thread came from.
+        unsafe { libc::setns(self.orig.as_raw_fd(), libc::CLONE_NEWNET) };
+    }
+}
+
+/// Two namespaces joined by a veth pair (`a_if` in `a`, `b_if` in `b`), both up, with the
+/// given IPv4 addresses (/24) inside the namespaces only. Dropping deletes both namespaces,
+/// which deletes the veth pair.
+pub struct VethPair {
+    pub a: Netns,
+    pub b: Netns,
+    pub a_if: String,
+    pub b_if: String,
+}
+
+impl VethPair {
+    pub fn new(prefix: &str, a_addr: &str, b_addr: &str) -> Result<VethPair, String> {
+        let pid = std::process::id();
+        let a = Netns::new(&format!("ro-{prefix}-a-{pid}"))?;
+        let b = Netns::new(&format!("ro-{prefix}-b-{pid}"))?;
+        let a_if = "veth-a".to_string();
+        let b_if = "veth-b".to_string();
+        a.exec(
+            "ip",
+            &["link", "add", &a_if, "type", "veth", "peer", "name", &b_if, "netns", &b.name],
+        )?;
+        a.exec("ip", &["addr", "add", &format!("{a_addr}/24"), "dev", &a_if])?;
+        b.exec("ip", &["addr", "add", &format!("{b_addr}/24"), "dev", &b_if])?;
+        a.exec("ip", &["link", "set", &a_if, "up"])?;
+        b.exec("ip", &["link", "set", &b_if, "up"])?;
+        Ok(VethPair { a, b, a_if, b_if })
+    }
+}
