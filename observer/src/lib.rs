@@ -2,4 +2,6 @@
 //! Parquet flow logs, alerts) and the lab.
 pub mod datapath;
 pub mod snapshot;
+pub mod summary;
 pub mod testutil;
+pub mod live;

@@ -1,0 +1,149 @@
+//! Totals of a run in a stable JSON form (`summary.json` in the output directory, and the end of
+//! run summary): per interface and direction, and per QP key, with every metrics.md count. The
+//! lab and the tshark comparison read this; field names are part of the documented interface.
+
+use std::net::IpAddr;
+
+use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
+use observer_common::parse::{encap, reason};
+use observer_common::qp::bucket_opcode;
+use serde_json::{Map, Value, json};
+
+use crate::snapshot::Snapshot;
+
+/// A key's address as printed everywhere: IPv4-mapped addresses as dotted quads.
+pub fn ip_of(a: &[u8; 16]) -> IpAddr {
+    IpAddr::from(*a).to_canonical()
+}
+
+fn hist<const N: usize>(h: &[u32; N], name: impl Fn(usize) -> String) -> Value {
+    let mut m = Map::new();
+    for (i, &n) in h.iter().enumerate() {
+        if n != 0 {
+            m.insert(name(i), json!(n));
+        }
+    }
+    Value::Object(m)
+}
+
+fn per_class<const N: usize>(h: &[[u32; N]; class::COUNT], name: impl Fn(usize) -> String + Copy) -> Value {
+    let mut m = Map::new();
+    for (c, row) in h.iter().enumerate() {
+        m.insert(class::NAMES[c].to_string(), hist(row, name));
+    }
+    Value::Object(m)
+}
+
+fn pcp_name(i: usize) -> String {
+    if i >= 8 { "none".into() } else { i.to_string() }
+}
+
+/// One QP's totals.
+pub fn qp_json(iface: &str, k: &QpKey, v: &QpValue) -> Value {
+    let mut ops = Map::new();
+    for (b, &n) in v.opcode_hist.iter().enumerate() {
+        if n != 0 {
+            let name = match bucket_opcode(b) {
+                Some(op) => format!("0x{op:02x}"),
+                None => "other".into(),
+            };
+            ops.insert(name, json!(n));
+        }
+    }
+    json!({
+        "iface": iface,
+        "dir": dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)],
+        "src": ip_of(&k.src_ip).to_string(),
+        "dst": ip_of(&k.dst_ip).to_string(),
+        "qp": k.dest_qp,
+        "pkts": v.pkts,
+        "bytes_l2": v.bytes_l2,
+        "bytes_ip": v.bytes_ip,
+        "bytes_udp": v.bytes_udp,
+        "first_ns": v.first_ns,
+        "last_ns": v.last_ns,
+        "data_pkts": v.class_pkts(class::DATA),
+        "ack_pkts": v.class_pkts(class::ACK),
+        "cnp": v.cnp(),
+        "ce": v.ce(),
+        "acks": v.acks(),
+        "naks": v.naks,
+        "nak_psn_seq_err": v.nak_psn_seq_err,
+        "rnr_naks": v.rnr_naks,
+        "suspect": v.suspect,
+        "psn_gaps": v.psn_gaps,
+        "psn_missing": v.psn_missing,
+        "psn_retrans": v.psn_retrans,
+        "psn_behind": v.psn_behind,
+        "max_udp_payload": v.max_udp_payload,
+        "last_udp_sport": v.last_udp_sport,
+        "icrc_ok": v.icrc_ok,
+        "icrc_bad": v.icrc_bad,
+        "icrc_unverifiable": v.icrc_unverifiable,
+        "opcodes": Value::Object(ops),
+        "dscp": per_class(&v.dscp_hist, |i| i.to_string()),
+        "ecn": per_class(&v.ecn_hist, |i| i.to_string()),
+        "pcp": per_class(&v.pcp_hist, pcp_name),
+    })
+}
+
+/// One interface direction's totals.
+pub fn iface_json(iface: &str, d: usize, s: &IfaceStats) -> Value {
+    let mut excl = Map::new();
+    for (i, n) in s.excluded.iter().enumerate() {
+        excl.insert(reason::NAMES[i].to_string(), json!(n));
+    }
+    let mut enc = Map::new();
+    for (i, n) in s.encap.iter().enumerate().skip(1) {
+        enc.insert(encap::NAMES[i].to_string(), json!(n));
+    }
+    json!({
+        "iface": iface,
+        "dir": dir::NAMES[d],
+        "frames": s.frames,
+        "bytes": s.bytes,
+        "roce": s.roce,
+        "roce_untracked": s.roce_untracked,
+        "not_roce": s.not_roce,
+        "excluded": Value::Object(excl),
+        "encap": Value::Object(enc),
+        "pfc": {
+            "frames": s.pfc.pfc_frames,
+            "enabled": s.pfc.enabled,
+            "xoff": s.pfc.xoff,
+            "xon": s.pfc.xon,
+            "quanta": s.pfc.quanta,
+        },
+        "pause": {
+            "frames": s.pfc.pause,
+            "xon": s.pfc.pause_xon,
+            "quanta": s.pfc.pause_quanta,
+        },
+        "mac_control_other": s.pfc.other_opcode,
+        "qp_insert_failed": s.qp_insert_failed,
+        "mac_insert_failed": s.mac_insert_failed,
+        "events_lost": s.events_lost,
+        "psn_contended": s.psn_contended,
+        "dropped": s.dropped,
+    })
+}
+
+/// `{"interfaces": [...], "qps": [...]}` for a set of snapshots (one per interface). QPs are
+/// sorted by (iface, dir, src, dst, qp) so two summaries of the same traffic compare equal.
+pub fn summary_json(snaps: &[Snapshot]) -> Value {
+    let mut ifaces = Vec::new();
+    let mut qps = Vec::new();
+    for s in snaps {
+        for d in 0..dir::COUNT {
+            if s.iface_stats[d].frames != 0 || d == dir::INGRESS as usize {
+                ifaces.push(iface_json(&s.iface, d, &s.iface_stats[d]));
+            }
+        }
+        let mut keys: Vec<&(QpKey, QpValue)> = s.qps.iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        for (k, v) in keys {
+            qps.push(qp_json(&s.iface, k, v));
+        }
+    }
+    json!({ "interfaces": ifaces, "qps": qps })
+}
