@@ -89,3 +89,31 @@ impl LiveIface {
         None
     }
 }
+
+/// The eBPF programs loaded but not attached, run frame by frame through BPF_PROG_TEST_RUN:
+/// for tests (kernel vs replay equality) and benchmarks.
+pub struct ProgTester {
+    _private: (),
+}
+
+impl ProgTester {
+    /// Loads a fresh object (fresh maps) with a per-QP map of `max_qps` keys and `policy`.
+    pub fn load(_max_qps: u32, _policy: &Policy) -> Result<ProgTester, LiveError> {
+        Err(LiveError::Other("not implemented".into()))
+    }
+    /// Runs the XDP program on one frame; returns the XDP action.
+    pub fn run_xdp(&mut self, _frame: &[u8]) -> Result<u32, LiveError> {
+        Err(LiveError::Other("not implemented".into()))
+    }
+    /// Runs the tc program (egress when `egress`) on one frame; returns the tc action.
+    pub fn run_tc(&mut self, _frame: &[u8], _egress: bool) -> Result<i32, LiveError> {
+        Err(LiveError::Other("not implemented".into()))
+    }
+    /// The maps' cumulative state (`iface` is the name put into the snapshot).
+    pub fn snapshot(&mut self, _iface: &str, _time_ns: u64) -> Result<Snapshot, LiveError> {
+        Err(LiveError::Other("not implemented".into()))
+    }
+    pub fn drain_events(&mut self, _out: &mut Vec<Event>) -> usize {
+        0
+    }
+}
