@@ -43,7 +43,7 @@ pub mod kind {
 
 /// Exclusion reasons ([`Frame::reason`] when `kind == EXCLUDED`).
 pub mod reason {
-    /// Frame (or mirrored inner frame) shorter than 14 bytes.
+    /// Frame shorter than 14 bytes.
     pub const RUNT: u8 = 0;
     /// IPv4 with IHL under 5 words (or a version field that does not match the ethertype, or a
     /// total length shorter than the header).
@@ -56,7 +56,8 @@ pub mod reason {
     pub const SHORT_BTH: u8 = 3;
     /// UDP source port 4791 with another destination port: not RoCEv2 by destination.
     pub const UDP_SRC_PORT_ONLY: u8 = 4;
-    /// The capture ends inside a VLAN tag, IP, UDP, GRE/ERSPAN or MAC control header.
+    /// The capture ends inside a VLAN tag, IP, UDP, GRE/ERSPAN, mirrored Ethernet or MAC control
+    /// header.
     pub const TRUNCATED: u8 = 5;
     pub const COUNT: usize = 6;
     /// Stable names, used in logs, Parquet columns and alerts.
@@ -506,7 +507,7 @@ pub fn classify<B: Bytes + ?Sized>(b: &B) -> Frame {
                         ..Frame::default()
                     };
                     if b.len() < inner + ETH_HLEN {
-                        return f.excluded(reason::RUNT);
+                        return f.excluded(reason::TRUNCATED);
                     }
                     l2 = inner;
                 }

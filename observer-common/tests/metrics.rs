@@ -1,0 +1,410 @@
+//! Every rule of metrics.md, on frames built with etherparse, through the one parser and the
+//! one per-QP state machine (userspace ops).
+
+mod support;
+
+use observer_common::icrc;
+use observer_common::maps::{IfaceStats, PfcCounters, Policy, QpValue, class, policy_flags};
+use observer_common::parse::{self, Frame, PCP_NONE, classify, encap, kind, reason};
+use observer_common::qp::{self, Plain, PsnStep, ev};
+use support::*;
+
+fn excluded(f: &Frame) -> Option<&'static str> {
+    (f.kind == kind::EXCLUDED).then(|| reason::NAMES[f.reason as usize])
+}
+
+/// Runs frames through classify + update for one key; returns the value.
+fn run(frames: &[Vec<u8>]) -> QpValue {
+    let mut v = QpValue::ZERO;
+    for (i, fr) in frames.iter().enumerate() {
+        let f = classify(&fr[..]);
+        assert_eq!(f.kind, kind::ROCE, "frame {i} not RoCE: {f:?}");
+        unsafe { qp::update::<Plain>(&mut v, &f, fr.len() as u32, 1000 + i as u64, &Policy::NONE) };
+    }
+    v
+}
+
+fn data(psn: u32) -> Vec<u8> {
+    Pkt::roce(0x0a, 0x11, psn, 64).build()
+}
+
+#[test]
+fn rule1_runt() {
+    for n in 0..14 {
+        let f = classify(&vec![0u8; n][..]);
+        assert_eq!(excluded(&f), Some("runt"), "len {n}");
+    }
+}
+
+#[test]
+fn rule2_pfc_counts_only_enabled_priorities() {
+    // Priority 3 XOFF 0xffff, priority 5 XON, priority 1 quanta present but bit clear.
+    let mut times = [0u16; 8];
+    times[3] = 0xffff;
+    times[5] = 0;
+    times[1] = 777;
+    let fr = pfc((1 << 3) | (1 << 5), times);
+    let f = classify(&fr[..]);
+    assert_eq!(f.kind, kind::MAC_CONTROL);
+    assert_eq!(f.mac_ctrl.opcode, parse::MAC_CONTROL_PFC);
+    assert_eq!(f.mac_ctrl.src_mac, MAC_A);
+    let mut c = PfcCounters::default();
+    qp::account_mac_control(&mut c, &f.mac_ctrl);
+    assert_eq!(c.pfc_frames, 1);
+    assert_eq!(c.enabled, [0, 0, 0, 1, 0, 1, 0, 0]);
+    assert_eq!(c.xoff, [0, 0, 0, 1, 0, 0, 0, 0]);
+    assert_eq!(c.xon, [0, 0, 0, 0, 0, 1, 0, 0]);
+    assert_eq!(c.quanta, [0, 0, 0, 0xffff, 0, 0, 0, 0]);
+    assert_eq!(c.pause, 0);
+}
+
+#[test]
+fn rule2_pause_and_other_opcodes() {
+    let mut c = PfcCounters::default();
+    for t in [0u16, 100, 0xffff] {
+        let f = classify(&pause(t)[..]);
+        assert_eq!(f.kind, kind::MAC_CONTROL);
+        qp::account_mac_control(&mut c, &f.mac_ctrl);
+    }
+    assert_eq!((c.pause, c.pause_xon, c.pause_quanta), (3, 1, 100 + 0xffff));
+    let mut other = pause(5);
+    other[15] = 0x02;
+    let f = classify(&other[..]);
+    qp::account_mac_control(&mut c, &f.mac_ctrl);
+    assert_eq!(c.other_opcode, 1);
+    assert_eq!(c.pfc_frames, 0);
+    // A VLAN-tagged PFC frame is still MAC control (ethertype after the tags).
+    let mut tagged = pfc(1, [1, 0, 0, 0, 0, 0, 0, 0]);
+    tagged.splice(12..12, [0x81, 0x00, 0x60, 0x01]);
+    assert_eq!(classify(&tagged[..]).kind, kind::MAC_CONTROL);
+    // Cut inside the PFC body.
+    let cut = &pfc(1, [1; 8])[..20];
+    assert_eq!(excluded(&classify(cut)), Some("truncated"));
+}
+
+#[test]
+fn rule3_bad_ip_header() {
+    let mut fr = data(1);
+    fr[14] = 0x44; // IHL 4 words
+    assert_eq!(excluded(&classify(&fr[..])), Some("bad_ip_header"));
+    let mut fr = data(1);
+    fr[14] = 0x65; // version 6 under ethertype IPv4
+    assert_eq!(excluded(&classify(&fr[..])), Some("bad_ip_header"));
+}
+
+#[test]
+fn rule4_fragments_including_first() {
+    let mut p = Pkt::roce(0x0a, 1, 1, 64);
+    p.more_fragments = true;
+    assert_eq!(excluded(&classify(&p.build()[..])), Some("ip_fragment"));
+    let mut p = Pkt::roce(0x0a, 1, 1, 64);
+    p.frag_offset = 10;
+    assert_eq!(excluded(&classify(&p.build()[..])), Some("ip_fragment"));
+}
+
+#[test]
+fn rule5_roce_and_short_bth() {
+    let fr = data(7);
+    let f = classify(&fr[..]);
+    assert_eq!(f.kind, kind::ROCE);
+    assert_eq!((f.bth.opcode, f.bth.dest_qp, f.bth.psn), (0x0a, 0x11, 7));
+    assert_eq!((f.dscp, f.ecn, f.pcp), (26, 2, PCP_NONE));
+    assert_eq!(f.udp_payload_len as usize, 12 + 64 + 4);
+    assert_eq!(f.ip_len as usize, 20 + 8 + 12 + 64 + 4);
+    // UDP payload of 11 bytes by the length field, padded by Ethernet to 60 bytes.
+    let mut p = Pkt::roce(0x0a, 1, 1, 0);
+    p.payload.truncate(11);
+    p.icrc = false;
+    let mut fr = p.build();
+    fr.resize(60, 0);
+    assert_eq!(excluded(&classify(&fr[..])), Some("short_bth"));
+    // Capture cut inside the BTH.
+    let fr = data(1);
+    let cut = &fr[..14 + 20 + 8 + 6];
+    assert_eq!(excluded(&classify(cut)), Some("short_bth"));
+    // Garbage on 4791 with a full 12 bytes is RoCE (and suspect when its fields say so).
+    let mut p = Pkt::roce(0x0a, 1, 1, 0);
+    p.payload = vec![0xee; 20];
+    let f = classify(&p.build()[..]);
+    assert_eq!(f.kind, kind::ROCE);
+    assert!(qp::is_suspect(&f));
+}
+
+#[test]
+fn rule6_source_port_only_and_rule7_other() {
+    let mut p = Pkt::roce(0x0a, 1, 1, 8);
+    p.sport = 4791;
+    p.dport = 5000;
+    assert_eq!(excluded(&classify(&p.build()[..])), Some("udp_src_port_only"));
+    let mut p = Pkt::roce(0x0a, 1, 1, 8);
+    p.dport = 5000;
+    assert_eq!(classify(&p.build()[..]).kind, kind::NOT_ROCE);
+    let mut arp = Vec::new();
+    eth(&mut arp, &[], 0x0806);
+    arp.resize(60, 0);
+    assert_eq!(classify(&arp[..]).kind, kind::NOT_ROCE);
+}
+
+#[test]
+fn ipv4_options_vlan_qinq_ipv6() {
+    let mut p = Pkt::roce(0x04, 9, 3, 32);
+    p.ip_options = vec![1, 1, 1, 0]; // NOP NOP NOP EOL: IHL 6
+    let f = classify(&p.build()[..]);
+    assert_eq!((f.kind, f.bth.dest_qp, f.ip_off, f.udp_off), (kind::ROCE, 9, 14, 14 + 24));
+    assert_eq!(icrc::verify(&p.build(), &f), icrc::Verdict::Ok);
+
+    // QinQ: the outermost (S-tag) priority counts.
+    let mut p = Pkt::roce(0x04, 9, 3, 32);
+    p.vlans = vec![(0x88a8, 5), (0x8100, 3)];
+    let f = classify(&p.build()[..]);
+    assert_eq!((f.kind, f.pcp), (kind::ROCE, 5));
+
+    let mut p = Pkt::roce(0x04, 9, 3, 32);
+    p.vlans = vec![(0x8100, 3)];
+    assert_eq!(classify(&p.build()[..]).pcp, 3);
+
+    let mut p = Pkt::roce(0x04, 9, 3, 32);
+    p.v6 = true;
+    p.dscp = 48;
+    p.ecn = 3;
+    let fr = p.build();
+    let f = classify(&fr[..]);
+    assert_eq!((f.kind, f.ip_version, f.dscp, f.ecn), (kind::ROCE, 6, 48, 3));
+    assert_eq!(f.ip_len as usize, fr.len() - 14);
+    assert_eq!(icrc::verify(&fr, &f), icrc::Verdict::Ok);
+}
+
+#[test]
+fn mirror_encapsulations_are_opened() {
+    let mut p = Pkt::roce(0x0a, 0x42, 100, 200);
+    p.vlans = vec![(0x8100, 3)];
+    let inner = p.build();
+    let cases = [
+        (gre_wrap(&inner, 0, 0x6558, &[], &[]), encap::GRE_TEB),
+        (gre_wrap(&inner, 0, 0x88be, &[], &[]), encap::ERSPAN1),
+        (gre_wrap(&inner, 0x1000, 0x88be, &[0, 0, 0, 9], &erspan2_hdr()), encap::ERSPAN2),
+        (gre_wrap(&inner, 0x1000, 0x22eb, &[0, 0, 0, 9], &erspan3_hdr(false)), encap::ERSPAN3),
+        (gre_wrap(&inner, 0x1000, 0x22eb, &[0, 0, 0, 9], &erspan3_hdr(true)), encap::ERSPAN3),
+        // Key and checksum present.
+        (gre_wrap(&inner, 0xa000, 0x6558, &[0; 8], &[]), encap::GRE_TEB),
+    ];
+    for (fr, e) in cases {
+        let f = classify(&fr[..]);
+        assert_eq!((f.kind, f.encap), (kind::ROCE, e), "{f:?}");
+        assert_eq!((f.bth.dest_qp, f.bth.psn, f.pcp, f.dscp), (0x42, 100, 3, 26));
+        assert_eq!(fr.len() - f.l2_off as usize, inner.len());
+        assert_eq!(icrc::verify(&fr, &f), icrc::Verdict::Ok);
+        let mut v = QpValue::ZERO;
+        unsafe { qp::update::<Plain>(&mut v, &f, fr.len() as u32, 1, &Policy::NONE) };
+        assert_eq!(v.bytes_l2 as usize, inner.len(), "L2 bytes are the mirrored frame's");
+        // Cut inside the ERSPAN/GRE header.
+        let cut = &fr[..14 + 20 + 6];
+        assert_eq!(excluded(&classify(cut)), Some("truncated"));
+    }
+    // GRE carrying something else is not RoCE; version 1 (PPTP) neither.
+    assert_eq!(classify(&gre_wrap(&inner, 0, 0x0800, &[], &[])[..]).kind, kind::NOT_ROCE);
+    assert_eq!(classify(&gre_wrap(&inner, 1, 0x6558, &[], &[])[..]).kind, kind::NOT_ROCE);
+}
+
+#[test]
+fn per_qp_counts_bytes_and_histograms() {
+    let mut p = Pkt::roce(0x0a, 0x11, 5, 1000);
+    p.vlans = vec![(0x8100, 3)];
+    let big = p.build();
+    let mut ack = Pkt::roce(0x11, 0x11, 5, 0);
+    ack.payload.extend_from_slice(&[0x00, 0, 0, 1]); // AETH: ACK
+    ack.dscp = 26;
+    let ackf = ack.build();
+    let mut cnp = Pkt::roce(0x81, 0x11, 0, 16);
+    cnp.dscp = 48;
+    cnp.ecn = 1;
+    let cnpf = cnp.build();
+    let mut ce = Pkt::roce(0x0a, 0x11, 6, 10);
+    ce.ecn = 3;
+    let cef = ce.build();
+    let v = run(&[big.clone(), ackf.clone(), cnpf.clone(), cef.clone()]);
+    assert_eq!(v.pkts, 4);
+    let l2 = (big.len() + ackf.len() + cnpf.len() + cef.len()) as u64;
+    assert_eq!(v.bytes_l2, l2);
+    assert_eq!(v.bytes_ip, l2 - 4 * 14 - 4);
+    assert_eq!(v.bytes_udp, v.bytes_ip - 4 * 28);
+    assert_eq!(v.max_udp_payload as usize, 12 + 1000 + 4);
+    assert_eq!((v.class_pkts(class::DATA), v.class_pkts(class::ACK), v.cnp()), (2, 1, 1));
+    assert_eq!((v.acks(), v.ce(), v.naks), (1, 1, 0));
+    assert_eq!(v.dscp_hist[class::DATA][26], 2);
+    assert_eq!(v.dscp_hist[class::CNP][48], 1);
+    assert_eq!(v.ecn_hist[class::DATA], [0, 0, 1, 1]);
+    assert_eq!(v.ecn_hist[class::CNP], [0, 1, 0, 0]);
+    assert_eq!(v.pcp_hist[class::DATA][3], 1);
+    assert_eq!(v.pcp_hist[class::DATA][8], 1, "untagged counts as none");
+    assert_eq!(v.opcode_hist[qp::opcode_bucket(0x0a)], 2);
+    assert_eq!(v.opcode_hist[qp::opcode_bucket(0x81)], 1);
+    assert_eq!((v.first_ns, v.last_ns), (1000, 1003));
+    // Ack and CNP are not PSN-analysed: only PSN 5 and 6, a clean step.
+    assert_eq!((v.psn_gaps, v.psn_retrans, v.psn_max()), (0, 0, Some(6)));
+}
+
+#[test]
+fn aeth_syndromes() {
+    let mk = |op: u8, syn: u8| {
+        let mut p = Pkt::roce(op, 7, 1, 0);
+        p.payload.extend_from_slice(&[syn, 0, 0, 9]);
+        p.build()
+    };
+    let v = run(&[
+        mk(0x11, 0x00), // ACK
+        mk(0x11, 0x60), // NAK PSN sequence error
+        mk(0x11, 0x61), // NAK invalid request
+        mk(0x11, 0x20), // RNR NAK
+        mk(0x11, 0x3f), // RNR NAK (timer field)
+        mk(0x10, 0x00), // READ RESPONSE ONLY with AETH
+    ]);
+    assert_eq!((v.acks(), v.naks, v.nak_psn_seq_err, v.rnr_naks), (5, 2, 1, 2));
+    // An AETH cut off by the UDP length is not read.
+    let mut p = Pkt::roce(0x11, 7, 1, 0);
+    p.payload.extend_from_slice(&[0x60, 0]);
+    p.icrc = false;
+    let f = classify(&p.build()[..]);
+    assert_eq!((f.kind, f.has_aeth), (kind::ROCE, 0));
+}
+
+#[test]
+fn psn_go_back_n_episode() {
+    // 0 1 2 | 3 4 lost | 5 (gap) 6 (one more in flight) | resend 3 4 5 6 | 7
+    let v = run(&[0, 1, 2, 5, 6, 3, 4, 5, 6, 7].map(data));
+    // L = 2 lost, k = 1 more in flight after the gap: gaps 1, missing L, retrans L+k+1,
+    // behind L+k.
+    assert_eq!(
+        (v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind),
+        (1, 2, 4, 3)
+    );
+}
+
+#[test]
+fn psn_wrap_is_a_step_not_a_gap() {
+    let v = run(&[0xfffffe, 0xffffff, 0, 1].map(data));
+    assert_eq!((v.psn_gaps, v.psn_retrans, v.psn_max()), (0, 0, Some(1)));
+    let v = run(&[0xfffffe, 0xffffff, 2].map(data));
+    assert_eq!((v.psn_gaps, v.psn_missing), (1, 2));
+    // Behind across the wrap.
+    let v = run(&[0xffffff, 1, 0xfffffe].map(data));
+    assert_eq!((v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind), (1, 1, 1, 1));
+}
+
+#[test]
+fn rnr_retry_and_duplicates() {
+    let v = run(&[10, 11, 11].map(data));
+    assert_eq!((v.psn_retrans, v.psn_behind), (1, 0));
+    assert_eq!(qp::psn_diff(0, 0xffffff), 1);
+    assert_eq!(qp::psn_diff(0x800000, 0), -0x800000);
+    assert_eq!(qp::psn_diff(0x7fffff, 0), 0x7fffff);
+}
+
+#[test]
+fn suspect_opcodes_and_tver() {
+    let mut op = Pkt::roce(0x30, 1, 1, 0).build();
+    let mut tv = Pkt::roce(0x04, 1, 2, 0).build();
+    let _ = &mut op;
+    tv[14 + 20 + 8 + 1] = 0x01; // TVer 1
+    let v = run(&[op, tv]);
+    assert_eq!(v.suspect, 2);
+    assert_eq!(v.opcode_hist[qp::OPCODE_OTHER], 1);
+    for b in 0..64 {
+        if let Some(op) = qp::bucket_opcode(b) {
+            assert_eq!(qp::opcode_bucket(op), b);
+        }
+    }
+}
+
+#[test]
+fn events_fire_once_per_key_and_follow_the_policy() {
+    let mut pol = Policy::NONE;
+    pol.flags = policy_flags::ENABLED;
+    pol.dscp = [26, 26, 48];
+    pol.pcp = [3, 3, 6];
+    pol.ecn_capable = [1, 0, 0];
+    let mut v = QpValue::ZERO;
+    let mut bleached = Pkt::roce(0x0a, 1, 1, 8);
+    bleached.dscp = 0;
+    bleached.ecn = 0;
+    bleached.vlans = vec![(0x8100, 3)];
+    let f = classify(&bleached.build()[..]);
+    let o = unsafe { qp::update::<Plain>(&mut v, &f, 100, 1, &pol) };
+    let want = (1 << ev::NEW_QP) | (1 << ev::DSCP) | (1 << ev::NOT_ECT);
+    assert_eq!(o.new_events, want);
+    assert_eq!(o.psn, PsnStep::First);
+    bleached.payload = support::bth(0x0a, 1, 2);
+    let f = classify(&bleached.build()[..]);
+    let o = unsafe { qp::update::<Plain>(&mut v, &f, 100, 2, &pol) };
+    assert_eq!(o.new_events, 0, "second occurrence is not an event");
+    let mut gap = Pkt::roce(0x0a, 1, 9, 8);
+    gap.vlans = vec![(0x8100, 3)];
+    let f = classify(&gap.build()[..]);
+    let o = unsafe { qp::update::<Plain>(&mut v, &f, 100, 3, &pol) };
+    assert_eq!(o.new_events, 1 << ev::PSN_GAP);
+    assert_eq!(o.psn, PsnStep::Ahead(7));
+    // CNP on priority 0 untagged: PCP mismatch for the CNP class, and the CNP event.
+    let cnp = Pkt::roce(0x81, 1, 0, 16);
+    let mut c = cnp.clone();
+    c.dscp = 48;
+    let f = classify(&c.build()[..]);
+    let o = unsafe { qp::update::<Plain>(&mut v, &f, 100, 4, &pol) };
+    assert_eq!(o.new_events, (1 << (ev::PCP + 2)) | (1 << ev::CNP));
+    // Without ENABLED nothing marking-related fires.
+    let mut v = QpValue::ZERO;
+    let f = classify(&cnp.build()[..]);
+    let o = unsafe { qp::update::<Plain>(&mut v, &f, 100, 4, &Policy::NONE) };
+    assert_eq!(o.new_events, (1 << ev::NEW_QP) | (1 << ev::CNP));
+}
+
+#[test]
+fn iface_accounting_counts_every_outcome() {
+    let mut s = IfaceStats::default();
+    let inner = data(1);
+    let frames: Vec<Vec<u8>> = vec![
+        data(1),
+        vec![0; 10],
+        pfc(1 << 3, [0, 0, 0, 5, 0, 0, 0, 0]),
+        pause(1),
+        gre_wrap(&inner, 0x1000, 0x88be, &[0, 0, 0, 1], &erspan2_hdr()),
+        {
+            let mut p = Pkt::roce(0x0a, 1, 1, 8);
+            p.dport = 53;
+            p.build()
+        },
+    ];
+    let mut bytes = 0;
+    for fr in &frames {
+        bytes += fr.len() as u64;
+        qp::account_iface(&mut s, &classify(&fr[..]), fr.len() as u32);
+    }
+    assert_eq!((s.frames, s.bytes, s.roce, s.not_roce), (6, bytes, 2, 1));
+    assert_eq!(s.excluded[reason::RUNT as usize], 1);
+    assert_eq!(s.encap[encap::ERSPAN2 as usize], 1);
+    assert_eq!((s.pfc.pfc_frames, s.pfc.xoff[3], s.pfc.quanta[3], s.pfc.pause), (1, 1, 5, 1));
+}
+
+#[test]
+fn real_softroce_capture_icrc_and_keys() {
+    // 105 RoCEv2 frames of a real rxe session, all with valid ICRCs (SOURCES.md).
+    let d = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/captures/oferby_proxy_roce.pcap"))
+        .or_else(|_| std::fs::read("/work/shared/captures/oferby_proxy_roce.pcap"))
+        .expect("shared/captures/oferby_proxy_roce.pcap next to the repository");
+    assert_eq!(&d[..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
+    let mut off = 24;
+    let (mut roce, mut ok) = (0, 0);
+    let mut keys = std::collections::BTreeSet::new();
+    while off + 16 <= d.len() {
+        let incl = u32::from_le_bytes(d[off + 8..off + 12].try_into().unwrap()) as usize;
+        let fr = &d[off + 16..off + 16 + incl];
+        off += 16 + incl;
+        let f = classify(fr);
+        if f.kind == kind::ROCE {
+            roce += 1;
+            ok += (icrc::verify(fr, &f) == icrc::Verdict::Ok) as usize;
+            keys.insert((f.src_ip, f.dst_ip, f.bth.dest_qp));
+        }
+    }
+    assert_eq!((roce, ok), (105, 105));
+    assert_eq!(keys.len(), 2, "one key per direction of the one RC connection");
+}
