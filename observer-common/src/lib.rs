@@ -8,7 +8,7 @@
 #![cfg_attr(not(test), no_std)]
 
 pub mod cursor;
-#[cfg(feature = "user")]
+#[cfg(feature = "icrc")]
 pub mod icrc;
 pub mod maps;
 pub mod parse;
