@@ -345,6 +345,31 @@ impl Loaded {
         Ok(out)
     }
 
+    /// Empties every map (tests reuse one loaded object across cases).
+    fn reset(&mut self) -> Result<(), LiveError> {
+        let keys: Vec<QpKey> = self.read_qps()?.into_iter().map(|(k, _)| k).collect();
+        self.evict(&keys)?;
+        let mac_keys: Vec<MacKey> = self.macs.keys().filter_map(Result::ok).collect();
+        for k in mac_keys {
+            self.macs
+                .remove(&k)
+                .map_err(|e| LiveError::Other(format!("clearing MACS: {e}")))?;
+        }
+        let ncpu = aya::util::nr_cpus()
+            .map_err(|(what, e)| LiveError::Other(format!("{what}: {e}")))?
+            .get() as usize;
+        for d in 0..dir::COUNT as u32 {
+            let zeros = aya::maps::PerCpuValues::try_from(vec![IfaceStats::default(); ncpu])
+                .map_err(|e| LiveError::Other(format!("clearing IFACE: {e}")))?;
+            self.iface
+                .set(d, zeros, 0)
+                .map_err(|e| LiveError::Other(format!("clearing IFACE: {e}")))?;
+        }
+        let mut sink = Vec::new();
+        self.drain_events(&mut sink);
+        Ok(())
+    }
+
     fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
         let off = mono_to_wall_offset();
         let mut n = 0;
@@ -587,5 +612,9 @@ impl ProgTester {
     }
     pub fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
         self.loaded.drain_events(out)
+    }
+    /// Empties every map and the event ring, so one loaded object serves several test cases.
+    pub fn reset(&mut self) -> Result<(), LiveError> {
+        self.loaded.reset()
     }
 }
