@@ -613,8 +613,43 @@ impl ProgTester {
     pub fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
         self.loaded.drain_events(out)
     }
+    /// A handle that runs program `name` from any thread (BPF_PROG_TEST_RUN runs on the calling
+    /// thread's CPU): for the multi-CPU tests.
+    pub fn shared_runner(&self, name: &str) -> Result<SharedRunner, LiveError> {
+        let p = self
+            .loaded
+            .ebpf
+            .program(name)
+            .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?;
+        let fd = match p {
+            aya::programs::Program::Xdp(x) => x.fd(),
+            aya::programs::Program::SchedClassifier(c) => c.fd(),
+            _ => return Err(LiveError::Other(format!("{name}: unexpected program type"))),
+        }
+        .map_err(|e| LiveError::Other(format!("{name}: {e}")))?;
+        let fd = fd
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| LiveError::Other(format!("{name}: dup: {e}")))?;
+        Ok(SharedRunner { fd })
+    }
     /// Empties every map and the event ring, so one loaded object serves several test cases.
     pub fn reset(&mut self) -> Result<(), LiveError> {
         self.loaded.reset()
+    }
+}
+
+/// A loaded program's fd, usable from several threads at once (see
+/// [`ProgTester::shared_runner`]).
+pub struct SharedRunner {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl SharedRunner {
+    /// Runs the program `repeat` times on `frame` on this thread's CPU; returns its return value.
+    pub fn run(&self, frame: &[u8], repeat: u32) -> Result<u32, LiveError> {
+        sys::prog_test_run(self.fd.as_raw_fd(), frame, repeat)
+            .map(|(r, _)| r)
+            .map_err(|e| LiveError::Other(format!("BPF_PROG_TEST_RUN: {e}")))
     }
 }
