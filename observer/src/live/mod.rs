@@ -446,15 +446,41 @@ pub struct LiveIface {
     attached: Attached,
 }
 
+/// Where the ingress program goes ([`LiveIface::attach_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IngressHook {
+    /// XDP in this mode (Auto falls back to tc ingress).
+    Xdp(XdpMode),
+    /// tc ingress only (what Auto falls back to where XDP cannot attach).
+    TcIngress,
+}
+
 impl LiveIface {
+    /// Loads a fresh object and attaches it to `opts.iface` (interface names resolve in the
+    /// calling thread's network namespace).
     pub fn attach(opts: &LiveOptions) -> Result<LiveIface, LiveError> {
+        Self::attach_with(opts, IngressHook::Xdp(opts.xdp_mode))
+    }
+
+    /// [`LiveIface::attach`] with an explicit ingress hook.
+    pub fn attach_with(opts: &LiveOptions, hook: IngressHook) -> Result<LiveIface, LiveError> {
         let ifindex = ifindex(&opts.iface)?;
-        let mut progs = vec![prog::XDP, prog::TC_INGRESS];
+        let mut progs = match hook {
+            IngressHook::Xdp(XdpMode::Auto) => vec![prog::XDP, prog::TC_INGRESS],
+            IngressHook::Xdp(_) => vec![prog::XDP],
+            IngressHook::TcIngress => vec![prog::TC_INGRESS],
+        };
         if opts.egress {
             progs.push(prog::TC_EGRESS);
         }
         let mut loaded = Loaded::new(opts.max_qps, &opts.policy, &progs)?;
-        let ingress = attach_ingress(&mut loaded.ebpf, opts, ifindex)?;
+        let ingress = match hook {
+            IngressHook::Xdp(mode) => attach_ingress(&mut loaded.ebpf, opts, mode, ifindex)?,
+            IngressHook::TcIngress => {
+                attach_tc(&mut loaded.ebpf, prog::TC_INGRESS, ifindex, TcAttachType::Ingress)?;
+                "tc-ingress".to_string()
+            }
+        };
         let egress = if opts.egress {
             attach_tc(&mut loaded.ebpf, prog::TC_EGRESS, ifindex, TcAttachType::Egress)?;
             Some("tc-egress".to_string())
@@ -507,8 +533,13 @@ fn xdp_attach_error(iface: &str, e: ProgramError) -> LiveError {
     }
 }
 
-fn attach_ingress(ebpf: &mut Ebpf, opts: &LiveOptions, ifindex: u32) -> Result<String, LiveError> {
-    let modes: &[(AyaXdpMode, &str)] = match opts.xdp_mode {
+fn attach_ingress(
+    ebpf: &mut Ebpf,
+    opts: &LiveOptions,
+    xdp_mode: XdpMode,
+    ifindex: u32,
+) -> Result<String, LiveError> {
+    let modes: &[(AyaXdpMode, &str)] = match xdp_mode {
         XdpMode::Auto => &[(AyaXdpMode::Driver, "xdp-native"), (AyaXdpMode::Skb, "xdp-generic")],
         XdpMode::Native => &[(AyaXdpMode::Driver, "xdp-native")],
         XdpMode::Generic => &[(AyaXdpMode::Skb, "xdp-generic")],
@@ -532,7 +563,7 @@ fn attach_ingress(ebpf: &mut Ebpf, opts: &LiveOptions, ifindex: u32) -> Result<S
             }
         }
     }
-    if opts.xdp_mode != XdpMode::Auto {
+    if xdp_mode != XdpMode::Auto {
         return Err(last.unwrap_or_else(|| LiveError::Other("XDP attach failed".into())));
     }
     attach_tc(ebpf, prog::TC_INGRESS, ifindex, TcAttachType::Ingress)?;
