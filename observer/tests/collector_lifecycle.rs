@@ -92,7 +92,7 @@ fn sigkill_leaves_only_readable_final_files() {
     // complete intervals only: each flows file holds whole synthetic steps of 50 QPs
     let flows = pyarrow_read(&out, "flows", &["pkts"], false);
     let rows = flows["rows"].as_u64().unwrap();
-    assert!(rows > 0 && rows % 50 == 0, "{rows}");
+    assert!(rows > 0 && rows.is_multiple_of(50), "{rows}");
     assert_eq!(flows["sums"]["pkts"].as_u64().unwrap(), rows * 4);
     assert!(!out.join("summary.json").exists(), "no summary after SIGKILL");
     let _ = std::fs::remove_dir_all(&out);
