@@ -254,7 +254,7 @@ where
                                 iface: index,
                             }
                         })?;
-                        let units_per_s = idb.ts_resolution().ok_or_else(|| {
+                        let units_per_s = ts_resolution(idb.if_tsresol).ok_or_else(|| {
                             corrupt(offset, format!("interface {index}: invalid if_tsresol {:#04x}", idb.if_tsresol))
                         })?;
                         let name = idb.if_name().and_then(|n| n.ok()).map(str::to_string);
@@ -389,6 +389,17 @@ where
     Ok(offset)
 }
 
+/// `if_tsresol` to units per second (pcap-parser 0.17 rejects every power-of-two resolution
+/// above 2^-63 before masking the mode bit, so 0x94 = 2^-20 s would fail there).
+fn ts_resolution(r: u8) -> Option<u64> {
+    if r & 0x80 != 0 {
+        let e = r & 0x7f;
+        (e <= 63).then(|| 1u64 << e)
+    } else {
+        (r <= 19).then(|| 10u64.pow(r as u32))
+    }
+}
+
 /// Timestamp in interface units to nanoseconds since the epoch.
 fn ts_to_ns(ts: u64, units_per_s: u64, offset_s: i64) -> u64 {
     let units = units_per_s.max(1) as u128;
@@ -408,5 +419,8 @@ mod tests {
         // 2^-10 s units.
         assert_eq!(ts_to_ns(1024 + 512, 1024, 0), 1_500_000_000);
         assert_eq!(ts_to_ns(1, 1000, 10), 10_001_000_000);
+        assert_eq!(ts_resolution(0x94), Some(1 << 20));
+        assert_eq!(ts_resolution(6), Some(1_000_000));
+        assert_eq!(ts_resolution(20), None);
     }
 }
