@@ -1,13 +1,551 @@
 //! `roce-observe replay FILE... | -`: pcap/pcapng files and streams through the userspace
-//! datapath and the collector. STUB: the replay work fills this in.
+//! datapath (the same per-frame logic as the eBPF programs) and the collector.
+//!
+//! - [`reader`]: streaming pcap/pcapng reading with byte offsets (damage is reported where it is).
+//! - [`link`]: Ethernet, Linux cooked (SLL, SLL2) to the parser's Ethernet view.
+//! - [`Replay`]: one [`Datapath`] per capture interface, a [`Snapshot`] every `interval` of
+//!   CAPTURE time and at the end of each input, events as they occur, all handed to an
+//!   [`Output`] (the collector).
+//! - [`table`]: the end-of-run summary on stdout.
+
+pub mod link;
+pub mod reader;
+pub mod table;
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use observer_common::maps::{Event, Policy, dir, policy_flags};
+use serde_json::{Value, json};
+
+use crate::collector::{Collector, CollectorConfig, CollectorError, PolicyConfig};
+use crate::datapath::Datapath;
+use crate::snapshot::Snapshot;
+use link::{LinkType, linktype_name};
+use reader::Item;
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// Capture files (pcap or pcapng), or `-` for standard input.
+    /// Capture files (pcap or pcapng), or `-` for standard input (read as a stream).
     #[arg(required = true)]
-    pub files: Vec<std::path::PathBuf>,
+    pub files: Vec<PathBuf>,
+    /// Output directory for Parquet flow logs, alerts and summary.json (the collector). Without
+    /// it, replay only prints the summary.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Snapshot interval in capture time: `1s`, `500ms`, `10` (seconds).
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    pub interval: u64,
+    /// Expected marking profile: nvidia, broadcom, or `none` (count only, check no marking).
+    #[arg(long, default_value = "nvidia")]
+    pub profile: String,
+    /// Policy TOML file (overrides --profile).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Largest number of QP keys per interface (as the kernel map's size).
+    #[arg(long, default_value_t = 65536)]
+    pub max_qps: u32,
+    /// Link speed for turning PFC quanta into seconds: bit/s, or with a suffix (`100G`, `400g`).
+    #[arg(long, value_parser = parse_speed)]
+    pub link_speed: Option<u64>,
+    /// Do not verify ICRCs (faster; ICRC counts stay 0).
+    #[arg(long)]
+    pub no_icrc: bool,
+    /// Print the final totals as JSON (`summary::summary_json` form) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Host name written into output file names (default: this host's name).
+    #[arg(long)]
+    pub host: Option<String>,
 }
 
-pub fn run(_args: ReplayArgs) -> anyhow::Result<()> {
-    anyhow::bail!("replay is not implemented yet")
+/// `1s`, `250ms`, `100us`, `2` (seconds) to nanoseconds.
+pub fn parse_interval(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e6)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e9)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60e9)
+    } else {
+        (s, 1e9)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid interval {s:?} (examples: 1s, 500ms, 10)"))?;
+    let ns = v * mul;
+    if !(ns >= 1e3 && ns < 1e15) {
+        return Err(format!("interval {s:?} out of range (1us .. 11 days)"));
+    }
+    Ok(ns as u64)
+}
+
+/// `100G`, `25g`, `400000000000` to bit/s.
+pub fn parse_speed(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mul) = match s.char_indices().last() {
+        Some((i, 'G' | 'g')) => (&s[..i], 1e9),
+        Some((i, 'M' | 'm')) => (&s[..i], 1e6),
+        Some((i, 'T' | 't')) => (&s[..i], 1e12),
+        _ => (s, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid link speed {s:?} (examples: 100G, 400g, 25000000000)"))?;
+    if !(v * mul >= 1e6) {
+        return Err(format!("link speed {s:?} too small (bit/s)"));
+    }
+    Ok((v * mul) as u64)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{file}: cannot open: {source}")]
+    Open {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{file}: read error at byte offset {offset}: {source}")]
+    Io {
+        file: String,
+        offset: u64,
+        source: std::io::Error,
+    },
+    #[error("{file}: corrupt or truncated at byte offset {offset}: {what} (everything before it was processed)")]
+    Corrupt { file: String, offset: u64, what: String },
+    #[error(
+        "{file}: unsupported link type {linktype} ({}) on capture interface {iface}; supported: 1 (Ethernet), 113 (Linux SLL), 276 (Linux SLL2)",
+        linktype_name(*linktype)
+    )]
+    UnsupportedLinkType {
+        file: String,
+        linktype: u32,
+        iface: usize,
+    },
+    #[error("collector: {0}")]
+    Collector(#[from] CollectorError),
+    #[error("policy: {0}")]
+    Policy(String),
+}
+
+/// Where snapshots and events go (the collector; a recorder in tests).
+pub trait Output {
+    fn events(&mut self, iface: &str, events: &[Event]) -> Result<(), ReplayError>;
+    fn snapshot(&mut self, snap: &Snapshot) -> Result<(), ReplayError>;
+}
+
+impl Output for Collector {
+    fn events(&mut self, iface: &str, events: &[Event]) -> Result<(), ReplayError> {
+        self.on_events(iface, events);
+        Ok(())
+    }
+    fn snapshot(&mut self, snap: &Snapshot) -> Result<(), ReplayError> {
+        Ok(self.on_snapshot(snap)?)
+    }
+}
+
+/// Discards everything (summary only).
+pub struct NoOutput;
+impl Output for NoOutput {
+    fn events(&mut self, _: &str, _: &[Event]) -> Result<(), ReplayError> {
+        Ok(())
+    }
+    fn snapshot(&mut self, _: &Snapshot) -> Result<(), ReplayError> {
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    /// Policy for the per-QP events (kernel form).
+    pub policy: Policy,
+    pub max_qps: usize,
+    /// Snapshot interval in capture nanoseconds.
+    pub interval_ns: u64,
+    pub link_speed_bps: Option<u64>,
+    pub check_icrc: bool,
+    /// Draw a progress bar on stderr (files only).
+    pub progress: bool,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            policy: Policy::NONE,
+            max_qps: 65536,
+            interval_ns: 1_000_000_000,
+            link_speed_bps: None,
+            check_icrc: true,
+            progress: false,
+        }
+    }
+}
+
+struct Dp {
+    name: String,
+    dp: Datapath,
+    last_ns: u64,
+}
+
+/// Totals of one input.
+#[derive(Clone, Debug, Default)]
+pub struct InputStats {
+    pub frames: u64,
+    pub bytes_read: u64,
+    pub snapshots: u64,
+}
+
+/// The replay engine: inputs in order, one [`Datapath`] per capture interface name.
+pub struct Replay<'o> {
+    opts: ReplayOptions,
+    dps: Vec<Dp>,
+    by_name: HashMap<String, usize>,
+    out: &'o mut dyn Output,
+    /// First-occurrence events by kind name (for the summary when there is no collector).
+    pub event_counts: HashMap<&'static str, u64>,
+    pub frames: u64,
+}
+
+impl<'o> Replay<'o> {
+    pub fn new(opts: ReplayOptions, out: &'o mut dyn Output) -> Replay<'o> {
+        Replay {
+            opts,
+            dps: Vec::new(),
+            by_name: HashMap::new(),
+            out,
+            event_counts: HashMap::new(),
+            frames: 0,
+        }
+    }
+
+    fn dp_for(&mut self, name: String) -> usize {
+        if let Some(&i) = self.by_name.get(&name) {
+            return i;
+        }
+        let mut dp = Datapath::new(self.opts.policy, self.opts.max_qps);
+        dp.check_icrc = self.opts.check_icrc;
+        self.dps.push(Dp {
+            name: name.clone(),
+            dp,
+            last_ns: 0,
+        });
+        self.by_name.insert(name, self.dps.len() - 1);
+        self.dps.len() - 1
+    }
+
+    fn emit(&mut self, idxs: &[usize], time_ns: u64) -> Result<u64, ReplayError> {
+        let mut n = 0;
+        for &i in idxs {
+            let d = &self.dps[i];
+            let s = d.dp.snapshot(&d.name, time_ns, self.opts.link_speed_bps);
+            self.out.snapshot(&s)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Replays one input. `label` names it in errors; `stem` names its interfaces
+    /// (`stem`, or `stem:if_name` for named pcapng interfaces). `size` (when known) drives the
+    /// progress bar. On damage, everything before it is processed and snapshotted, then the
+    /// error is returned.
+    pub fn feed<R: Read>(
+        &mut self,
+        label: &str,
+        stem: &str,
+        input: R,
+        size: Option<u64>,
+    ) -> Result<InputStats, ReplayError> {
+        let mut stats = InputStats::default();
+        // Reader interface index -> (datapath index, link type).
+        let mut ifmap: Vec<(usize, LinkType)> = Vec::new();
+        let mut used: Vec<usize> = Vec::new();
+        let mut scratch = Vec::with_capacity(9216);
+        let interval = self.opts.interval_ns.max(1);
+        let mut next_boundary: Option<u64> = None;
+        let mut last_ts = 0u64;
+        let mut progress = if self.opts.progress && size.is_some() {
+            Some(Progress::new(label, size))
+        } else {
+            None
+        };
+        let res = reader::read_capture(label, input, |item| {
+            match item {
+                Item::Iface(ifc) => {
+                    let name = match (&ifc.name, ifc.index, ifc.section) {
+                        (Some(n), _, _) => format!("{stem}:{n}"),
+                        (None, 0, 0) => stem.to_string(),
+                        (None, i, 0) => format!("{stem}:if{i}"),
+                        (None, i, s) => format!("{stem}:s{s}if{i}"),
+                    };
+                    let di = self.dp_for(name);
+                    if !used.contains(&di) {
+                        used.push(di);
+                    }
+                    ifmap.push((di, ifc.link));
+                }
+                Item::Record(r) => {
+                    let Some(&(di, link)) = ifmap.get(r.iface) else {
+                        return Ok(());
+                    };
+                    let ts = if r.ts_ns == 0 { last_ts } else { r.ts_ns };
+                    match next_boundary {
+                        None => next_boundary = Some((ts / interval + 1) * interval),
+                        Some(b) if ts >= b => {
+                            stats.snapshots += self.emit(&used, b)?;
+                            next_boundary = Some((ts / interval + 1) * interval);
+                        }
+                        _ => {}
+                    }
+                    last_ts = last_ts.max(ts);
+                    let view = link::to_ethernet(link, r.data, r.orig_len, &mut scratch);
+                    let direction = match r.outbound {
+                        Some(true) => dir::EGRESS,
+                        Some(false) => dir::INGRESS,
+                        None => view.direction,
+                    };
+                    let d = &mut self.dps[di];
+                    d.dp.process(view.bytes, view.wire_len, ts, direction);
+                    d.last_ns = d.last_ns.max(ts);
+                    if !d.dp.events.is_empty() {
+                        let ev = d.dp.take_events();
+                        for e in &ev {
+                            let name = observer_common::qp::ev::NAMES
+                                .get(e.kind as usize)
+                                .copied()
+                                .unwrap_or("unknown");
+                            *self.event_counts.entry(name).or_insert(0) += 1;
+                        }
+                        let name = d.name.clone();
+                        self.out.events(&name, &ev)?;
+                    }
+                    stats.frames += 1;
+                    if stats.frames & 0xffff == 0
+                        && let Some(p) = progress.as_mut()
+                    {
+                        p.update(r.offset, stats.frames);
+                    }
+                }
+            }
+            Ok(())
+        });
+        if let Some(p) = progress.as_mut() {
+            p.finish();
+        }
+        self.frames += stats.frames;
+        // The last (partial) interval ends at the last packet.
+        if stats.frames > 0 {
+            stats.snapshots += self.emit(&used, last_ts)?;
+        }
+        tracing::info!(input = label, frames = stats.frames, snapshots = stats.snapshots, "input done");
+        stats.bytes_read = res?;
+        Ok(stats)
+    }
+
+    /// Replays a file, or standard input for `-`.
+    pub fn feed_path(&mut self, path: &Path) -> Result<InputStats, ReplayError> {
+        if path.as_os_str() == "-" {
+            let stdin = std::io::stdin().lock();
+            return self.feed("stdin", "stdin", stdin, None);
+        }
+        let label = path.display().to_string();
+        let f = std::fs::File::open(path).map_err(|e| ReplayError::Open {
+            file: label.clone(),
+            source: e,
+        })?;
+        let size = f.metadata().ok().map(|m| m.len());
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| label.clone());
+        self.feed(&label, &stem, f, size)
+    }
+
+    /// Current cumulative state of every interface.
+    pub fn snapshots(&self) -> Vec<Snapshot> {
+        self.dps
+            .iter()
+            .map(|d| d.dp.snapshot(&d.name, d.last_ns, self.opts.link_speed_bps))
+            .collect()
+    }
+}
+
+/// A tiny progress bar on stderr.
+struct Progress {
+    label: String,
+    total: Option<u64>,
+    start: Instant,
+    drawn: bool,
+}
+
+impl Progress {
+    fn new(label: &str, total: Option<u64>) -> Progress {
+        Progress {
+            label: label.to_string(),
+            total,
+            start: Instant::now(),
+            drawn: false,
+        }
+    }
+    fn update(&mut self, offset: u64, frames: u64) {
+        let secs = self.start.elapsed().as_secs_f64().max(1e-9);
+        let rate = frames as f64 / secs / 1e6;
+        let line = match self.total {
+            Some(t) if t > 0 => {
+                let frac = (offset as f64 / t as f64).min(1.0);
+                let w = 30;
+                let fill = (frac * w as f64) as usize;
+                format!(
+                    "\r{} [{}{}] {:5.1}% {:.1} Mframes {:.2} Mfps",
+                    self.label,
+                    "#".repeat(fill),
+                    " ".repeat(w - fill),
+                    frac * 100.0,
+                    frames as f64 / 1e6,
+                    rate
+                )
+            }
+            _ => format!("\r{} {:.1} Mframes {:.2} Mfps", self.label, frames as f64 / 1e6, rate),
+        };
+        eprint!("{line}");
+        self.drawn = true;
+    }
+    fn finish(&mut self) {
+        if self.drawn {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is valid for its length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// The `replay` subcommand (CLI entry; errors are reported by main).
+pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
+    let none = args.policy.is_none() && args.profile == "none";
+    let policy_cfg: Option<PolicyConfig> = match (&args.policy, none) {
+        (Some(p), _) => Some(PolicyConfig::from_file(p).map_err(|e| ReplayError::Policy(e.to_string()))?),
+        (None, true) => None,
+        (None, false) => Some(
+            PolicyConfig::profile(&args.profile).map_err(|e| ReplayError::Policy(e.to_string()))?,
+        ),
+    };
+    let mut dp_policy = match &policy_cfg {
+        Some(c) => c.expected,
+        None => Policy::NONE,
+    };
+    if policy_cfg.is_some() {
+        dp_policy.flags |= policy_flags::ENABLED;
+    }
+    let mut collector = match &args.out {
+        Some(out) => {
+            // The collector needs a policy for its interval rules: with `--profile none` it
+            // gets nvidia's thresholds with nothing expected of the marking.
+            let cfg = match &policy_cfg {
+                Some(c) => c.clone(),
+                None => {
+                    let mut c = PolicyConfig::profile("nvidia")
+                        .map_err(|e| ReplayError::Policy(e.to_string()))?;
+                    c.expected = Policy::NONE;
+                    c
+                }
+            };
+            std::fs::create_dir_all(out)?;
+            Some(Collector::new(CollectorConfig {
+                out_dir: out.clone(),
+                host: args.host.clone().unwrap_or_else(hostname),
+                source: "replay",
+                policy: cfg,
+                rotate_secs: 3600,
+                rotate_bytes: 256 << 20,
+                terminal: false,
+            })?)
+        }
+        None => None,
+    };
+    let opts = ReplayOptions {
+        policy: dp_policy,
+        max_qps: args.max_qps as usize,
+        interval_ns: args.interval,
+        link_speed_bps: args.link_speed,
+        check_icrc: !args.no_icrc,
+        progress: std::io::stderr().is_terminal(),
+    };
+    let mut null = NoOutput;
+    let mut errors: Vec<ReplayError> = Vec::new();
+    let started = Instant::now();
+    let (snaps, frames, event_counts) = {
+        let out: &mut dyn Output = match collector.as_mut() {
+            Some(c) => c,
+            None => &mut null,
+        };
+        let mut rp = Replay::new(opts, out);
+        for f in &args.files {
+            if let Err(e) = rp.feed_path(f) {
+                tracing::error!(error = %e, "replay input failed");
+                errors.push(e);
+            }
+        }
+        (rp.snapshots(), rp.frames, rp.event_counts.clone())
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    let collector_summary = match collector {
+        Some(c) => Some(c.finish()?),
+        None => None,
+    };
+    let alerts = collector_summary
+        .as_ref()
+        .and_then(|s| s.get("alerts"))
+        .cloned()
+        .filter(|a| !a.is_null());
+    let mut summary = crate::summary::summary_json(&snaps);
+    if let Value::Object(m) = &mut summary {
+        if let Some(a) = &alerts {
+            m.insert("alerts".into(), a.clone());
+        }
+        let mut ev: Vec<_> = event_counts.into_iter().collect();
+        ev.sort();
+        m.insert(
+            "first_events".into(),
+            Value::Object(ev.into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect()),
+        );
+        m.insert(
+            "replay".into(),
+            json!({
+                "inputs": args.files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                "frames": frames,
+                "seconds": elapsed,
+                "errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+                "out": args.out.as_ref().map(|p| p.display().to_string()),
+            }),
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{}", table::render(&summary, args.link_speed));
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0).into()),
+        n => {
+            for e in &errors {
+                eprintln!("error: {e}");
+            }
+            anyhow::bail!("{n} inputs failed")
+        }
+    }
 }

@@ -1,0 +1,436 @@
+//! Replay: golden tests on the real captures, damage handling, streaming, intervals, and the
+//! metrics.md cases of the generated corpus.
+
+#[path = "support/corpus.rs"]
+mod corpus;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use observer::replay::{NoOutput, Output, Replay, ReplayError, ReplayOptions};
+use observer::snapshot::Snapshot;
+use observer_common::maps::Event;
+use serde_json::Value;
+
+const OFERBY: &str = "/work/shared/captures/oferby_proxy_roce.pcap";
+const ERF: &str = "/work/shared/captures/srinivaskoritala_infiniband_erf.pcap";
+
+fn captures_dir() -> PathBuf {
+    // The repository keeps no copy; the shared directory is where the brief's captures live.
+    PathBuf::from("/work/shared/captures")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("replay-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_roce-observe")
+}
+
+/// Replays paths through the library; returns the summary JSON and the per-input errors.
+fn replay(paths: &[&Path]) -> (Value, Vec<ReplayError>) {
+    let mut out = NoOutput;
+    let mut rp = Replay::new(ReplayOptions::default(), &mut out);
+    let mut errs = Vec::new();
+    for p in paths {
+        if let Err(e) = rp.feed_path(p) {
+            errs.push(e);
+        }
+    }
+    (observer::summary::summary_json(&rp.snapshots()), errs)
+}
+
+fn qp<'a>(s: &'a Value, src: &str, dst: &str, qpn: u64) -> &'a Value {
+    s["qps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["src"] == src && q["dst"] == dst && q["qp"] == qpn)
+        .unwrap_or_else(|| panic!("no QP {src}->{dst} {qpn:#x} in {s:#}"))
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+#[test]
+fn golden_oferby_matches_tshark() {
+    let p = captures_dir().join("oferby_proxy_roce.pcap");
+    let (s, errs) = replay(&[&p]);
+    assert!(errs.is_empty(), "{errs:?}");
+    // Expected values from `tshark -r oferby_proxy_roce.pcap -d udp.port==69,infiniband`
+    // (fields ip.src, ip.dst, infiniband.bth.destqp, frame.len, ip.len, udp.length,
+    // infiniband.bth.opcode), aggregated by hand.
+    let ifc = &s["interfaces"][0];
+    assert_eq!(u(ifc, "frames"), 123);
+    assert_eq!(u(ifc, "roce"), 105);
+    assert_eq!(s["qps"].as_array().unwrap().len(), 2);
+    let a = qp(&s, "192.168.70.6", "192.168.70.4", 0x45);
+    assert_eq!((u(a, "pkts"), u(a, "bytes_l2"), u(a, "bytes_ip"), u(a, "bytes_udp")), (68, 71124, 70172, 68268));
+    assert_eq!(a["opcodes"]["0x00"], 33);
+    assert_eq!(a["opcodes"]["0x03"], 33);
+    assert_eq!(a["opcodes"]["0x05"], 1);
+    assert_eq!(a["opcodes"]["0x11"], 1);
+    assert_eq!(u(a, "icrc_ok"), 68);
+    let b = qp(&s, "192.168.70.4", "192.168.70.6", 0x48);
+    assert_eq!((u(b, "pkts"), u(b, "bytes_l2"), u(b, "bytes_ip"), u(b, "bytes_udp")), (37, 2438, 1920, 884));
+    assert_eq!(b["opcodes"]["0x11"], 36);
+    assert_eq!(b["opcodes"]["0x05"], 1);
+    assert_eq!(u(b, "icrc_ok"), 37);
+    for q in [a, b] {
+        assert_eq!(u(q, "icrc_bad") + u(q, "icrc_unverifiable"), 0);
+        assert_eq!(q["dscp"]["data"].as_object().unwrap().keys().collect::<Vec<_>>(), vec!["0"]);
+        assert_eq!(u(q, "ce"), 0);
+    }
+    assert_eq!(u(b, "last_udp_sport"), 69);
+}
+
+#[test]
+fn golden_erf_is_rejected_with_its_number() {
+    let out = Command::new(bin()).args(["replay", "--profile", "none", ERF]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unsupported link type 197 (ERF)"), "{err}");
+    assert!(err.contains("srinivaskoritala_infiniband_erf.pcap"), "{err}");
+}
+
+#[test]
+fn truncated_file_is_processed_up_to_the_damage() {
+    let data = std::fs::read(OFERBY).unwrap();
+    let d = tmp("trunc");
+    // Cut in the middle of a record: the offset is that record's start.
+    let p = d.join("cut.pcap");
+    std::fs::write(&p, &data[..5000]).unwrap();
+    let (s, errs) = replay(&[&p]);
+    // Record starts: 24, then each record is 16 + caplen; find the last start <= 5000 by walking.
+    let mut off = 24usize;
+    let mut whole = 0u64;
+    loop {
+        let cap = u32::from_le_bytes(data[off + 8..off + 12].try_into().unwrap()) as usize;
+        if off + 16 + cap > 5000 {
+            break;
+        }
+        off += 16 + cap;
+        whole += 1;
+    }
+    match &errs[..] {
+        [ReplayError::Corrupt { file, offset, .. }] => {
+            assert!(file.ends_with("cut.pcap"));
+            assert_eq!(*offset, off as u64);
+        }
+        other => panic!("expected one Corrupt error, got {other:?}"),
+    }
+    assert_eq!(u(&s["interfaces"][0], "frames"), whole);
+    // A corrupt length field: caplen of the 3rd record set to 0x7fffffff.
+    let mut bad = data.clone();
+    let mut off = 24usize;
+    for _ in 0..2 {
+        let cap = u32::from_le_bytes(bad[off + 8..off + 12].try_into().unwrap()) as usize;
+        off += 16 + cap;
+    }
+    bad[off + 8..off + 12].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    let p = d.join("badlen.pcap");
+    std::fs::write(&p, &bad).unwrap();
+    let (s, errs) = replay(&[&p]);
+    match &errs[..] {
+        [ReplayError::Corrupt { offset, .. }] => assert_eq!(*offset, off as u64),
+        other => panic!("expected one Corrupt error, got {other:?}"),
+    }
+    assert_eq!(u(&s["interfaces"][0], "frames"), 2);
+    // Not a capture at all, and an empty file: clear errors at offset 0, no panic.
+    let p = d.join("text.pcap");
+    std::fs::write(&p, b"hello, this is not a capture file at all").unwrap();
+    let (_, errs) = replay(&[&p]);
+    assert!(matches!(&errs[..], [ReplayError::Corrupt { offset: 0, .. }]), "{errs:?}");
+    let p = d.join("empty.pcap");
+    std::fs::write(&p, b"").unwrap();
+    let (_, errs) = replay(&[&p]);
+    assert!(matches!(&errs[..], [ReplayError::Corrupt { offset: 0, .. }]), "{errs:?}");
+    // Every prefix of a pcapng corpus file: never a panic, frames never exceed the whole.
+    let c = corpus::corpus().into_iter().find(|c| c.name == "pcapng_two_ifaces").unwrap();
+    let p = c.write(&d).unwrap();
+    let ng = std::fs::read(&p).unwrap();
+    let mut last = 0;
+    let mut damaged = 0;
+    for cut in (0..ng.len()).step_by(7) {
+        let q = d.join("ngcut.pcapng");
+        std::fs::write(&q, &ng[..cut]).unwrap();
+        let (s, errs) = replay(&[&q]);
+        // A cut exactly at a block boundary is a valid, shorter file.
+        assert!(errs.len() <= 1, "cut at {cut}: {errs:?}");
+        damaged += errs.len();
+        let frames: u64 = s["interfaces"].as_array().unwrap().iter().map(|i| u(i, "frames")).sum();
+        assert!(frames >= last && frames <= 20);
+        last = frames;
+    }
+    assert!(damaged > ng.len() / 7 / 2, "most cuts fall inside a block: {damaged}");
+    assert_eq!(last, 20 - 1, "the last cut loses only the last block");
+}
+
+#[test]
+fn cli_reports_damage_with_file_and_offset() {
+    let data = std::fs::read(OFERBY).unwrap();
+    let d = tmp("cli-trunc");
+    let p = d.join("cut.pcap");
+    std::fs::write(&p, &data[..5000]).unwrap();
+    let out = Command::new(bin()).args(["replay", "--profile", "none", "--json"]).arg(&p).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cut.pcap") && err.contains("byte offset 4958"), "{err}");
+    // The summary of what came before the damage is still printed.
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(u(&s["interfaces"][0], "roce") > 0);
+}
+
+#[test]
+fn stdin_stream_equals_file() {
+    let file = Command::new(bin()).args(["replay", "--profile", "none", "--json", OFERBY]).output().unwrap();
+    assert!(file.status.success());
+    let mut child = Command::new(bin())
+        .args(["replay", "--profile", "none", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Write in small uneven pieces, as a pipe from tcpdump delivers them.
+    let data = std::fs::read(OFERBY).unwrap();
+    let mut w = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        for c in data.chunks(97) {
+            w.write_all(c).unwrap();
+            w.flush().unwrap();
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(out.status.success());
+    let a: Value = serde_json::from_slice(&file.stdout).unwrap();
+    let b: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let strip = |v: &Value| {
+        let mut q = v["qps"].clone();
+        for x in q.as_array_mut().unwrap() {
+            x.as_object_mut().unwrap().remove("iface");
+        }
+        q
+    };
+    assert_eq!(strip(&a), strip(&b));
+    assert_eq!(b["qps"][0]["iface"], "stdin");
+}
+
+/// Records what the collector would get.
+#[derive(Default)]
+struct Recorder {
+    snaps: Vec<Snapshot>,
+    events: Vec<(String, Event)>,
+}
+impl Output for Recorder {
+    fn events(&mut self, iface: &str, ev: &[Event]) -> Result<(), ReplayError> {
+        self.events.extend(ev.iter().map(|e| (iface.to_string(), *e)));
+        Ok(())
+    }
+    fn snapshot(&mut self, s: &Snapshot) -> Result<(), ReplayError> {
+        self.snaps.push(s.clone());
+        Ok(())
+    }
+}
+
+#[test]
+fn intervals_follow_capture_time() {
+    let d = tmp("intervals");
+    let c = corpus::corpus().into_iter().find(|c| c.name == "pfc_storm").unwrap();
+    let p = c.write(&d).unwrap();
+    let mut rec = Recorder::default();
+    let opts = ReplayOptions {
+        interval_ns: 100_000_000,
+        ..ReplayOptions::default()
+    };
+    let mut rp = Replay::new(opts, &mut rec);
+    let st = rp.feed_path(&p).unwrap();
+    drop(rp);
+    // 2000 frames 0.5 ms apart span 999.5 ms from T0 (a whole second): 9 boundaries crossed,
+    // then the final snapshot at the last frame.
+    assert_eq!(st.frames, 2000);
+    assert_eq!(rec.snaps.len(), 10, "{:?}", rec.snaps.iter().map(|s| s.time_ns).collect::<Vec<_>>());
+    let t0 = c.recs[0].ts_ns;
+    for (i, s) in rec.snaps.iter().take(9).enumerate() {
+        assert_eq!(s.time_ns, t0 + (i as u64 + 1) * 100_000_000);
+        // Cumulative: every frame before the boundary.
+        assert_eq!(s.iface_stats[0].pfc.pfc_frames, 200 * (i as u64 + 1));
+    }
+    let last = rec.snaps.last().unwrap();
+    assert_eq!(last.time_ns, c.recs.last().unwrap().ts_ns);
+    assert_eq!(last.iface_stats[0].pfc.xoff[3], 2000);
+}
+
+#[test]
+fn events_reach_the_output_with_capture_times() {
+    let d = tmp("events");
+    let c = corpus::corpus().into_iter().find(|c| c.name == "go_back_n").unwrap();
+    let p = c.write(&d).unwrap();
+    let mut rec = Recorder::default();
+    let mut rp = Replay::new(ReplayOptions::default(), &mut rec);
+    rp.feed_path(&p).unwrap();
+    drop(rp);
+    let gap = rec
+        .events
+        .iter()
+        .find(|(_, e)| e.kind == observer_common::qp::ev::PSN_GAP)
+        .expect("psn gap event");
+    assert_eq!(gap.0, "go_back_n");
+    assert_eq!(gap.1.psn, 5);
+    assert_eq!(gap.1.detail, 2);
+    // The 4th frame of the capture carried PSN 5.
+    assert_eq!(gap.1.ts_ns, c.recs[3].ts_ns);
+}
+
+fn corpus_summary(name: &str) -> Value {
+    let d = tmp(&format!("case-{name}"));
+    let c = corpus::corpus().into_iter().find(|c| c.name == name).unwrap();
+    let p = c.write(&d).unwrap();
+    let (s, errs) = replay(&[&p]);
+    assert!(errs.is_empty(), "{errs:?}");
+    s
+}
+
+#[test]
+fn corpus_metrics_cases() {
+    // Go-back-N: 3, 4 lost; 5, 6 seen; resend 3..9.
+    let s = corpus_summary("go_back_n");
+    let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+    assert_eq!((u(q, "psn_gaps"), u(q, "psn_missing"), u(q, "psn_retrans"), u(q, "psn_behind")), (1, 2, 4, 3));
+    let k = qp(&s, "10.77.1.2", "10.77.1.1", 0x22);
+    assert_eq!((u(k, "naks"), u(k, "nak_psn_seq_err"), u(k, "acks")), (1, 1, 2));
+    // Wrap: no gap; wrap with loss of 0xffffff and 0: one gap of 2.
+    let s = corpus_summary("psn_wrap");
+    let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+    assert_eq!((u(q, "psn_gaps"), u(q, "psn_retrans")), (0, 0));
+    let s = corpus_summary("psn_wrap_loss");
+    let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+    assert_eq!((u(q, "psn_gaps"), u(q, "psn_missing")), (1, 2));
+    // RNR: one RNR NAK (not a NAK), the retry of PSN 3 counts retrans 1, behind 0.
+    let s = corpus_summary("rnr_retry");
+    let k = qp(&s, "10.77.1.2", "10.77.1.1", 0x22);
+    assert_eq!((u(k, "rnr_naks"), u(k, "naks")), (1, 0));
+    let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+    assert_eq!((u(q, "psn_retrans"), u(q, "psn_behind")), (1, 0));
+    // Duplicate ACKs are ACKs, never PSN-analysed.
+    let s = corpus_summary("dup_acks");
+    let k = qp(&s, "10.77.1.2", "10.77.1.1", 0x22);
+    assert_eq!((u(k, "acks"), u(k, "psn_retrans")), (5, 0));
+    // CE and CNPs.
+    let s = corpus_summary("ecn_ce_cnp");
+    assert_eq!(u(qp(&s, "10.77.1.1", "10.77.1.2", 0x11), "ce"), 7);
+    let c = qp(&s, "10.77.1.2", "10.77.1.1", 0x22);
+    assert_eq!(u(c, "cnp"), 7);
+    assert_eq!(c["dscp"]["cnp"]["48"], 7);
+    assert_eq!(c["pcp"]["cnp"]["6"], 7);
+    // QinQ: the outermost (S-tag) priority.
+    let s = corpus_summary("qinq");
+    let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+    assert_eq!(q["pcp"]["data"]["5"], 8);
+    assert_eq!(q["pcp"]["data"]["1"], 4);
+    // Fragments excluded, options parsed past.
+    let s = corpus_summary("fragments");
+    assert_eq!(s["interfaces"][0]["excluded"]["ip_fragment"], 2);
+    assert_eq!(u(qp(&s, "10.77.1.1", "10.77.1.2", 0x11), "pkts"), 2);
+    let s = corpus_summary("ipv4_options");
+    assert_eq!(u(qp(&s, "10.77.1.1", "10.77.1.2", 0x11), "icrc_ok"), 8);
+    // Short BTH, garbage, source port only, runt.
+    let s = corpus_summary("garbage_short_bth");
+    let i = &s["interfaces"][0];
+    assert_eq!(i["excluded"]["short_bth"], 2);
+    assert_eq!(i["excluded"]["udp_src_port_only"], 1);
+    assert_eq!(i["excluded"]["runt"], 1);
+    assert_eq!(u(i, "roce"), 4);
+    assert_eq!(u(i, "not_roce"), 1);
+    // PFC.
+    let s = corpus_summary("pfc");
+    let pfc = &s["interfaces"][0]["pfc"];
+    assert_eq!(u(pfc, "frames"), 31);
+    assert_eq!(pfc["enabled"][3], 31);
+    assert_eq!(pfc["xoff"][3], 20);
+    assert_eq!(pfc["xon"][3], 11);
+    assert_eq!(pfc["enabled"][0], 1);
+    assert_eq!(pfc["xoff"][0], 1);
+    assert_eq!(pfc["quanta"][0], 500);
+    assert_eq!(pfc["quanta"][1], 0, "quanta of disabled priorities are ignored");
+    assert_eq!(pfc["quanta"][3], 10 * 0xffff + (100..110).sum::<u64>());
+    assert_eq!(s["interfaces"][0]["mac_control_other"], 1);
+    let s = corpus_summary("pause_8023x");
+    let p = &s["interfaces"][0]["pause"];
+    assert_eq!((u(p, "frames"), u(p, "xon"), u(p, "quanta")), (3, 1, 0xffff + 300));
+    // ICRC verdicts.
+    let s = corpus_summary("bad_icrc");
+    let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+    assert_eq!((u(q, "icrc_ok"), u(q, "icrc_bad"), u(q, "icrc_unverifiable")), (5, 5, 0));
+    for name in ["clean", "ipv6", "qinq", "erspan", "sll", "sll2", "pcapng_two_ifaces", "low_sport"] {
+        let s = corpus_summary(name);
+        for q in s["qps"].as_array().unwrap() {
+            assert_eq!(u(q, "icrc_ok"), u(q, "pkts"), "{name}: {q}");
+        }
+    }
+    // Snaplen: L2 bytes from the original length, ICRC unverifiable.
+    let s = corpus_summary("snaplen_128");
+    let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+    assert_eq!(u(q, "icrc_unverifiable"), 10);
+    assert_eq!(u(q, "bytes_l2"), 10 * (14 + 4 + 20 + 8 + 12 + 16 + 1024 + 4));
+    let s = corpus_summary("snaplen_in_bth");
+    assert_eq!(s["interfaces"][0]["excluded"]["short_bth"], 4);
+    // ERSPAN: counted by encapsulation, inner frame's keys.
+    let s = corpus_summary("erspan");
+    assert_eq!(s["interfaces"][0]["encap"]["erspan2"], 5);
+    assert_eq!(s["interfaces"][0]["encap"]["erspan3"], 5);
+    assert_eq!(u(qp(&s, "10.77.1.1", "10.77.1.2", 0x11), "pkts"), 10);
+    // SLL: direction from the packet type, L2 bytes reconstructed as Ethernet.
+    for name in ["sll", "sll2"] {
+        let s = corpus_summary(name);
+        let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+        assert_eq!(q["dir"], "egress", "{name}");
+        assert_eq!(u(q, "bytes_l2"), 10 * (14 + 20 + 8 + 12 + 16 + 1024 + 4), "{name}");
+        assert_eq!(qp(&s, "10.77.1.2", "10.77.1.1", 0x22)["dir"], "ingress");
+    }
+    // pcapng: one datapath per named interface, both time resolutions decoded.
+    let s = corpus_summary("pcapng_two_ifaces");
+    let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+    assert_eq!(q["iface"], "pcapng_two_ifaces:swp1");
+    assert_eq!(u(q, "first_ns"), 1_700_000_000_000_000_000);
+    let k = qp(&s, "10.77.1.2", "10.77.1.1", 0x22);
+    assert_eq!(k["iface"], "pcapng_two_ifaces:swp2");
+    // 2^-20 s units: within one unit (954 ns) of the written time.
+    let want = 1_700_000_000_000_000_000u64 + 500;
+    assert!(u(k, "first_ns").abs_diff(want) < 954, "{}", u(k, "first_ns"));
+    let s = corpus_summary("nanos");
+    let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+    assert_eq!(u(q, "last_ns") - u(q, "first_ns"), 333 * 13);
+    // Suspect.
+    let s = corpus_summary("suspect");
+    assert_eq!(u(qp(&s, "10.77.1.1", "10.77.1.2", 0x11), "suspect"), 2);
+}
+
+#[test]
+fn max_qps_counts_untracked() {
+    let d = tmp("maxqps");
+    let c = corpus::corpus().into_iter().find(|c| c.name == "clean").unwrap();
+    let p = c.write(&d).unwrap();
+    let mut out = NoOutput;
+    let mut rp = Replay::new(ReplayOptions { max_qps: 2, ..ReplayOptions::default() }, &mut out);
+    rp.feed_path(&p).unwrap();
+    let snaps = rp.snapshots();
+    assert_eq!(snaps[0].qps.len(), 2);
+    let st = &snaps[0].iface_stats[0];
+    assert!(st.roce_untracked > 0);
+    assert_eq!(st.roce_untracked, st.roce - snaps[0].qps.iter().map(|(_, v)| v.pkts).sum::<u64>());
+}
+
+#[test]
+fn cli_table_summary() {
+    let out = Command::new(bin()).args(["replay", "--profile", "none", OFERBY]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("== QPs (2)"), "{t}");
+    assert!(t.contains("192.168.70.6") && t.contains("0x45") && t.contains("68/0/0"), "{t}");
+}
