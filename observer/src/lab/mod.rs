@@ -224,7 +224,7 @@ pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabErr
             start_psn: starts[i % starts.len()].wrapping_add((i / starts.len()) as u32 * 0x10000) & wire::PSN_MASK,
             udp_sport: udp_sport(i),
             msgs: (0..args.rounds).flat_map(|_| round.iter().copied()).collect(),
-            rq: (spec.rnr_qp == Some(i)).then_some((2, Duration::from_millis(4))),
+            rq: (spec.rnr_qp == Some(i)).then_some((2, Duration::from_millis(6))),
         })
         .collect();
     Ok(RcConfig {
@@ -234,7 +234,7 @@ pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabErr
         rate_pps: args.rate_pps,
         min_rate_pps: args.rate_pps / 16.0,
         ack_every: 16,
-        ack_timeout: Duration::from_millis(5),
+        ack_timeout: Duration::from_millis(20),
         rnr_timer: Duration::from_millis(2),
         cnp_interval: Duration::from_micros(args.cnp_interval_us),
         marking,

@@ -67,7 +67,7 @@ pub struct QpPlan {
     /// UDP source port of both directions (ECMP entropy).
     pub udp_sport: u16,
     pub msgs: Vec<Msg>,
-    /// Emulated receive queue: `Some((initial WQEs, one more every d))`; `None` = never empty.
+    /// Emulated receive queue: `Some((depth, one WQE posted every d))`; `None` = never empty.
     pub rq: Option<(u32, Duration)>,
 }
 
@@ -379,6 +379,10 @@ pub fn run_requester(cfg: &RcConfig, iface: &str) -> Result<Vec<ReqStats>, LabEr
             {
                 let i = q.next;
                 let p = q.pkts[i];
+                if q.next == q.una {
+                    // The ACK timer starts when something becomes outstanding.
+                    q.last_progress = now;
+                }
                 let psn = psn_add(q.plan.start_psn, i as u32);
                 let a = Addr {
                     src_mac: cfg.h1.mac,
@@ -496,7 +500,7 @@ struct RespQp {
     msn: u32,
     nak: NakState,
     since_ack: u32,
-    rq: Option<(u32, Duration, Instant)>,
+    rq: Option<(u32, Duration, Instant, u32)>,
     last_cnp: Option<Instant>,
     st: RespStats,
 }
@@ -526,7 +530,7 @@ pub fn run_responder(cfg: &RcConfig, iface: &str, done: &AtomicBool, ready: &Ato
                     msn: 0,
                     nak: NakState::None,
                     since_ack: 0,
-                    rq: p.rq.map(|(n, d)| (n, d, start)),
+                    rq: p.rq.map(|(n, d)| (n, d, start, n)),
                     last_cnp: None,
                     st: RespStats {
                         resp_qpn: p.resp_qpn,
@@ -615,9 +619,9 @@ pub fn run_responder(cfg: &RcConfig, iface: &str, done: &AtomicBool, ready: &Ato
             if d == 0 {
                 // Receive queue: replenish, then a SEND's first packet needs a WQE.
                 let mut rnr = false;
-                if let Some((credits, every, last)) = q.rq.as_mut() {
+                if let Some((credits, every, last, depth)) = q.rq.as_mut() {
                     while now.duration_since(*last) >= *every {
-                        *credits += 1;
+                        *credits = (*credits + 1).min(*depth);
                         *last += *every;
                     }
                     if op::starts_send(rx.opcode) {

@@ -85,9 +85,15 @@ impl Topology {
         h2.exec("ip", &["link", "set", H2_IF, "up"])?;
         // The emulated NICs own UDP 4791: the hosts' kernels must not answer it with ICMP
         // port-unreachable (AF_PACKET sockets and XDP/tc see the frames before this rule).
-        let host_rules = "table inet rolab_host { chain input { type filter hook input priority 0; policy accept; udp dport 4791 drop; } }";
+        let host_rules = "table inet rolab_host {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    udp dport 4791 drop\n  }\n}\n";
+        let rules_path = std::env::temp_dir().join(format!("ro-lab-host-{}.nft", h1.name));
+        std::fs::write(&rules_path, host_rules).map_err(|e| format!("{}: {e}", rules_path.display()))?;
         for ns in [h1, h2] {
-            ns.exec("nft", &[host_rules])?;
+            let r = ns.exec("nft", &["-f", &rules_path.to_string_lossy()]);
+            if r.is_err() {
+                let _ = std::fs::remove_file(&rules_path);
+            }
+            r?;
             // Static neighbours, so nothing but the lab's own frames crosses the links.
             let (peer_ip, peer_mac, dev) = if std::ptr::eq(ns, h1) {
                 (H2_IP, H2_MAC, H1_IF)
@@ -99,6 +105,7 @@ impl Topology {
                 &["neigh", "replace", &ip_str(&peer_ip), "lladdr", &mac_str(&peer_mac), "dev", dev, "nud", "permanent"],
             )?;
         }
+        let _ = std::fs::remove_file(&rules_path);
         // Let the bridge learn both hosts before any fault rule counts a frame.
         wait_oper_up(sw, SW_P1)?;
         wait_oper_up(sw, SW_P2)?;
