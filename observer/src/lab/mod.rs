@@ -64,6 +64,9 @@ pub struct LabArgs {
     /// Minimum time between two CNPs of one QP, microseconds (NICs: 4-1000 us).
     #[arg(long, default_value_t = 1000)]
     pub cnp_interval_us: u64,
+    /// Do not echo roce-observe's own output (its live alerts) while the lab runs.
+    #[arg(long)]
+    pub quiet_observer: bool,
     /// Vendor marking profile of the emulated NICs and of roce-observe's policy (nvidia).
     #[arg(long, default_value = "nvidia")]
     pub profile: String,
@@ -82,6 +85,7 @@ impl Default for LabArgs {
             rounds: 30,
             rate_pps: 4000.0,
             cnp_interval_us: 1000,
+            quiet_observer: false,
             profile: "nvidia".into(),
         }
     }
@@ -283,7 +287,7 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         for (ns, iface, host) in [(&topo.h2, H2_IF, "h2"), (&topo.h1, H1_IF, "h1")] {
             let dir = out_root.join(name).join(host);
             let _ = std::fs::remove_dir_all(&dir);
-            let mut o = observe::start_live(&exe, ns, iface, &dir, 120, &extra)?;
+            let mut o = observe::start_live(&exe, ns, iface, &dir, 120, &extra, !args.quiet_observer)?;
             o.wait_attached(Duration::from_secs(20))?;
             live.push(o);
         }

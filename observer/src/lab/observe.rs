@@ -9,7 +9,8 @@
 //!   programs run, in userspace) and `summary::summary_json`. It checks the lab and the shared
 //!   per-QP logic, not the kernel programs, and produces no Parquet and no alerts.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
+use std::sync::{Arc, Mutex};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,7 +67,8 @@ pub struct LiveObserver {
     child: Option<Child>,
     pub out_dir: PathBuf,
     pub iface: String,
-    log_path: PathBuf,
+    log: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for LiveObserver {
@@ -86,11 +88,9 @@ pub fn start_live(
     out_dir: &Path,
     duration_s: u64,
     extra: &[String],
+    echo: bool,
 ) -> Result<LiveObserver, LabError> {
     std::fs::create_dir_all(out_dir).map_err(|e| LabError::Io(format!("{}: {e}", out_dir.display())))?;
-    let log_path = out_dir.join("observer.log");
-    let log = std::fs::File::create(&log_path).map_err(|e| LabError::Io(format!("{}: {e}", log_path.display())))?;
-    let log2 = log.try_clone().map_err(|e| LabError::Io(e.to_string()))?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &ns.name])
         .arg(exe)
@@ -99,27 +99,51 @@ pub fn start_live(
         .args(["--duration", &duration_s.to_string()])
         .args(extra)
         .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2);
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     tracing::info!(ns = %ns.name, iface, cmd = ?cmd, "starting roce-observe");
-    let child = cmd
+    let mut child = cmd
         .spawn()
         .map_err(|e| LabError::Observer(format!("spawning {}: {e}", exe.display())))?;
+    // Its output (live alerts, start-up report) is echoed with a prefix and kept for the report
+    // and for observer.log.
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut readers = Vec::new();
+    let prefix = format!("[roce-observe {iface}]");
+    let streams: Vec<Box<dyn Read + Send>> = [
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for st in streams {
+        let (log, prefix) = (log.clone(), prefix.clone());
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(st).lines() {
+                let Ok(line) = line else { break };
+                if echo {
+                    println!("{prefix} {line}");
+                }
+                if let Ok(mut l) = log.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        }));
+    }
     Ok(LiveObserver {
         child: Some(child),
         out_dir: out_dir.to_path_buf(),
         iface: iface.to_string(),
-        log_path,
+        log,
+        readers,
     })
 }
 
 impl LiveObserver {
     pub fn log(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log_path) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     /// Waits until the observer says it is attached (a log line naming the interface with
@@ -173,7 +197,11 @@ impl LiveObserver {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
         let log = self.log();
+        let _ = std::fs::write(self.out_dir.join("observer.log"), &log);
         let sp = self.out_dir.join("summary.json");
         let text = std::fs::read_to_string(&sp).map_err(|e| {
             LabError::Observer(format!(
