@@ -48,6 +48,10 @@ pub struct LabArgs {
     /// temporary directory, removed at the end unless `--keep-out`.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Also capture both host interfaces (AF_PACKET) into DIR/<scenario>-<iface>.pcap, for
+    /// `roce-observe replay` and tshark.
+    #[arg(long, value_name = "DIR")]
+    pub pcap: Option<PathBuf>,
     /// Keep the output directory (Parquet, alerts.jsonl, summary.json, observer.log).
     #[arg(long)]
     pub keep_out: bool,
@@ -80,6 +84,7 @@ impl Default for LabArgs {
             observer_bin: None,
             observer_args: Vec::new(),
             out: None,
+            pcap: None,
             keep_out: false,
             qps: 4,
             rounds: 30,
@@ -295,10 +300,11 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
 
     let (truth, captured) = std::thread::scope(|s| -> Result<(Truth, Vec<(serde_json::Value, u64)>), LabError> {
         let mut caps = Vec::new();
-        if args.observer == ObserverMode::Userspace {
+        if args.observer == ObserverMode::Userspace || args.pcap.is_some() {
             for (i, (ns, iface)) in [(&topo.h2, H2_IF), (&topo.h1, H1_IF)].into_iter().enumerate() {
                 let (done, ready) = (&done, &cap_ready[i]);
-                caps.push(s.spawn(move || observe::userspace_capture(ns, iface, done, ready)));
+                let pcap = args.pcap.as_ref().map(|d| d.join(format!("{name}-{iface}.pcap")));
+                caps.push(s.spawn(move || observe::userspace_capture(ns, iface, done, ready, pcap.as_deref())));
             }
             wait_flags(&cap_ready[..], &caps)?;
         }
@@ -346,9 +352,11 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
     truth.nft = faults::read_counters(&topo.sw)?;
 
     let mut observed = observe::Observed::default();
-    for (v, drops) in captured {
-        observed.summaries.push(v);
-        observed.capture_drops += drops;
+    if args.observer == ObserverMode::Userspace {
+        for (v, drops) in captured {
+            observed.summaries.push(v);
+            observed.capture_drops += drops;
+        }
     }
     if args.observer == ObserverMode::Live {
         std::thread::sleep(Duration::from_millis(300));

@@ -9,7 +9,7 @@
 //!   programs run, in userspace) and `summary::summary_json`. It checks the lab and the shared
 //!   per-QP logic, not the kernel programs, and produces no Parquet and no alerts.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -242,9 +242,21 @@ fn count_ext(d: &Path, ext: &str) -> u64 {
 
 /// The fallback observer: captures on `iface` in `ns` until `done`, through the userspace
 /// datapath. Returns the summary (as `summary_json`) and the frames the socket lost.
-pub fn userspace_capture(ns: &Netns, iface: &str, done: &AtomicBool, ready: &AtomicBool) -> Result<(Value, u64), LabError> {
+/// With `pcap`, every frame is also written there (pcap, nanosecond timestamps, Ethernet), for
+/// `roce-observe replay` or tshark.
+pub fn userspace_capture(
+    ns: &Netns,
+    iface: &str,
+    done: &AtomicBool,
+    ready: &AtomicBool,
+    pcap: Option<&Path>,
+) -> Result<(Value, u64), LabError> {
     let _in = ns.enter().map_err(LabError::Topology)?;
     let sock = RawSock::open(iface)?;
+    let mut pcap = match pcap {
+        Some(p) => Some(PcapWriter::create(p)?),
+        None => None,
+    };
     let mut dp = Datapath::new(Policy::NONE, 65536);
     ready.store(true, Ordering::SeqCst);
     let mut buf = vec![0u8; 65536];
@@ -258,13 +270,63 @@ pub fn userspace_capture(ns: &Netns, iface: &str, done: &AtomicBool, ready: &Ato
         sock.wait(5);
         while let Some((n, pkttype)) = sock.recv(&mut buf) {
             let d = if pkttype == PACKET_OUTGOING { dir::EGRESS } else { dir::INGRESS };
-            dp.process(&buf[..n], n as u32, now_ns(), d);
+            let ts = now_ns();
+            if let Some(w) = pcap.as_mut() {
+                w.write(ts, &buf[..n])?;
+            }
+            dp.process(&buf[..n], n as u32, ts, d);
         }
         drops += sock.drops() as u64;
         if finishing {
             break;
         }
     }
+    if let Some(w) = pcap.take() {
+        w.finish()?;
+    }
     let snap = dp.snapshot(iface, now_ns(), None);
     Ok((summary_json(&[snap]), drops))
+}
+
+/// A minimal pcap writer (nanosecond-resolution magic, LINKTYPE_ETHERNET).
+struct PcapWriter {
+    w: std::io::BufWriter<std::fs::File>,
+    path: PathBuf,
+}
+
+impl PcapWriter {
+    fn create(path: &Path) -> Result<PcapWriter, LabError> {
+        let e = |err: std::io::Error| LabError::Io(format!("{}: {err}", path.display()));
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d).map_err(e)?;
+        }
+        let f = std::fs::File::create(path).map_err(e)?;
+        let mut w = std::io::BufWriter::new(f);
+        let mut h = Vec::with_capacity(24);
+        h.extend_from_slice(&0xa1b2_3c4du32.to_le_bytes());
+        h.extend_from_slice(&2u16.to_le_bytes());
+        h.extend_from_slice(&4u16.to_le_bytes());
+        h.extend_from_slice(&0i32.to_le_bytes());
+        h.extend_from_slice(&0u32.to_le_bytes());
+        h.extend_from_slice(&65535u32.to_le_bytes());
+        h.extend_from_slice(&1u32.to_le_bytes());
+        w.write_all(&h).map_err(e)?;
+        Ok(PcapWriter { w, path: path.to_path_buf() })
+    }
+
+    fn write(&mut self, ts_ns: u64, frame: &[u8]) -> Result<(), LabError> {
+        let mut h = [0u8; 16];
+        h[0..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
+        h[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+        h[12..16].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+        self.w
+            .write_all(&h)
+            .and_then(|_| self.w.write_all(frame))
+            .map_err(|err| LabError::Io(format!("{}: {err}", self.path.display())))
+    }
+
+    fn finish(mut self) -> Result<(), LabError> {
+        self.w.flush().map_err(|err| LabError::Io(format!("{}: {err}", self.path.display())))
+    }
 }
