@@ -60,7 +60,7 @@ fn assert_fault_present(name: &str, r: &lab::report::ScenarioReport) {
             assert!(row(r, "RNR NAKs") > 0);
         }
         "pfc-storm" => {
-            assert_eq!(row(r, "PFC XOFF on priority 3"), 400);
+            assert_eq!(row(r, "PFC XOFF on priority 3"), 2500);
             assert_eq!(row(r, "PFC XOFF on priority 5"), 20);
             assert_eq!(row(r, "802.3x PAUSE"), 4);
         }
