@@ -373,10 +373,15 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         observed.alerts = Some(alerts);
     }
     drop(topo);
-    if args.out.is_none() && !args.keep_out {
+    let kept = args.observer == ObserverMode::Live && (args.out.is_some() || args.keep_out);
+    if args.observer == ObserverMode::Live && !kept {
         let _ = std::fs::remove_dir_all(out_root.join(name));
+        let _ = std::fs::remove_dir(&out_root);
     }
     let mut r = build_report(args, &spec, &cfg, &truth, &observed);
+    if kept {
+        r.info.push(("roce-observe output kept in".into(), out_root.join(name).display().to_string()));
+    }
     r.secs = t0.elapsed().as_secs_f64();
     Ok(r)
 }
@@ -501,6 +506,8 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
     }
     if args.observer == ObserverMode::Userspace {
         check("fallback capture lost no frame", o.capture_drops == 0, format!("AF_PACKET drops {}", o.capture_drops));
+    } else {
+        check("roce-observe wrote Parquet flow logs", o.parquet_files > 0, format!("{} Parquet files", o.parquet_files));
     }
 
     let mut alerts = Vec::new();
