@@ -1,0 +1,332 @@
+//! The observed side of the lab: roce-observe on the hosts' interfaces.
+//!
+//! - [`ObserverMode::Live`] (the product): the real `roce-observe` binary runs inside each host's
+//!   namespace (`ip netns exec <ns> roce-observe --iface <if> --out DIR ...`), attached with
+//!   XDP/tc, writes Parquet and alerts, and is stopped with SIGINT after the traffic; the lab
+//!   reads `DIR/summary.json` and `DIR/alerts.jsonl`.
+//! - [`ObserverMode::Userspace`] (fallback, labelled as such everywhere): an AF_PACKET capture on
+//!   each host interface fed to `observer::datapath::Datapath` (the same per-frame logic the eBPF
+//!   programs run, in userspace) and `summary::summary_json`. It checks the lab and the shared
+//!   per-QP logic, not the kernel programs, and produces no Parquet and no alerts.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use observer_common::maps::{Policy, dir};
+use serde_json::Value;
+
+use crate::datapath::Datapath;
+use crate::summary::summary_json;
+use crate::testutil::Netns;
+
+use super::sock::{PACKET_OUTGOING, RawSock};
+use super::{LabError, stop_requested};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ObserverMode {
+    /// The real roce-observe binary, live (XDP ingress, tc egress) in each host namespace.
+    Live,
+    /// Fallback: AF_PACKET capture + the userspace datapath (not the eBPF path; no Parquet, no alerts).
+    Userspace,
+}
+
+impl ObserverMode {
+    pub fn label(self) -> &'static str {
+        match self {
+            ObserverMode::Live => "live roce-observe (XDP ingress + tc egress, in each host namespace)",
+            ObserverMode::Userspace => {
+                "FALLBACK userspace datapath on an AF_PACKET capture (not the eBPF path; no Parquet, no alerts)"
+            }
+        }
+    }
+}
+
+/// What an observer produced.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// `summary.json` documents (one per observed interface).
+    pub summaries: Vec<Value>,
+    /// Alert counts by rule, summed over observers (`None` when the mode has no alerts).
+    pub alerts: Option<std::collections::BTreeMap<String, u64>>,
+    /// alerts.jsonl lines.
+    pub alert_lines: u64,
+    /// Parquet files written.
+    pub parquet_files: u64,
+    /// Frames the fallback capture lost (must be 0).
+    pub capture_drops: u64,
+    /// The observers' output (live mode), for the report when something fails.
+    pub logs: Vec<String>,
+}
+
+/// A running live observer; killed on drop if still running.
+pub struct LiveObserver {
+    child: Option<Child>,
+    pub out_dir: PathBuf,
+    pub iface: String,
+    log: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for LiveObserver {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts `exe` in namespace `ns` on `iface`.
+pub fn start_live(
+    exe: &Path,
+    ns: &Netns,
+    iface: &str,
+    out_dir: &Path,
+    duration_s: u64,
+    extra: &[String],
+    echo: bool,
+) -> Result<LiveObserver, LabError> {
+    std::fs::create_dir_all(out_dir).map_err(|e| LabError::Io(format!("{}: {e}", out_dir.display())))?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &ns.name])
+        .arg(exe)
+        .args(["--iface", iface, "--out"])
+        .arg(out_dir)
+        .args(["--duration", &duration_s.to_string()])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    tracing::info!(ns = %ns.name, iface, cmd = ?cmd, "starting roce-observe");
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| LabError::Observer(format!("spawning {}: {e}", exe.display())))?;
+    // Its output (live alerts, start-up report) is echoed with a prefix and kept for the report
+    // and for observer.log.
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut readers = Vec::new();
+    let prefix = format!("[roce-observe {iface}]");
+    let streams: Vec<Box<dyn Read + Send>> = [
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for st in streams {
+        let (log, prefix) = (log.clone(), prefix.clone());
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(st).lines() {
+                let Ok(line) = line else { break };
+                if echo {
+                    println!("{prefix} {line}");
+                }
+                if let Ok(mut l) = log.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        }));
+    }
+    Ok(LiveObserver {
+        child: Some(child),
+        out_dir: out_dir.to_path_buf(),
+        iface: iface.to_string(),
+        log,
+        readers,
+    })
+}
+
+impl LiveObserver {
+    pub fn log(&self) -> String {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Waits until the observer says it is attached (a log line naming the interface with
+    /// "attach"), or fails if it exits first.
+    pub fn wait_attached(&mut self, timeout: Duration) -> Result<(), LabError> {
+        let t0 = Instant::now();
+        while t0.elapsed() < timeout {
+            if stop_requested() {
+                return Err(LabError::Interrupted);
+            }
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(st)) = c.try_wait()
+            {
+                return Err(LabError::Observer(format!(
+                    "roce-observe on {} exited at start ({st}):\n{}",
+                    self.iface,
+                    tail(&self.log(), 20)
+                )));
+            }
+            let log = self.log().to_lowercase();
+            if log.lines().any(|l| l.contains("attach") && l.contains(&self.iface.to_lowercase())) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(LabError::Observer(format!(
+            "roce-observe on {} did not report being attached within {timeout:?}:\n{}",
+            self.iface,
+            tail(&self.log(), 20)
+        )))
+    }
+
+    /// Stops it with SIGINT, waits for it to write its files, and reads them.
+    pub fn finish(mut self, timeout: Duration) -> Result<(Value, Option<Value>, u64, u64, String), LabError> {
+        let mut c = self.child.take().ok_or_else(|| LabError::Observer("observer already finished".into()))?;
+        // SAFETY: signalling our own child by its PID.
+        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+        let t0 = Instant::now();
+        let status = loop {
+            if let Ok(Some(st)) = c.try_wait() {
+                break st;
+            }
+            if t0.elapsed() > timeout {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(LabError::Observer(format!(
+                    "roce-observe on {} did not exit within {timeout:?} of SIGINT:\n{}",
+                    self.iface,
+                    tail(&self.log(), 20)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let log = self.log();
+        let _ = std::fs::write(self.out_dir.join("observer.log"), &log);
+        let sp = self.out_dir.join("summary.json");
+        let text = std::fs::read_to_string(&sp).map_err(|e| {
+            LabError::Observer(format!(
+                "{} ({e}); roce-observe on {} exited with {status}:\n{}",
+                sp.display(),
+                self.iface,
+                tail(&log, 20)
+            ))
+        })?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| LabError::Observer(format!("{}: {e}", sp.display())))?;
+        let alerts = v.get("alerts").cloned();
+        let lines = std::fs::read_to_string(self.out_dir.join("alerts.jsonl"))
+            .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as u64)
+            .unwrap_or(0);
+        let parquet = count_ext(&self.out_dir, "parquet");
+        Ok((v, alerts, lines, parquet, log))
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let l: Vec<&str> = s.lines().collect();
+    l[l.len().saturating_sub(n)..].join("\n")
+}
+
+fn count_ext(d: &Path, ext: &str) -> u64 {
+    let Ok(rd) = std::fs::read_dir(d) else { return 0 };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += count_ext(&p, ext);
+        } else if p.extension().is_some_and(|x| x == ext) {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The fallback observer: captures on `iface` in `ns` until `done`, through the userspace
+/// datapath. Returns the summary (as `summary_json`) and the frames the socket lost.
+/// With `pcap`, every frame is also written there (pcap, nanosecond timestamps, Ethernet), for
+/// `roce-observe replay` or tshark.
+pub fn userspace_capture(
+    ns: &Netns,
+    iface: &str,
+    done: &AtomicBool,
+    ready: &AtomicBool,
+    pcap: Option<&Path>,
+) -> Result<(Value, u64), LabError> {
+    let _in = ns.enter().map_err(LabError::Topology)?;
+    let sock = RawSock::open(iface)?;
+    let mut pcap = match pcap {
+        Some(p) => Some(PcapWriter::create(p)?),
+        None => None,
+    };
+    let mut dp = Datapath::new(Policy::NONE, 65536);
+    ready.store(true, Ordering::SeqCst);
+    let mut buf = vec![0u8; 65536];
+    let mut drops = 0u64;
+    let now_ns = || SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    loop {
+        let finishing = done.load(Ordering::SeqCst);
+        if stop_requested() {
+            return Err(LabError::Interrupted);
+        }
+        sock.wait(5);
+        while let Some((n, pkttype)) = sock.recv(&mut buf) {
+            let d = if pkttype == PACKET_OUTGOING { dir::EGRESS } else { dir::INGRESS };
+            let ts = now_ns();
+            if let Some(w) = pcap.as_mut() {
+                w.write(ts, &buf[..n])?;
+            }
+            dp.process(&buf[..n], n as u32, ts, d);
+        }
+        drops += sock.drops() as u64;
+        if finishing {
+            break;
+        }
+    }
+    if let Some(w) = pcap.take() {
+        w.finish()?;
+    }
+    let snap = dp.snapshot(iface, now_ns(), None);
+    Ok((summary_json(&[snap]), drops))
+}
+
+/// A minimal pcap writer (nanosecond-resolution magic, LINKTYPE_ETHERNET).
+struct PcapWriter {
+    w: std::io::BufWriter<std::fs::File>,
+    path: PathBuf,
+}
+
+impl PcapWriter {
+    fn create(path: &Path) -> Result<PcapWriter, LabError> {
+        let e = |err: std::io::Error| LabError::Io(format!("{}: {err}", path.display()));
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d).map_err(e)?;
+        }
+        let f = std::fs::File::create(path).map_err(e)?;
+        let mut w = std::io::BufWriter::new(f);
+        let mut h = Vec::with_capacity(24);
+        h.extend_from_slice(&0xa1b2_3c4du32.to_le_bytes());
+        h.extend_from_slice(&2u16.to_le_bytes());
+        h.extend_from_slice(&4u16.to_le_bytes());
+        h.extend_from_slice(&0i32.to_le_bytes());
+        h.extend_from_slice(&0u32.to_le_bytes());
+        h.extend_from_slice(&65535u32.to_le_bytes());
+        h.extend_from_slice(&1u32.to_le_bytes());
+        w.write_all(&h).map_err(e)?;
+        Ok(PcapWriter { w, path: path.to_path_buf() })
+    }
+
+    fn write(&mut self, ts_ns: u64, frame: &[u8]) -> Result<(), LabError> {
+        let mut h = [0u8; 16];
+        h[0..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
+        h[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+        h[12..16].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+        self.w
+            .write_all(&h)
+            .and_then(|_| self.w.write_all(frame))
+            .map_err(|err| LabError::Io(format!("{}: {err}", self.path.display())))
+    }
+
+    fn finish(mut self) -> Result<(), LabError> {
+        self.w.flush().map_err(|err| LabError::Io(format!("{}: {err}", self.path.display())))
+    }
+}

@@ -1,0 +1,141 @@
+//! The lab's fabric: hosts `h1` and `h2` and a switch `sw` (Linux bridge `br0`), each in its own
+//! network namespace, joined by veth pairs:
+//!
+//! ```text
+//!  ro-lab-h1-PID            ro-lab-sw-PID                 ro-lab-h2-PID
+//!  h1-eth0 10.77.0.1 ---- sw-p1 [br0: nft faults] sw-p2 ---- h2-eth0 10.77.0.2
+//! ```
+//!
+//! Only 10.77.0.0/24 inside these namespaces is used. Dropping the [`Topology`] deletes the
+//! namespaces (and with them every veth, the bridge and the nftables rules), also on panic;
+//! namespaces left by a lab that was killed (its PID gone) are removed at the next start.
+
+use crate::testutil::{Netns, run};
+
+use super::LabError;
+
+pub const H1_IF: &str = "h1-eth0";
+pub const H2_IF: &str = "h2-eth0";
+pub const SW_P1: &str = "sw-p1";
+pub const SW_P2: &str = "sw-p2";
+pub const H1_MAC: [u8; 6] = [0x02, 0x77, 0, 0, 0, 0x01];
+pub const H2_MAC: [u8; 6] = [0x02, 0x77, 0, 0, 0, 0x02];
+pub const SW_P2_MAC: [u8; 6] = [0x02, 0x77, 0, 0, 0, 0xf2];
+pub const SW_P1_MAC: [u8; 6] = [0x02, 0x77, 0, 0, 0, 0xf1];
+pub const H1_IP: [u8; 4] = [10, 77, 0, 1];
+pub const H2_IP: [u8; 4] = [10, 77, 0, 2];
+/// Jumbo frames end to end, as a RoCE fabric with path MTU 4096 needs.
+pub const LINK_MTU: u32 = 9000;
+
+pub fn mac_str(m: &[u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+pub fn ip_str(a: &[u8; 4]) -> String {
+    std::net::Ipv4Addr::from(*a).to_string()
+}
+
+/// Three namespaces, deleted on drop.
+pub struct Topology {
+    pub h1: Netns,
+    pub sw: Netns,
+    pub h2: Netns,
+}
+
+fn e(what: &str) -> impl Fn(String) -> LabError + '_ {
+    move |m| LabError::Topology(format!("{what}: {m}"))
+}
+
+impl Topology {
+    /// Builds the fabric; `tag` makes the names unique (the PID, plus a run number).
+    pub fn create(tag: &str) -> Result<Topology, LabError> {
+        remove_stale();
+        let h1 = Netns::new(&format!("ro-lab-h1-{tag}")).map_err(e("netns h1"))?;
+        let sw = Netns::new(&format!("ro-lab-sw-{tag}")).map_err(e("netns sw"))?;
+        let h2 = Netns::new(&format!("ro-lab-h2-{tag}")).map_err(e("netns h2"))?;
+        let t = Topology { h1, sw, h2 };
+        t.build().map_err(e("building the fabric"))?;
+        Ok(t)
+    }
+
+    fn build(&self) -> Result<(), String> {
+        let (h1, sw, h2) = (&self.h1, &self.sw, &self.h2);
+        let mtu = LINK_MTU.to_string();
+        for ns in [h1, sw, h2] {
+            // Quiet links: no IPv6 router solicitations or MLD reports in the observed traffic.
+            ns.exec("sysctl", &["-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])?;
+            ns.exec("sysctl", &["-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"])?;
+        }
+        sw.exec("ip", &["link", "add", "br0", "type", "bridge", "stp_state", "0"])?;
+        h1.exec("ip", &["link", "add", H1_IF, "type", "veth", "peer", "name", SW_P1, "netns", &sw.name])?;
+        h2.exec("ip", &["link", "add", H2_IF, "type", "veth", "peer", "name", SW_P2, "netns", &sw.name])?;
+        h1.exec("ip", &["link", "set", H1_IF, "address", &mac_str(&H1_MAC), "mtu", &mtu])?;
+        h2.exec("ip", &["link", "set", H2_IF, "address", &mac_str(&H2_MAC), "mtu", &mtu])?;
+        sw.exec("ip", &["link", "set", SW_P1, "address", &mac_str(&SW_P1_MAC), "mtu", &mtu])?;
+        sw.exec("ip", &["link", "set", SW_P2, "address", &mac_str(&SW_P2_MAC), "mtu", &mtu])?;
+        sw.exec("ip", &["link", "set", "br0", "mtu", &mtu])?;
+        for p in [SW_P1, SW_P2] {
+            sw.exec("ip", &["link", "set", p, "master", "br0"])?;
+            sw.exec("ip", &["link", "set", p, "up"])?;
+        }
+        sw.exec("ip", &["link", "set", "br0", "up"])?;
+        h1.exec("ip", &["addr", "add", &format!("{}/24", ip_str(&H1_IP)), "dev", H1_IF])?;
+        h2.exec("ip", &["addr", "add", &format!("{}/24", ip_str(&H2_IP)), "dev", H2_IF])?;
+        h1.exec("ip", &["link", "set", H1_IF, "up"])?;
+        h2.exec("ip", &["link", "set", H2_IF, "up"])?;
+        // The emulated NICs own UDP 4791: the hosts' kernels must not answer it with ICMP
+        // port-unreachable (AF_PACKET sockets and XDP/tc see the frames before this rule).
+        let host_rules = "table inet rolab_host {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    udp dport 4791 drop\n  }\n}\n";
+        let rules_path = std::env::temp_dir().join(format!("ro-lab-host-{}.nft", h1.name));
+        std::fs::write(&rules_path, host_rules).map_err(|e| format!("{}: {e}", rules_path.display()))?;
+        for ns in [h1, h2] {
+            let r = ns.exec("nft", &["-f", &rules_path.to_string_lossy()]);
+            if r.is_err() {
+                let _ = std::fs::remove_file(&rules_path);
+            }
+            r?;
+            // Static neighbours, so nothing but the lab's own frames crosses the links.
+            let (peer_ip, peer_mac, dev) = if std::ptr::eq(ns, h1) {
+                (H2_IP, H2_MAC, H1_IF)
+            } else {
+                (H1_IP, H1_MAC, H2_IF)
+            };
+            ns.exec(
+                "ip",
+                &["neigh", "replace", &ip_str(&peer_ip), "lladdr", &mac_str(&peer_mac), "dev", dev, "nud", "permanent"],
+            )?;
+        }
+        let _ = std::fs::remove_file(&rules_path);
+        // Let the bridge learn both hosts before any fault rule counts a frame.
+        wait_oper_up(sw, SW_P1)?;
+        wait_oper_up(sw, SW_P2)?;
+        Ok(())
+    }
+}
+
+fn wait_oper_up(ns: &Netns, dev: &str) -> Result<(), String> {
+    for _ in 0..100 {
+        let s = ns.exec("cat", &[&format!("/sys/class/net/{dev}/operstate")])?;
+        if s.trim() == "up" {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Err(format!("{dev} in {} did not come up within 2 s", ns.name))
+}
+
+/// Deletes `ro-lab-*-PID[-N]` namespaces whose PID no longer runs (a lab killed by SIGKILL).
+pub fn remove_stale() {
+    let Ok(list) = run("ip", &["netns", "list"]) else { return };
+    for line in list.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix("ro-lab-") else { continue };
+        let mut parts = rest.split('-');
+        let _role = parts.next();
+        let Some(pid) = parts.next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            tracing::info!(netns = name, pid, "removing a namespace left by a lab that is gone");
+            let _ = run("ip", &["netns", "del", name]);
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! RoCEv2 frames as the lab's emulated NICs put them on the wire: Ethernet / IPv4 / UDP 4791 /
+//! BTH [/ RETH | AETH | CNP reserved bytes] / payload / ICRC, and the parse of the frames they
+//! receive. Built with etherparse's header types and checked with `observer_common::icrc`; the
+//! lab's own parse (not the observer's `parse::classify`), so the ground truth is independent.
+
+use etherparse::{EtherType, Ethernet2Header, IpDscp, IpEcn, IpNumber, Ipv4Header, UdpHeader};
+use observer_common::icrc;
+
+pub const ROCE_PORT: u16 = 4791;
+pub const BTH_LEN: usize = 12;
+pub const RETH_LEN: usize = 16;
+pub const AETH_LEN: usize = 4;
+pub const ICRC_LEN: usize = 4;
+const ETH_LEN: usize = 14;
+const IP_LEN: usize = 20;
+const UDP_LEN: usize = 8;
+
+/// RC and CNP opcodes the lab uses.
+pub mod op {
+    pub const SEND_FIRST: u8 = 0x00;
+    pub const SEND_MIDDLE: u8 = 0x01;
+    pub const SEND_LAST: u8 = 0x02;
+    pub const SEND_ONLY: u8 = 0x04;
+    pub const WRITE_FIRST: u8 = 0x06;
+    pub const WRITE_MIDDLE: u8 = 0x07;
+    pub const WRITE_LAST: u8 = 0x08;
+    pub const WRITE_ONLY: u8 = 0x0a;
+    pub const ACK: u8 = 0x11;
+    pub const CNP: u8 = 0x81;
+
+    /// Whether `o` carries a RETH (RDMA WRITE FIRST / ONLY).
+    pub fn has_reth(o: u8) -> bool {
+        o == WRITE_FIRST || o == WRITE_ONLY
+    }
+    /// Whether `o` starts a SEND (consumes a receive WQE).
+    pub fn starts_send(o: u8) -> bool {
+        o == SEND_FIRST || o == SEND_ONLY
+    }
+    /// Whether `o` ends a message.
+    pub fn ends_message(o: u8) -> bool {
+        matches!(o, SEND_LAST | SEND_ONLY | WRITE_LAST | WRITE_ONLY)
+    }
+}
+
+/// AETH syndromes.
+pub mod syndrome {
+    /// ACK with an unlimited credit count (0b000_11111).
+    pub const ACK: u8 = 0x1f;
+    /// RNR NAK, bits 6:5 = 01, timer field 5 bits (0x0e = 1.28 ms in the IBA table).
+    pub const RNR_NAK: u8 = 0x20 | 0x0e;
+    /// NAK, PSN sequence error.
+    pub const NAK_PSN_SEQ_ERR: u8 = 0x60;
+    pub fn kind(s: u8) -> u8 {
+        (s >> 5) & 3
+    }
+}
+
+pub const PSN_MASK: u32 = 0x00ff_ffff;
+
+/// Signed distance `a - b` between two 24-bit PSNs, in [-2^23, 2^23).
+pub fn psn_diff(a: u32, b: u32) -> i32 {
+    ((a.wrapping_sub(b) << 8) as i32) >> 8
+}
+
+pub fn psn_add(a: u32, n: u32) -> u32 {
+    a.wrapping_add(n) & PSN_MASK
+}
+
+/// L2/L3 addressing and marking of one frame.
+#[derive(Clone, Copy, Debug)]
+pub struct Addr {
+    pub src_mac: [u8; 6],
+    pub dst_mac: [u8; 6],
+    pub src_ip: [u8; 4],
+    pub dst_ip: [u8; 4],
+    pub udp_sport: u16,
+    pub dscp: u8,
+    pub ecn: u8,
+    pub ip_id: u16,
+}
+
+/// The BTH fields the lab sets.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BthFields {
+    pub opcode: u8,
+    pub solicited: bool,
+    pub pad: u8,
+    pub pkey: u16,
+    pub becn: bool,
+    pub dest_qp: u32,
+    pub ack_req: bool,
+    pub psn: u32,
+}
+
+fn bth_bytes(b: &BthFields) -> [u8; BTH_LEN] {
+    let mut h = [0u8; BTH_LEN];
+    h[0] = b.opcode;
+    h[1] = ((b.solicited as u8) << 7) | ((b.pad & 3) << 4);
+    h[2..4].copy_from_slice(&b.pkey.to_be_bytes());
+    h[4] = if b.becn { 0x40 } else { 0 };
+    h[5..8].copy_from_slice(&(b.dest_qp & 0xff_ffff).to_be_bytes()[1..]);
+    h[8] = if b.ack_req { 0x80 } else { 0 };
+    h[9..12].copy_from_slice(&(b.psn & PSN_MASK).to_be_bytes()[1..]);
+    h
+}
+
+/// A complete frame: headers, `ext` (RETH/AETH/CNP reserved bytes), `payload_len` bytes of
+/// payload (a pattern derived from the PSN), padding to 4 bytes, and the ICRC.
+pub fn frame(a: &Addr, bth: &BthFields, ext: &[u8], payload_len: usize) -> Vec<u8> {
+    let pad = (4 - payload_len % 4) % 4;
+    let mut bth = *bth;
+    bth.pad = pad as u8;
+    let udp_payload = BTH_LEN + ext.len() + payload_len + pad + ICRC_LEN;
+    let udp_len = (UDP_LEN + udp_payload) as u16;
+    let eth = Ethernet2Header {
+        source: a.src_mac,
+        destination: a.dst_mac,
+        ether_type: EtherType::IPV4,
+    };
+    let mut ip = Ipv4Header::new(udp_len, 64, IpNumber::UDP, a.src_ip, a.dst_ip)
+        .expect("UDP length below 65515 by construction");
+    ip.dscp = IpDscp::try_new(a.dscp & 0x3f).unwrap_or(IpDscp::ZERO);
+    ip.ecn = IpEcn::try_new(a.ecn & 3).unwrap_or(IpEcn::ZERO);
+    ip.identification = a.ip_id;
+    ip.header_checksum = ip.calc_header_checksum();
+    // RoCEv2 NICs send UDP checksum 0 (the ICRC protects the payload).
+    let udp = UdpHeader {
+        source_port: a.udp_sport,
+        destination_port: ROCE_PORT,
+        length: udp_len,
+        checksum: 0,
+    };
+    let mut f = Vec::with_capacity(ETH_LEN + IP_LEN + udp_len as usize);
+    f.extend_from_slice(&eth.to_bytes());
+    f.extend_from_slice(&ip.to_bytes());
+    f.extend_from_slice(&udp.to_bytes());
+    f.extend_from_slice(&bth_bytes(&bth));
+    f.extend_from_slice(ext);
+    let seed = bth.psn as u8;
+    f.extend((0..payload_len).map(|i| seed.wrapping_add(i as u8)));
+    f.extend(std::iter::repeat_n(0u8, pad));
+    let crc = icrc::compute(&f[ETH_LEN..], IP_LEN, false);
+    f.extend_from_slice(&crc.to_le_bytes());
+    f
+}
+
+/// RETH: virtual address, R_Key, DMA length.
+pub fn reth(va: u64, rkey: u32, dma_len: u32) -> [u8; RETH_LEN] {
+    let mut r = [0u8; RETH_LEN];
+    r[0..8].copy_from_slice(&va.to_be_bytes());
+    r[8..12].copy_from_slice(&rkey.to_be_bytes());
+    r[12..16].copy_from_slice(&dma_len.to_be_bytes());
+    r
+}
+
+/// AETH: syndrome and 24-bit MSN.
+pub fn aeth(syndrome: u8, msn: u32) -> [u8; AETH_LEN] {
+    let m = (msn & 0xff_ffff).to_be_bytes();
+    [syndrome, m[1], m[2], m[3]]
+}
+
+/// A received RoCEv2 frame, as the lab's NICs read it.
+#[derive(Clone, Copy, Debug)]
+pub struct Rx {
+    pub src_mac: [u8; 6],
+    pub src_ip: [u8; 4],
+    pub dst_ip: [u8; 4],
+    pub dscp: u8,
+    pub ecn: u8,
+    pub udp_sport: u16,
+    pub opcode: u8,
+    pub becn: bool,
+    pub dest_qp: u32,
+    pub ack_req: bool,
+    pub psn: u32,
+    /// AETH syndrome and MSN (ACK opcode only).
+    pub syndrome: u8,
+    pub msn: u32,
+    pub icrc_ok: bool,
+}
+
+/// Parses an untagged IPv4 RoCEv2 frame; `None` for anything else.
+pub fn parse(f: &[u8]) -> Option<Rx> {
+    let (eth, rest) = Ethernet2Header::from_slice(f).ok()?;
+    if eth.ether_type != EtherType::IPV4 {
+        return None;
+    }
+    let (ip, rest) = Ipv4Header::from_slice(rest).ok()?;
+    if ip.protocol != IpNumber::UDP || ip.more_fragments || ip.fragment_offset.value() != 0 {
+        return None;
+    }
+    let ihl = ip.header_len();
+    let (udp, _) = UdpHeader::from_slice(rest).ok()?;
+    if udp.destination_port != ROCE_PORT {
+        return None;
+    }
+    let udp_payload_len = (udp.length as usize).checked_sub(UDP_LEN)?;
+    let ip_start = ETH_LEN;
+    let pl = ip_start + ihl + UDP_LEN;
+    if udp_payload_len < BTH_LEN + ICRC_LEN || f.len() < pl + udp_payload_len {
+        return None;
+    }
+    let b = &f[pl..pl + udp_payload_len];
+    let (syndrome, msn) = if b[0] == op::ACK && b.len() >= BTH_LEN + AETH_LEN + ICRC_LEN {
+        (
+            b[BTH_LEN],
+            u32::from_be_bytes([0, b[BTH_LEN + 1], b[BTH_LEN + 2], b[BTH_LEN + 3]]),
+        )
+    } else {
+        (0, 0)
+    };
+    let end = pl + udp_payload_len;
+    let stored = u32::from_le_bytes([f[end - 4], f[end - 3], f[end - 2], f[end - 1]]);
+    let icrc_ok = icrc::compute(&f[ip_start..end - 4], ihl, false) == stored;
+    Some(Rx {
+        src_mac: eth.source,
+        src_ip: ip.source,
+        dst_ip: ip.destination,
+        dscp: ip.dscp.value(),
+        ecn: ip.ecn.value(),
+        udp_sport: udp.source_port,
+        opcode: b[0],
+        becn: b[4] & 0x40 != 0,
+        dest_qp: u32::from_be_bytes([0, b[5], b[6], b[7]]),
+        ack_req: b[8] & 0x80 != 0,
+        psn: u32::from_be_bytes([0, b[9], b[10], b[11]]),
+        syndrome,
+        msn,
+        icrc_ok,
+    })
+}
+
+/// An 802.1Qbb PFC frame: class-enable vector and eight pause times (quanta).
+pub fn pfc_frame(src_mac: [u8; 6], class_enable: u8, times: [u16; 8]) -> Vec<u8> {
+    let mut f = mac_control_header(src_mac, 0x0101);
+    f.extend_from_slice(&(class_enable as u16).to_be_bytes());
+    for t in times {
+        f.extend_from_slice(&t.to_be_bytes());
+    }
+    f.resize(60, 0);
+    f
+}
+
+/// An 802.3x PAUSE frame with one pause time (quanta).
+pub fn pause_frame(src_mac: [u8; 6], quanta: u16) -> Vec<u8> {
+    let mut f = mac_control_header(src_mac, 0x0001);
+    f.extend_from_slice(&quanta.to_be_bytes());
+    f.resize(60, 0);
+    f
+}
+
+fn mac_control_header(src_mac: [u8; 6], opcode: u16) -> Vec<u8> {
+    let mut f = Vec::with_capacity(60);
+    f.extend_from_slice(&[0x01, 0x80, 0xc2, 0x00, 0x00, 0x01]);
+    f.extend_from_slice(&src_mac);
+    f.extend_from_slice(&0x8808u16.to_be_bytes());
+    f.extend_from_slice(&opcode.to_be_bytes());
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use observer_common::parse::{classify, kind};
+
+    fn addr() -> Addr {
+        Addr {
+            src_mac: [2, 0x77, 0, 0, 0, 1],
+            dst_mac: [2, 0x77, 0, 0, 0, 2],
+            src_ip: [10, 77, 0, 1],
+            dst_ip: [10, 77, 0, 2],
+            udp_sport: 49153,
+            dscp: 26,
+            ecn: 2,
+            ip_id: 7,
+        }
+    }
+
+    #[test]
+    fn write_first_round_trips_with_valid_icrc_and_the_shared_parser_agrees() {
+        let b = BthFields {
+            opcode: op::WRITE_FIRST,
+            pkey: 0xffff,
+            dest_qp: 0x000201,
+            psn: 0xfffffe,
+            ack_req: false,
+            ..Default::default()
+        };
+        let f = frame(&addr(), &b, &reth(0x1000, 0x42, 9000), 4095);
+        let rx = parse(&f).expect("parses");
+        assert!(rx.icrc_ok);
+        assert_eq!((rx.opcode, rx.dest_qp, rx.psn, rx.dscp, rx.ecn), (0x06, 0x201, 0xfffffe, 26, 2));
+        let c = classify(f.as_slice());
+        assert_eq!(c.kind, kind::ROCE);
+        assert_eq!((c.bth.dest_qp, c.bth.psn, c.dscp, c.ecn), (0x201, 0xfffffe, 26, 2));
+        assert_eq!(
+            observer_common::icrc::verify(&f, &c),
+            observer_common::icrc::Verdict::Ok
+        );
+        // One flipped payload bit breaks the ICRC; a changed TOS (a switch re-marking) does not.
+        let mut bad = f.clone();
+        bad[70] ^= 1;
+        assert!(!parse(&bad).unwrap().icrc_ok);
+        let mut remarked = f.clone();
+        remarked[15] = 0x03;
+        assert!(parse(&remarked).unwrap().icrc_ok);
+    }
+
+    #[test]
+    fn ack_and_nak_carry_the_aeth() {
+        let b = BthFields {
+            opcode: op::ACK,
+            dest_qp: 0x101,
+            psn: 5,
+            ..Default::default()
+        };
+        let f = frame(&addr(), &b, &aeth(syndrome::NAK_PSN_SEQ_ERR, 3), 0);
+        let rx = parse(&f).unwrap();
+        assert_eq!((rx.syndrome, rx.msn, rx.psn), (0x60, 3, 5));
+        assert_eq!(classify(f.as_slice()).aeth >> 24, 0x60);
+    }
+
+    #[test]
+    fn psn_arithmetic_wraps() {
+        assert_eq!(psn_diff(0, 0xffffff), 1);
+        assert_eq!(psn_diff(0xffffff, 0), -1);
+        assert_eq!(psn_add(0xffffff, 2), 1);
+    }
+
+    #[test]
+    fn pfc_frame_is_parsed_by_the_shared_parser() {
+        let f = pfc_frame([2, 0x77, 0, 0, 0, 9], 1 << 3, [0, 0, 0, 0xffff, 0, 0, 0, 0]);
+        let c = classify(f.as_slice());
+        assert_eq!(c.kind, kind::MAC_CONTROL);
+        assert_eq!(c.mac_ctrl.class_enable, 8);
+        assert_eq!(c.mac_ctrl.times[3], 0xffff);
+        let p = classify(pause_frame([2, 0x77, 0, 0, 0, 9], 100).as_slice());
+        assert_eq!((p.mac_ctrl.opcode, p.mac_ctrl.times[0]), (1, 100));
+    }
+}
