@@ -110,8 +110,7 @@ proptest! {
         for s in steps {
             cur += s as i64;
             let psn = cur.rem_euclid(1 << 24) as u32;
-            let mut f = Frame::default();
-            f.kind = kind::ROCE;
+            let mut f = Frame { kind: kind::ROCE, ..Frame::default() };
             f.bth.opcode = 0x06;
             f.bth.psn = psn;
             unsafe { qp::update::<Plain>(&mut v, &f, 100, 1, &Policy::NONE) };

@@ -140,7 +140,7 @@ pub fn summary_json(snaps: &[Snapshot]) -> Value {
             }
         }
         let mut keys: Vec<&(QpKey, QpValue)> = s.qps.iter().collect();
-        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        keys.sort_by_key(|e| e.0);
         for (k, v) in keys {
             qps.push(qp_json(&s.iface, k, v));
         }

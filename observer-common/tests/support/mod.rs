@@ -70,8 +70,7 @@ impl Pkt {
             checksum: 0,
         };
         let mut ip = Vec::new();
-        let l3_type;
-        let l4_off;
+        let (l3_type, l4_off);
         if self.v6 {
             l3_type = EtherType::IPV6;
             let mut s = [0u8; 16];
