@@ -1,0 +1,213 @@
+//! Loading the tables: every `*.parquet` (final names only, never `*.parquet.tmp`) below
+//! `<dir>/<table>/`, aggregated over all intervals.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Int16Type, Int32Type, Int64Type};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
+    #[error("{path}: not a readable Parquet file: {err}")]
+    Parquet { path: PathBuf, err: String },
+    #[error("{path}: column {column:?} missing or of an unexpected type")]
+    Column { path: PathBuf, column: String },
+    #[error("{0}: no flow logs (expected {0}/flows/date=.../hour=.../*.parquet)")]
+    Empty(PathBuf),
+}
+
+/// Identity of a QP key as written in the flow logs.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct QpId {
+    pub host: String,
+    pub iface: String,
+    pub dir: String,
+    pub src: String,
+    pub dst: String,
+    pub qp: i32,
+}
+
+/// Totals of one QP key over every interval read.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct QpTotals {
+    /// Every Int64 count column of the flows table, summed.
+    pub counts: BTreeMap<String, i64>,
+    /// Every histogram column (`dscp_data`, `ecn_cnp`, `opcodes`, ...), value -> packets.
+    pub hists: BTreeMap<String, BTreeMap<i16, i64>>,
+    pub max_udp_payload: i32,
+    pub rows: usize,
+}
+
+impl QpTotals {
+    pub fn count(&self, name: &str) -> i64 {
+        self.counts.get(name).copied().unwrap_or(0)
+    }
+    pub fn hist(&self, name: &str) -> BTreeMap<i16, i64> {
+        self.hists.get(name).cloned().unwrap_or_default()
+    }
+}
+
+/// Totals of one interface direction.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct IfaceTotals {
+    /// Every Int64 column summed (frames, roce, excluded_*, pfc_xoff_p3, pause_frames, ...).
+    pub counts: BTreeMap<String, i64>,
+    /// Largest XOFF rate per priority seen in one interval (`pfc_xoff_per_s_pN`).
+    pub max_xoff_per_s: [f64; 8],
+    /// Largest link speed reported.
+    pub link_speed_bps: Option<i64>,
+    pub rows: usize,
+}
+
+impl IfaceTotals {
+    pub fn count(&self, name: &str) -> i64 {
+        self.counts.get(name).copied().unwrap_or(0)
+    }
+}
+
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Dataset {
+    pub qps: BTreeMap<QpId, QpTotals>,
+    pub ifaces: BTreeMap<(String, String, String), IfaceTotals>,
+    /// Alert rows per rule.
+    pub alerts: BTreeMap<String, i64>,
+    pub files: usize,
+}
+
+fn parquet_files(root: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let rd = match std::fs::read_dir(&d) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(LoadError::Io { path: d, err }),
+        };
+        for e in rd {
+            let e = e.map_err(|err| LoadError::Io { path: d.clone(), err })?;
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "parquet") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn batches(path: &Path) -> Result<Vec<RecordBatch>, LoadError> {
+    let f = File::open(path).map_err(|err| LoadError::Io { path: path.into(), err })?;
+    let perr = |e: &dyn std::fmt::Display| LoadError::Parquet { path: path.into(), err: e.to_string() };
+    let r = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| perr(&e))?.build().map_err(|e| perr(&e))?;
+    r.map(|b| b.map_err(|e| perr(&e))).collect()
+}
+
+fn col_str<'a>(b: &'a RecordBatch, name: &str, path: &Path) -> Result<&'a arrow::array::StringArray, LoadError> {
+    b.column_by_name(name)
+        .and_then(|c| c.as_string_opt::<i32>())
+        .ok_or_else(|| LoadError::Column { path: path.into(), column: name.into() })
+}
+
+/// Reads `<dir>/flows`, `<dir>/interfaces` and `<dir>/alerts`.
+pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
+    let mut ds = Dataset::default();
+    let flows = parquet_files(&dir.join("flows"))?;
+    if flows.is_empty() {
+        return Err(LoadError::Empty(dir.to_path_buf()));
+    }
+    for path in &flows {
+        ds.files += 1;
+        for b in batches(path)? {
+            let (host, iface, dirc) = (col_str(&b, "host", path)?, col_str(&b, "iface", path)?, col_str(&b, "dir", path)?);
+            let (src, dst) = (col_str(&b, "src", path)?, col_str(&b, "dst", path)?);
+            let qp = b
+                .column_by_name("qp")
+                .and_then(|c| c.as_primitive_opt::<Int32Type>())
+                .ok_or_else(|| LoadError::Column { path: path.clone(), column: "qp".into() })?;
+            for row in 0..b.num_rows() {
+                let id = QpId {
+                    host: host.value(row).into(),
+                    iface: iface.value(row).into(),
+                    dir: dirc.value(row).into(),
+                    src: src.value(row).into(),
+                    dst: dst.value(row).into(),
+                    qp: qp.value(row),
+                };
+                let t = ds.qps.entry(id).or_default();
+                t.rows += 1;
+                for (i, field) in b.schema().fields().iter().enumerate() {
+                    let c = b.column(i);
+                    if let Some(a) = c.as_primitive_opt::<Int64Type>() {
+                        *t.counts.entry(field.name().clone()).or_default() += a.value(row);
+                    } else if field.name() == "max_udp_payload" {
+                        if let Some(a) = c.as_primitive_opt::<Int32Type>() {
+                            t.max_udp_payload = t.max_udp_payload.max(a.value(row));
+                        }
+                    } else if let Some(l) = c.as_list_opt::<i32>() {
+                        let items = l.value(row);
+                        let Some(st) = items.as_struct_opt() else { continue };
+                        let (Some(v), Some(n)) = (
+                            st.column_by_name("value").and_then(|x| x.as_primitive_opt::<Int16Type>()),
+                            st.column_by_name("pkts").and_then(|x| x.as_primitive_opt::<Int64Type>()),
+                        ) else {
+                            continue;
+                        };
+                        let h = t.hists.entry(field.name().clone()).or_default();
+                        for j in 0..st.len() {
+                            *h.entry(v.value(j)).or_default() += n.value(j);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for path in parquet_files(&dir.join("interfaces"))? {
+        ds.files += 1;
+        for b in batches(&path)? {
+            let (host, iface, dirc) = (col_str(&b, "host", &path)?, col_str(&b, "iface", &path)?, col_str(&b, "dir", &path)?);
+            for row in 0..b.num_rows() {
+                let key = (host.value(row).to_string(), iface.value(row).to_string(), dirc.value(row).to_string());
+                let t = ds.ifaces.entry(key).or_default();
+                t.rows += 1;
+                for (i, field) in b.schema().fields().iter().enumerate() {
+                    let c = b.column(i);
+                    let name = field.name();
+                    if let Some(a) = c.as_primitive_opt::<Int64Type>() {
+                        if a.is_null(row) {
+                            continue;
+                        }
+                        if name == "link_speed_bps" {
+                            t.link_speed_bps = t.link_speed_bps.max(Some(a.value(row)));
+                        } else {
+                            *t.counts.entry(name.clone()).or_default() += a.value(row);
+                        }
+                    } else if let Some(p) = name.strip_prefix("pfc_xoff_per_s_p") {
+                        let (Ok(p), Some(a)) = (p.parse::<usize>(), c.as_primitive_opt::<arrow::datatypes::Float64Type>()) else {
+                            continue;
+                        };
+                        if p < 8 && !a.is_null(row) {
+                            t.max_xoff_per_s[p] = t.max_xoff_per_s[p].max(a.value(row));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for path in parquet_files(&dir.join("alerts"))? {
+        ds.files += 1;
+        for b in batches(&path)? {
+            let rule = col_str(&b, "rule", &path)?;
+            for row in 0..b.num_rows() {
+                *ds.alerts.entry(rule.value(row).to_string()).or_default() += 1;
+            }
+        }
+    }
+    Ok(ds)
+}
