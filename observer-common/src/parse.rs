@@ -43,7 +43,7 @@ pub mod kind {
 
 /// Exclusion reasons ([`Frame::reason`] when `kind == EXCLUDED`).
 pub mod reason {
-    /// Frame shorter than 14 bytes.
+    /// Frame shorter than 14 bytes (a mirrored frame: by the outer IP length).
     pub const RUNT: u8 = 0;
     /// IPv4 with IHL under 5 words (or a version field that does not match the ethertype, or a
     /// total length shorter than the header).
@@ -528,10 +528,18 @@ pub fn classify_into<B: Bytes + ?Sized>(b: &B, f: &mut Frame) {
             }
             IPPROTO_GRE if depth == 0 => match gre(b, l3r.l4_off) {
                 Ok(Some((inner, e))) => {
+                    // The mirrored frame ends where the outer IP packet ends.
+                    let ip_end = f.ip_off as usize + f.ip_len as usize;
                     // A mirrored frame starts over: its own tags, IP, UDP.
                     *f = Frame::default();
                     f.encap = e;
+                    if ip_end < inner + ETH_HLEN {
+                        // The outer packet says the mirrored frame is shorter than 14 bytes.
+                        f.exclude(reason::RUNT);
+                        return;
+                    }
                     if b.len() < inner + ETH_HLEN {
+                        // The capture ends inside the mirrored Ethernet header.
                         f.exclude(reason::TRUNCATED);
                         return;
                     }

@@ -197,10 +197,15 @@ fn mirror_encapsulations_are_opened() {
         let mut v = QpValue::ZERO;
         unsafe { qp::update::<Plain>(&mut v, &f, fr.len() as u32, 1, &Policy::NONE) };
         assert_eq!(v.bytes_l2 as usize, inner.len(), "L2 bytes are the mirrored frame's");
-        // Cut inside the ERSPAN/GRE header.
+        // Cut inside the ERSPAN/GRE header, or inside the mirrored Ethernet header.
         let cut = &fr[..14 + 20 + 6];
         assert_eq!(excluded(&classify(cut)), Some("truncated"));
+        let cut = &fr[..f.l2_off as usize + 10];
+        assert_eq!(excluded(&classify(cut)), Some("truncated"));
     }
+    // A complete mirror packet whose outer IP length leaves 10 bytes of mirrored frame: a runt.
+    let runt = gre_wrap(&[0x02; 10], 0, 0x6558, &[], &[]);
+    assert_eq!(excluded(&classify(&runt[..])), Some("runt"));
     // GRE carrying something else is not RoCE; version 1 (PPTP) neither.
     assert_eq!(classify(&gre_wrap(&inner, 0, 0x0800, &[], &[])[..]).kind, kind::NOT_ROCE);
     assert_eq!(classify(&gre_wrap(&inner, 1, 0x6558, &[], &[])[..]).kind, kind::NOT_ROCE);
