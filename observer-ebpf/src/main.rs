@@ -12,7 +12,7 @@
 use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_or, atomic_xadd};
 
 use aya_ebpf::bindings::{__sk_buff, xdp_action, xdp_md};
-use aya_ebpf::helpers::generated::{bpf_ktime_get_ns, bpf_skb_pull_data};
+use aya_ebpf::helpers::generated::{bpf_ktime_get_ns, bpf_skb_pull_data, bpf_xdp_get_buff_len};
 use aya_ebpf::macros::{classifier, map, xdp};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya_ebpf::programs::{TcContext, XdpContext};
@@ -348,13 +348,17 @@ fn account(f: &Frame, wire_len: u32, d: u8) -> bool {
     false
 }
 
-#[xdp]
+/// Multi-buffer capable (`xdp.frags`): drivers only take XDP programs on MTUs above a page
+/// (4096-byte RoCE MTU, ~4.2 KB frames) when the program accepts fragmented frames. The headers
+/// are in the first buffer; the wire length counts every fragment.
+#[xdp(frags)]
 pub fn roce_xdp(ctx: XdpContext) -> u32 {
     let Some(fp) = FRAME.get_ptr_mut(0) else {
         return xdp_action::XDP_PASS;
     };
     parse_xdp(ctx.ctx, fp);
-    let wire = (ctx.data_end() - ctx.data()) as u32;
+    // SAFETY: the program's context.
+    let wire = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as u32;
     // SAFETY: this CPU's scratch slot, written by parse_xdp for this run.
     if account(unsafe { &*fp }, wire, dir::INGRESS) {
         xdp_action::XDP_DROP
@@ -397,7 +401,7 @@ pub fn roce_tc_eg(ctx: TcContext) -> i32 {
 }
 
 /// The benchmark baseline: an XDP program that does nothing.
-#[xdp]
+#[xdp(frags)]
 pub fn xdp_empty(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }

@@ -660,3 +660,24 @@ fn snapshot_times_are_wall_clock() {
     assert_eq!(e.len(), 1);
     assert!(e[0].ts_ns + slack > now && e[0].ts_ns < now + slack);
 }
+
+#[test]
+fn jumbo_frame_counts_every_fragment() {
+    // A 4096-MTU data packet (~4.2 KB frame) is larger than a page: XDP sees it as a
+    // multi-buffer frame; the wire length must still be the whole frame.
+    let f = Roce {
+        payload: 4200 - (14 + 20 + 8 + 12),
+        ..Roce::default()
+    }
+    .build();
+    assert_eq!(f.len(), 4200);
+    if !observer::testutil::require_root("jumbo_frame") {
+        return;
+    }
+    // XDP only: BPF_PROG_TEST_RUN takes no skb larger than a page for tc.
+    let r = run_on(&mut tester(), "jumbo_frame", prog::XDP, &Policy::NONE, &[f]);
+    let (_, v) = only_qp("jumbo_frame", &r.snap);
+    assert_eq!(v.bytes_l2, 4200);
+    assert_eq!(v.max_udp_payload, 4200 - (14 + 20 + 8));
+    assert_eq!(ingress(&r).bytes, 4200);
+}
