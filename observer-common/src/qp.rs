@@ -66,8 +66,8 @@ pub trait Ops {
     unsafe fn add32(p: *mut u32, v: u32);
     /// Compare-and-swap; returns the value found (== `old` when it swapped).
     unsafe fn cas32(p: *mut u32, old: u32, new: u32) -> u32;
-    /// `*p |= v`.
-    unsafe fn or32(p: *mut u32, v: u32);
+    /// `*p |= v`; returns the previous value.
+    unsafe fn or32(p: *mut u32, v: u32) -> u32;
     #[inline(always)]
     unsafe fn load32(p: *const u32) -> u32 {
         unsafe { core::ptr::read_volatile(p) }
@@ -105,8 +105,12 @@ impl Ops for Plain {
         }
     }
     #[inline(always)]
-    unsafe fn or32(p: *mut u32, v: u32) {
-        unsafe { *p |= v }
+    unsafe fn or32(p: *mut u32, v: u32) -> u32 {
+        unsafe {
+            let old = *p;
+            *p |= v;
+            old
+        }
     }
 }
 
@@ -342,9 +346,11 @@ pub unsafe fn update<O: Ops>(
         let bits = event_bits(f, c, policy, step);
         let fp = addr_of_mut!((*v).event_flags);
         let seen = O::load32(fp);
-        let new = bits & !seen;
+        let mut new = bits & !seen;
         if new != 0 {
-            O::or32(fp, new);
+            // Only the CPU whose fetch-or sets a bit reports it: exactly one event per bit,
+            // even when two CPUs see the same first occurrence at once.
+            new &= !O::or32(fp, new);
         }
         Outcome {
             new_events: new,

@@ -67,8 +67,8 @@ static FRAME: PerCpuArray<Frame> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static ZERO: Array<QpValue> = Array::with_max_entries(1, 0);
 
-/// `qp::Ops` with BPF atomic instructions (BPF_ATOMIC ADD / OR, and CMPXCHG, which needs
-/// `-C target-cpu=v3`).
+/// `qp::Ops` with BPF atomic instructions (BPF_ATOMIC ADD, OR | FETCH and CMPXCHG, which need
+/// the ALU32 feature of cpu v3 for their 32-bit forms, see build.rs).
 struct Atomic;
 
 impl Ops for Atomic {
@@ -88,8 +88,8 @@ impl Ops for Atomic {
         }
     }
     #[inline(always)]
-    unsafe fn or32(p: *mut u32, v: u32) {
-        unsafe { atomic_or::<u32, u32, { AtomicOrdering::Relaxed }>(p, v) };
+    unsafe fn or32(p: *mut u32, v: u32) -> u32 {
+        unsafe { atomic_or::<u32, u32, { AtomicOrdering::SeqCst }>(p, v) }
     }
     #[inline(always)]
     fn index(i: usize, n: usize) -> usize {
