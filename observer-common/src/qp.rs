@@ -61,13 +61,29 @@ pub mod ev {
 /// Implementations get valid, aligned pointers into a live value.
 pub trait Ops {
     /// `*p += v`.
+    ///
+    /// # Safety
+    /// `p` is valid and aligned (as for every method here).
     unsafe fn add64(p: *mut u64, v: u64);
     /// `*p += v` (wrapping).
+    ///
+    /// # Safety
+    /// `p` is valid and aligned.
     unsafe fn add32(p: *mut u32, v: u32);
     /// Compare-and-swap; returns the value found (== `old` when it swapped).
+    ///
+    /// # Safety
+    /// `p` is valid and aligned.
     unsafe fn cas32(p: *mut u32, old: u32, new: u32) -> u32;
     /// `*p |= v`; returns the previous value.
+    ///
+    /// # Safety
+    /// `p` is valid and aligned.
     unsafe fn or32(p: *mut u32, v: u32) -> u32;
+    /// `*p`, read once.
+    ///
+    /// # Safety
+    /// `p` is valid and aligned.
     #[inline(always)]
     unsafe fn load32(p: *const u32) -> u32 {
         unsafe { core::ptr::read_volatile(p) }

@@ -8,6 +8,8 @@
 #![no_main]
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
+// The aya `#[classifier]` macro generates the public entry points that take the raw context.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_or, atomic_xadd};
 
