@@ -364,10 +364,20 @@ pub fn roce_xdp(ctx: XdpContext) -> u32 {
         return xdp_action::XDP_PASS;
     };
     parse_xdp(ctx.ctx, fp);
-    // SAFETY: the program's context.
-    let wire = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as u32;
     // SAFETY: this CPU's scratch slot, written by parse_xdp for this run.
-    if account(unsafe { &*fp }, wire, dir::INGRESS) {
+    let f = unsafe { &*fp };
+    let linear = (ctx.data_end() - ctx.data()) as u32;
+    // Fragments can only hold bytes past the linear part: when the (inner) IP packet as its
+    // header declares it ends inside the linear part, the frame has none, and the helper call
+    // (~8 ns) is skipped. IP frames that extend past it, and large non-IP frames, ask.
+    let ip_end = f.ip_off as u32 + f.ip_len;
+    let wire = if (f.ip_version != 0 && ip_end > linear) || (f.ip_version == 0 && linear >= 1024) {
+        // SAFETY: the program's context.
+        unsafe { bpf_xdp_get_buff_len(ctx.ctx) as u32 }
+    } else {
+        linear
+    };
+    if account(f, wire, dir::INGRESS) {
         xdp_action::XDP_DROP
     } else {
         xdp_action::XDP_PASS
