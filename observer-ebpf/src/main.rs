@@ -1,5 +1,5 @@
 //! roce-observe kernel datapath: XDP (ingress) and tc (ingress fallback, egress) programs that
-//! classify every frame with the shared parser (`observer_common::parse::classify`), count it
+//! classify every frame with the shared parser (`observer_common::parse::classify_into`), count it
 //! per interface and direction, account RoCEv2 packets per QP with BPF atomics
 //! (`observer_common::qp::update`), count PFC/PAUSE per source MAC and report first occurrences
 //! through a ring buffer. Programs never change traffic: they return XDP_PASS / TC_ACT_OK unless
@@ -13,6 +13,7 @@
 
 use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_or, atomic_xadd};
 
+use aya_ebpf::EbpfContext;
 use aya_ebpf::bindings::{__sk_buff, xdp_action, xdp_md};
 use aya_ebpf::helpers::generated::{
     bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_skb_pull_data, bpf_xdp_get_buff_len,
@@ -20,12 +21,11 @@ use aya_ebpf::helpers::generated::{
 use aya_ebpf::macros::{classifier, map, xdp};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya_ebpf::programs::{TcContext, XdpContext};
-use aya_ebpf::EbpfContext;
 use observer_common::cursor::Bytes;
 use observer_common::maps::{
-    dir, policy_flags, Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue,
+    Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, dir, policy_flags,
 };
-use observer_common::parse::{self, kind, Frame};
+use observer_common::parse::{self, Frame, kind};
 use observer_common::qp::{self, Ops, PsnStep};
 
 const TC_ACT_OK: i32 = 0;
