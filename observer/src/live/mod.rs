@@ -685,6 +685,18 @@ impl ProgTester {
             .map_err(|e| LiveError::Other(format!("{name}: dup: {e}")))?;
         Ok(SharedRunner { fd })
     }
+    /// Instructions the verifier processed to accept program `name` (its limit is 1,000,000).
+    pub fn verified_insns(&self, name: &str) -> Result<Option<u32>, LiveError> {
+        let p = self
+            .loaded
+            .ebpf
+            .program(name)
+            .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?;
+        let info = p
+            .info()
+            .map_err(|e| LiveError::Other(format!("{name}: program info: {e}")))?;
+        Ok(info.verified_instruction_count())
+    }
     /// Empties every map and the event ring, so one loaded object serves several test cases.
     pub fn reset(&mut self) -> Result<(), LiveError> {
         self.loaded.reset()
