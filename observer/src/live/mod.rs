@@ -50,6 +50,8 @@ pub const EVENTS_BYTES: u32 = 1 << 20;
 /// Largest number of source MACs with PFC/PAUSE counters (per-CPU values; MAC control senders
 /// are the link peers, a handful per interface).
 pub const MAX_MACS: u32 = 1024;
+/// Most events one `drain_events` call takes.
+pub const MAX_DRAIN: usize = 65536;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum XdpMode {
@@ -375,7 +377,12 @@ impl Loaded {
     fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
         let off = mono_to_wall_offset();
         let mut n = 0;
-        while let Some(item) = self.events.next() {
+        // Bounded, so a producer faster than us cannot keep the caller here: the rest waits for
+        // the next call (the ring's fd stays readable).
+        for _ in 0..MAX_DRAIN {
+            let Some(item) = self.events.next() else {
+                break;
+            };
             if item.len() < size_of::<Event>() {
                 tracing::warn!(len = item.len(), "short event record in the ring buffer");
                 continue;
