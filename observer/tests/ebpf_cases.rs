@@ -740,3 +740,31 @@ fn jumbo_frame_counts_every_fragment() {
     assert_eq!(v.max_udp_payload, 4200 - (14 + 20 + 8));
     assert_eq!(ingress(&r).bytes, 4200);
 }
+
+#[test]
+fn snapshot_reads_many_keys_in_batches() {
+    if !observer::testutil::require_root("snapshot_reads_many_keys_in_batches") {
+        return;
+    }
+    // More keys than one BPF_MAP_LOOKUP_BATCH chunk (256).
+    let mut t = ProgTester::load(1024, &Policy::NONE).unwrap_or_else(|e| panic!("{e}"));
+    let n = 600u32;
+    for q in 0..n {
+        let f = Roce {
+            dest_qp: q,
+            ..Roce::default()
+        }
+        .build();
+        t.run_xdp(&f).unwrap();
+    }
+    let s = t.snapshot("test", 0).unwrap();
+    assert!(
+        t.batch_reads(),
+        "BPF_MAP_LOOKUP_BATCH not used on this kernel"
+    );
+    assert_eq!(s.qps.len(), n as usize);
+    let mut qpns: Vec<u32> = s.qps.iter().map(|(k, _)| k.dest_qp).collect();
+    qpns.sort_unstable();
+    assert_eq!(qpns, (0..n).collect::<Vec<_>>(), "every key exactly once");
+    assert!(s.qps.iter().all(|(_, v)| v.pkts == 1));
+}

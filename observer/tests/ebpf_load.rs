@@ -23,6 +23,9 @@ fn every_program_passes_the_verifier() {
         // multiplies the paths fails here with a number rather than at load in the field.
         let n = t.verified_insns(p).unwrap().unwrap_or(0);
         eprintln!("{p}: verifier processed {n} instructions");
-        assert!(n < 700_000, "{p}: {n} verified instructions, near the budget");
+        assert!(
+            n < 700_000,
+            "{p}: {n} verified instructions, near the budget"
+        );
     }
 }

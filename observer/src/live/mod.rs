@@ -692,6 +692,10 @@ impl ProgTester {
             .map_err(|e| LiveError::Other(format!("{name}: dup: {e}")))?;
         Ok(SharedRunner { fd })
     }
+    /// Whether the last snapshot read `QPS` with BPF_MAP_LOOKUP_BATCH (else key iteration).
+    pub fn batch_reads(&self) -> bool {
+        self.loaded.batch_ok
+    }
     /// Instructions the verifier processed to accept program `name` (its limit is 1,000,000).
     pub fn verified_insns(&self, name: &str) -> Result<Option<u32>, LiveError> {
         let p = self
