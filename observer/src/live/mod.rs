@@ -147,10 +147,9 @@ fn ebpf_error(e: EbpfError) -> LiveError {
             "this binary was built with AYA_BUILD_SKIP=1: it carries no eBPF object".into(),
         );
     }
-    if let EbpfError::BtfError(ref b) = e
+    if matches!(e, EbpfError::BtfError(_))
         && !std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
     {
-        let _ = b;
         return LiveError::NoBtf;
     }
     match errno_of(&e) {
