@@ -142,6 +142,7 @@ fn mono_offset_ns() -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    #[allow(clippy::unnecessary_cast)] // time_t / c_long differ by platform
     let mono = ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64;
     now_ns() as i64 - mono
 }

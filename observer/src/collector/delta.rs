@@ -133,12 +133,10 @@ mod tests {
 
     #[test]
     fn iface_delta_and_reset() {
-        let mut a = IfaceStats::default();
-        a.frames = 50;
+        let mut a = IfaceStats { frames: 50, ..Default::default() };
         a.pfc.xoff[3] = 9;
         a.excluded[2] = 4;
-        let mut b = IfaceStats::default();
-        b.frames = 20;
+        let mut b = IfaceStats { frames: 20, ..Default::default() };
         b.pfc.xoff[3] = 4;
         b.excluded[2] = 1;
         let d = iface_delta(&a, &b);

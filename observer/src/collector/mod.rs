@@ -109,6 +109,11 @@ pub enum CollectorError {
     Other(String),
 }
 
+/// (source IP, destination IP).
+type IpPair = ([u8; 16], [u8; 16]);
+/// CE-marked data packets, CNPs, all packets of one IP pair in one interval.
+type PairCounts = (u64, u64, u64);
+
 /// Collector state of one interface.
 #[derive(Default)]
 struct IfaceState {
@@ -323,7 +328,7 @@ impl Collector {
         let mut evictions = [0u64; dir::COUNT];
         let mut tracked = [0u64; dir::COUNT];
         // (src, dst) -> (CE on data, CNPs, packets) in this interval, for ce_without_cnp
-        let mut pairs: HashMap<([u8; 16], [u8; 16]), (u64, u64, u64)> = HashMap::new();
+        let mut pairs: HashMap<IpPair, PairCounts> = HashMap::new();
         let mut ce_total = 0u64;
         let mut top: Vec<view::TopRow> = Vec::new();
 
@@ -621,7 +626,7 @@ impl Collector {
                 let mut qps: Vec<(QpKey, QpValue)> = st.prev.iter().map(|(k, v)| (*k, *v)).collect();
                 qps.extend(st.retired.iter().filter(|(k, _)| !st.prev.contains_key(k)).map(|(k, v)| (*k, *v)));
                 let mut macs: Vec<(MacKey, PfcCounters)> = st.prev_macs.iter().map(|(k, v)| (*k, *v)).collect();
-                macs.sort_by(|a, b| a.0.cmp(&b.0));
+                macs.sort_by_key(|a| a.0);
                 Snapshot {
                     iface: name.clone(),
                     time_ns: st.prev_time.unwrap_or(0),

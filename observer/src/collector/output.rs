@@ -299,10 +299,10 @@ impl JsonlWriter {
             }
             Err(err) => {
                 self.file = None;
-                if let Some(first) = self.pending.front_mut() {
-                    if !first.starts_with('\n') {
-                        first.insert(0, '\n');
-                    }
+                if let Some(first) = self.pending.front_mut()
+                    && !first.starts_with('\n')
+                {
+                    first.insert(0, '\n');
                 }
                 Err(OutputError::Io { path: self.path.display().to_string(), err })
             }

@@ -35,8 +35,11 @@ pub fn hist_type() -> DataType {
     DataType::List(Arc::new(Field::new("item", DataType::Struct(hist_fields()), false)))
 }
 
+/// Reads one count of a delta.
+pub type Getter = fn(&QpValue) -> u64;
+
 /// Scalar per-QP delta columns, in schema order: (name, accessor).
-pub const QP_COUNTS: [(&str, fn(&QpValue) -> u64); 21] = [
+pub const QP_COUNTS: [(&str, Getter); 21] = [
     ("pkts", |v| v.pkts),
     ("bytes_l2", |v| v.bytes_l2),
     ("bytes_ip", |v| v.bytes_ip),

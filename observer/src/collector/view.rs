@@ -76,7 +76,7 @@ impl ViewState {
             top.select_nth_unstable_by(TOP_N, |a, b| b.bytes.cmp(&a.bytes));
             top.truncate(TOP_N);
         }
-        top.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        top.sort_by_key(|r| std::cmp::Reverse(r.bytes));
         self.top.insert(s.iface.clone(), (s.clone(), top));
         let mut line = format!("{:<12}", s.iface);
         for (d, c) in cum.iter().enumerate() {
