@@ -98,6 +98,7 @@ pub fn start_live(
         .arg(out_dir)
         .args(["--duration", &duration_s.to_string()])
         .args(extra)
+        .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
