@@ -284,9 +284,9 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
             Some(p) => p.clone(),
             None => std::env::current_exe().map_err(|e| LabError::Io(format!("current_exe: {e}")))?,
         };
-        let mut extra = vec!["--profile".to_string(), args.profile.clone()];
-        extra.extend(args.observer_args.iter().cloned());
         for (ns, iface, host) in [(&topo.h2, H2_IF, "h2"), (&topo.h1, H1_IF, "h1")] {
+            let mut extra = vec!["--profile".to_string(), args.profile.clone(), "--host".into(), format!("lab-{host}")];
+            extra.extend(args.observer_args.iter().cloned());
             let dir = out_root.join(name).join(host);
             let _ = std::fs::remove_dir_all(&dir);
             let mut o = observe::start_live(&exe, ns, iface, &dir, 120, &extra, !args.quiet_observer)?;
@@ -359,7 +359,8 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         std::thread::sleep(Duration::from_millis(300));
         let mut alerts = std::collections::BTreeMap::new();
         for o in live.drain(..) {
-            let (v, a, lines, parquet, log) = o.finish(Duration::from_secs(20))?;
+            let (v, a, lines, parquet, rows, log) = o.finish(Duration::from_secs(20))?;
+            observed.flow_rows += rows;
             if let Some(obj) = a.as_ref().and_then(|a| a.as_object()) {
                 for (k, n) in obj {
                     *alerts.entry(k.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
@@ -507,7 +508,11 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
     if args.observer == ObserverMode::Userspace {
         check("fallback capture lost no frame", o.capture_drops == 0, format!("AF_PACKET drops {}", o.capture_drops));
     } else {
-        check("roce-observe wrote Parquet flow logs", o.parquet_files > 0, format!("{} Parquet files", o.parquet_files));
+        check(
+            "roce-observe wrote Parquet flow logs",
+            o.flow_rows > 0,
+            format!("{} Parquet files, {} flow rows", o.parquet_files, o.flow_rows),
+        );
     }
 
     let mut alerts = Vec::new();
@@ -547,7 +552,10 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
         ),
     ];
     if args.observer == ObserverMode::Live {
-        info.push(("roce-observe output".into(), format!("{} Parquet files, {} alert lines", o.parquet_files, o.alert_lines)));
+        info.push((
+            "roce-observe output".into(),
+            format!("{} Parquet files ({} flow rows), {} alert lines", o.parquet_files, o.flow_rows, o.alert_lines),
+        ));
     }
     ScenarioReport {
         scenario: spec.name.clone(),

@@ -56,6 +56,8 @@ pub struct Observed {
     pub alert_lines: u64,
     /// Parquet files written.
     pub parquet_files: u64,
+    /// Rows in the flow-log Parquet files.
+    pub flow_rows: u64,
     /// Frames the fallback capture lost (must be 0).
     pub capture_drops: u64,
     /// The observers' output (live mode), for the report when something fails.
@@ -178,7 +180,9 @@ impl LiveObserver {
     }
 
     /// Stops it with SIGINT, waits for it to write its files, and reads them.
-    pub fn finish(mut self, timeout: Duration) -> Result<(Value, Option<Value>, u64, u64, String), LabError> {
+    /// Returns (summary.json, its alerts, alerts.jsonl lines, Parquet files, flow-log rows, output).
+    #[allow(clippy::type_complexity)]
+    pub fn finish(mut self, timeout: Duration) -> Result<(Value, Option<Value>, u64, u64, u64, String), LabError> {
         let mut c = self.child.take().ok_or_else(|| LabError::Observer("observer already finished".into()))?;
         // SAFETY: signalling our own child by its PID.
         unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
@@ -218,13 +222,32 @@ impl LiveObserver {
             .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as u64)
             .unwrap_or(0);
         let parquet = count_ext(&self.out_dir, "parquet");
-        Ok((v, alerts, lines, parquet, log))
+        let flow_rows = parquet_rows(&self.out_dir.join("flows"))?;
+        Ok((v, alerts, lines, parquet, flow_rows, log))
     }
 }
 
 fn tail(s: &str, n: usize) -> String {
     let l: Vec<&str> = s.lines().collect();
     l[l.len().saturating_sub(n)..].join("\n")
+}
+
+/// Rows in the Parquet files under `d` (from their footers).
+fn parquet_rows(d: &Path) -> Result<u64, LabError> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let Ok(rd) = std::fs::read_dir(d) else { return Ok(0) };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += parquet_rows(&p)?;
+        } else if p.extension().is_some_and(|x| x == "parquet") {
+            let f = std::fs::File::open(&p).map_err(|err| LabError::Observer(format!("{}: {err}", p.display())))?;
+            let r = SerializedFileReader::new(f).map_err(|err| LabError::Observer(format!("{}: {err}", p.display())))?;
+            n += r.metadata().file_metadata().num_rows().max(0) as u64;
+        }
+    }
+    Ok(n)
 }
 
 fn count_ext(d: &Path, ext: &str) -> u64 {
