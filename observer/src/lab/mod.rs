@@ -71,7 +71,7 @@ pub struct LabArgs {
     /// Do not echo roce-observe's own output (its live alerts) while the lab runs.
     #[arg(long)]
     pub quiet_observer: bool,
-    /// Vendor marking profile of the emulated NICs and of roce-observe's policy (nvidia).
+    /// Vendor marking profile of the emulated NICs and of roce-observe's policy (nvidia, broadcom).
     #[arg(long, default_value = "nvidia")]
     pub profile: String,
 }
@@ -102,7 +102,7 @@ pub enum LabError {
     NotRoot,
     #[error("unknown scenario {0:?} (known: clean, lossy, bleached, congested, pfc-storm, all)")]
     UnknownScenario(String),
-    #[error("unknown profile {0:?} (the lab knows: nvidia)")]
+    #[error("unknown profile {0:?} (the lab knows: nvidia, broadcom)")]
     UnknownProfile(String),
     #[error("topology: {0}")]
     Topology(String),
@@ -215,6 +215,7 @@ pub fn spec(name: &str) -> Result<ScenarioSpec, LabError> {
 pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabError> {
     let marking = match args.profile.as_str() {
         "nvidia" => Marking::NVIDIA,
+        "broadcom" => Marking::BROADCOM,
         p => return Err(LabError::UnknownProfile(p.to_string())),
     };
     // Start PSNs: one QP crosses the 24-bit wrap during the run.
@@ -273,6 +274,9 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         Some(p) => p.clone(),
         None => std::env::temp_dir().join(format!("ro-lab-out-{}", std::process::id())),
     };
+    let kept = args.observer == ObserverMode::Live && (args.out.is_some() || args.keep_out);
+    // Removes this scenario's temporary observer output on every exit path unless it is kept.
+    let _out_guard = RemoveOnDrop((args.observer == ObserverMode::Live && !kept).then(|| out_root.join(name)));
     let done = AtomicBool::new(false);
     let cap_ready = [AtomicBool::new(false), AtomicBool::new(false)];
     let resp_ready = AtomicBool::new(false);
@@ -374,17 +378,26 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         observed.alerts = Some(alerts);
     }
     drop(topo);
-    let kept = args.observer == ObserverMode::Live && (args.out.is_some() || args.keep_out);
-    if args.observer == ObserverMode::Live && !kept {
-        let _ = std::fs::remove_dir_all(out_root.join(name));
-        let _ = std::fs::remove_dir(&out_root);
-    }
     let mut r = build_report(args, &spec, &cfg, &truth, &observed);
     if kept {
         r.info.push(("roce-observe output kept in".into(), out_root.join(name).display().to_string()));
     }
     r.secs = t0.elapsed().as_secs_f64();
     Ok(r)
+}
+
+/// Deletes a directory (and its parent when that is left empty) when dropped.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+            if let Some(p) = d.parent() {
+                let _ = std::fs::remove_dir(p);
+            }
+        }
+    }
 }
 
 fn wait_flags<T>(flags: &[AtomicBool], handles: &[std::thread::ScopedJoinHandle<'_, Result<T, LabError>>]) -> Result<(), LabError> {

@@ -74,8 +74,18 @@ pub struct LiveObserver {
 }
 
 impl Drop for LiveObserver {
+    /// On an early exit (error, Ctrl-C): SIGINT so it detaches and flushes, SIGKILL after 3 s.
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child by its PID.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(3) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
