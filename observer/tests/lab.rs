@@ -118,7 +118,14 @@ fn userspace_congested_capture_decodes_in_tshark_as_the_table_says() {
         eprintln!("tshark not installed: SKIPPED");
         return;
     }
+    struct Rm(std::path::PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
     let dir = std::env::temp_dir().join(format!("ro-lab-pcap-{}", std::process::id()));
+    let _rm = Rm(dir.clone());
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let args = LabArgs {
         scenario: "congested".into(),
@@ -138,5 +145,4 @@ fn userspace_congested_capture_decodes_in_tshark_as_the_table_says() {
     );
     assert_eq!(tshark_count(&p, "infiniband.aeth.syndrome == 0x2e"), row(&r, "RNR NAKs"));
     assert!(row(&r, "RNR NAKs") > 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
