@@ -146,3 +146,28 @@ fn userspace_congested_capture_decodes_in_tshark_as_the_table_says() {
     assert_eq!(tshark_count(&p, "infiniband.aeth.syndrome == 0x2e"), row(&r, "RNR NAKs"));
     assert!(row(&r, "RNR NAKs") > 0);
 }
+
+/// A scenario that fails (here: the observer binary does not exist) still tears the fabric
+/// down, and says what failed.
+#[test]
+fn a_failing_run_leaves_no_namespace() {
+    if !require_root("a_failing_run_leaves_no_namespace") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let args = LabArgs {
+        scenario: "clean".into(),
+        observer: ObserverMode::Live,
+        observer_bin: Some("/nonexistent/roce-observe".into()),
+        quiet_observer: true,
+        ..LabArgs::default()
+    };
+    let e = match lab::run_scenario(&args, "clean", 60) {
+        Ok(_) => panic!("a run without an observer binary must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("roce-observe"), "error names the observer: {e}");
+    let list = run("ip", &["netns", "list"]).unwrap();
+    let tag = format!("-{}-60", std::process::id());
+    assert!(!list.lines().any(|l| l.contains(&tag)), "namespaces left behind:\n{list}");
+}
