@@ -293,9 +293,11 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
             extra.extend(args.observer_args.iter().cloned());
             let dir = out_root.join(name).join(host);
             let _ = std::fs::remove_dir_all(&dir);
-            let mut o = observe::start_live(&exe, ns, iface, &dir, 120, &extra, !args.quiet_observer)?;
+            live.push(observe::start_live(&exe, ns, iface, &dir, 120, &extra, !args.quiet_observer)?);
+        }
+        // Both start in parallel; traffic begins once both are attached.
+        for o in live.iter_mut() {
             o.wait_attached(Duration::from_secs(20))?;
-            live.push(o);
         }
     }
 
