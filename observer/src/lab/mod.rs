@@ -297,7 +297,7 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         }
         // Both start in parallel; traffic begins once both are attached.
         for o in live.iter_mut() {
-            o.wait_attached(Duration::from_secs(20))?;
+            o.wait_attached(Duration::from_secs(60))?;
         }
     }
 
