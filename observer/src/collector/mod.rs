@@ -328,18 +328,18 @@ impl Collector {
         let mut evictions = [0u64; dir::COUNT];
         let mut tracked = [0u64; dir::COUNT];
         // (src, dst) -> (CE on data, CNPs, packets) in this interval, for ce_without_cnp
-        let mut pairs: HashMap<IpPair, PairCounts> = HashMap::new();
+        // (pair, counts) per active key; aggregated only when some key saw CE
+        let mut pair_rows: Vec<(IpPair, PairCounts)> = Vec::new();
+        let mut ce_data_max = 0u64;
         let mut ce_total = 0u64;
         let mut top: Vec<view::TopRow> = Vec::new();
 
         let mut row = |k: &QpKey, d: &QpValue, new: bool, evicted: bool, fb: &mut FlowsBuilder, cands: &mut Vec<Alert>| {
             fb.push(k, d, new, evicted, off);
             alerts::qp_interval(iface, k, d, &pol, mtu, end, cands);
-            let e = pairs.entry((k.src_ip, k.dst_ip)).or_default();
             let ce = d.ecn_hist[class::DATA][3] as u64;
-            e.0 += ce;
-            e.1 += d.cnp();
-            e.2 += d.pkts;
+            pair_rows.push(((k.src_ip, k.dst_ip), (ce, d.cnp(), d.pkts)));
+            ce_data_max = ce_data_max.max(ce);
             ce_total += d.ce();
             if want_top {
                 top.push(view::TopRow::new(iface, k, d));
@@ -515,6 +515,15 @@ impl Collector {
                 xoff_all,
                 "interval",
             ));
+        }
+        let mut pairs: HashMap<IpPair, PairCounts> = HashMap::new();
+        if ce_data_max > 0 {
+            for (p, (ce, cnp, n)) in pair_rows {
+                let e = pairs.entry(p).or_default();
+                e.0 += ce;
+                e.1 += cnp;
+                e.2 += n;
+            }
         }
         for (&(a, b), &(ce, _, _)) in &pairs {
             if ce >= th.ce_without_cnp_min_ce {

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Float64Array, Int16Array, Int32Array, Int64Array, ListArray, StringArray, StructArray,
+    ArrayRef, BooleanArray, StringBuilder, Float64Array, Int16Array, Int32Array, Int64Array, ListArray, StringArray, StructArray,
     TimestampMicrosecondArray,
 };
 use arrow::buffer::OffsetBuffer;
@@ -134,6 +134,29 @@ impl Hist {
     }
 }
 
+/// Writes a key address as printed everywhere (IPv4-mapped as a dotted quad) into `buf`,
+/// without allocating for IPv4.
+fn fmt_ip(buf: &mut String, a: &[u8; 16]) {
+    use std::fmt::Write;
+    buf.clear();
+    if a[..10].iter().all(|&b| b == 0) && a[10] == 0xff && a[11] == 0xff {
+        for (i, &o) in a[12..].iter().enumerate() {
+            if i > 0 {
+                buf.push('.');
+            }
+            if o >= 100 {
+                buf.push((b'0' + o / 100) as char);
+            }
+            if o >= 10 {
+                buf.push((b'0' + (o / 10) % 10) as char);
+            }
+            buf.push((b'0' + o % 10) as char);
+        }
+    } else {
+        let _ = write!(buf, "{}", ip_of(a));
+    }
+}
+
 /// PCP bucket -> value (-1 = untagged).
 fn pcp_value(i: usize) -> i16 {
     if i >= 8 { -1 } else { i as i16 }
@@ -147,8 +170,9 @@ pub struct FlowsBuilder {
     start_us: i64,
     end_us: i64,
     dir: Vec<&'static str>,
-    src: Vec<String>,
-    dst: Vec<String>,
+    src: StringBuilder,
+    dst: StringBuilder,
+    ipbuf: String,
     qp: Vec<i32>,
     new_qp: Vec<bool>,
     evicted: Vec<bool>,
@@ -170,8 +194,9 @@ impl FlowsBuilder {
             start_us: (start_ns / 1000) as i64,
             end_us: (end_ns / 1000) as i64,
             dir: Vec::new(),
-            src: Vec::new(),
-            dst: Vec::new(),
+            src: StringBuilder::new(),
+            dst: StringBuilder::new(),
+            ipbuf: String::with_capacity(48),
             qp: Vec::new(),
             new_qp: Vec::new(),
             evicted: Vec::new(),
@@ -196,8 +221,10 @@ impl FlowsBuilder {
     /// by `clock_offset_ns`.
     pub fn push(&mut self, k: &QpKey, d: &QpValue, new_qp: bool, evicted: bool, clock_offset_ns: i64) {
         self.dir.push(dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)]);
-        self.src.push(ip_of(&k.src_ip).to_string());
-        self.dst.push(ip_of(&k.dst_ip).to_string());
+        fmt_ip(&mut self.ipbuf, &k.src_ip);
+        self.src.append_value(&self.ipbuf);
+        fmt_ip(&mut self.ipbuf, &k.dst_ip);
+        self.dst.append_value(&self.ipbuf);
         self.qp.push(k.dest_qp as i32);
         self.new_qp.push(new_qp);
         self.evicted.push(evicted);
@@ -221,15 +248,15 @@ impl FlowsBuilder {
         }
     }
 
-    pub fn finish(self, schema: &SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
+    pub fn finish(mut self, schema: &SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
         let n = self.qp.len();
         let mut cols: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from(vec![self.host.as_str(); n])),
             Arc::new(StringArray::from(vec![self.source.as_str(); n])),
             Arc::new(StringArray::from(vec![self.iface.as_str(); n])),
             Arc::new(StringArray::from(self.dir)),
-            Arc::new(StringArray::from(self.src)),
-            Arc::new(StringArray::from(self.dst)),
+            Arc::new(self.src.finish()),
+            Arc::new(self.dst.finish()),
             Arc::new(Int32Array::from(self.qp)),
             Arc::new(TimestampMicrosecondArray::from(vec![self.start_us; n]).with_timezone("UTC")),
             Arc::new(TimestampMicrosecondArray::from(vec![self.end_us; n]).with_timezone("UTC")),
@@ -522,6 +549,15 @@ mod tests {
         let st = st.as_any().downcast_ref::<StructArray>().unwrap();
         let val = st.column(0).as_any().downcast_ref::<Int16Array>().unwrap();
         assert_eq!(val.value(0), -1, "untagged");
+    }
+
+    #[test]
+    fn ip_formatting_matches_std() {
+        let mut b = String::new();
+        for a in [[0u8; 16], { let mut x = [0u8; 16]; x[10] = 0xff; x[11] = 0xff; x[12..].copy_from_slice(&[10, 0, 255, 7]); x }, [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]] {
+            fmt_ip(&mut b, &a);
+            assert_eq!(b, ip_of(&a).to_string());
+        }
     }
 
     #[test]
