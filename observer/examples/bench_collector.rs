@@ -129,6 +129,9 @@ fn run(qps: usize, active: usize, intervals: usize) -> Row {
 }
 
 fn main() {
+    if std::env::var_os("BENCH_NO_TUNE").is_none() {
+        observer::collector::tune_allocator();
+    }
     let args: Vec<String> = std::env::args().collect();
     let mut intervals = 7usize;
     let mut sizes = vec![10_000usize, 100_000];
