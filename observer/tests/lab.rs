@@ -77,6 +77,7 @@ macro_rules! lab_tests {
             }
             let r = scenario($name, ObserverMode::Userspace, $n);
             assert_fault_present($name, &r);
+            assert!(!r.alerts.is_empty(), "alerts must be checked");
         }
 
         #[test]
@@ -86,7 +87,7 @@ macro_rules! lab_tests {
             }
             let r = scenario($name, ObserverMode::Live, 100 + $n);
             assert_fault_present($name, &r);
-            assert!(!r.alerts.is_empty(), "live mode must check alerts");
+            assert!(!r.alerts.is_empty(), "alerts must be checked");
         }
     )*};
 }

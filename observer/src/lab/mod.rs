@@ -26,7 +26,7 @@ use rc::{Endpoint, Marking, Msg, MsgKind, QpPlan, RcConfig, ReqStats, Responder}
 use report::{AlertCheck, Row, ScenarioReport, SelfCheck, Summaries};
 use topo::{H1_IF, H1_IP, H1_MAC, H2_IF, H2_IP, H2_MAC, Topology, ip_str};
 
-use crate::collector::rule;
+use crate::collector::{PolicyConfig, rule};
 
 pub const SCENARIOS: [&str; 5] = ["clean", "lossy", "bleached", "congested", "pfc-storm"];
 
@@ -274,9 +274,10 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         Some(p) => p.clone(),
         None => std::env::temp_dir().join(format!("ro-lab-out-{}", std::process::id())),
     };
-    let kept = args.observer == ObserverMode::Live && (args.out.is_some() || args.keep_out);
+    let kept = args.out.is_some() || args.keep_out;
     // Removes this scenario's temporary observer output on every exit path unless it is kept.
-    let _out_guard = RemoveOnDrop((args.observer == ObserverMode::Live && !kept).then(|| out_root.join(name)));
+    let _out_guard = RemoveOnDrop((!kept).then(|| out_root.join(name)));
+    let policy = PolicyConfig::profile(&args.profile).map_err(|e| LabError::UnknownProfile(e.to_string()))?;
     let done = AtomicBool::new(false);
     let cap_ready = [AtomicBool::new(false), AtomicBool::new(false)];
     let resp_ready = AtomicBool::new(false);
@@ -304,10 +305,15 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
     let (truth, captured) = std::thread::scope(|s| -> Result<(Truth, Vec<(serde_json::Value, u64)>), LabError> {
         let mut caps = Vec::new();
         if args.observer == ObserverMode::Userspace || args.pcap.is_some() {
-            for (i, (ns, iface)) in [(&topo.h2, H2_IF), (&topo.h1, H1_IF)].into_iter().enumerate() {
+            for (i, (ns, iface, host)) in [(&topo.h2, H2_IF, "h2"), (&topo.h1, H1_IF, "h1")].into_iter().enumerate() {
                 let (done, ready) = (&done, &cap_ready[i]);
                 let pcap = args.pcap.as_ref().map(|d| d.join(format!("{name}-{iface}.pcap")));
-                caps.push(s.spawn(move || observe::userspace_capture(ns, iface, done, ready, pcap.as_deref())));
+                let col = (args.observer == ObserverMode::Userspace).then(|| observe::FallbackCollector {
+                    out_dir: out_root.join(name).join(host),
+                    host: format!("lab-{host}"),
+                    policy: policy.clone(),
+                });
+                caps.push(s.spawn(move || observe::userspace_capture(ns, iface, done, ready, pcap.as_deref(), col)));
             }
             wait_flags(&cap_ready[..], &caps)?;
         }
@@ -356,10 +362,19 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
 
     let mut observed = observe::Observed::default();
     if args.observer == ObserverMode::Userspace {
+        let mut alerts = std::collections::BTreeMap::new();
         for (v, drops) in captured {
+            add_alerts(&mut alerts, v.get("alerts"));
             observed.summaries.push(v);
             observed.capture_drops += drops;
         }
+        for host in ["h2", "h1"] {
+            let d = out_root.join(name).join(host);
+            observed.parquet_files += observe::count_ext(&d, "parquet");
+            observed.flow_rows += observe::parquet_rows(&d.join("flows"))?;
+            observed.alert_lines += observe::jsonl_lines(&d.join("alerts.jsonl"));
+        }
+        observed.alerts = Some(alerts);
     }
     if args.observer == ObserverMode::Live {
         std::thread::sleep(Duration::from_millis(300));
@@ -367,11 +382,7 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         for o in live.drain(..) {
             let (v, a, lines, parquet, rows, log) = o.finish(Duration::from_secs(20))?;
             observed.flow_rows += rows;
-            if let Some(obj) = a.as_ref().and_then(|a| a.as_object()) {
-                for (k, n) in obj {
-                    *alerts.entry(k.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
-                }
-            }
+            add_alerts(&mut alerts, a.as_ref());
             observed.summaries.push(v);
             observed.alert_lines += lines;
             observed.parquet_files += parquet;
@@ -386,6 +397,14 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
     }
     r.secs = t0.elapsed().as_secs_f64();
     Ok(r)
+}
+
+fn add_alerts(to: &mut std::collections::BTreeMap<String, u64>, a: Option<&serde_json::Value>) {
+    if let Some(obj) = a.and_then(|a| a.as_object()) {
+        for (k, n) in obj {
+            *to.entry(k.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
+        }
+    }
 }
 
 /// Deletes a directory (and its parent when that is left empty) when dropped.
@@ -522,13 +541,12 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
     }
     if args.observer == ObserverMode::Userspace {
         check("fallback capture lost no frame", o.capture_drops == 0, format!("AF_PACKET drops {}", o.capture_drops));
-    } else {
-        check(
-            "roce-observe wrote Parquet flow logs",
-            o.flow_rows > 0,
-            format!("{} Parquet files, {} flow rows", o.parquet_files, o.flow_rows),
-        );
     }
+    check(
+        "roce-observe wrote Parquet flow logs",
+        o.flow_rows > 0,
+        format!("{} Parquet files, {} flow rows", o.parquet_files, o.flow_rows),
+    );
 
     let mut alerts = Vec::new();
     if let Some(a) = &o.alerts {
@@ -566,7 +584,7 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
             ),
         ),
     ];
-    if args.observer == ObserverMode::Live {
+    {
         info.push((
             "roce-observe output".into(),
             format!("{} Parquet files ({} flow rows), {} alert lines", o.parquet_files, o.flow_rows, o.alert_lines),

@@ -6,8 +6,9 @@
 //!   reads `DIR/summary.json` and `DIR/alerts.jsonl`.
 //! - [`ObserverMode::Userspace`] (fallback, labelled as such everywhere): an AF_PACKET capture on
 //!   each host interface fed to `observer::datapath::Datapath` (the same per-frame logic the eBPF
-//!   programs run, in userspace) and `summary::summary_json`. It checks the lab and the shared
-//!   per-QP logic, not the kernel programs, and produces no Parquet and no alerts.
+//!   programs run, in userspace) and `collector::Collector`. It checks the lab and the shared
+//!   per-QP logic, not the kernel programs; its snapshots and events go through the real
+//!   collector, which writes Parquet, alerts and `summary.json` as in live mode.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use observer_common::maps::{Policy, dir};
 use serde_json::Value;
 
+use crate::collector::{Collector, CollectorConfig, PolicyConfig};
 use crate::datapath::Datapath;
 use crate::summary::summary_json;
 use crate::testutil::Netns;
@@ -30,7 +32,7 @@ use super::{LabError, stop_requested};
 pub enum ObserverMode {
     /// The real roce-observe binary, live (XDP ingress, tc egress) in each host namespace.
     Live,
-    /// Fallback: AF_PACKET capture + the userspace datapath (not the eBPF path; no Parquet, no alerts).
+    /// Fallback: AF_PACKET capture + the userspace datapath + the collector (not the eBPF path).
     Userspace,
 }
 
@@ -39,7 +41,7 @@ impl ObserverMode {
         match self {
             ObserverMode::Live => "live roce-observe (XDP ingress + tc egress, in each host namespace)",
             ObserverMode::Userspace => {
-                "FALLBACK userspace datapath on an AF_PACKET capture (not the eBPF path; no Parquet, no alerts)"
+                "FALLBACK AF_PACKET capture -> userspace datapath -> collector (not the eBPF programs)"
             }
         }
     }
@@ -50,7 +52,7 @@ impl ObserverMode {
 pub struct Observed {
     /// `summary.json` documents (one per observed interface).
     pub summaries: Vec<Value>,
-    /// Alert counts by rule, summed over observers (`None` when the mode has no alerts).
+    /// Alert counts by rule, summed over observers (`None` until read).
     pub alerts: Option<std::collections::BTreeMap<String, u64>>,
     /// alerts.jsonl lines.
     pub alert_lines: u64,
@@ -228,9 +230,7 @@ impl LiveObserver {
         })?;
         let v: Value = serde_json::from_str(&text).map_err(|e| LabError::Observer(format!("{}: {e}", sp.display())))?;
         let alerts = v.get("alerts").cloned();
-        let lines = std::fs::read_to_string(self.out_dir.join("alerts.jsonl"))
-            .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as u64)
-            .unwrap_or(0);
+        let lines = jsonl_lines(&self.out_dir.join("alerts.jsonl"));
         let parquet = count_ext(&self.out_dir, "parquet");
         let flow_rows = parquet_rows(&self.out_dir.join("flows"))?;
         Ok((v, alerts, lines, parquet, flow_rows, log))
@@ -243,7 +243,7 @@ fn tail(s: &str, n: usize) -> String {
 }
 
 /// Rows in the Parquet files under `d` (from their footers).
-fn parquet_rows(d: &Path) -> Result<u64, LabError> {
+pub fn parquet_rows(d: &Path) -> Result<u64, LabError> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let Ok(rd) = std::fs::read_dir(d) else { return Ok(0) };
     let mut n = 0;
@@ -260,7 +260,14 @@ fn parquet_rows(d: &Path) -> Result<u64, LabError> {
     Ok(n)
 }
 
-fn count_ext(d: &Path, ext: &str) -> u64 {
+/// Non-empty lines of a JSON-lines file (0 when absent).
+pub fn jsonl_lines(p: &Path) -> u64 {
+    std::fs::read_to_string(p)
+        .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as u64)
+        .unwrap_or(0)
+}
+
+pub fn count_ext(d: &Path, ext: &str) -> u64 {
     let Ok(rd) = std::fs::read_dir(d) else { return 0 };
     let mut n = 0;
     for e in rd.flatten() {
@@ -274,16 +281,26 @@ fn count_ext(d: &Path, ext: &str) -> u64 {
     n
 }
 
+/// Where the fallback sends its snapshots: the real collector (Parquet, alerts, summary.json).
+pub struct FallbackCollector {
+    pub out_dir: PathBuf,
+    pub host: String,
+    pub policy: PolicyConfig,
+}
+
 /// The fallback observer: captures on `iface` in `ns` until `done`, through the userspace
-/// datapath. Returns the summary (as `summary_json`) and the frames the socket lost.
-/// With `pcap`, every frame is also written there (pcap, nanosecond timestamps, Ethernet), for
-/// `roce-observe replay` or tshark.
+/// datapath (with the policy's expected marking, so it raises the same first-occurrence events
+/// the kernel would) and, with `collector`, the real collector: one snapshot per second, events
+/// as they come, `summary.json` with alert counts at the end. Returns the summary and the frames
+/// the socket lost. With `pcap`, every frame is also written there (pcap, nanosecond
+/// timestamps, Ethernet), for `roce-observe replay` or tshark.
 pub fn userspace_capture(
     ns: &Netns,
     iface: &str,
     done: &AtomicBool,
     ready: &AtomicBool,
     pcap: Option<&Path>,
+    collector: Option<FallbackCollector>,
 ) -> Result<(Value, u64), LabError> {
     let _in = ns.enter().map_err(LabError::Topology)?;
     let sock = RawSock::open(iface)?;
@@ -291,11 +308,22 @@ pub fn userspace_capture(
         Some(p) => Some(PcapWriter::create(p)?),
         None => None,
     };
-    let mut dp = Datapath::new(Policy::NONE, 65536);
+    let now_ns = || SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let policy = collector.as_ref().map_or(Policy::NONE, |c| c.policy.expected);
+    let mut dp = Datapath::new(policy, 65536);
+    let cerr = |e: crate::collector::CollectorError| LabError::Observer(format!("fallback collector on {iface}: {e}"));
+    let mut col = match collector {
+        Some(c) => {
+            let mut col = Collector::new(CollectorConfig::new(c.out_dir, &c.host, "lab-fallback", c.policy)).map_err(cerr)?;
+            col.begin(iface, now_ns(), None);
+            Some(col)
+        }
+        None => None,
+    };
     ready.store(true, Ordering::SeqCst);
     let mut buf = vec![0u8; 65536];
     let mut drops = 0u64;
-    let now_ns = || SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let mut next_interval = Instant::now() + Duration::from_secs(1);
     loop {
         let finishing = done.load(Ordering::SeqCst);
         if stop_requested() {
@@ -311,6 +339,16 @@ pub fn userspace_capture(
             dp.process(&buf[..n], n as u32, ts, d);
         }
         drops += sock.drops() as u64;
+        if let Some(c) = col.as_mut() {
+            let ev = dp.take_events();
+            if !ev.is_empty() {
+                c.on_events(iface, &ev);
+            }
+            if finishing || Instant::now() >= next_interval {
+                next_interval += Duration::from_secs(1);
+                c.on_snapshot(&dp.snapshot(iface, now_ns(), None)).map_err(cerr)?;
+            }
+        }
         if finishing {
             break;
         }
@@ -318,8 +356,11 @@ pub fn userspace_capture(
     if let Some(w) = pcap.take() {
         w.finish()?;
     }
-    let snap = dp.snapshot(iface, now_ns(), None);
-    Ok((summary_json(&[snap]), drops))
+    let summary = match col {
+        Some(c) => c.finish().map_err(cerr)?,
+        None => summary_json(&[dp.snapshot(iface, now_ns(), None)]),
+    };
+    Ok((summary, drops))
 }
 
 /// A minimal pcap writer (nanosecond-resolution magic, LINKTYPE_ETHERNET).
