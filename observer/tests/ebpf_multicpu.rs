@@ -15,7 +15,12 @@ fn online_cpus() -> Vec<usize> {
     // SAFETY: sched_getaffinity fills the cpu_set_t it is given.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     let r = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
-    assert_eq!(r, 0, "sched_getaffinity: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
     (0..libc::CPU_SETSIZE as usize)
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
         .collect()
@@ -27,7 +32,12 @@ fn pin_to(cpu: usize) {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
         let r = libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
-        assert_eq!(r, 0, "sched_setaffinity({cpu}): {}", std::io::Error::last_os_error());
+        assert_eq!(
+            r,
+            0,
+            "sched_setaffinity({cpu}): {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
