@@ -77,6 +77,7 @@ macro_rules! lab_tests {
             }
             let r = scenario($name, ObserverMode::Userspace, $n);
             assert_fault_present($name, &r);
+            assert!(!r.alerts.is_empty(), "alerts must be checked");
         }
 
         #[test]
@@ -86,7 +87,7 @@ macro_rules! lab_tests {
             }
             let r = scenario($name, ObserverMode::Live, 100 + $n);
             assert_fault_present($name, &r);
-            assert!(!r.alerts.is_empty(), "live mode must check alerts");
+            assert!(!r.alerts.is_empty(), "alerts must be checked");
         }
     )*};
 }
@@ -118,7 +119,14 @@ fn userspace_congested_capture_decodes_in_tshark_as_the_table_says() {
         eprintln!("tshark not installed: SKIPPED");
         return;
     }
+    struct Rm(std::path::PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
     let dir = std::env::temp_dir().join(format!("ro-lab-pcap-{}", std::process::id()));
+    let _rm = Rm(dir.clone());
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let args = LabArgs {
         scenario: "congested".into(),
@@ -138,5 +146,82 @@ fn userspace_congested_capture_decodes_in_tshark_as_the_table_says() {
     );
     assert_eq!(tshark_count(&p, "infiniband.aeth.syndrome == 0x2e"), row(&r, "RNR NAKs"));
     assert!(row(&r, "RNR NAKs") > 0);
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A scenario that fails (here: the observer binary does not exist) still tears the fabric
+/// down, and says what failed.
+#[test]
+fn a_failing_run_leaves_no_namespace() {
+    if !require_root("a_failing_run_leaves_no_namespace") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let args = LabArgs {
+        scenario: "clean".into(),
+        observer: ObserverMode::Live,
+        observer_bin: Some("/nonexistent/roce-observe".into()),
+        quiet_observer: true,
+        ..LabArgs::default()
+    };
+    let e = match lab::run_scenario(&args, "clean", 60) {
+        Ok(_) => panic!("a run without an observer binary must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("roce-observe"), "error names the observer: {e}");
+    let list = run("ip", &["netns", "list"]).unwrap();
+    let tag = format!("-{}-60", std::process::id());
+    assert!(!list.lines().any(|l| l.contains(&tag)), "namespaces left behind:\n{list}");
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM in the middle of a run: the lab stops, exits non-zero, and leaves
+/// no namespace, no observer process and no temporary output behind.
+fn interrupted(mode: &str, sig: i32, after: std::time::Duration) {
+    use std::process::{Command, Stdio};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["lab", "--scenario", "lossy", "--rounds", "1000", "--quiet-observer", "--observer", mode])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn roce-observe lab");
+    let pid = child.id();
+    std::thread::sleep(after);
+    let before = run("ip", &["netns", "list"]).unwrap();
+    assert!(before.contains(&format!("ro-lab-h1-{pid}-0")), "the fabric was up:\n{before}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, sig) };
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "the lab did not stop within 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "an interrupted lab must exit non-zero");
+    assert!(err.contains("interrupted"), "says it was interrupted: {err}");
+    let after_list = run("ip", &["netns", "list"]).unwrap();
+    assert!(!after_list.contains(&format!("-{pid}-")), "namespaces left behind:\n{after_list}");
+    let out = std::env::temp_dir().join(format!("ro-lab-out-{pid}"));
+    assert!(!out.exists(), "{} left behind", out.display());
+    let ps = run("ps", &["-eo", "args"]).unwrap();
+    assert!(!ps.lines().any(|l| l.contains(&format!("ro-lab-out-{pid}"))), "an observer is still running:\n{ps}");
+}
+
+#[test]
+fn sigint_tears_the_fabric_down() {
+    if !require_root("sigint_tears_the_fabric_down") {
+        return;
+    }
+    interrupted("userspace", libc::SIGINT, std::time::Duration::from_millis(1500));
+}
+
+#[test]
+fn sigterm_with_live_observers_tears_everything_down() {
+    if !require_root("sigterm_with_live_observers_tears_everything_down") {
+        return;
+    }
+    interrupted("live", libc::SIGTERM, std::time::Duration::from_secs(4));
 }

@@ -137,16 +137,6 @@ fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
-/// CLOCK_REALTIME - CLOCK_MONOTONIC, ns: turns the kernel's packet times into UNIX times.
-fn mono_offset_ns() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    #[allow(clippy::unnecessary_cast)] // time_t / c_long differ by platform
-    let mono = ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64;
-    now_ns() as i64 - mono
-}
-
 fn init_logs(args: &LiveArgs, terminal: bool) {
     use tracing_subscriber::EnvFilter;
     let default = if terminal { "warn" } else { "info" };
@@ -182,6 +172,7 @@ fn explain(iface: &str, e: LiveError) -> anyhow::Error {
 
 pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     let terminal = std::io::stdout().is_terminal() && !args.plain;
+    super::tune_allocator();
     init_logs(&args, terminal);
     let policy = load_policy(&args)?;
     if args.iface.is_empty() && args.synthetic_qps.is_none() {
@@ -241,9 +232,7 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
         }
     }
     let mut col = Collector::new(cfg).with_context(|| format!("output directory {}", args.out.display()))?;
-    if synth.is_none() {
-        col.set_packet_clock_offset(mono_offset_ns());
-    }
+    // the live source already converts packet times to UNIX ns (clock offset 0)
     let t0 = now_ns();
     for (i, s) in &speeds {
         col.begin(i, t0, *s);

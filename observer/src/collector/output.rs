@@ -120,7 +120,7 @@ pub struct TableWriter {
 impl TableWriter {
     pub fn new(root: &Path, table: &'static str, host: &str, schema: SchemaRef, rotate_secs: u64, rotate_bytes: u64) -> TableWriter {
         let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
             .set_max_row_group_row_count(Some(128 * 1024))
             .set_created_by(format!("roce-observe {}", env!("CARGO_PKG_VERSION")))
             .build();

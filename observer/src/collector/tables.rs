@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Float64Array, Int16Array, Int32Array, Int64Array, ListArray, StringArray, StructArray,
+    ArrayRef, BooleanArray, StringBuilder, Float64Array, Int16Array, Int32Array, Int64Array, ListArray, StringArray, StructArray,
     TimestampMicrosecondArray,
 };
 use arrow::buffer::OffsetBuffer;
@@ -21,6 +21,7 @@ use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::parse::{encap, reason};
 use observer_common::qp::{OPCODE_OTHER, bucket_opcode};
 
+use crate::collector::delta::bucket_col;
 use crate::summary::ip_of;
 
 pub fn ts_type() -> DataType {
@@ -110,18 +111,6 @@ struct Hist {
 }
 
 impl Hist {
-    fn push(&mut self, it: impl Iterator<Item = (i16, u32)>) {
-        if self.offsets.is_empty() {
-            self.offsets.push(0);
-        }
-        for (v, n) in it {
-            if n != 0 {
-                self.values.push(v);
-                self.pkts.push(n as i64);
-            }
-        }
-        self.offsets.push(self.values.len() as i32);
-    }
     fn finish(self) -> ArrayRef {
         let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
         let st = StructArray::new(
@@ -131,6 +120,29 @@ impl Hist {
         );
         let field = Arc::new(Field::new("item", DataType::Struct(hist_fields()), false));
         Arc::new(ListArray::new(field, OffsetBuffer::new(offsets.into()), Arc::new(st), None))
+    }
+}
+
+/// Writes a key address as printed everywhere (IPv4-mapped as a dotted quad) into `buf`,
+/// without allocating for IPv4.
+fn fmt_ip(buf: &mut String, a: &[u8; 16]) {
+    use std::fmt::Write;
+    buf.clear();
+    if a[..10].iter().all(|&b| b == 0) && a[10] == 0xff && a[11] == 0xff {
+        for (i, &o) in a[12..].iter().enumerate() {
+            if i > 0 {
+                buf.push('.');
+            }
+            if o >= 100 {
+                buf.push((b'0' + o / 100) as char);
+            }
+            if o >= 10 {
+                buf.push((b'0' + (o / 10) % 10) as char);
+            }
+            buf.push((b'0' + o % 10) as char);
+        }
+    } else {
+        let _ = write!(buf, "{}", ip_of(a));
     }
 }
 
@@ -147,8 +159,9 @@ pub struct FlowsBuilder {
     start_us: i64,
     end_us: i64,
     dir: Vec<&'static str>,
-    src: Vec<String>,
-    dst: Vec<String>,
+    src: StringBuilder,
+    dst: StringBuilder,
+    ipbuf: String,
     qp: Vec<i32>,
     new_qp: Vec<bool>,
     evicted: Vec<bool>,
@@ -170,8 +183,9 @@ impl FlowsBuilder {
             start_us: (start_ns / 1000) as i64,
             end_us: (end_ns / 1000) as i64,
             dir: Vec::new(),
-            src: Vec::new(),
-            dst: Vec::new(),
+            src: StringBuilder::new(),
+            dst: StringBuilder::new(),
+            ipbuf: String::with_capacity(48),
             qp: Vec::new(),
             new_qp: Vec::new(),
             evicted: Vec::new(),
@@ -195,9 +209,19 @@ impl FlowsBuilder {
     /// One row: `d` is the interval delta (gauges carried), packet times converted to UNIX ns
     /// by `clock_offset_ns`.
     pub fn push(&mut self, k: &QpKey, d: &QpValue, new_qp: bool, evicted: bool, clock_offset_ns: i64) {
+        let mut nz = Vec::new();
+        crate::collector::delta::nonzero_buckets(d, &mut nz);
+        self.push_nz(k, d, &nz, new_qp, evicted, clock_offset_ns);
+    }
+
+    /// [`FlowsBuilder::push`] with `d`'s non-zero histogram buckets already listed
+    /// ([`crate::collector::delta::nonzero_buckets`]).
+    pub fn push_nz(&mut self, k: &QpKey, d: &QpValue, nz: &[u16], new_qp: bool, evicted: bool, clock_offset_ns: i64) {
         self.dir.push(dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)]);
-        self.src.push(ip_of(&k.src_ip).to_string());
-        self.dst.push(ip_of(&k.dst_ip).to_string());
+        fmt_ip(&mut self.ipbuf, &k.src_ip);
+        self.src.append_value(&self.ipbuf);
+        fmt_ip(&mut self.ipbuf, &k.dst_ip);
+        self.dst.append_value(&self.ipbuf);
         self.qp.push(k.dest_qp as i32);
         self.new_qp.push(new_qp);
         self.evicted.push(evicted);
@@ -210,26 +234,39 @@ impl FlowsBuilder {
         let t = |ns: u64| (ns != 0).then(|| (ns as i64).saturating_add(clock_offset_ns) / 1000);
         self.first.push(t(d.first_ns));
         self.last.push(t(d.last_ns));
-        self.hists[0].push(d.opcode_hist.iter().enumerate().map(|(b, &n)| {
-            let op = if b == OPCODE_OTHER { -1 } else { bucket_opcode(b).map(|o| o as i16).unwrap_or(-1) };
-            (op, n)
-        }));
-        for c in 0..class::COUNT {
-            self.hists[1 + c].push(d.dscp_hist[c].iter().enumerate().map(|(i, &n)| (i as i16, n)));
-            self.hists[4 + c].push(d.ecn_hist[c].iter().enumerate().map(|(i, &n)| (i as i16, n)));
-            self.hists[7 + c].push(d.pcp_hist[c].iter().enumerate().map(|(i, &n)| (pcp_value(i), n)));
+        let mut it = nz.iter().peekable();
+        for (col, h) in self.hists.iter_mut().enumerate() {
+            if h.offsets.is_empty() {
+                h.offsets.push(0);
+            }
+            while let Some(&&b) = it.peek() {
+                let (c, i) = bucket_col(b);
+                if c != col {
+                    break;
+                }
+                it.next();
+                let (value, n) = match c {
+                    0 => (if i == OPCODE_OTHER { -1 } else { bucket_opcode(i).map(|o| o as i16).unwrap_or(-1) }, d.opcode_hist[i]),
+                    1..=3 => (i as i16, d.dscp_hist[c - 1][i]),
+                    4..=6 => (i as i16, d.ecn_hist[c - 4][i]),
+                    _ => (pcp_value(i), d.pcp_hist[c - 7][i]),
+                };
+                h.values.push(value);
+                h.pkts.push(n as i64);
+            }
+            h.offsets.push(h.values.len() as i32);
         }
     }
 
-    pub fn finish(self, schema: &SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
+    pub fn finish(mut self, schema: &SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
         let n = self.qp.len();
         let mut cols: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from(vec![self.host.as_str(); n])),
             Arc::new(StringArray::from(vec![self.source.as_str(); n])),
             Arc::new(StringArray::from(vec![self.iface.as_str(); n])),
             Arc::new(StringArray::from(self.dir)),
-            Arc::new(StringArray::from(self.src)),
-            Arc::new(StringArray::from(self.dst)),
+            Arc::new(self.src.finish()),
+            Arc::new(self.dst.finish()),
             Arc::new(Int32Array::from(self.qp)),
             Arc::new(TimestampMicrosecondArray::from(vec![self.start_us; n]).with_timezone("UTC")),
             Arc::new(TimestampMicrosecondArray::from(vec![self.end_us; n]).with_timezone("UTC")),
@@ -522,6 +559,15 @@ mod tests {
         let st = st.as_any().downcast_ref::<StructArray>().unwrap();
         let val = st.column(0).as_any().downcast_ref::<Int16Array>().unwrap();
         assert_eq!(val.value(0), -1, "untagged");
+    }
+
+    #[test]
+    fn ip_formatting_matches_std() {
+        let mut b = String::new();
+        for a in [[0u8; 16], { let mut x = [0u8; 16]; x[10] = 0xff; x[11] = 0xff; x[12..].copy_from_slice(&[10, 0, 255, 7]); x }, [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]] {
+            fmt_ip(&mut b, &a);
+            assert_eq!(b, ip_of(&a).to_string());
+        }
     }
 
     #[test]

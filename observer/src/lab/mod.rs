@@ -26,7 +26,7 @@ use rc::{Endpoint, Marking, Msg, MsgKind, QpPlan, RcConfig, ReqStats, Responder}
 use report::{AlertCheck, Row, ScenarioReport, SelfCheck, Summaries};
 use topo::{H1_IF, H1_IP, H1_MAC, H2_IF, H2_IP, H2_MAC, Topology, ip_str};
 
-use crate::collector::rule;
+use crate::collector::{PolicyConfig, rule};
 
 pub const SCENARIOS: [&str; 5] = ["clean", "lossy", "bleached", "congested", "pfc-storm"];
 
@@ -71,7 +71,7 @@ pub struct LabArgs {
     /// Do not echo roce-observe's own output (its live alerts) while the lab runs.
     #[arg(long)]
     pub quiet_observer: bool,
-    /// Vendor marking profile of the emulated NICs and of roce-observe's policy (nvidia).
+    /// Vendor marking profile of the emulated NICs and of roce-observe's policy (nvidia, broadcom).
     #[arg(long, default_value = "nvidia")]
     pub profile: String,
 }
@@ -102,7 +102,7 @@ pub enum LabError {
     NotRoot,
     #[error("unknown scenario {0:?} (known: clean, lossy, bleached, congested, pfc-storm, all)")]
     UnknownScenario(String),
-    #[error("unknown profile {0:?} (the lab knows: nvidia)")]
+    #[error("unknown profile {0:?} (the lab knows: nvidia, broadcom)")]
     UnknownProfile(String),
     #[error("topology: {0}")]
     Topology(String),
@@ -215,6 +215,7 @@ pub fn spec(name: &str) -> Result<ScenarioSpec, LabError> {
 pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabError> {
     let marking = match args.profile.as_str() {
         "nvidia" => Marking::NVIDIA,
+        "broadcom" => Marking::BROADCOM,
         p => return Err(LabError::UnknownProfile(p.to_string())),
     };
     // Start PSNs: one QP crosses the 24-bit wrap during the run.
@@ -273,6 +274,10 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         Some(p) => p.clone(),
         None => std::env::temp_dir().join(format!("ro-lab-out-{}", std::process::id())),
     };
+    let kept = args.out.is_some() || args.keep_out;
+    // Removes this scenario's temporary observer output on every exit path unless it is kept.
+    let _out_guard = RemoveOnDrop((!kept).then(|| out_root.join(name)));
+    let policy = PolicyConfig::profile(&args.profile).map_err(|e| LabError::UnknownProfile(e.to_string()))?;
     let done = AtomicBool::new(false);
     let cap_ready = [AtomicBool::new(false), AtomicBool::new(false)];
     let resp_ready = AtomicBool::new(false);
@@ -284,24 +289,31 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
             Some(p) => p.clone(),
             None => std::env::current_exe().map_err(|e| LabError::Io(format!("current_exe: {e}")))?,
         };
-        let mut extra = vec!["--profile".to_string(), args.profile.clone()];
-        extra.extend(args.observer_args.iter().cloned());
         for (ns, iface, host) in [(&topo.h2, H2_IF, "h2"), (&topo.h1, H1_IF, "h1")] {
+            let mut extra = vec!["--profile".to_string(), args.profile.clone(), "--host".into(), format!("lab-{host}")];
+            extra.extend(args.observer_args.iter().cloned());
             let dir = out_root.join(name).join(host);
             let _ = std::fs::remove_dir_all(&dir);
-            let mut o = observe::start_live(&exe, ns, iface, &dir, 120, &extra, !args.quiet_observer)?;
-            o.wait_attached(Duration::from_secs(20))?;
-            live.push(o);
+            live.push(observe::start_live(&exe, ns, iface, &dir, 120, &extra, !args.quiet_observer)?);
+        }
+        // Both start in parallel; traffic begins once both are attached.
+        for o in live.iter_mut() {
+            o.wait_attached(Duration::from_secs(60))?;
         }
     }
 
     let (truth, captured) = std::thread::scope(|s| -> Result<(Truth, Vec<(serde_json::Value, u64)>), LabError> {
         let mut caps = Vec::new();
         if args.observer == ObserverMode::Userspace || args.pcap.is_some() {
-            for (i, (ns, iface)) in [(&topo.h2, H2_IF), (&topo.h1, H1_IF)].into_iter().enumerate() {
+            for (i, (ns, iface, host)) in [(&topo.h2, H2_IF, "h2"), (&topo.h1, H1_IF, "h1")].into_iter().enumerate() {
                 let (done, ready) = (&done, &cap_ready[i]);
                 let pcap = args.pcap.as_ref().map(|d| d.join(format!("{name}-{iface}.pcap")));
-                caps.push(s.spawn(move || observe::userspace_capture(ns, iface, done, ready, pcap.as_deref())));
+                let col = (args.observer == ObserverMode::Userspace).then(|| observe::FallbackCollector {
+                    out_dir: out_root.join(name).join(host),
+                    host: format!("lab-{host}"),
+                    policy: policy.clone(),
+                });
+                caps.push(s.spawn(move || observe::userspace_capture(ns, iface, done, ready, pcap.as_deref(), col)));
             }
             wait_flags(&cap_ready[..], &caps)?;
         }
@@ -350,21 +362,27 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
 
     let mut observed = observe::Observed::default();
     if args.observer == ObserverMode::Userspace {
+        let mut alerts = std::collections::BTreeMap::new();
         for (v, drops) in captured {
+            add_alerts(&mut alerts, v.get("alerts"));
             observed.summaries.push(v);
             observed.capture_drops += drops;
         }
+        for host in ["h2", "h1"] {
+            let d = out_root.join(name).join(host);
+            observed.parquet_files += observe::count_ext(&d, "parquet");
+            observed.flow_rows += observe::parquet_rows(&d.join("flows"))?;
+            observed.alert_lines += observe::jsonl_lines(&d.join("alerts.jsonl"));
+        }
+        observed.alerts = Some(alerts);
     }
     if args.observer == ObserverMode::Live {
         std::thread::sleep(Duration::from_millis(300));
         let mut alerts = std::collections::BTreeMap::new();
         for o in live.drain(..) {
-            let (v, a, lines, parquet, log) = o.finish(Duration::from_secs(20))?;
-            if let Some(obj) = a.as_ref().and_then(|a| a.as_object()) {
-                for (k, n) in obj {
-                    *alerts.entry(k.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
-                }
-            }
+            let (v, a, lines, parquet, rows, log) = o.finish(Duration::from_secs(20))?;
+            observed.flow_rows += rows;
+            add_alerts(&mut alerts, a.as_ref());
             observed.summaries.push(v);
             observed.alert_lines += lines;
             observed.parquet_files += parquet;
@@ -373,17 +391,34 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         observed.alerts = Some(alerts);
     }
     drop(topo);
-    let kept = args.observer == ObserverMode::Live && (args.out.is_some() || args.keep_out);
-    if args.observer == ObserverMode::Live && !kept {
-        let _ = std::fs::remove_dir_all(out_root.join(name));
-        let _ = std::fs::remove_dir(&out_root);
-    }
     let mut r = build_report(args, &spec, &cfg, &truth, &observed);
     if kept {
         r.info.push(("roce-observe output kept in".into(), out_root.join(name).display().to_string()));
     }
     r.secs = t0.elapsed().as_secs_f64();
     Ok(r)
+}
+
+fn add_alerts(to: &mut std::collections::BTreeMap<String, u64>, a: Option<&serde_json::Value>) {
+    if let Some(obj) = a.and_then(|a| a.as_object()) {
+        for (k, n) in obj {
+            *to.entry(k.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
+        }
+    }
+}
+
+/// Deletes a directory (and its parent when that is left empty) when dropped.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+            if let Some(p) = d.parent() {
+                let _ = std::fs::remove_dir(p);
+            }
+        }
+    }
 }
 
 fn wait_flags<T>(flags: &[AtomicBool], handles: &[std::thread::ScopedJoinHandle<'_, Result<T, LabError>>]) -> Result<(), LabError> {
@@ -506,9 +541,12 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
     }
     if args.observer == ObserverMode::Userspace {
         check("fallback capture lost no frame", o.capture_drops == 0, format!("AF_PACKET drops {}", o.capture_drops));
-    } else {
-        check("roce-observe wrote Parquet flow logs", o.parquet_files > 0, format!("{} Parquet files", o.parquet_files));
     }
+    check(
+        "roce-observe wrote Parquet flow logs",
+        o.flow_rows > 0,
+        format!("{} Parquet files, {} flow rows", o.parquet_files, o.flow_rows),
+    );
 
     let mut alerts = Vec::new();
     if let Some(a) = &o.alerts {
@@ -546,8 +584,11 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
             ),
         ),
     ];
-    if args.observer == ObserverMode::Live {
-        info.push(("roce-observe output".into(), format!("{} Parquet files, {} alert lines", o.parquet_files, o.alert_lines)));
+    {
+        info.push((
+            "roce-observe output".into(),
+            format!("{} Parquet files ({} flow rows), {} alert lines", o.parquet_files, o.flow_rows, o.alert_lines),
+        ));
     }
     ScenarioReport {
         scenario: spec.name.clone(),

@@ -6,8 +6,9 @@
 //!   reads `DIR/summary.json` and `DIR/alerts.jsonl`.
 //! - [`ObserverMode::Userspace`] (fallback, labelled as such everywhere): an AF_PACKET capture on
 //!   each host interface fed to `observer::datapath::Datapath` (the same per-frame logic the eBPF
-//!   programs run, in userspace) and `summary::summary_json`. It checks the lab and the shared
-//!   per-QP logic, not the kernel programs, and produces no Parquet and no alerts.
+//!   programs run, in userspace) and `collector::Collector`. It checks the lab and the shared
+//!   per-QP logic, not the kernel programs; its snapshots and events go through the real
+//!   collector, which writes Parquet, alerts and `summary.json` as in live mode.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use observer_common::maps::{Policy, dir};
 use serde_json::Value;
 
+use crate::collector::{Collector, CollectorConfig, PolicyConfig};
 use crate::datapath::Datapath;
 use crate::summary::summary_json;
 use crate::testutil::Netns;
@@ -30,7 +32,7 @@ use super::{LabError, stop_requested};
 pub enum ObserverMode {
     /// The real roce-observe binary, live (XDP ingress, tc egress) in each host namespace.
     Live,
-    /// Fallback: AF_PACKET capture + the userspace datapath (not the eBPF path; no Parquet, no alerts).
+    /// Fallback: AF_PACKET capture + the userspace datapath + the collector (not the eBPF path).
     Userspace,
 }
 
@@ -39,7 +41,7 @@ impl ObserverMode {
         match self {
             ObserverMode::Live => "live roce-observe (XDP ingress + tc egress, in each host namespace)",
             ObserverMode::Userspace => {
-                "FALLBACK userspace datapath on an AF_PACKET capture (not the eBPF path; no Parquet, no alerts)"
+                "FALLBACK AF_PACKET capture -> userspace datapath -> collector (not the eBPF programs)"
             }
         }
     }
@@ -50,12 +52,14 @@ impl ObserverMode {
 pub struct Observed {
     /// `summary.json` documents (one per observed interface).
     pub summaries: Vec<Value>,
-    /// Alert counts by rule, summed over observers (`None` when the mode has no alerts).
+    /// Alert counts by rule, summed over observers (`None` until read).
     pub alerts: Option<std::collections::BTreeMap<String, u64>>,
     /// alerts.jsonl lines.
     pub alert_lines: u64,
     /// Parquet files written.
     pub parquet_files: u64,
+    /// Rows in the flow-log Parquet files.
+    pub flow_rows: u64,
     /// Frames the fallback capture lost (must be 0).
     pub capture_drops: u64,
     /// The observers' output (live mode), for the report when something fails.
@@ -72,8 +76,18 @@ pub struct LiveObserver {
 }
 
 impl Drop for LiveObserver {
+    /// On an early exit (error, Ctrl-C): SIGINT so it detaches and flushes, SIGKILL after 3 s.
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child by its PID.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(3) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -98,6 +112,7 @@ pub fn start_live(
         .arg(out_dir)
         .args(["--duration", &duration_s.to_string()])
         .args(extra)
+        .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -177,7 +192,9 @@ impl LiveObserver {
     }
 
     /// Stops it with SIGINT, waits for it to write its files, and reads them.
-    pub fn finish(mut self, timeout: Duration) -> Result<(Value, Option<Value>, u64, u64, String), LabError> {
+    /// Returns (summary.json, its alerts, alerts.jsonl lines, Parquet files, flow-log rows, output).
+    #[allow(clippy::type_complexity)]
+    pub fn finish(mut self, timeout: Duration) -> Result<(Value, Option<Value>, u64, u64, u64, String), LabError> {
         let mut c = self.child.take().ok_or_else(|| LabError::Observer("observer already finished".into()))?;
         // SAFETY: signalling our own child by its PID.
         unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
@@ -213,11 +230,10 @@ impl LiveObserver {
         })?;
         let v: Value = serde_json::from_str(&text).map_err(|e| LabError::Observer(format!("{}: {e}", sp.display())))?;
         let alerts = v.get("alerts").cloned();
-        let lines = std::fs::read_to_string(self.out_dir.join("alerts.jsonl"))
-            .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as u64)
-            .unwrap_or(0);
+        let lines = jsonl_lines(&self.out_dir.join("alerts.jsonl"));
         let parquet = count_ext(&self.out_dir, "parquet");
-        Ok((v, alerts, lines, parquet, log))
+        let flow_rows = parquet_rows(&self.out_dir.join("flows"))?;
+        Ok((v, alerts, lines, parquet, flow_rows, log))
     }
 }
 
@@ -226,7 +242,32 @@ fn tail(s: &str, n: usize) -> String {
     l[l.len().saturating_sub(n)..].join("\n")
 }
 
-fn count_ext(d: &Path, ext: &str) -> u64 {
+/// Rows in the Parquet files under `d` (from their footers).
+pub fn parquet_rows(d: &Path) -> Result<u64, LabError> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let Ok(rd) = std::fs::read_dir(d) else { return Ok(0) };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += parquet_rows(&p)?;
+        } else if p.extension().is_some_and(|x| x == "parquet") {
+            let f = std::fs::File::open(&p).map_err(|err| LabError::Observer(format!("{}: {err}", p.display())))?;
+            let r = SerializedFileReader::new(f).map_err(|err| LabError::Observer(format!("{}: {err}", p.display())))?;
+            n += r.metadata().file_metadata().num_rows().max(0) as u64;
+        }
+    }
+    Ok(n)
+}
+
+/// Non-empty lines of a JSON-lines file (0 when absent).
+pub fn jsonl_lines(p: &Path) -> u64 {
+    std::fs::read_to_string(p)
+        .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as u64)
+        .unwrap_or(0)
+}
+
+pub fn count_ext(d: &Path, ext: &str) -> u64 {
     let Ok(rd) = std::fs::read_dir(d) else { return 0 };
     let mut n = 0;
     for e in rd.flatten() {
@@ -240,16 +281,26 @@ fn count_ext(d: &Path, ext: &str) -> u64 {
     n
 }
 
+/// Where the fallback sends its snapshots: the real collector (Parquet, alerts, summary.json).
+pub struct FallbackCollector {
+    pub out_dir: PathBuf,
+    pub host: String,
+    pub policy: PolicyConfig,
+}
+
 /// The fallback observer: captures on `iface` in `ns` until `done`, through the userspace
-/// datapath. Returns the summary (as `summary_json`) and the frames the socket lost.
-/// With `pcap`, every frame is also written there (pcap, nanosecond timestamps, Ethernet), for
-/// `roce-observe replay` or tshark.
+/// datapath (with the policy's expected marking, so it raises the same first-occurrence events
+/// the kernel would) and, with `collector`, the real collector: one snapshot per second, events
+/// as they come, `summary.json` with alert counts at the end. Returns the summary and the frames
+/// the socket lost. With `pcap`, every frame is also written there (pcap, nanosecond
+/// timestamps, Ethernet), for `roce-observe replay` or tshark.
 pub fn userspace_capture(
     ns: &Netns,
     iface: &str,
     done: &AtomicBool,
     ready: &AtomicBool,
     pcap: Option<&Path>,
+    collector: Option<FallbackCollector>,
 ) -> Result<(Value, u64), LabError> {
     let _in = ns.enter().map_err(LabError::Topology)?;
     let sock = RawSock::open(iface)?;
@@ -257,11 +308,22 @@ pub fn userspace_capture(
         Some(p) => Some(PcapWriter::create(p)?),
         None => None,
     };
-    let mut dp = Datapath::new(Policy::NONE, 65536);
+    let now_ns = || SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let policy = collector.as_ref().map_or(Policy::NONE, |c| c.policy.expected);
+    let mut dp = Datapath::new(policy, 65536);
+    let cerr = |e: crate::collector::CollectorError| LabError::Observer(format!("fallback collector on {iface}: {e}"));
+    let mut col = match collector {
+        Some(c) => {
+            let mut col = Collector::new(CollectorConfig::new(c.out_dir, &c.host, "lab-fallback", c.policy)).map_err(cerr)?;
+            col.begin(iface, now_ns(), None);
+            Some(col)
+        }
+        None => None,
+    };
     ready.store(true, Ordering::SeqCst);
     let mut buf = vec![0u8; 65536];
     let mut drops = 0u64;
-    let now_ns = || SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let mut next_interval = Instant::now() + Duration::from_secs(1);
     loop {
         let finishing = done.load(Ordering::SeqCst);
         if stop_requested() {
@@ -277,6 +339,16 @@ pub fn userspace_capture(
             dp.process(&buf[..n], n as u32, ts, d);
         }
         drops += sock.drops() as u64;
+        if let Some(c) = col.as_mut() {
+            let ev = dp.take_events();
+            if !ev.is_empty() {
+                c.on_events(iface, &ev);
+            }
+            if finishing || Instant::now() >= next_interval {
+                next_interval += Duration::from_secs(1);
+                c.on_snapshot(&dp.snapshot(iface, now_ns(), None)).map_err(cerr)?;
+            }
+        }
         if finishing {
             break;
         }
@@ -284,8 +356,11 @@ pub fn userspace_capture(
     if let Some(w) = pcap.take() {
         w.finish()?;
     }
-    let snap = dp.snapshot(iface, now_ns(), None);
-    Ok((summary_json(&[snap]), drops))
+    let summary = match col {
+        Some(c) => c.finish().map_err(cerr)?,
+        None => summary_json(&[dp.snapshot(iface, now_ns(), None)]),
+    };
+    Ok((summary, drops))
 }
 
 /// A minimal pcap writer (nanosecond-resolution magic, LINKTYPE_ETHERNET).

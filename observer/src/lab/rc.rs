@@ -56,6 +56,8 @@ impl Marking {
         cnp_dscp: 48,
         cnp_ecn: 0,
     };
+    /// Broadcom Thor2 defaults: the same DSCPs (the CNP priority, 7, matters only when tagged).
+    pub const BROADCOM: Marking = Marking::NVIDIA;
 }
 
 /// One QP pair: requester QP on h1, responder QP on h2.

@@ -56,7 +56,7 @@ pub struct ScenarioReport {
     pub scenario: String,
     pub observer: String,
     pub rows: Vec<Row>,
-    /// Empty when the observer mode has no alerts.
+    /// Expectations on alert rules (empty when no alert counts were read).
     pub alerts: Vec<AlertCheck>,
     pub all_alerts: BTreeMap<String, u64>,
     pub self_checks: Vec<SelfCheck>,
