@@ -9,6 +9,7 @@ pub mod delta;
 pub mod diag;
 pub mod output;
 pub mod policy;
+pub mod prev;
 pub mod synth;
 pub mod tables;
 pub mod view;
@@ -130,7 +131,7 @@ type PairCounts = (u64, u64, u64);
 /// Collector state of one interface.
 #[derive(Default)]
 struct IfaceState {
-    prev: HashMap<QpKey, QpValue>,
+    prev: prev::PrevStore,
     prev_iface: [IfaceStats; dir::COUNT],
     prev_macs: HashMap<MacKey, PfcCounters>,
     prev_time: Option<u64>,
@@ -143,6 +144,8 @@ struct IfaceState {
     /// Largest XOFF frames per second seen per direction and priority.
     max_xoff_per_s: [[f64; 8]; dir::COUNT],
     evictions_total: u64,
+    /// Rows written in the last interval (sizes the next interval's builders).
+    last_active: usize,
 }
 
 /// Figures of the last interval (for the view, logs and tests).
@@ -339,7 +342,7 @@ impl Collector {
         });
         let start = start.min(end);
         let iface = snap.iface.as_str();
-        let mut fb = FlowsBuilder::new(&host, source, iface, start, end);
+        let mut fb = FlowsBuilder::with_capacity(&host, source, iface, start, end, snap.qps.len().min(st.last_active.saturating_mul(2).max(1024)) + st.evicted.len());
         let mut cands: Vec<Alert> = Vec::new();
         let mut new_qps = [0u64; dir::COUNT];
         let mut active = [0u64; dir::COUNT];
@@ -379,11 +382,13 @@ impl Collector {
             }
             st.retired.insert(k, v);
         }
-        for (k, v) in &snap.qps {
+        st.prev.begin_scan(snap.qps.len());
+        for (pos, (k, v)) in snap.qps.iter().enumerate() {
             let di = (k.dir as usize).min(dir::COUNT - 1);
             tracked[di] += 1;
-            match st.prev.get_mut(k) {
-                Some(pv) => {
+            match st.prev.find(pos, k) {
+                Some(slot) => {
+                    let pv = st.prev.value_mut(slot);
                     if pv.pkts == v.pkts {
                         continue;
                     }
@@ -393,7 +398,7 @@ impl Collector {
                     row(k, d, nz, false, false, &mut fb, &mut cands);
                 }
                 None => {
-                    st.prev.insert(*k, *v);
+                    st.prev.insert(pos, *k, *v);
                     st.retired.remove(k);
                     new_qps[di] += 1;
                     if v.pkts > 0 {
@@ -407,9 +412,7 @@ impl Collector {
         }
         // Keys that vanished without an eviction report: their last read values stand.
         if st.prev.len() > snap.qps.len() {
-            let now: HashSet<&QpKey> = snap.qps.iter().map(|(k, _)| k).collect();
-            let gone: Vec<QpKey> = st.prev.keys().filter(|k| !now.contains(k)).copied().collect();
-            for k in gone {
+            for k in st.prev.vanished() {
                 if let Some(v) = st.prev.remove(&k) {
                     evictions[(k.dir as usize).min(dir::COUNT - 1)] += 1;
                     st.evictions_total += 1;
@@ -564,6 +567,7 @@ impl Collector {
             }
         }
         st.prev_time = Some(end);
+        st.last_active = active.iter().sum::<u64>() as usize;
         let tracked_all: u64 = tracked.iter().sum();
         let stats = IntervalStats {
             iface: iface.to_string(),
@@ -655,7 +659,7 @@ impl Collector {
             .iter()
             .map(|(name, st)| {
                 let mut qps: Vec<(QpKey, QpValue)> = st.prev.iter().map(|(k, v)| (*k, *v)).collect();
-                qps.extend(st.retired.iter().filter(|(k, _)| !st.prev.contains_key(k)).map(|(k, v)| (*k, *v)));
+                qps.extend(st.retired.iter().filter(|(k, _)| !st.prev.contains(k)).map(|(k, v)| (*k, *v)));
                 let mut macs: Vec<(MacKey, PfcCounters)> = st.prev_macs.iter().map(|(k, v)| (*k, *v)).collect();
                 macs.sort_by_key(|a| a.0);
                 Snapshot {

@@ -176,26 +176,36 @@ pub struct FlowsBuilder {
 
 impl FlowsBuilder {
     pub fn new(host: &str, source: &str, iface: &str, start_ns: u64, end_ns: u64) -> FlowsBuilder {
+        Self::with_capacity(host, source, iface, start_ns, end_ns, 0)
+    }
+
+    /// Sized for `rows` rows up front (no regrowth copies on the hot path).
+    pub fn with_capacity(host: &str, source: &str, iface: &str, start_ns: u64, end_ns: u64, rows: usize) -> FlowsBuilder {
+        fn v<T>(rows: usize) -> Vec<T> {
+            Vec::with_capacity(rows)
+        }
         FlowsBuilder {
             host: host.into(),
             source: source.into(),
             iface: iface.into(),
             start_us: (start_ns / 1000) as i64,
             end_us: (end_ns / 1000) as i64,
-            dir: Vec::new(),
-            src: StringBuilder::new(),
-            dst: StringBuilder::new(),
+            dir: v(rows),
+            src: StringBuilder::with_capacity(rows, rows * 12),
+            dst: StringBuilder::with_capacity(rows, rows * 12),
             ipbuf: String::with_capacity(48),
-            qp: Vec::new(),
-            new_qp: Vec::new(),
-            evicted: Vec::new(),
-            counts: vec![Vec::new(); QP_COUNTS.len()],
-            max_pl: Vec::new(),
-            psn_max: Vec::new(),
-            sport: Vec::new(),
-            first: Vec::new(),
-            last: Vec::new(),
-            hists: (0..10).map(|_| Hist::default()).collect(),
+            qp: v(rows),
+            new_qp: v(rows),
+            evicted: v(rows),
+            counts: (0..QP_COUNTS.len()).map(|_| v(rows)).collect(),
+            max_pl: v(rows),
+            psn_max: v(rows),
+            sport: v(rows),
+            first: v(rows),
+            last: v(rows),
+            hists: (0..10)
+                .map(|_| Hist { offsets: Vec::with_capacity(rows + 1), values: Vec::with_capacity(rows * 2), pkts: Vec::with_capacity(rows * 2) })
+                .collect(),
         }
     }
 
