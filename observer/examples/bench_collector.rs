@@ -134,6 +134,32 @@ fn run(qps: usize, active: usize, intervals: usize) -> Row {
     }
 }
 
+/// Median CPU time of one full read of a kernel per-QP map holding `n` keys (BPF_MAP_LOOKUP_BATCH
+/// plus the per-CPU interface and MAC maps), filled through BPF_PROG_TEST_RUN. Needs root.
+fn kernel_read(n: u32, reads: usize) -> Result<(f64, f64), String> {
+    use observer::collector::synth::Roce;
+    use observer::live::ProgTester;
+    let policy = PolicyConfig::profile("nvidia").map_err(|e| e.to_string())?.expected;
+    let mut t = ProgTester::load(n + 1024, &policy).map_err(|e| e.to_string())?;
+    for i in 0..n {
+        let f = Roce::data([10, 77, (i >> 16) as u8, (i >> 8) as u8], [10, 78, 0, i as u8], 0x100 + i, 0).frame();
+        t.run_xdp(&f).map_err(|e| e.to_string())?;
+    }
+    let mut cpu = Vec::new();
+    let mut wall = Vec::new();
+    for _ in 0..reads {
+        let w = Instant::now();
+        let c0 = thread_cpu_ns();
+        let s = t.snapshot("bench0", 0).map_err(|e| e.to_string())?;
+        cpu.push(thread_cpu_ns() - c0);
+        wall.push(w.elapsed().as_nanos() as u64);
+        if s.qps.len() != n as usize {
+            return Err(format!("read {} keys, expected {n}", s.qps.len()));
+        }
+    }
+    Ok((median(&mut cpu) as f64 / 1e6, median(&mut wall) as f64 / 1e6))
+}
+
 fn main() {
     if std::env::var_os("BENCH_NO_TUNE").is_none() {
         observer::collector::tune_allocator();
@@ -185,5 +211,20 @@ fn main() {
             r.bytes_per_row
         );
         let _ = r.wall_ms;
+    }
+    // the source's side: reading the real kernel map (root only)
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        println!();
+        println!("kernel per-QP map read (BPF_MAP_LOOKUP_BATCH, IFACE and MACS per-CPU maps), median of 5 reads");
+        println!("{:<26} {:>13} {:>12} {:>9}", "keys in map", "cpu ms/read", "wall ms", "% core");
+        for &n in &sizes {
+            match kernel_read(n as u32, 5) {
+                Ok((c, w)) => println!("{:<26} {:>13.1} {:>12.1} {:>8.1}%", n, c, w, c / 10.0),
+                Err(e) => println!("{n:<26} unavailable: {e}"),
+            }
+        }
+    } else {
+        println!("(kernel map read not measured: needs root)");
     }
 }
