@@ -20,6 +20,9 @@ use serde_json::Value;
 
 use collector_util::*;
 
+/// (rule, qp, class, priority)
+type AlertId = (String, Option<u64>, Option<String>, Option<u64>);
+
 const A: [u8; 4] = [10, 77, 1, 1];
 const B: [u8; 4] = [10, 77, 1, 2];
 const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
@@ -33,7 +36,11 @@ fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
         let ifindex = libc::if_nametoindex(name.as_ptr());
         assert!(ifindex != 0, "{iface} not found in {}", ns.name);
         let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
-        assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
         let mut sll: libc::sockaddr_ll = std::mem::zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_ifindex = ifindex as i32;
@@ -47,7 +54,12 @@ fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
                 &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
                 size_of::<libc::sockaddr_ll>() as u32,
             );
-            assert_eq!(n, f.len() as isize, "sendto: {}", std::io::Error::last_os_error());
+            assert_eq!(
+                n,
+                f.len() as isize,
+                "sendto: {}",
+                std::io::Error::last_os_error()
+            );
         }
         libc::close(fd);
     }
@@ -62,7 +74,17 @@ struct Observer {
 impl Observer {
     fn start(ns: &Netns, iface: &str, out: &std::path::Path, policy: &std::path::Path) -> Observer {
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_roce-observe"), "--iface", iface, "--plain", "--interval", "1s"])
+            .args([
+                "netns",
+                "exec",
+                &ns.name,
+                env!("CARGO_BIN_EXE_roce-observe"),
+                "--iface",
+                iface,
+                "--plain",
+                "--interval",
+                "1s",
+            ])
             .arg("--out")
             .arg(out)
             .arg("--policy")
@@ -80,7 +102,9 @@ impl Observer {
                 if n == 0 {
                     break;
                 }
-                s2.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                s2.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
         let mut o = Observer { child, stderr };
@@ -89,7 +113,11 @@ impl Observer {
             if let Some(st) = o.child.try_wait().unwrap() {
                 panic!("roce-observe exited {st:?}:\n{}", o.err());
             }
-            assert!(t.elapsed() < Duration::from_secs(20), "not attached after 20 s:\n{}", o.err());
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "not attached after 20 s:\n{}",
+                o.err()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         o
@@ -140,7 +168,9 @@ fn nothing_attached(ns: &Netns, iface: &str) -> Result<(), String> {
     if link.contains("xdp") {
         return Err(format!("XDP still attached: {link}"));
     }
-    let bpftool = ns.exec("bpftool", &["net", "show", "dev", iface]).unwrap_or_default();
+    let bpftool = ns
+        .exec("bpftool", &["net", "show", "dev", iface])
+        .unwrap_or_default();
     if bpftool.contains("roce_") {
         return Err(format!("programs still attached: {bpftool}"));
     }
@@ -210,15 +240,25 @@ fn live_observer_alerts_and_logs_what_was_sent() {
     let err = obs.err();
     assert!(st.success(), "exit {st:?}:\n{err}");
     assert!(err.contains("stopped (SIGTERM)"), "{err}");
-    assert!(err.contains("no RDMA device is bound"), "start-up diagnosis missing:\n{err}");
+    assert!(
+        err.contains("no RDMA device is bound"),
+        "start-up diagnosis missing:\n{err}"
+    );
     nothing_attached(&pair.b, &pair.b_if).unwrap();
 
     // exact alerts: one alert per (rule, key), totals of occurrences over alert + summary
     let al = alerts_jsonl(&flows_out);
-    let mut totals: BTreeMap<(String, Option<u64>, Option<String>, Option<u64>), u64> = BTreeMap::new();
-    let mut firsts: BTreeMap<(String, Option<u64>, Option<String>, Option<u64>), u64> = BTreeMap::new();
+    let mut totals: BTreeMap<AlertId, u64> =
+        BTreeMap::new();
+    let mut firsts: BTreeMap<AlertId, u64> =
+        BTreeMap::new();
     for a in &al {
-        let k = (a["rule"].as_str().unwrap().to_string(), a["qp"].as_u64(), a["class"].as_str().map(String::from), a["priority"].as_u64());
+        let k = (
+            a["rule"].as_str().unwrap().to_string(),
+            a["qp"].as_u64(),
+            a["class"].as_str().map(String::from),
+            a["priority"].as_u64(),
+        );
         *totals.entry(k.clone()).or_default() += a["count"].as_u64().unwrap();
         if a["summary"] == false {
             *firsts.entry(k).or_default() += 1;
@@ -226,38 +266,86 @@ fn live_observer_alerts_and_logs_what_was_sent() {
     }
     let s = |x: &str| Some(x.to_string());
     let want: BTreeMap<_, _> = [
-        ((rule::DSCP_MISMATCH.to_string(), Some(0x12), s("data"), None), 5),
-        ((rule::DSCP_MISMATCH.to_string(), Some(0x24), s("cnp"), None), 1),
+        (
+            (rule::DSCP_MISMATCH.to_string(), Some(0x12), s("data"), None),
+            5,
+        ),
+        (
+            (rule::DSCP_MISMATCH.to_string(), Some(0x24), s("cnp"), None),
+            1,
+        ),
         ((rule::NOT_ECT.to_string(), Some(0x13), s("data"), None), 4),
         ((rule::PSN_GAP.to_string(), Some(0x14), None, None), 1),
-        ((rule::PFC_WRONG_PRIORITY.to_string(), None, None, Some(5)), 2),
+        (
+            (rule::PFC_WRONG_PRIORITY.to_string(), None, None, Some(5)),
+            2,
+        ),
         ((rule::PAUSE_802_3X.to_string(), None, None, None), 1),
     ]
     .into_iter()
     .collect();
-    assert_eq!(totals, want, "alerts:\n{}", al.iter().map(|a| a["message"].to_string()).collect::<Vec<_>>().join("\n"));
-    assert!(firsts.values().all(|&n| n == 1), "one alert per key within the hold-down: {firsts:?}");
-    let d = al.iter().find(|a| a["rule"] == rule::DSCP_MISMATCH && a["qp"] == 0x12).unwrap();
-    assert_eq!((d["src"].as_str(), d["dst"].as_str(), d["iface"].as_str()), (Some("10.77.1.1"), Some("10.77.1.2"), Some("veth-b")));
+    assert_eq!(
+        totals,
+        want,
+        "alerts:\n{}",
+        al.iter()
+            .map(|a| a["message"].to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        firsts.values().all(|&n| n == 1),
+        "one alert per key within the hold-down: {firsts:?}"
+    );
+    let d = al
+        .iter()
+        .find(|a| a["rule"] == rule::DSCP_MISMATCH && a["qp"] == 0x12)
+        .unwrap();
+    assert_eq!(
+        (d["src"].as_str(), d["dst"].as_str(), d["iface"].as_str()),
+        (Some("10.77.1.1"), Some("10.77.1.2"), Some("veth-b"))
+    );
     assert_eq!(d["origin"], "event");
 
     // Parquet read back by pyarrow: sums equal what was sent
-    let flows = pyarrow_read(&flows_out, "flows", &["pkts", "psn_gaps", "psn_missing", "cnp", "not_ect_data"], false);
+    let flows = pyarrow_read(
+        &flows_out,
+        "flows",
+        &["pkts", "psn_gaps", "psn_missing", "cnp", "not_ect_data"],
+        false,
+    );
     assert_eq!(flows["sums"]["pkts"], roce);
     assert_eq!(flows["sums"]["psn_gaps"], 1);
     assert_eq!(flows["sums"]["psn_missing"], 2);
     assert_eq!(flows["sums"]["cnp"], 1);
     assert_eq!(flows["sums"]["not_ect_data"], 4);
-    let ifs = pyarrow_read(&flows_out, "interfaces", &["roce", "pfc_frames", "pfc_xoff_p3", "pfc_xoff_p5", "pfc_quanta_p3", "pause_frames"], true);
+    let ifs = pyarrow_read(
+        &flows_out,
+        "interfaces",
+        &[
+            "roce",
+            "pfc_frames",
+            "pfc_xoff_p3",
+            "pfc_xoff_p5",
+            "pfc_quanta_p3",
+            "pause_frames",
+        ],
+        true,
+    );
     assert_eq!(ifs["sums"]["roce"], roce);
     assert_eq!(ifs["sums"]["pfc_frames"], 5);
     assert_eq!(ifs["sums"]["pfc_xoff_p3"], 3);
     assert_eq!(ifs["sums"]["pfc_xoff_p5"], 2);
     assert_eq!(ifs["sums"]["pfc_quanta_p3"], 600);
     assert_eq!(ifs["sums"]["pause_frames"], 1);
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(flows_out.join("summary.json")).unwrap()).unwrap();
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(flows_out.join("summary.json")).unwrap())
+            .unwrap();
     assert_eq!(summary["alerts"][rule::PAUSE_802_3X], 1);
-    let parquet: Vec<_> = all_files(&flows_out).into_iter().filter(|f| f.extension().is_some_and(|e| e == "parquet")).collect();
+    let parquet: Vec<_> = all_files(&flows_out)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "parquet"))
+        .collect();
     assert!(unreadable_parquet(&parquet).is_empty());
 
     // SIGKILL: final files readable, nothing left attached (bpf links die with the process)
@@ -269,9 +357,18 @@ fn live_observer_alerts_and_logs_what_was_sent() {
     std::thread::sleep(Duration::from_millis(300));
     nothing_attached(&pair.b, &pair.b_if).unwrap();
     let files = all_files(&kill_out);
-    let parquet: Vec<_> = files.iter().filter(|f| f.extension().is_some_and(|e| e == "parquet")).cloned().collect();
+    let parquet: Vec<_> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "parquet"))
+        .cloned()
+        .collect();
     assert!(unreadable_parquet(&parquet).is_empty(), "{files:?}");
-    assert!(alerts_jsonl(&kill_out).iter().any(|a| a["rule"] == rule::DSCP_MISMATCH), "alerts.jsonl is written as alerts happen");
+    assert!(
+        alerts_jsonl(&kill_out)
+            .iter()
+            .any(|a| a["rule"] == rule::DSCP_MISMATCH),
+        "alerts.jsonl is written as alerts happen"
+    );
     drop(pair);
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -93,7 +93,10 @@ impl PrevStore {
 
     /// Keys not seen since [`PrevStore::begin_scan`].
     pub fn vanished(&self) -> Vec<QpKey> {
-        (0..self.keys.len()).filter(|&s| self.alive[s] && self.seen[s] != self.generation).map(|s| self.keys[s]).collect()
+        (0..self.keys.len())
+            .filter(|&s| self.alive[s] && self.seen[s] != self.generation)
+            .map(|s| self.keys[s])
+            .collect()
     }
 
     pub fn contains(&self, k: &QpKey) -> bool {
@@ -101,7 +104,9 @@ impl PrevStore {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&QpKey, &QpValue)> {
-        (0..self.keys.len()).filter(|&s| self.alive[s]).map(|s| (&self.keys[s], &self.vals[s]))
+        (0..self.keys.len())
+            .filter(|&s| self.alive[s])
+            .map(|s| (&self.keys[s], &self.vals[s]))
     }
 }
 
@@ -110,7 +115,10 @@ mod tests {
     use super::*;
 
     fn k(q: u32) -> QpKey {
-        QpKey { dest_qp: q, ..Default::default() }
+        QpKey {
+            dest_qp: q,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -119,7 +127,14 @@ mod tests {
         p.begin_scan(3);
         for (i, q) in [1, 2, 3].into_iter().enumerate() {
             assert!(p.find(i, &k(q)).is_none());
-            p.insert(i, k(q), QpValue { pkts: q as u64, ..QpValue::ZERO });
+            p.insert(
+                i,
+                k(q),
+                QpValue {
+                    pkts: q as u64,
+                    ..QpValue::ZERO
+                },
+            );
         }
         // same order: found by hint; shifted order: found by index
         p.begin_scan(2);
