@@ -314,10 +314,10 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
         }
     }
     interval(&mut col, &mut live, synth.as_mut(), &speeds, &args)?;
-    let out = col.output_stats();
     let summary = col.finish();
     drop(live);
     let summary = summary.context("finishing the output files")?;
+    let out = &summary["output"];
     tracing::info!(reason = stop_reason, out = %args.out.display(), "stopped: files flushed and closed, programs detached");
     eprintln!(
         "roce-observe: stopped ({stop_reason}); {} flow rows in {} files, alerts {}; summary in {}",

@@ -139,13 +139,24 @@ impl ViewState {
                 s.new_qps,
                 s.evictions
             );
+            let w = rows
+                .iter()
+                .map(|r| {
+                    ip_of(&r.key.src_ip)
+                        .to_string()
+                        .len()
+                        .max(ip_of(&r.key.dst_ip).to_string().len())
+                })
+                .max()
+                .unwrap_or(0)
+                .max(3);
             o += &format!(
-                "  {:<7} {:<39} {:<39} {:>8} {:>10} {:>12} {:>4} {:>6} {:>6} {:>5} {:>7}\n",
+                "  {:<7} {:<w$} {:<w$} {:>8} {:>10} {:>12} {:>4} {:>6} {:>6} {:>5} {:>7}\n",
                 "dir", "src", "dst", "qp", "pkts", "rate", "dscp", "ce", "cnp", "gaps", "retrans"
             );
             for r in rows {
                 o += &format!(
-                    "  {:<7} {:<39} {:<39} {:>8} {:>10} {:>12} {:>4} {:>6} {:>6} {:>5} {:>7}\n",
+                    "  {:<7} {:<w$} {:<w$} {:>8} {:>10} {:>12} {:>4} {:>6} {:>6} {:>5} {:>7}\n",
                     dir::NAMES[(r.key.dir as usize).min(1)],
                     ip_of(&r.key.src_ip).to_string(),
                     ip_of(&r.key.dst_ip).to_string(),
@@ -192,7 +203,10 @@ mod tests {
         let mut v = ViewState::default();
         let mut rows = Vec::new();
         for q in 0..20u32 {
-            let k = QpKey { dest_qp: q, ..Default::default() };
+            let k = QpKey {
+                dest_qp: q,
+                ..Default::default()
+            };
             let mut d = QpValue::ZERO;
             d.pkts = q as u64 + 1;
             d.bytes_l2 = (q as u64 + 1) * 1000;
@@ -216,7 +230,11 @@ mod tests {
         v.update(&s, rows, &cum, None, [[0.0; 8]; dir::COUNT]);
         let a = Alert::candidate(
             rule::PFC_STORM,
-            AlertKey { iface: "eth0".into(), priority: Some(3), ..Default::default() },
+            AlertKey {
+                iface: "eth0".into(),
+                priority: Some(3),
+                ..Default::default()
+            },
             1,
             "x".into(),
             "y".into(),
