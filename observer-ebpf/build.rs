@@ -14,3 +14,5 @@ fn main() {
     println!("cargo::rustc-link-arg-bins=--disable-memory-builtins");
     println!("cargo::rerun-if-changed=build.rs");
 }
+// Not `+allows-misaligned-mem-access` (wide loads from packet bytes): LLVM then also emits
+// misaligned stack stores, which the verifier always rejects ("misaligned stack access").

@@ -53,8 +53,9 @@ pub struct QpValue {
     pub bytes_ip: u64,
     /// UDP length - 8.
     pub bytes_udp: u64,
-    /// Time of the first and last packet, nanoseconds (kernel: CLOCK_MONOTONIC; replay: capture
-    /// time since the epoch). `last_ns` is a plain store: under concurrent updates it is the
+    /// Time of the first and last packet, nanoseconds (kernel: CLOCK_MONOTONIC_COARSE, which
+    /// `observer::live` converts to wall-clock time in snapshots; replay: capture time since the
+    /// epoch). `last_ns` is a plain store: under concurrent updates it is the
     /// time of one of the latest packets.
     pub first_ns: u64,
     pub last_ns: u64,

@@ -407,7 +407,7 @@ fn mac_control<B: Bytes + ?Sized>(b: &B, l2: usize, off: usize, f: &mut Frame) {
     if op == MAC_CONTROL_PFC {
         let Some(p) = b.load::<18>(off + 2) else {
             f.exclude(reason::TRUNCATED);
-        return;
+            return;
         };
         f.mac_ctrl.class_enable = be16([p[0], p[1]]);
         let mut i = 0;
@@ -418,7 +418,7 @@ fn mac_control<B: Bytes + ?Sized>(b: &B, l2: usize, off: usize, f: &mut Frame) {
     } else if op == MAC_CONTROL_PAUSE {
         let Some(p) = b.load::<2>(off + 2) else {
             f.exclude(reason::TRUNCATED);
-        return;
+            return;
         };
         f.mac_ctrl.times[0] = be16(p);
     }
@@ -435,7 +435,7 @@ fn udp<B: Bytes + ?Sized>(b: &B, off: usize, f: &mut Frame) {
     if dport != ROCEV2_PORT {
         if sport == ROCEV2_PORT {
             f.exclude(reason::UDP_SRC_PORT_ONLY);
-        return;
+            return;
         }
         f.kind = kind::NOT_ROCE;
         return;

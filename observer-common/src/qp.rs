@@ -61,13 +61,29 @@ pub mod ev {
 /// Implementations get valid, aligned pointers into a live value.
 pub trait Ops {
     /// `*p += v`.
+    ///
+    /// # Safety
+    /// `p` is valid and aligned (as for every method here).
     unsafe fn add64(p: *mut u64, v: u64);
     /// `*p += v` (wrapping).
+    ///
+    /// # Safety
+    /// `p` is valid and aligned.
     unsafe fn add32(p: *mut u32, v: u32);
     /// Compare-and-swap; returns the value found (== `old` when it swapped).
+    ///
+    /// # Safety
+    /// `p` is valid and aligned.
     unsafe fn cas32(p: *mut u32, old: u32, new: u32) -> u32;
-    /// `*p |= v`.
-    unsafe fn or32(p: *mut u32, v: u32);
+    /// `*p |= v`; returns the previous value.
+    ///
+    /// # Safety
+    /// `p` is valid and aligned.
+    unsafe fn or32(p: *mut u32, v: u32) -> u32;
+    /// `*p`, read once.
+    ///
+    /// # Safety
+    /// `p` is valid and aligned.
     #[inline(always)]
     unsafe fn load32(p: *const u32) -> u32 {
         unsafe { core::ptr::read_volatile(p) }
@@ -105,8 +121,12 @@ impl Ops for Plain {
         }
     }
     #[inline(always)]
-    unsafe fn or32(p: *mut u32, v: u32) {
-        unsafe { *p |= v }
+    unsafe fn or32(p: *mut u32, v: u32) -> u32 {
+        unsafe {
+            let old = *p;
+            *p |= v;
+            old
+        }
     }
 }
 
@@ -342,9 +362,11 @@ pub unsafe fn update<O: Ops>(
         let bits = event_bits(f, c, policy, step);
         let fp = addr_of_mut!((*v).event_flags);
         let seen = O::load32(fp);
-        let new = bits & !seen;
+        let mut new = bits & !seen;
         if new != 0 {
-            O::or32(fp, new);
+            // Only the CPU whose fetch-or sets a bit reports it: exactly one event per bit,
+            // even when two CPUs see the same first occurrence at once.
+            new &= !O::or32(fp, new);
         }
         Outcome {
             new_events: new,

@@ -44,7 +44,11 @@ struct Run {
 fn run_on(t: &mut ProgTester, case: &str, p: &str, policy: &Policy, frames: &[Vec<u8>]) -> Run {
     t.set_policy(policy).unwrap();
     t.reset().unwrap();
-    let d = if p == prog::TC_EGRESS { dir::EGRESS } else { dir::INGRESS };
+    let d = if p == prog::TC_EGRESS {
+        dir::EGRESS
+    } else {
+        dir::INGRESS
+    };
     let mut dp = Datapath::new(*policy, MAX_QPS as usize);
     dp.check_icrc = false;
     let mut rets = Vec::new();
@@ -81,7 +85,10 @@ fn run_case(case: &str, policy: &Policy, frames: &[Vec<u8>]) -> Run {
     let ti = run_on(&mut t, case, prog::TC_INGRESS, policy, frames);
     let te = run_on(&mut t, case, prog::TC_EGRESS, policy, frames);
     let xs = normalized(&x.snap);
-    assert_eq!(xs.iface_stats[dir::INGRESS as usize], normalized(&ti.snap).iface_stats[0]);
+    assert_eq!(
+        xs.iface_stats[dir::INGRESS as usize],
+        normalized(&ti.snap).iface_stats[0]
+    );
     let es = normalized(&te.snap);
     assert_eq!(
         xs.iface_stats[dir::INGRESS as usize],
@@ -89,7 +96,10 @@ fn run_case(case: &str, policy: &Policy, frames: &[Vec<u8>]) -> Run {
         "{case}: egress counts differ from ingress"
     );
     assert_eq!(es.iface_stats[dir::INGRESS as usize], IfaceStats::default());
-    assert!(te.snap.qps.iter().all(|(k, _)| k.dir == dir::EGRESS), "{case}: egress keys");
+    assert!(
+        te.snap.qps.iter().all(|(k, _)| k.dir == dir::EGRESS),
+        "{case}: egress keys"
+    );
     x
 }
 
@@ -131,7 +141,10 @@ fn runt_frames() {
     // The kernel cannot hand a program a frame under 14 bytes (BPF_PROG_TEST_RUN refuses it),
     // so the runt rule is checked in userspace here and on a mirrored inner frame below.
     let short = vec![0u8; 13];
-    assert!(tester().run_xdp(&short).is_err(), "13-byte frame accepted by PROG_TEST_RUN");
+    assert!(
+        tester().run_xdp(&short).is_err(),
+        "13-byte frame accepted by PROG_TEST_RUN"
+    );
     let mut dp = Datapath::new(Policy::NONE, 16);
     dp.process(&short, 13, 1, dir::INGRESS);
     assert_eq!(dp.iface[0].excluded[reason::RUNT as usize], 1);
@@ -226,7 +239,13 @@ fn udp_source_port_only_and_not_roce() {
         ..Roce::default()
     }
     .build();
-    let arp = ethernet(MAC_A, [0xff; 6], &[], etherparse::EtherType(0x0806), &[0u8; 28]);
+    let arp = ethernet(
+        MAC_A,
+        [0xff; 6],
+        &[],
+        etherparse::EtherType(0x0806),
+        &[0u8; 28],
+    );
     let r = run_case("udp_source_port_only", &Policy::NONE, &[src_only, dns, arp]);
     if skipped() {
         return;
@@ -263,11 +282,23 @@ fn vlan_and_qinq_outermost_pcp() {
         return;
     }
     assert_eq!(ingress(&r).roce, 3);
-    for (qpn, pcp, len) in [(1, 3usize, lens[0]), (2, 5, lens[1]), (3, PCP_NONE as usize, lens[2])] {
-        let (_, v) = r.snap.qps.iter().find(|(k, _)| k.dest_qp == qpn).expect("qp");
+    for (qpn, pcp, len) in [
+        (1, 3usize, lens[0]),
+        (2, 5, lens[1]),
+        (3, PCP_NONE as usize, lens[2]),
+    ] {
+        let (_, v) = r
+            .snap
+            .qps
+            .iter()
+            .find(|(k, _)| k.dest_qp == qpn)
+            .expect("qp");
         assert_eq!(v.pcp_hist[class::DATA][pcp], 1, "qp {qpn}");
         assert_eq!(v.pkts, 1);
-        assert_eq!(v.bytes_l2, len as u64, "qp {qpn}: L2 bytes include the tags");
+        assert_eq!(
+            v.bytes_l2, len as u64,
+            "qp {qpn}: L2 bytes include the tags"
+        );
     }
 }
 
@@ -319,18 +350,22 @@ fn ipv6_roce() {
 
 #[test]
 fn mirrored_roce() {
-    let frames: Vec<Vec<u8>> = [(Mirror::GreTeb, 1u32), (Mirror::Erspan2, 2), (Mirror::Erspan3, 3)]
-        .iter()
-        .map(|&(m, qpn)| {
-            let inner = Roce {
-                dest_qp: qpn,
-                tags: vec![(0x8100, 4, 7)],
-                ..Roce::default()
-            }
-            .build();
-            mirrored(m, &inner)
-        })
-        .collect();
+    let frames: Vec<Vec<u8>> = [
+        (Mirror::GreTeb, 1u32),
+        (Mirror::Erspan2, 2),
+        (Mirror::Erspan3, 3),
+    ]
+    .iter()
+    .map(|&(m, qpn)| {
+        let inner = Roce {
+            dest_qp: qpn,
+            tags: vec![(0x8100, 4, 7)],
+            ..Roce::default()
+        }
+        .build();
+        mirrored(m, &inner)
+    })
+    .collect();
     let inner_len = Roce {
         tags: vec![(0x8100, 4, 7)],
         ..Roce::default()
@@ -418,7 +453,10 @@ fn psn_gap() {
         return;
     }
     let (_, v) = only_qp("psn_gap", &r.snap);
-    assert_eq!((v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind), (1, 3, 0, 0));
+    assert_eq!(
+        (v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind),
+        (1, 3, 0, 0)
+    );
     assert_eq!(v.psn_max(), Some(15));
     let gap: Vec<&Event> = r.events.iter().filter(|e| e.kind == ev::PSN_GAP).collect();
     assert_eq!(gap.len(), 1);
@@ -444,12 +482,19 @@ fn go_back_n_episode() {
 
 #[test]
 fn psn_wrap_is_not_a_gap() {
-    let r = run_case("psn_wrap", &Policy::NONE, &psn_frames(&[0xfffffe, 0xffffff, 0, 1]));
+    let r = run_case(
+        "psn_wrap",
+        &Policy::NONE,
+        &psn_frames(&[0xfffffe, 0xffffff, 0, 1]),
+    );
     if skipped() {
         return;
     }
     let (_, v) = only_qp("psn_wrap", &r.snap);
-    assert_eq!((v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind), (0, 0, 0, 0));
+    assert_eq!(
+        (v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind),
+        (0, 0, 0, 0)
+    );
     assert_eq!(v.psn_max(), Some(1));
 }
 
@@ -510,7 +555,11 @@ fn pfc_enabled_priorities_only() {
 
 #[test]
 fn pause_8023x() {
-    let r = run_case("pause", &Policy::NONE, &[pause(MAC_B, 0x100), pause(MAC_B, 0)]);
+    let r = run_case(
+        "pause",
+        &Policy::NONE,
+        &[pause(MAC_B, 0x100), pause(MAC_B, 0)],
+    );
     if skipped() {
         return;
     }
@@ -562,13 +611,19 @@ fn policy_mismatch_events_first_occurrence_only() {
             .collect()
     };
     let d = class::DATA as u32;
-    assert_eq!(on(1), vec![ev::NEW_QP, ev::DSCP + d, ev::PCP + d, ev::NOT_ECT + d]);
+    assert_eq!(
+        on(1),
+        vec![ev::NEW_QP, ev::DSCP + d, ev::PCP + d, ev::NOT_ECT + d]
+    );
     assert_eq!(on(2), vec![ev::NEW_QP]);
     let e = r.events.iter().find(|e| e.kind == ev::DSCP + d).unwrap();
     assert_eq!((e.dscp, e.ecn, e.pcp), (0, 0, PCP_NONE));
     // Policy::NONE checks nothing: the same frames give only new_qp.
     let r2 = run_case("policy_none", &Policy::NONE, &[Roce::default().build()]);
-    assert_eq!(r2.events.iter().map(|e| e.kind).collect::<Vec<_>>(), vec![ev::NEW_QP]);
+    assert_eq!(
+        r2.events.iter().map(|e| e.kind).collect::<Vec<_>>(),
+        vec![ev::NEW_QP]
+    );
 }
 
 #[test]
@@ -653,7 +708,11 @@ fn snapshot_times_are_wall_clock() {
     let s = t.snapshot("test", 0).unwrap();
     let (_, v) = only_qp("times", &s);
     let slack = 5_000_000_000;
-    assert!(v.first_ns + slack > now && v.first_ns < now + slack, "first_ns {}", v.first_ns);
+    assert!(
+        v.first_ns + slack > now && v.first_ns < now + slack,
+        "first_ns {}",
+        v.first_ns
+    );
     assert!(v.last_ns >= v.first_ns);
     let mut e = Vec::new();
     t.drain_events(&mut e);
@@ -680,4 +739,32 @@ fn jumbo_frame_counts_every_fragment() {
     assert_eq!(v.bytes_l2, 4200);
     assert_eq!(v.max_udp_payload, 4200 - (14 + 20 + 8));
     assert_eq!(ingress(&r).bytes, 4200);
+}
+
+#[test]
+fn snapshot_reads_many_keys_in_batches() {
+    if !observer::testutil::require_root("snapshot_reads_many_keys_in_batches") {
+        return;
+    }
+    // More keys than one BPF_MAP_LOOKUP_BATCH chunk (256).
+    let mut t = ProgTester::load(1024, &Policy::NONE).unwrap_or_else(|e| panic!("{e}"));
+    let n = 600u32;
+    for q in 0..n {
+        let f = Roce {
+            dest_qp: q,
+            ..Roce::default()
+        }
+        .build();
+        t.run_xdp(&f).unwrap();
+    }
+    let s = t.snapshot("test", 0).unwrap();
+    assert!(
+        t.batch_reads(),
+        "BPF_MAP_LOOKUP_BATCH not used on this kernel"
+    );
+    assert_eq!(s.qps.len(), n as usize);
+    let mut qpns: Vec<u32> = s.qps.iter().map(|(k, _)| k.dest_qp).collect();
+    qpns.sort_unstable();
+    assert_eq!(qpns, (0..n).collect::<Vec<_>>(), "every key exactly once");
+    assert!(s.qps.iter().all(|(_, v)| v.pkts == 1));
 }

@@ -19,5 +19,13 @@ fn every_program_passes_the_verifier() {
         // XDP_PASS = 2, TC_ACT_OK = 0.
         let want = if p.starts_with("roce_tc") { 0 } else { 2 };
         assert_eq!(ret, want, "{p} returned {ret}");
+        // Headroom under the verifier's 1,000,000-instruction budget, so a parser change that
+        // multiplies the paths fails here with a number rather than at load in the field.
+        let n = t.verified_insns(p).unwrap().unwrap_or(0);
+        eprintln!("{p}: verifier processed {n} instructions");
+        assert!(
+            n < 700_000,
+            "{p}: {n} verified instructions, near the budget"
+        );
     }
 }

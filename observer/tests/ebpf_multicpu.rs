@@ -9,13 +9,18 @@ mod common;
 use common::Roce;
 use observer::live::{ProgTester, prog};
 use observer_common::maps::{Policy, class, dir};
-use observer_common::qp::opcode_bucket;
+use observer_common::qp::{ev, opcode_bucket};
 
 fn online_cpus() -> Vec<usize> {
     // SAFETY: sched_getaffinity fills the cpu_set_t it is given.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     let r = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
-    assert_eq!(r, 0, "sched_getaffinity: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
     (0..libc::CPU_SETSIZE as usize)
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
         .collect()
@@ -27,7 +32,12 @@ fn pin_to(cpu: usize) {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
         let r = libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
-        assert_eq!(r, 0, "sched_setaffinity({cpu}): {}", std::io::Error::last_os_error());
+        assert_eq!(
+            r,
+            0,
+            "sched_setaffinity({cpu}): {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
@@ -101,4 +111,12 @@ fn one_qp_on_several_cpus_loses_no_count() {
     assert_eq!(st.frames, n, "per-CPU frame counters summed");
     assert_eq!(st.roce, n);
     assert_eq!(st.qp_insert_failed, 0);
+    // First occurrences are reported once, although every CPU raced on the first packets.
+    let mut events = Vec::new();
+    t.drain_events(&mut events);
+    assert_eq!(st.events_lost, 0);
+    let count = |k: u32| events.iter().filter(|e| e.kind == k).count();
+    assert_eq!(count(ev::NEW_QP), 1, "{events:?}");
+    assert_eq!(count(ev::RETRANS), 1, "{events:?}");
+    assert_eq!(events.len(), 2, "{events:?}");
 }

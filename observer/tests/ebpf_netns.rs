@@ -23,7 +23,11 @@ fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
         let ifindex = libc::if_nametoindex(name.as_ptr());
         assert!(ifindex != 0, "{iface} not found in {}", ns.name);
         let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
-        assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
         let mut sll: libc::sockaddr_ll = std::mem::zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_ifindex = ifindex as i32;
@@ -37,7 +41,12 @@ fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
                 &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
                 size_of::<libc::sockaddr_ll>() as u32,
             );
-            assert_eq!(n, f.len() as isize, "sendto: {}", std::io::Error::last_os_error());
+            assert_eq!(
+                n,
+                f.len() as isize,
+                "sendto: {}",
+                std::io::Error::last_os_error()
+            );
         }
         libc::close(fd);
     }
@@ -58,7 +67,10 @@ fn wait_for(live: &mut LiveIface, done: impl Fn(&Snapshot) -> bool) -> Snapshot 
 fn quiet(ns: &Netns) {
     // No IPv6 (router solicitations, MLD, DAD) or other chatter: every frame counted is ours.
     for k in ["all", "default"] {
-        let _ = ns.exec("sysctl", &["-qw", &format!("net.ipv6.conf.{k}.disable_ipv6=1")]);
+        let _ = ns.exec(
+            "sysctl",
+            &["-qw", &format!("net.ipv6.conf.{k}.disable_ipv6=1")],
+        );
     }
     let _ = ns.exec("sysctl", &["-qw", "net.ipv6.conf.veth-a.disable_ipv6=1"]);
     let _ = ns.exec("sysctl", &["-qw", "net.ipv6.conf.veth-b.disable_ipv6=1"]);
@@ -131,11 +143,19 @@ fn check_mode(pair: &VethPair, hook: IngressHook, want_ingress: &str) {
     let e = s.iface_stats[dir::EGRESS as usize];
     let m = want_ingress;
     assert_eq!(i.frames, from_b.len() as u64, "{m}: ingress frames");
-    assert_eq!(i.bytes, from_b.iter().map(|f| f.len() as u64).sum::<u64>(), "{m}: bytes");
+    assert_eq!(
+        i.bytes,
+        from_b.iter().map(|f| f.len() as u64).sum::<u64>(),
+        "{m}: bytes"
+    );
     assert_eq!(i.roce, 7, "{m}");
     assert_eq!(i.not_roce, 0, "{m}");
     assert_eq!(i.pfc.pfc_frames, 3, "{m}");
-    assert_eq!((i.pfc.enabled[3], i.pfc.xoff[3], i.pfc.xon[3]), (3, 3, 0), "{m}");
+    assert_eq!(
+        (i.pfc.enabled[3], i.pfc.xoff[3], i.pfc.xon[3]),
+        (3, 3, 0),
+        "{m}"
+    );
     assert_eq!(i.pfc.quanta[3], 3 * 0xffff, "{m}");
     assert_eq!((i.pfc.pause, i.pfc.pause_quanta), (1, 0x10), "{m}");
     assert_eq!(e.frames, 4, "{m}: egress frames");
@@ -151,7 +171,11 @@ fn check_mode(pair: &VethPair, hook: IngressHook, want_ingress: &str) {
     let v = q(0x21, dir::INGRESS);
     assert_eq!(v.pkts, 5, "{m}");
     assert_eq!(v.pcp_hist[class::DATA][3], 5, "{m}: PCP of the VLAN tag");
-    assert_eq!(v.bytes_l2, data.iter().map(|f| f.len() as u64).sum::<u64>(), "{m}");
+    assert_eq!(
+        v.bytes_l2,
+        data.iter().map(|f| f.len() as u64).sum::<u64>(),
+        "{m}"
+    );
     assert_eq!((v.psn_gaps, v.psn_retrans), (0, 0), "{m}");
     assert_eq!(v.psn_max(), Some(5));
     let c = q(0x22, dir::INGRESS);
@@ -159,7 +183,12 @@ fn check_mode(pair: &VethPair, hook: IngressHook, want_ingress: &str) {
     assert_eq!(c.pcp_hist[class::CNP][PCP_NONE as usize], 2, "{m}");
     let o = q(0x31, dir::EGRESS);
     assert_eq!(o.pkts, 4, "{m}");
-    assert_eq!(s.qps.len(), 3, "{m}: keys {:?}", s.qps.iter().map(|(k, _)| k.dest_qp));
+    assert_eq!(
+        s.qps.len(),
+        3,
+        "{m}: keys {:?}",
+        s.qps.iter().map(|(k, _)| k.dest_qp)
+    );
     assert_eq!(s.macs.len(), 1, "{m}");
     assert_eq!(s.macs[0].0.mac, MAC_B);
     assert_eq!(s.macs[0].1.xoff[3], 3);
@@ -168,7 +197,11 @@ fn check_mode(pair: &VethPair, hook: IngressHook, want_ingress: &str) {
     live.drain_events(&mut events);
     let new_qps = events.iter().filter(|e| e.kind == ev::NEW_QP).count();
     assert_eq!(new_qps, 3, "{m}: one new_qp event per key");
-    assert_eq!(events.iter().filter(|e| e.kind == ev::CNP).count(), 1, "{m}");
+    assert_eq!(
+        events.iter().filter(|e| e.kind == ev::CNP).count(),
+        1,
+        "{m}"
+    );
 
     // Eviction returns the last value and removes the key.
     let k = s.qps.iter().find(|(k, _)| k.dest_qp == 0x31).unwrap().0;

@@ -88,12 +88,29 @@ fn bth(opcode: u8, psn: u32, aeth: Option<u32>, extra: usize) -> Vec<u8> {
 /// A tagged RoCEv2 RC SEND data frame of exactly `len` bytes.
 fn roce_data(len: usize) -> Vec<u8> {
     let hdr = 14 + 4 + 20 + 8 + 12;
-    eth(&[(3, 100)], 0x0800, &ipv4_udp(IpNumber::UDP, 4791, &bth(0x04, 7, None, len - hdr), 26 << 2 | 2))
+    eth(
+        &[(3, 100)],
+        0x0800,
+        &ipv4_udp(
+            IpNumber::UDP,
+            4791,
+            &bth(0x04, 7, None, len - hdr),
+            26 << 2 | 2,
+        ),
+    )
 }
 
 fn cases() -> Vec<Case> {
-    let ack = eth(&[(3, 100)], 0x0800, &ipv4_udp(IpNumber::UDP, 4791, &bth(0x11, 7, Some(5), 4), 26 << 2));
-    let cnp = eth(&[(6, 100)], 0x0800, &ipv4_udp(IpNumber::UDP, 4791, &bth(0x81, 0, None, 20), 48 << 2 | 1));
+    let ack = eth(
+        &[(3, 100)],
+        0x0800,
+        &ipv4_udp(IpNumber::UDP, 4791, &bth(0x11, 7, Some(5), 4), 26 << 2),
+    );
+    let cnp = eth(
+        &[(6, 100)],
+        0x0800,
+        &ipv4_udp(IpNumber::UDP, 4791, &bth(0x81, 0, None, 20), 48 << 2 | 1),
+    );
     let mut pfc = vec![0x01, 0x01, 0x00, 0x08];
     for p in 0..8u16 {
         pfc.extend_from_slice(&(if p == 3 { 0xffffu16 } else { 0 }).to_be_bytes());
@@ -102,18 +119,52 @@ fn cases() -> Vec<Case> {
     let udp = eth(&[], 0x0800, &ipv4_udp(IpNumber::UDP, 53, &[0u8; 100], 0));
     // ERSPAN II: GRE with sequence, protocol 0x88be, 8-byte ERSPAN header, inner frame.
     let inner = roce_data(1100 - (14 + 20 + 8 + 8));
-    let mut gre = vec![0x10, 0x00, 0x88, 0xbe, 0, 0, 0, 7, 0x10, 0, 0, 1, 0, 0, 0, 0];
+    let mut gre = vec![
+        0x10, 0x00, 0x88, 0xbe, 0, 0, 0, 7, 0x10, 0, 0, 1, 0, 0, 0, 0,
+    ];
     gre.extend_from_slice(&inner);
     let erspan = eth(&[], 0x0800, &ipv4_udp(IpNumber::GRE, 0, &gre, 0));
     vec![
-        Case { name: "RoCE data 1100 B", prog: prog::XDP, frame: roce_data(1100) },
-        Case { name: "RoCE data 4200 B", prog: prog::XDP, frame: roce_data(4200) },
-        Case { name: "RoCE ACK", prog: prog::XDP, frame: ack },
-        Case { name: "RoCE CNP", prog: prog::XDP, frame: cnp },
-        Case { name: "PFC frame", prog: prog::XDP, frame: pfc },
-        Case { name: "non-RoCE UDP", prog: prog::XDP, frame: udp },
-        Case { name: "ERSPAN II RoCE 1100 B", prog: prog::XDP, frame: erspan },
-        Case { name: "RoCE data 1100 B (tc egress)", prog: prog::TC_EGRESS, frame: roce_data(1100) },
+        Case {
+            name: "RoCE data 1100 B",
+            prog: prog::XDP,
+            frame: roce_data(1100),
+        },
+        Case {
+            name: "RoCE data 4200 B",
+            prog: prog::XDP,
+            frame: roce_data(4200),
+        },
+        Case {
+            name: "RoCE ACK",
+            prog: prog::XDP,
+            frame: ack,
+        },
+        Case {
+            name: "RoCE CNP",
+            prog: prog::XDP,
+            frame: cnp,
+        },
+        Case {
+            name: "PFC frame",
+            prog: prog::XDP,
+            frame: pfc,
+        },
+        Case {
+            name: "non-RoCE UDP",
+            prog: prog::XDP,
+            frame: udp,
+        },
+        Case {
+            name: "ERSPAN II RoCE 1100 B",
+            prog: prog::XDP,
+            frame: erspan,
+        },
+        Case {
+            name: "RoCE data 1100 B (tc egress)",
+            prog: prog::TC_EGRESS,
+            frame: roce_data(1100),
+        },
     ]
 }
 
@@ -124,10 +175,13 @@ fn median(mut v: Vec<u128>) -> u128 {
 
 fn measure(t: &mut ProgTester, p: &str, frame: &[u8], runs: usize, repeat: u32) -> Result<u128> {
     // Warm-up: inserts the key, emits the first-occurrence events, warms the caches.
-    t.run(p, frame, 1000).with_context(|| format!("{p} warm-up"))?;
+    t.run(p, frame, 1000)
+        .with_context(|| format!("{p} warm-up"))?;
     let mut v = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let (_, d) = t.run(p, frame, repeat).with_context(|| format!("{p} run"))?;
+        let (_, d) = t
+            .run(p, frame, repeat)
+            .with_context(|| format!("{p} run"))?;
         v.push(d.as_nanos());
     }
     Ok(median(v))
@@ -170,7 +224,11 @@ pub fn main(args: &[String]) -> Result<()> {
         let mut t = ProgTester::load(65536, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
         let ns = measure(&mut t, c.prog, &c.frame, runs, repeat)?;
         let empty = measure(&mut t, prog::XDP_EMPTY, &c.frame, runs, repeat)?;
-        let ratio = if empty > 0 { ns as f64 / empty as f64 } else { f64::NAN };
+        let ratio = if empty > 0 {
+            ns as f64 / empty as f64
+        } else {
+            f64::NAN
+        };
         println!(
             "{:<30} {:>7} {:>9} {:>11} {:>7.2} {:>11}",
             c.name,

@@ -50,6 +50,8 @@ pub const EVENTS_BYTES: u32 = 1 << 20;
 /// Largest number of source MACs with PFC/PAUSE counters (per-CPU values; MAC control senders
 /// are the link peers, a handful per interface).
 pub const MAX_MACS: u32 = 1024;
+/// Most events one `drain_events` call takes.
+pub const MAX_DRAIN: usize = 65536;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum XdpMode {
@@ -145,10 +147,9 @@ fn ebpf_error(e: EbpfError) -> LiveError {
             "this binary was built with AYA_BUILD_SKIP=1: it carries no eBPF object".into(),
         );
     }
-    if let EbpfError::BtfError(ref b) = e
+    if matches!(e, EbpfError::BtfError(_))
         && !std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
     {
-        let _ = b;
         return LiveError::NoBtf;
     }
     match errno_of(&e) {
@@ -210,7 +211,9 @@ where
 impl Loaded {
     fn new(max_qps: u32, policy: &Policy, progs: &[&str]) -> Result<Loaded, LiveError> {
         if max_qps == 0 {
-            return Err(LiveError::Other("the per-QP map needs at least one key".into()));
+            return Err(LiveError::Other(
+                "the per-QP map needs at least one key".into(),
+            ));
         }
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("QPS", max_qps)
@@ -219,9 +222,9 @@ impl Loaded {
             .load(OBJECT)
             .map_err(ebpf_error)?;
         for &name in progs {
-            let p = ebpf
-                .program_mut(name)
-                .ok_or_else(|| LiveError::Other(format!("program {name} missing from the object")))?;
+            let p = ebpf.program_mut(name).ok_or_else(|| {
+                LiveError::Other(format!("program {name} missing from the object"))
+            })?;
             let r = match p {
                 aya::programs::Program::Xdp(x) => x.load(),
                 aya::programs::Program::SchedClassifier(c) => c.load(),
@@ -373,7 +376,12 @@ impl Loaded {
     fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
         let off = mono_to_wall_offset();
         let mut n = 0;
-        while let Some(item) = self.events.next() {
+        // Bounded, so a producer faster than us cannot keep the caller here: the rest waits for
+        // the next call (the ring's fd stays readable).
+        for _ in 0..MAX_DRAIN {
+            let Some(item) = self.events.next() else {
+                break;
+            };
             if item.len() < size_of::<Event>() {
                 tracing::warn!(len = item.len(), "short event record in the ring buffer");
                 continue;
@@ -477,12 +485,22 @@ impl LiveIface {
         let ingress = match hook {
             IngressHook::Xdp(mode) => attach_ingress(&mut loaded.ebpf, opts, mode, ifindex)?,
             IngressHook::TcIngress => {
-                attach_tc(&mut loaded.ebpf, prog::TC_INGRESS, ifindex, TcAttachType::Ingress)?;
+                attach_tc(
+                    &mut loaded.ebpf,
+                    prog::TC_INGRESS,
+                    ifindex,
+                    TcAttachType::Ingress,
+                )?;
                 "tc-ingress".to_string()
             }
         };
         let egress = if opts.egress {
-            attach_tc(&mut loaded.ebpf, prog::TC_EGRESS, ifindex, TcAttachType::Egress)?;
+            attach_tc(
+                &mut loaded.ebpf,
+                prog::TC_EGRESS,
+                ifindex,
+                TcAttachType::Egress,
+            )?;
             Some("tc-egress".to_string())
         } else {
             None
@@ -540,7 +558,10 @@ fn attach_ingress(
     ifindex: u32,
 ) -> Result<String, LiveError> {
     let modes: &[(AyaXdpMode, &str)] = match xdp_mode {
-        XdpMode::Auto => &[(AyaXdpMode::Driver, "xdp-native"), (AyaXdpMode::Skb, "xdp-generic")],
+        XdpMode::Auto => &[
+            (AyaXdpMode::Driver, "xdp-native"),
+            (AyaXdpMode::Skb, "xdp-generic"),
+        ],
         XdpMode::Native => &[(AyaXdpMode::Driver, "xdp-native")],
         XdpMode::Generic => &[(AyaXdpMode::Skb, "xdp-generic")],
     };
@@ -570,22 +591,19 @@ fn attach_ingress(
     Ok("tc-ingress".to_string())
 }
 
-fn attach_tc(
-    ebpf: &mut Ebpf,
-    name: &str,
-    ifindex: u32,
-    at: TcAttachType,
-) -> Result<(), LiveError> {
+fn attach_tc(ebpf: &mut Ebpf, name: &str, ifindex: u32, at: TcAttachType) -> Result<(), LiveError> {
     let p: &mut SchedClassifier = ebpf
         .program_mut(name)
         .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?
         .try_into()
         .map_err(|e: ProgramError| LiveError::Other(e.to_string()))?;
-    p.attach(ifindex, at).map(|_| ()).map_err(|e| match errno_of(&e) {
-        Some(libc::EPERM) => LiveError::NotPermitted,
-        Some(libc::ENODEV) => LiveError::NoSuchInterface(format!("ifindex {ifindex}")),
-        _ => LiveError::Other(format!("attaching {name}: {e}")),
-    })
+    p.attach(ifindex, at)
+        .map(|_| ())
+        .map_err(|e| match errno_of(&e) {
+            Some(libc::EPERM) => LiveError::NotPermitted,
+            Some(libc::ENODEV) => LiveError::NoSuchInterface(format!("ifindex {ifindex}")),
+            _ => LiveError::Other(format!("attaching {name}: {e}")),
+        })
 }
 
 /// The eBPF programs loaded but not attached, run frame by frame through BPF_PROG_TEST_RUN:
@@ -607,12 +625,21 @@ impl ProgTester {
     }
     /// Runs the tc program (egress when `egress`) on one frame; returns the tc action.
     pub fn run_tc(&mut self, frame: &[u8], egress: bool) -> Result<i32, LiveError> {
-        let p = if egress { prog::TC_EGRESS } else { prog::TC_INGRESS };
+        let p = if egress {
+            prog::TC_EGRESS
+        } else {
+            prog::TC_INGRESS
+        };
         Ok(self.run(p, frame, 1)?.0 as i32)
     }
     /// Runs program `name` (one of [`prog`]) `repeat` times on `frame` in one BPF_PROG_TEST_RUN;
     /// returns its return value and the kernel's average time per run.
-    pub fn run(&mut self, name: &str, frame: &[u8], repeat: u32) -> Result<(u32, Duration), LiveError> {
+    pub fn run(
+        &mut self,
+        name: &str,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<(u32, Duration), LiveError> {
         let opts = TestRunOptions {
             data_in: Some(frame),
             repeat,
@@ -663,6 +690,22 @@ impl ProgTester {
             .try_clone_to_owned()
             .map_err(|e| LiveError::Other(format!("{name}: dup: {e}")))?;
         Ok(SharedRunner { fd })
+    }
+    /// Whether the last snapshot read `QPS` with BPF_MAP_LOOKUP_BATCH (else key iteration).
+    pub fn batch_reads(&self) -> bool {
+        self.loaded.batch_ok
+    }
+    /// Instructions the verifier processed to accept program `name` (its limit is 1,000,000).
+    pub fn verified_insns(&self, name: &str) -> Result<Option<u32>, LiveError> {
+        let p = self
+            .loaded
+            .ebpf
+            .program(name)
+            .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?;
+        let info = p
+            .info()
+            .map_err(|e| LiveError::Other(format!("{name}: program info: {e}")))?;
+        Ok(info.verified_instruction_count())
     }
     /// Empties every map and the event ring, so one loaded object serves several test cases.
     pub fn reset(&mut self) -> Result<(), LiveError> {

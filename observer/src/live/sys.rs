@@ -58,7 +58,11 @@ pub fn lookup_batch<K: Copy, V: Copy>(fd: RawFd, chunk: u32) -> io::Result<Vec<(
         let mut keys: Vec<MaybeUninit<K>> = vec![MaybeUninit::uninit(); chunk as usize];
         let mut vals: Vec<MaybeUninit<V>> = vec![MaybeUninit::uninit(); chunk as usize];
         let mut a = BatchAttr {
-            in_batch: if first { 0 } else { &mut in_tok as *mut u64 as u64 },
+            in_batch: if first {
+                0
+            } else {
+                &mut in_tok as *mut u64 as u64
+            },
             out_batch: &mut out_tok as *mut u64 as u64,
             keys: keys.as_mut_ptr() as u64,
             values: vals.as_mut_ptr() as u64,

@@ -144,7 +144,13 @@ impl Roce {
 }
 
 /// Ethernet header, stacked tags (outermost first), then `payload`; padded to 60 bytes.
-pub fn ethernet(src: [u8; 6], dst: [u8; 6], tags: &[Tag], et: EtherType, payload: &[u8]) -> Vec<u8> {
+pub fn ethernet(
+    src: [u8; 6],
+    dst: [u8; 6],
+    tags: &[Tag],
+    et: EtherType,
+    payload: &[u8],
+) -> Vec<u8> {
     let mut f = Vec::new();
     let first = tags.first().map(|t| EtherType(t.0)).unwrap_or(et);
     Ethernet2Header {
@@ -179,14 +185,26 @@ pub fn pfc(src: [u8; 6], tags: &[Tag], enable: u16, times: [u16; 8]) -> Vec<u8> 
     for t in times {
         p.extend_from_slice(&t.to_be_bytes());
     }
-    ethernet(src, [0x01, 0x80, 0xc2, 0, 0, 0x01], tags, EtherType(0x8808), &p)
+    ethernet(
+        src,
+        [0x01, 0x80, 0xc2, 0, 0, 0x01],
+        tags,
+        EtherType(0x8808),
+        &p,
+    )
 }
 
 /// An 802.3x PAUSE frame.
 pub fn pause(src: [u8; 6], time: u16) -> Vec<u8> {
     let mut p = vec![0x00, 0x01];
     p.extend_from_slice(&time.to_be_bytes());
-    ethernet(src, [0x01, 0x80, 0xc2, 0, 0, 0x01], &[], EtherType(0x8808), &p)
+    ethernet(
+        src,
+        [0x01, 0x80, 0xc2, 0, 0, 0x01],
+        &[],
+        EtherType(0x8808),
+        &p,
+    )
 }
 
 /// Mirror encapsulations.
@@ -229,7 +247,13 @@ pub fn mirrored(m: Mirror, inner: &[u8]) -> Vec<u8> {
     let mut l3 = Vec::new();
     h.write(&mut l3).unwrap();
     l3.extend_from_slice(&gre_payload);
-    ethernet([0x02, 0, 0, 0, 9, 1], [0x02, 0, 0, 0, 9, 2], &[], EtherType::IPV4, &l3)
+    ethernet(
+        [0x02, 0, 0, 0, 9, 1],
+        [0x02, 0, 0, 0, 9, 2],
+        &[],
+        EtherType::IPV4,
+        &l3,
+    )
 }
 
 /// A snapshot with what legitimately differs between the kernel and userspace taken out:
@@ -258,7 +282,10 @@ pub fn normalized(s: &Snapshot) -> Snapshot {
 /// Asserts the two snapshots agree field by field (after [`normalized`]).
 pub fn assert_same(case: &str, kernel: &Snapshot, user: &Snapshot) {
     let (k, u) = (normalized(kernel), normalized(user));
-    assert_eq!(k.iface_stats, u.iface_stats, "{case}: per-interface counters differ");
+    assert_eq!(
+        k.iface_stats, u.iface_stats,
+        "{case}: per-interface counters differ"
+    );
     assert_eq!(k.macs, u.macs, "{case}: per-MAC PFC counters differ");
     let kk: Vec<QpKey> = k.qps.iter().map(|(k, _)| *k).collect();
     let uk: Vec<QpKey> = u.qps.iter().map(|(k, _)| *k).collect();
@@ -275,11 +302,18 @@ pub fn untimed(ev: &[Event]) -> Vec<Event> {
 
 /// The one QP value of a snapshot (panics naming the case otherwise).
 pub fn only_qp(case: &str, s: &Snapshot) -> (QpKey, QpValue) {
-    assert_eq!(s.qps.len(), 1, "{case}: expected exactly one QP, got {:?}", s.qps.len());
+    assert_eq!(
+        s.qps.len(),
+        1,
+        "{case}: expected exactly one QP, got {:?}",
+        s.qps.len()
+    );
     s.qps[0]
 }
 
 /// IPv4-mapped IPv6, as the QP key holds IPv4 addresses.
 pub fn mapped(ip: [u8; 4]) -> [u8; 16] {
-    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[0], ip[1], ip[2], ip[3]]
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[0], ip[1], ip[2], ip[3],
+    ]
 }
