@@ -178,6 +178,32 @@ fn bad_policy_and_missing_interface_are_clear_errors() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn unprivileged_run_says_what_is_needed() {
+    if !require_root("unprivileged_run_says_what_is_needed") {
+        return;
+    }
+    // drop to nobody without capabilities
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["--iface", "lo", "--plain", "--out", "/tmp"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("not permitted") && err.contains("CAP_BPF"),
+        "{err}"
+    );
+}
+
 /// A small tmpfs, unmounted (and its directory removed) on drop, also on panic.
 struct Tmpfs {
     dir: std::path::PathBuf,

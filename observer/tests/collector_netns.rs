@@ -228,6 +228,31 @@ fn live_observer_alerts_and_logs_what_was_sent() {
     std::fs::write(&policy, "profile = \"nvidia\"\n[thresholds]\npfc_without_ecn_min_xoff = 1000000\nhold_down_s = 60\n").unwrap();
     let flows_out = out.join("run");
     let mut obs = Observer::start(&pair.b, &pair.b_if, &flows_out, &policy);
+    // a second observer on the same interface: the XDP slot is taken, said clearly
+    let taken = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &pair.b.name,
+            env!("CARGO_BIN_EXE_roce-observe"),
+            "--iface",
+            &pair.b_if,
+            "--plain",
+            "--xdp-mode",
+            "native",
+            "--duration",
+            "1s",
+        ])
+        .arg("--out")
+        .arg(out.join("second"))
+        .output()
+        .unwrap();
+    let terr = String::from_utf8_lossy(&taken.stderr);
+    assert!(!taken.status.success());
+    assert!(
+        terr.contains("already attached") && terr.contains("--xdp-mode generic"),
+        "{terr}"
+    );
     let (frames, roce) = fault_frames();
     send_raw(&pair.a, &pair.a_if, &frames);
     let latency = wait_alert(&flows_out, rule::DSCP_MISMATCH, Duration::from_secs(3))
@@ -248,10 +273,8 @@ fn live_observer_alerts_and_logs_what_was_sent() {
 
     // exact alerts: one alert per (rule, key), totals of occurrences over alert + summary
     let al = alerts_jsonl(&flows_out);
-    let mut totals: BTreeMap<AlertId, u64> =
-        BTreeMap::new();
-    let mut firsts: BTreeMap<AlertId, u64> =
-        BTreeMap::new();
+    let mut totals: BTreeMap<AlertId, u64> = BTreeMap::new();
+    let mut firsts: BTreeMap<AlertId, u64> = BTreeMap::new();
     for a in &al {
         let k = (
             a["rule"].as_str().unwrap().to_string(),
