@@ -505,3 +505,48 @@ fn evicted_and_vanished_keys_keep_their_counts() {
     assert_eq!(ifs["sums"]["evictions"], 2);
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn bleached_fabric_alerts_every_key_once() {
+    let out = fresh_dir("bleached");
+    let policy = PolicyConfig::profile("nvidia").unwrap();
+    let mut col = Collector::new(CollectorConfig::new(
+        out.clone(),
+        "h",
+        "replay",
+        policy.clone(),
+    ))
+    .unwrap();
+    let mut dp = Datapath::new(policy.expected, 1000);
+    // DSCP bleached to 0 on 100 QPs, for 3 intervals
+    for i in 0..3u64 {
+        for q in 0..100u32 {
+            for psn in 0..4 {
+                let mut r = Roce::data(A, B, 0x1000 + q, i as u32 * 4 + psn);
+                r.dscp = 0;
+                let f = r.frame();
+                dp.process(&f, f.len() as u32, T0 + i * S + 1, 0);
+            }
+        }
+        let ev = dp.take_events();
+        col.on_events("e", &ev);
+        col.on_snapshot(&dp.snapshot("e", T0 + (i + 1) * S, None))
+            .unwrap();
+    }
+    let summary = col.finish().unwrap();
+    let al = alerts_jsonl(&out);
+    let first: Vec<&Value> = al.iter().filter(|a| a["summary"] == false).collect();
+    let held: Vec<&Value> = al.iter().filter(|a| a["summary"] == true).collect();
+    assert_eq!(first.len(), 100, "one alert per QP");
+    assert_eq!(held.len(), 100, "one summary per QP at the end");
+    let total: u64 = al.iter().map(|a| a["count"].as_u64().unwrap()).sum();
+    assert_eq!(
+        total,
+        100 * 4 * 3,
+        "every mis-marked packet is counted once"
+    );
+    assert!(al.iter().all(|a| a["rule"] == rule::DSCP_MISMATCH));
+    assert_eq!(summary["alerts"][rule::DSCP_MISMATCH], 200);
+    assert_eq!(summary["alert_occurrences"][rule::DSCP_MISMATCH], 1200);
+    let _ = std::fs::remove_dir_all(&out);
+}

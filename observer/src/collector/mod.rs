@@ -23,7 +23,10 @@ use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, QpKey, QpVal
 use serde_json::{Value, json};
 
 use crate::snapshot::Snapshot;
-use alerts::{Alert, AlertKey, Dedup};
+use alerts::{Alert, AlertKey, Dedup, severity_of};
+
+/// Human (stderr) alert lines per rule per interval; the rest are summarised in one line.
+pub const HUMAN_LINES_PER_RULE: u64 = 20;
 use output::{JsonlWriter, TableWriter};
 pub use policy::PolicyConfig;
 use tables::{Cell, FlowsBuilder, IfaceExtra};
@@ -202,6 +205,9 @@ pub struct Collector {
     clock_offset_ns: i64,
     failing: HashSet<&'static str>,
     human_alerts: bool,
+    /// Human alert lines per rule since the last interval, and those held back.
+    human_shown: BTreeMap<&'static str, u64>,
+    human_held: BTreeMap<&'static str, u64>,
     /// Scratch delta and its non-zero buckets (hot path, reused every key).
     scratch: Box<QpValue>,
     nz: Vec<u16>,
@@ -261,6 +267,8 @@ impl Collector {
             clock_offset_ns: 0,
             failing: HashSet::new(),
             human_alerts,
+            human_shown: BTreeMap::new(),
+            human_held: BTreeMap::new(),
             scratch: Box::new(QpValue::ZERO),
             nz: Vec::with_capacity(delta::HIST_BUCKETS),
             view: view::ViewState::default(),
@@ -314,7 +322,11 @@ impl Collector {
     fn emit(&mut self, a: Alert) {
         *self.alert_counts.entry(a.rule).or_default() += 1;
         *self.occurrences.entry(a.rule).or_default() += a.count;
-        if self.human_alerts {
+        let shown = self.human_shown.entry(a.rule).or_default();
+        *shown += 1;
+        if self.human_alerts && *shown > HUMAN_LINES_PER_RULE {
+            *self.human_held.entry(a.rule).or_default() += 1;
+        } else if self.human_alerts {
             eprintln!(
                 "{} {:<8} {}",
                 output::rfc3339(a.time_ns),
@@ -327,6 +339,19 @@ impl Collector {
         self.alert_rows.push(a.row(&self.cfg.host, self.cfg.source));
         self.view.push_alert(&a);
         self.last.alerts += 1;
+    }
+
+    /// One line per rule whose human alert lines were capped in this interval (many keys at
+    /// once, e.g. DSCP bleached on every QP): the rest are in alerts.jsonl and the alerts table.
+    fn human_summary(&mut self, t: u64) {
+        for (rule, n) in std::mem::take(&mut self.human_held) {
+            eprintln!(
+                "{} {:<8} {rule}: {n} more alerts on other keys not shown here (see alerts.jsonl)",
+                output::rfc3339(t),
+                severity_of(rule).as_str().to_uppercase()
+            );
+        }
+        self.human_shown.clear();
     }
 
     fn offer(&mut self, a: Alert) {
@@ -730,6 +755,7 @@ impl Collector {
             self.emit(a);
         }
         self.flush_alerts(end)?;
+        self.human_summary(end);
         if want_top {
             self.view
                 .update(&self.last, top, &snap.iface_stats, link, max_xoff);
@@ -826,6 +852,7 @@ impl Collector {
         for a in self.dedup.tick(t, true) {
             self.emit(a);
         }
+        self.human_summary(t);
         let rows = std::mem::take(&mut self.alert_rows);
         let b = tables::rows_batch(&self.alert_schema, &rows)?;
         let mut first_err: Option<CollectorError> = None;
