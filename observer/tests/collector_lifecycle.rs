@@ -134,6 +134,39 @@ fn sigkill_leaves_only_readable_final_files() {
 }
 
 #[test]
+fn unwritable_output_directory_alerts_and_counting_continues() {
+    let dir = fresh_dir("unwritable");
+    let blocker = dir.join("file");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let out = blocker.join("flows-here");
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .args([
+            "--synthetic-qps",
+            "10",
+            "--interval",
+            "200ms",
+            "--plain",
+            "--duration",
+            "1s",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    // counting ran (interval log lines), the failure was alerted, and the end says what was lost
+    assert!(err.contains("active_qps=10"), "{err}");
+    assert!(err.contains("CRITICAL output_write_failed"), "{err}");
+    assert!(err.contains("Not a directory"), "{err}");
+    assert!(
+        !o.status.success(),
+        "the last files could not be written: a failing exit"
+    );
+    assert!(err.contains("finishing the output files"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn bad_policy_and_missing_interface_are_clear_errors() {
     let dir = fresh_dir("cli");
     let p = dir.join("p.toml");

@@ -149,7 +149,8 @@ fn init_logs(args: &LiveArgs, terminal: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let _ = match args.log_format {
         LogFormat::Json => b.json().try_init(),
         LogFormat::Text => b.try_init(),

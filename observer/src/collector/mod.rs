@@ -205,6 +205,7 @@ pub struct Collector {
     clock_offset_ns: i64,
     failing: HashSet<&'static str>,
     human_alerts: bool,
+    startup_err: Option<String>,
     /// Human alert lines per rule since the last interval, and those held back.
     human_shown: BTreeMap<&'static str, u64>,
     human_held: BTreeMap<&'static str, u64>,
@@ -217,10 +218,13 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(cfg: CollectorConfig) -> Result<Collector, CollectorError> {
-        std::fs::create_dir_all(&cfg.out_dir).map_err(|err| CollectorError::OutDir {
-            path: cfg.out_dir.display().to_string(),
-            err,
-        })?;
+        // An output directory that cannot be created now is not fatal: counting starts, an
+        // output_write_failed alert is raised and every write retries (as on a full disk).
+        let startup_err = std::fs::create_dir_all(&cfg.out_dir).err().map(|err| {
+            let e = CollectorError::OutDir { path: cfg.out_dir.display().to_string(), err };
+            tracing::error!(error = %e, "output directory unusable; counting continues, writing will be retried each interval");
+            e.to_string()
+        });
         let flows_schema = tables::flows_schema();
         let iface_schema = tables::row_schema(&tables::iface_columns());
         let alert_schema = tables::row_schema(&tables::alert_columns());
@@ -267,6 +271,7 @@ impl Collector {
             clock_offset_ns: 0,
             failing: HashSet::new(),
             human_alerts,
+            startup_err,
             human_shown: BTreeMap::new(),
             human_held: BTreeMap::new(),
             scratch: Box::new(QpValue::ZERO),
@@ -279,6 +284,14 @@ impl Collector {
 
     /// Offset added to per-QP packet times (`first_ns`/`last_ns`) to make them UNIX ns (the
     /// kernel stamps packets with CLOCK_MONOTONIC). 0 (the default) for replay.
+    /// Raises the start-up output failure, if any, once the first interval time is known.
+    fn startup_output_check(&mut self, t: u64) {
+        if let Some(e) = self.startup_err.take() {
+            self.failing.insert("output directory");
+            self.output_failed("output directory", &e, t);
+        }
+    }
+
     pub fn set_packet_clock_offset(&mut self, offset_ns: i64) {
         self.clock_offset_ns = offset_ns;
     }
@@ -414,6 +427,7 @@ impl Collector {
     /// One interval's cumulative state of one interface: deltas against the previous snapshot
     /// of that interface, Parquet rows, interval alert rules.
     pub fn on_snapshot(&mut self, snap: &Snapshot) -> Result<(), CollectorError> {
+        self.startup_output_check(snap.time_ns);
         let off = self.clock_offset_ns;
         let pol = self.cfg.policy.expected;
         let mtu = self.cfg.policy.expected_mtu;
