@@ -73,6 +73,16 @@ struct Observer {
 
 impl Observer {
     fn start(ns: &Netns, iface: &str, out: &std::path::Path, policy: &std::path::Path) -> Observer {
+        Self::start_with(ns, iface, out, policy, &[])
+    }
+
+    fn start_with(
+        ns: &Netns,
+        iface: &str,
+        out: &std::path::Path,
+        policy: &std::path::Path,
+        extra: &[&str],
+    ) -> Observer {
         let mut child = Command::new("ip")
             .args([
                 "netns",
@@ -89,6 +99,7 @@ impl Observer {
             .arg(out)
             .arg("--policy")
             .arg(policy)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -392,6 +403,80 @@ fn live_observer_alerts_and_logs_what_was_sent() {
             .any(|a| a["rule"] == rule::DSCP_MISMATCH),
         "alerts.jsonl is written as alerts happen"
     );
+    drop(pair);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn full_map_eviction_keeps_every_packet_accounted() {
+    if !require_root("full_map_eviction_keeps_every_packet_accounted") {
+        return;
+    }
+    let pair = VethPair::new("ce", "10.77.2.1", "10.77.2.2").unwrap();
+    let out = fresh_dir("netns-evict");
+    let policy = out.join("policy.toml");
+    std::fs::write(&policy, "profile = \"nvidia\"\n").unwrap();
+    let run = out.join("run");
+    let mut obs = Observer::start_with(
+        &pair.b,
+        &pair.b_if,
+        &run,
+        &policy,
+        &["--max-qps", "20", "--idle-evict", "1s"],
+    );
+    let burst = |first: u32, n: u32| -> Vec<Vec<u8>> {
+        (first..first + n)
+            .flat_map(|q| (0..2).map(move |psn| Roce::data(A, B, 0x500 + q, psn).frame()))
+            .collect()
+    };
+    // 30 QPs into a map of 20: 10 keys are not tracked (their packets counted untracked)
+    send_raw(&pair.a, &pair.a_if, &burst(0, 30));
+    // idle for > 1 s in a 90 % full map: idle keys are evicted with their final values
+    std::thread::sleep(Duration::from_millis(3200));
+    send_raw(&pair.a, &pair.a_if, &burst(100, 10));
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = obs.signal(libc::SIGTERM);
+    assert!(st.success(), "{}", obs.err());
+    let sent = 40 * 2;
+    let flows = pyarrow_read(&run, "flows", &["pkts"], true);
+    let ifs = pyarrow_read(
+        &run,
+        "interfaces",
+        &["roce", "roce_untracked", "qp_insert_failed", "evictions"],
+        false,
+    );
+    assert_eq!(ifs["sums"]["roce"], sent);
+    let tracked = flows["sums"]["pkts"].as_u64().unwrap();
+    let untracked = ifs["sums"]["roce_untracked"].as_u64().unwrap();
+    assert_eq!(
+        tracked + untracked,
+        sent,
+        "every RoCE packet is in a flow row or counted untracked"
+    );
+    assert!(ifs["sums"]["qp_insert_failed"].as_u64().unwrap() >= 10);
+    let evictions = ifs["sums"]["evictions"].as_u64().unwrap();
+    assert!(evictions >= 1, "no eviction: {}", obs.err());
+    let evicted_rows = flows["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["evicted"] == true)
+        .count();
+    assert_eq!(
+        evicted_rows as u64, 0,
+        "idle keys had no packets since their last row"
+    );
+    // new keys took the freed slots
+    let late: u64 = flows["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["qp"].as_u64().unwrap() >= 0x500 + 100)
+        .map(|r| r["pkts"].as_u64().unwrap())
+        .sum();
+    assert!(late >= 2, "no new QP tracked after eviction");
+    let al = alerts_jsonl(&run);
+    assert!(al.iter().any(|a| a["rule"] == rule::QP_MAP_FULL), "{al:?}");
     drop(pair);
     let _ = std::fs::remove_dir_all(&out);
 }
