@@ -13,7 +13,10 @@ use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::qp::opcode_bucket;
 
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -31,7 +34,13 @@ fn key(i: u32) -> QpKey {
     src[12..].copy_from_slice(&[10, 77, (i >> 16) as u8, (i >> 8) as u8]);
     let mut dst = src;
     dst[15] = i as u8;
-    QpKey { src_ip: src, dst_ip: dst, dest_qp: 0x100 + i, dir: dir::INGRESS, _pad: [0; 3] }
+    QpKey {
+        src_ip: src,
+        dst_ip: dst,
+        dest_qp: 0x100 + i,
+        dir: dir::INGRESS,
+        _pad: [0; 3],
+    }
 }
 
 /// Advances `active` of the keys by a realistic interval of traffic (data with one DSCP / ECN
@@ -41,7 +50,14 @@ fn advance(s: &mut Snapshot, active: usize, round: u64, t_ns: u64) {
     for j in 0..active {
         let idx = (j + (round as usize * active)) % n;
         let v = &mut s.qps[idx].1;
-        let p = 100 + (idx as u64 % 50);
+        // packets per interval vary per key and interval (1..4096), as in real traffic
+        let mut x = (idx as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ round.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x ^= x >> 31;
+        let p = 1 + (x % 4096);
+        if x & 0xff == 0 {
+            v.ecn_hist[class::DATA][3] += 1; // occasional CE mark
+        }
         v.pkts += p + 2;
         v.bytes_l2 += p * 4158 + 2 * 62;
         v.bytes_ip += p * 4140 + 2 * 44;
@@ -79,7 +95,10 @@ struct Row {
 }
 
 fn run(qps: usize, active: usize, intervals: usize) -> Row {
-    let out = std::env::temp_dir().join(format!("ro-bench-collector-{}-{qps}-{active}", std::process::id()));
+    let out = std::env::temp_dir().join(format!(
+        "ro-bench-collector-{}-{qps}-{active}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&out);
     let policy = PolicyConfig::profile("nvidia").expect("profile");
     let mut cfg = CollectorConfig::new(out.clone(), "bench", "live", policy);
@@ -118,14 +137,59 @@ fn run(qps: usize, active: usize, intervals: usize) -> Row {
     let bytes = summary["output"]["flows"]["bytes"].as_u64().unwrap_or(0);
     let _ = std::fs::remove_dir_all(&out);
     Row {
-        label: if active == qps { format!("{}k active", qps / 1000) } else { format!("{}k tracked, {} active", qps / 1000, active) },
+        label: if active == qps {
+            format!("{}k active", qps / 1000)
+        } else {
+            format!("{}k tracked, {} active", qps / 1000, active)
+        },
         qps,
         active,
         cpu_ms: median(&mut cpu) as f64 / 1e6,
         base_ms: median(&mut base) as f64 / 1e6,
         wall_ms: median(&mut wall) as f64 / 1e6,
-        bytes_per_row: if rows > 0 { bytes as f64 / rows as f64 } else { 0.0 },
+        bytes_per_row: if rows > 0 {
+            bytes as f64 / rows as f64
+        } else {
+            0.0
+        },
     }
+}
+
+/// Median CPU time of one full read of a kernel per-QP map holding `n` keys (BPF_MAP_LOOKUP_BATCH
+/// plus the per-CPU interface and MAC maps), filled through BPF_PROG_TEST_RUN. Needs root.
+fn kernel_read(n: u32, reads: usize) -> Result<(f64, f64), String> {
+    use observer::collector::synth::Roce;
+    use observer::live::ProgTester;
+    let policy = PolicyConfig::profile("nvidia")
+        .map_err(|e| e.to_string())?
+        .expected;
+    let mut t = ProgTester::load(n + 1024, &policy).map_err(|e| e.to_string())?;
+    for i in 0..n {
+        let f = Roce::data(
+            [10, 77, (i >> 16) as u8, (i >> 8) as u8],
+            [10, 78, 0, i as u8],
+            0x100 + i,
+            0,
+        )
+        .frame();
+        t.run_xdp(&f).map_err(|e| e.to_string())?;
+    }
+    let mut cpu = Vec::new();
+    let mut wall = Vec::new();
+    for _ in 0..reads {
+        let w = Instant::now();
+        let c0 = thread_cpu_ns();
+        let s = t.snapshot("bench0", 0).map_err(|e| e.to_string())?;
+        cpu.push(thread_cpu_ns() - c0);
+        wall.push(w.elapsed().as_nanos() as u64);
+        if s.qps.len() != n as usize {
+            return Err(format!("read {} keys, expected {n}", s.qps.len()));
+        }
+    }
+    Ok((
+        median(&mut cpu) as f64 / 1e6,
+        median(&mut wall) as f64 / 1e6,
+    ))
 }
 
 fn main() {
@@ -139,11 +203,17 @@ fn main() {
     while i < args.len() {
         match args[i].as_str() {
             "--intervals" => {
-                intervals = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(intervals);
+                intervals = args
+                    .get(i + 1)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(intervals);
                 i += 1;
             }
             "--sizes" => {
-                sizes = args.get(i + 1).map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect()).unwrap_or(sizes);
+                sizes = args
+                    .get(i + 1)
+                    .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())
+                    .unwrap_or(sizes);
                 i += 1;
             }
             other => {
@@ -160,11 +230,22 @@ fn main() {
     if let Some(&n) = sizes.iter().max() {
         rows.push(run(n, n / 100, intervals));
     }
-    println!("collector: one interval = read deltas of every tracked key + alert rules + Parquet encode (zstd) + write");
-    println!("medians of {intervals} intervals; baseline = one copy of the snapshot's values (same run); % core at --interval 1s");
+    println!(
+        "collector: one interval = read deltas of every tracked key + alert rules + Parquet encode (zstd) + write"
+    );
+    println!(
+        "medians of {intervals} intervals; baseline = one copy of the snapshot's values (same run); % core at --interval 1s"
+    );
     println!(
         "{:<26} {:>9} {:>9} {:>13} {:>12} {:>10} {:>9} {:>14}",
-        "case", "tracked", "rows", "cpu ms/intvl", "baseline ms", "ratio", "% core", "parquet B/row"
+        "case",
+        "tracked",
+        "rows",
+        "cpu ms/intvl",
+        "baseline ms",
+        "ratio",
+        "% core",
+        "parquet B/row"
     );
     for r in &rows {
         println!(
@@ -174,10 +255,34 @@ fn main() {
             r.active,
             r.cpu_ms,
             r.base_ms,
-            if r.base_ms > 0.0 { r.cpu_ms / r.base_ms } else { 0.0 },
+            if r.base_ms > 0.0 {
+                r.cpu_ms / r.base_ms
+            } else {
+                0.0
+            },
             r.cpu_ms / 10.0,
             r.bytes_per_row
         );
         let _ = r.wall_ms;
+    }
+    // the source's side: reading the real kernel map (root only)
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        println!();
+        println!(
+            "kernel per-QP map read (BPF_MAP_LOOKUP_BATCH, IFACE and MACS per-CPU maps), median of 5 reads"
+        );
+        println!(
+            "{:<26} {:>13} {:>12} {:>9}",
+            "keys in map", "cpu ms/read", "wall ms", "% core"
+        );
+        for &n in &sizes {
+            match kernel_read(n as u32, 5) {
+                Ok((c, w)) => println!("{:<26} {:>13.1} {:>12.1} {:>8.1}%", n, c, w, c / 10.0),
+                Err(e) => println!("{n:<26} unavailable: {e}"),
+            }
+        }
+    } else {
+        println!("(kernel map read not measured: needs root)");
     }
 }

@@ -83,10 +83,19 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
     // thresholds are integers: a float is a named error
     let e = policy.unwrap_err().to_string();
     assert!(e.contains("thresholds.pfc_storm_xoff_per_s"), "{e}");
-    let policy = PolicyConfig::from_toml("[thresholds]\npfc_storm_xoff_per_s = 2\nhold_down_s = 10\n", "inline").unwrap();
+    let policy = PolicyConfig::from_toml(
+        "[thresholds]\npfc_storm_xoff_per_s = 2\nhold_down_s = 10\n",
+        "inline",
+    )
+    .unwrap();
     let mut cfg = CollectorConfig::new(out.clone(), "testhost", "replay", policy.clone());
     cfg.rotate_secs = 3600;
-    let mut rig = Rig { dp: Datapath::new(policy.expected, 1000), col: Collector::new(cfg).unwrap(), sent_roce: 0, sent_frames: 0 };
+    let mut rig = Rig {
+        dp: Datapath::new(policy.expected, 1000),
+        col: Collector::new(cfg).unwrap(),
+        sent_roce: 0,
+        sent_frames: 0,
+    };
     rig.col.begin("veth0", T0, Some(100_000_000_000));
 
     // ---- interval 1: [T0, T0+1s)
@@ -172,52 +181,171 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
     got.sort();
     let s = |x: &str| Some(x.to_string());
     let mut want = vec![
-        (rule::DSCP_MISMATCH.to_string(), Some(0x12), s("data"), None, false, 1),
-        (rule::DSCP_MISMATCH.to_string(), Some(0x12), s("data"), None, true, 7),
-        (rule::DSCP_MISMATCH.to_string(), Some(0x24), s("cnp"), None, false, 1),
-        (rule::NOT_ECT.to_string(), Some(0x13), s("data"), None, false, 1),
-        (rule::NOT_ECT.to_string(), Some(0x13), s("data"), None, true, 3),
+        (
+            rule::DSCP_MISMATCH.to_string(),
+            Some(0x12),
+            s("data"),
+            None,
+            false,
+            1,
+        ),
+        (
+            rule::DSCP_MISMATCH.to_string(),
+            Some(0x12),
+            s("data"),
+            None,
+            true,
+            7,
+        ),
+        (
+            rule::DSCP_MISMATCH.to_string(),
+            Some(0x24),
+            s("cnp"),
+            None,
+            false,
+            1,
+        ),
+        (
+            rule::NOT_ECT.to_string(),
+            Some(0x13),
+            s("data"),
+            None,
+            false,
+            1,
+        ),
+        (
+            rule::NOT_ECT.to_string(),
+            Some(0x13),
+            s("data"),
+            None,
+            true,
+            3,
+        ),
         (rule::PSN_GAP.to_string(), Some(0x14), None, None, false, 1),
-        (rule::GO_BACK_N.to_string(), Some(0x14), None, None, false, 1),
+        (
+            rule::GO_BACK_N.to_string(),
+            Some(0x14),
+            None,
+            None,
+            false,
+            1,
+        ),
         (rule::GO_BACK_N.to_string(), Some(0x14), None, None, true, 3),
-        (rule::MTU_BELOW_EXPECTED.to_string(), Some(0x15), None, None, false, 1),
-        (rule::CE_WITHOUT_CNP.to_string(), None, None, None, false, 12),
-        (rule::PFC_WRONG_PRIORITY.to_string(), None, None, Some(5), false, 2),
+        (
+            rule::MTU_BELOW_EXPECTED.to_string(),
+            Some(0x15),
+            None,
+            None,
+            false,
+            1,
+        ),
+        (
+            rule::CE_WITHOUT_CNP.to_string(),
+            None,
+            None,
+            None,
+            false,
+            12,
+        ),
+        (
+            rule::PFC_WRONG_PRIORITY.to_string(),
+            None,
+            None,
+            Some(5),
+            false,
+            2,
+        ),
         (rule::PFC_STORM.to_string(), None, None, Some(3), false, 3),
         (rule::PFC_STORM.to_string(), None, None, Some(3), true, 4),
         (rule::PAUSE_802_3X.to_string(), None, None, None, false, 1),
-        (rule::PFC_WITHOUT_ECN.to_string(), None, None, None, false, 4),
+        (
+            rule::PFC_WITHOUT_ECN.to_string(),
+            None,
+            None,
+            None,
+            false,
+            4,
+        ),
     ];
     want.sort();
-    assert_eq!(got, want, "alerts.jsonl:\n{}", al.iter().map(|a| a["message"].to_string()).collect::<Vec<_>>().join("\n"));
-    let mtu = al.iter().find(|a| a["rule"] == rule::MTU_BELOW_EXPECTED).unwrap();
+    assert_eq!(
+        got,
+        want,
+        "alerts.jsonl:\n{}",
+        al.iter()
+            .map(|a| a["message"].to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let mtu = al
+        .iter()
+        .find(|a| a["rule"] == rule::MTU_BELOW_EXPECTED)
+        .unwrap();
     assert_eq!(mtu["observed"], "largest UDP payload 1056 (RoCE MTU 1024)");
-    let ce = al.iter().find(|a| a["rule"] == rule::CE_WITHOUT_CNP).unwrap();
-    assert_eq!((ce["src"].as_str(), ce["dst"].as_str()), (Some("10.77.0.1"), Some("10.77.0.3")));
+    let ce = al
+        .iter()
+        .find(|a| a["rule"] == rule::CE_WITHOUT_CNP)
+        .unwrap();
+    assert_eq!(
+        (ce["src"].as_str(), ce["dst"].as_str()),
+        (Some("10.77.0.1"), Some("10.77.0.3"))
+    );
     let gap = al.iter().find(|a| a["rule"] == rule::PSN_GAP).unwrap();
     assert_eq!(gap["observed"], "2 PSNs missing before PSN 5");
     assert_eq!(gap["severity"], "warning");
     let pause = al.iter().find(|a| a["rule"] == rule::PAUSE_802_3X).unwrap();
     assert_eq!(pause["severity"], "critical");
-    assert!(pause["observed"].as_str().unwrap().contains("02:00:00:00:00:09"), "{pause}");
+    assert!(
+        pause["observed"]
+            .as_str()
+            .unwrap()
+            .contains("02:00:00:00:00:09"),
+        "{pause}"
+    );
 
     // summary.json: totals plus alert counts per rule
-    let on_disk: Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(on_disk, summary);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     for a in &al {
-        *counts.entry(a["rule"].as_str().unwrap().into()).or_default() += 1;
+        *counts
+            .entry(a["rule"].as_str().unwrap().into())
+            .or_default() += 1;
     }
     let sc: BTreeMap<String, u64> = serde_json::from_value(summary["alerts"].clone()).unwrap();
     assert_eq!(sc, counts);
-    let total_pkts: u64 = summary["qps"].as_array().unwrap().iter().map(|q| q["pkts"].as_u64().unwrap()).sum();
+    let total_pkts: u64 = summary["qps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["pkts"].as_u64().unwrap())
+        .sum();
     assert_eq!(total_pkts, rig.sent_roce);
 
     // ---- Parquet, read back by pyarrow
-    let flows = pyarrow_read(&out, "flows", &["pkts", "psn_gaps", "psn_missing", "psn_retrans", "psn_behind", "ce", "cnp", "not_ect_data", "acks"], true);
+    let flows = pyarrow_read(
+        &out,
+        "flows",
+        &[
+            "pkts",
+            "psn_gaps",
+            "psn_missing",
+            "psn_retrans",
+            "psn_behind",
+            "ce",
+            "cnp",
+            "not_ect_data",
+            "acks",
+        ],
+        true,
+    );
     assert_eq!(flows["sums"]["pkts"], rig.sent_roce);
     assert_eq!(rig.sent_roce, 57);
-    assert_eq!(flows["rows"], 11, "9 active keys in interval 1, 2 in interval 2, none in 3");
+    assert_eq!(
+        flows["rows"], 11,
+        "9 active keys in interval 1, 2 in interval 2, none in 3"
+    );
     assert_eq!(flows["sums"]["psn_gaps"], 1);
     assert_eq!(flows["sums"]["psn_missing"], 2);
     assert_eq!(flows["sums"]["psn_retrans"], 4);
@@ -226,15 +354,43 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
     assert_eq!(flows["sums"]["cnp"], 1);
     assert_eq!(flows["sums"]["not_ect_data"], 4);
     assert_eq!(flows["sums"]["acks"], 5);
-    let cols: Vec<&str> = flows["columns"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
-    assert!(cols.contains(&"date") && cols.contains(&"hour"), "hive partition columns: {cols:?}");
-    let q2: Vec<&Value> = flows["records"].as_array().unwrap().iter().filter(|r| r["qp"] == 0x12).collect();
+    let cols: Vec<&str> = flows["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        cols.contains(&"date") && cols.contains(&"hour"),
+        "hive partition columns: {cols:?}"
+    );
+    let q2: Vec<&Value> = flows["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["qp"] == 0x12)
+        .collect();
     assert_eq!(q2.len(), 2);
-    let q2a = q2.iter().find(|r| r["pkts"] == 5).expect("interval 1 row of qp 0x12");
-    assert_eq!(q2a["dscp_data"], serde_json::json!([{"value": 0, "pkts": 5}]));
-    assert_eq!(q2a["ecn_data"], serde_json::json!([{"value": 2, "pkts": 5}]));
-    assert_eq!(q2a["pcp_data"], serde_json::json!([{"value": -1, "pkts": 5}]));
-    assert_eq!(q2a["opcodes"], serde_json::json!([{"value": 10, "pkts": 5}]));
+    let q2a = q2
+        .iter()
+        .find(|r| r["pkts"] == 5)
+        .expect("interval 1 row of qp 0x12");
+    assert_eq!(
+        q2a["dscp_data"],
+        serde_json::json!([{"value": 0, "pkts": 5}])
+    );
+    assert_eq!(
+        q2a["ecn_data"],
+        serde_json::json!([{"value": 2, "pkts": 5}])
+    );
+    assert_eq!(
+        q2a["pcp_data"],
+        serde_json::json!([{"value": -1, "pkts": 5}])
+    );
+    assert_eq!(
+        q2a["opcodes"],
+        serde_json::json!([{"value": 10, "pkts": 5}])
+    );
     assert_eq!(q2a["src"], "10.77.0.1");
     assert_eq!(q2a["new_qp"], true);
     assert_eq!(q2a["host"], "testhost");
@@ -242,7 +398,16 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
     let ifs = pyarrow_read(
         &out,
         "interfaces",
-        &["frames", "roce", "pfc_frames", "pfc_xoff_p3", "pfc_xoff_p5", "pfc_quanta_p3", "pause_frames", "pfc_pause_s_p3"],
+        &[
+            "frames",
+            "roce",
+            "pfc_frames",
+            "pfc_xoff_p3",
+            "pfc_xoff_p5",
+            "pfc_quanta_p3",
+            "pause_frames",
+            "pfc_pause_s_p3",
+        ],
         true,
     );
     assert_eq!(ifs["rows"], 3, "one ingress row per interval");
@@ -255,7 +420,12 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
     assert_eq!(ifs["sums"]["pause_frames"], 1);
     let ps = ifs["sums"]["pfc_pause_s_p3"].as_f64().unwrap();
     assert!((ps - 700.0 * 512.0 / 1e11).abs() < 1e-12, "{ps}");
-    let r1 = ifs["records"].as_array().unwrap().iter().find(|r| r["pfc_xoff_p3"] == 3).unwrap();
+    let r1 = ifs["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pfc_xoff_p3"] == 3)
+        .unwrap();
     assert_eq!(r1["pfc_xoff_per_s_p3"], 3.0);
     assert_eq!(r1["active_qps"], 9);
 
@@ -266,7 +436,10 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
 
     // every file final-named, none left as .tmp
     let files = all_files(&out);
-    assert!(files.iter().all(|f| !f.to_string_lossy().ends_with(".tmp")), "{files:?}");
+    assert!(
+        files.iter().all(|f| !f.to_string_lossy().ends_with(".tmp")),
+        "{files:?}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -274,7 +447,13 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
 fn evicted_and_vanished_keys_keep_their_counts() {
     let out = fresh_dir("evict");
     let policy = PolicyConfig::profile("nvidia").unwrap();
-    let mut col = Collector::new(CollectorConfig::new(out.clone(), "h", "replay", policy.clone())).unwrap();
+    let mut col = Collector::new(CollectorConfig::new(
+        out.clone(),
+        "h",
+        "replay",
+        policy.clone(),
+    ))
+    .unwrap();
     let mut dp = Datapath::new(policy.expected, 100);
     let send = |dp: &mut Datapath, qp: u32, n: u32, t: u64| {
         for psn in 0..n {
@@ -294,19 +473,80 @@ fn evicted_and_vanished_keys_keep_their_counts() {
     let k2 = *dp.qps.keys().find(|k| k.dest_qp == 2).unwrap();
     dp.qps.remove(&k2);
     send(&mut dp, 3, 1, T0 + S);
-    col.on_snapshot(&dp.snapshot("e", T0 + 2 * S, None)).unwrap();
+    col.on_snapshot(&dp.snapshot("e", T0 + 2 * S, None))
+        .unwrap();
     assert_eq!(col.last.evictions, 2);
-    assert_eq!(col.last.active_qps, 2, "qp 1's final delta and the new qp 3");
+    assert_eq!(
+        col.last.active_qps, 2,
+        "qp 1's final delta and the new qp 3"
+    );
     let summary = col.finish().unwrap();
-    let pk: BTreeMap<u64, u64> =
-        summary["qps"].as_array().unwrap().iter().map(|q| (q["qp"].as_u64().unwrap(), q["pkts"].as_u64().unwrap())).collect();
+    let pk: BTreeMap<u64, u64> = summary["qps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["qp"].as_u64().unwrap(), q["pkts"].as_u64().unwrap()))
+        .collect();
     assert_eq!(pk, BTreeMap::from([(1, 5), (2, 4), (3, 1)]));
     let flows = pyarrow_read(&out, "flows", &["pkts"], true);
     assert_eq!(flows["sums"]["pkts"], 10);
-    let ev: Vec<&Value> = flows["records"].as_array().unwrap().iter().filter(|r| r["evicted"] == true).collect();
+    let ev: Vec<&Value> = flows["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["evicted"] == true)
+        .collect();
     assert_eq!(ev.len(), 1);
-    assert_eq!((ev[0]["qp"].as_u64(), ev[0]["pkts"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(
+        (ev[0]["qp"].as_u64(), ev[0]["pkts"].as_u64()),
+        (Some(1), Some(2))
+    );
     let ifs = pyarrow_read(&out, "interfaces", &["evictions"], false);
     assert_eq!(ifs["sums"]["evictions"], 2);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn bleached_fabric_alerts_every_key_once() {
+    let out = fresh_dir("bleached");
+    let policy = PolicyConfig::profile("nvidia").unwrap();
+    let mut col = Collector::new(CollectorConfig::new(
+        out.clone(),
+        "h",
+        "replay",
+        policy.clone(),
+    ))
+    .unwrap();
+    let mut dp = Datapath::new(policy.expected, 1000);
+    // DSCP bleached to 0 on 100 QPs, for 3 intervals
+    for i in 0..3u64 {
+        for q in 0..100u32 {
+            for psn in 0..4 {
+                let mut r = Roce::data(A, B, 0x1000 + q, i as u32 * 4 + psn);
+                r.dscp = 0;
+                let f = r.frame();
+                dp.process(&f, f.len() as u32, T0 + i * S + 1, 0);
+            }
+        }
+        let ev = dp.take_events();
+        col.on_events("e", &ev);
+        col.on_snapshot(&dp.snapshot("e", T0 + (i + 1) * S, None))
+            .unwrap();
+    }
+    let summary = col.finish().unwrap();
+    let al = alerts_jsonl(&out);
+    let first: Vec<&Value> = al.iter().filter(|a| a["summary"] == false).collect();
+    let held: Vec<&Value> = al.iter().filter(|a| a["summary"] == true).collect();
+    assert_eq!(first.len(), 100, "one alert per QP");
+    assert_eq!(held.len(), 100, "one summary per QP at the end");
+    let total: u64 = al.iter().map(|a| a["count"].as_u64().unwrap()).sum();
+    assert_eq!(
+        total,
+        100 * 4 * 3,
+        "every mis-marked packet is counted once"
+    );
+    assert!(al.iter().all(|a| a["rule"] == rule::DSCP_MISMATCH));
+    assert_eq!(summary["alerts"][rule::DSCP_MISMATCH], 200);
+    assert_eq!(summary["alert_occurrences"][rule::DSCP_MISMATCH], 1200);
     let _ = std::fs::remove_dir_all(&out);
 }

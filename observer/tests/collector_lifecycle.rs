@@ -17,7 +17,14 @@ use collector_util::*;
 
 fn spawn(out: &std::path::Path, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_roce-observe"))
-        .args(["--synthetic-qps", "50", "--interval", "200ms", "--plain", "--out"])
+        .args([
+            "--synthetic-qps",
+            "50",
+            "--interval",
+            "200ms",
+            "--plain",
+            "--out",
+        ])
         .arg(out)
         .args(extra)
         .stdout(Stdio::null())
@@ -43,12 +50,18 @@ fn wait_bounded(c: &mut Child, limit: Duration) -> std::process::ExitStatus {
 fn wait_for_file(dir: &std::path::Path, limit: Duration) {
     let t = Instant::now();
     while t.elapsed() < limit {
-        if all_files(dir).iter().any(|f| f.extension().is_some_and(|e| e == "parquet")) {
+        if all_files(dir)
+            .iter()
+            .any(|f| f.extension().is_some_and(|e| e == "parquet"))
+        {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("no Parquet file appeared under {} within {limit:?}", dir.display());
+    panic!(
+        "no Parquet file appeared under {} within {limit:?}",
+        dir.display()
+    );
 }
 
 #[test]
@@ -62,16 +75,28 @@ fn sigterm_flushes_closes_and_exits_cleanly() {
     let err = std::io::read_to_string(c.stderr.take().unwrap()).unwrap();
     assert!(st.success(), "exit {st:?}; stderr:\n{err}");
     assert!(err.contains("stopped (SIGTERM)"), "{err}");
-    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
-    let total: u64 = summary["qps"].as_array().unwrap().iter().map(|q| q["pkts"].as_u64().unwrap()).sum();
-    assert!(total >= 50 * 4 * 2, "at least two intervals of 50 QPs x 4 packets: {total}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let total: u64 = summary["qps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["pkts"].as_u64().unwrap())
+        .sum();
+    assert!(
+        total >= 50 * 4 * 2,
+        "at least two intervals of 50 QPs x 4 packets: {total}"
+    );
     assert_eq!(total % 200, 0, "whole synthetic steps only: {total}");
     // everything counted is in the flow logs: nothing lost on a clean stop
     let flows = pyarrow_read(&out, "flows", &["pkts"], false);
     assert_eq!(flows["sums"]["pkts"], total);
     assert_eq!(summary["output"]["flows"]["rows"], flows["rows"]);
     let files = all_files(&out);
-    assert!(files.iter().all(|f| !f.to_string_lossy().ends_with(".tmp")), "{files:?}");
+    assert!(
+        files.iter().all(|f| !f.to_string_lossy().ends_with(".tmp")),
+        "{files:?}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -85,17 +110,60 @@ fn sigkill_leaves_only_readable_final_files() {
     c.kill().unwrap(); // SIGKILL
     let _ = wait_bounded(&mut c, Duration::from_secs(5));
     let files = all_files(&out);
-    let parquet: Vec<_> = files.iter().filter(|f| f.extension().is_some_and(|e| e == "parquet")).cloned().collect();
+    let parquet: Vec<_> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "parquet"))
+        .cloned()
+        .collect();
     assert!(!parquet.is_empty(), "{files:?}");
     let bad = unreadable_parquet(&parquet);
-    assert!(bad.is_empty(), "unreadable final files after SIGKILL: {bad:?}");
+    assert!(
+        bad.is_empty(),
+        "unreadable final files after SIGKILL: {bad:?}"
+    );
     // complete intervals only: each flows file holds whole synthetic steps of 50 QPs
     let flows = pyarrow_read(&out, "flows", &["pkts"], false);
     let rows = flows["rows"].as_u64().unwrap();
     assert!(rows > 0 && rows.is_multiple_of(50), "{rows}");
     assert_eq!(flows["sums"]["pkts"].as_u64().unwrap(), rows * 4);
-    assert!(!out.join("summary.json").exists(), "no summary after SIGKILL");
+    assert!(
+        !out.join("summary.json").exists(),
+        "no summary after SIGKILL"
+    );
     let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn unwritable_output_directory_alerts_and_counting_continues() {
+    let dir = fresh_dir("unwritable");
+    let blocker = dir.join("file");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let out = blocker.join("flows-here");
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .args([
+            "--synthetic-qps",
+            "10",
+            "--interval",
+            "200ms",
+            "--plain",
+            "--duration",
+            "1s",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    // counting ran (interval log lines), the failure was alerted, and the end says what was lost
+    assert!(err.contains("active_qps=10"), "{err}");
+    assert!(err.contains("CRITICAL output_write_failed"), "{err}");
+    assert!(err.contains("Not a directory"), "{err}");
+    assert!(
+        !o.status.success(),
+        "the last files could not be written: a failing exit"
+    );
+    assert!(err.contains("finishing the output files"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -103,20 +171,70 @@ fn bad_policy_and_missing_interface_are_clear_errors() {
     let dir = fresh_dir("cli");
     let p = dir.join("p.toml");
     std::fs::write(&p, "rdma_priority = 3\n[cnp]\ndscp = 99\n").unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe")).args(["--iface", "lo", "--policy"]).arg(&p).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["--iface", "lo", "--policy"])
+        .arg(&p)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(err.contains(&format!("{}:3: cnp.dscp: 99 is out of range 0..=63", p.display())), "{err}");
-    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe")).args(["--iface", "nosuch0", "--out"]).arg(&dir).output().unwrap();
+    assert!(
+        err.contains(&format!(
+            "{}:3: cnp.dscp: 99 is out of range 0..=63",
+            p.display()
+        )),
+        "{err}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["--iface", "nosuch0", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("no such interface: nosuch0"), "{err}");
-    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe")).arg("--help").output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .arg("--help")
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&o.stdout);
-    for s in ["[default: ./roce-flows]", "[default: 1s]", "--capture-port", "--xdp-mode", "--max-qps", "--duration"] {
+    for s in [
+        "[default: ./roce-flows]",
+        "[default: 1s]",
+        "--capture-port",
+        "--xdp-mode",
+        "--max-qps",
+        "--duration",
+    ] {
         assert!(help.contains(s), "--help lacks {s}:\n{help}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unprivileged_run_says_what_is_needed() {
+    if !require_root("unprivileged_run_says_what_is_needed") {
+        return;
+    }
+    // drop to nobody without capabilities
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["--iface", "lo", "--plain", "--out", "/tmp"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("not permitted") && err.contains("CAP_BPF"),
+        "{err}"
+    );
 }
 
 /// A small tmpfs, unmounted (and its directory removed) on drop, also on panic.
@@ -127,7 +245,18 @@ struct Tmpfs {
 impl Tmpfs {
     fn new(name: &str, size: &str) -> Tmpfs {
         let dir = fresh_dir(name);
-        run("mount", &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", &dir.display().to_string()]).expect("mount tmpfs");
+        run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "tmpfs",
+                &dir.display().to_string(),
+            ],
+        )
+        .expect("mount tmpfs");
         Tmpfs { dir }
     }
 }
@@ -160,12 +289,19 @@ fn disk_full_alerts_keeps_counting_and_recovers() {
     for _ in 0..4 {
         t += s;
         src.step(t);
-        col.on_snapshot(&src.dp.snapshot("e", t, None)).expect("counting continues on a full disk");
+        col.on_snapshot(&src.dp.snapshot("e", t, None))
+            .expect("counting continues on a full disk");
     }
     let st = col.output_stats();
     assert!(st["flows"]["write_errors"].as_u64().unwrap() > 0, "{st}");
     assert!(st["flows"]["pending_files"].as_u64().unwrap() > 0, "{st}");
-    assert!(col.alert_counts().get(rule::OUTPUT_WRITE_FAILED).copied().unwrap_or(0) >= 1);
+    assert!(
+        col.alert_counts()
+            .get(rule::OUTPUT_WRITE_FAILED)
+            .copied()
+            .unwrap_or(0)
+            >= 1
+    );
     // space returns: pending files are written on the next intervals
     std::fs::remove_file(&filler).unwrap();
     for _ in 0..2 {
@@ -177,9 +313,20 @@ fn disk_full_alerts_keeps_counting_and_recovers() {
     assert_eq!(summary["output"]["flows"]["rows_lost"], 0);
     assert_eq!(summary["output"]["flows"]["pending_files"], 0);
     let flows = pyarrow_read(&out, "flows", &["pkts"], false);
-    assert_eq!(flows["sums"]["pkts"], 6 * 200 * 2, "every interval's rows reached the disk");
+    assert_eq!(
+        flows["sums"]["pkts"],
+        6 * 200 * 2,
+        "every interval's rows reached the disk"
+    );
     let al = alerts_jsonl(&out);
-    assert!(al.iter().any(|a| a["rule"] == rule::OUTPUT_WRITE_FAILED && a["severity"] == "critical"), "{al:?}");
-    let parquet: Vec<_> = all_files(&out).into_iter().filter(|f| f.extension().is_some_and(|e| e == "parquet")).collect();
+    assert!(
+        al.iter()
+            .any(|a| a["rule"] == rule::OUTPUT_WRITE_FAILED && a["severity"] == "critical"),
+        "{al:?}"
+    );
+    let parquet: Vec<_> = all_files(&out)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "parquet"))
+        .collect();
     assert!(unreadable_parquet(&parquet).is_empty());
 }

@@ -20,6 +20,9 @@ use serde_json::Value;
 
 use collector_util::*;
 
+/// (rule, qp, class, priority)
+type AlertId = (String, Option<u64>, Option<String>, Option<u64>);
+
 const A: [u8; 4] = [10, 77, 1, 1];
 const B: [u8; 4] = [10, 77, 1, 2];
 const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
@@ -33,7 +36,11 @@ fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
         let ifindex = libc::if_nametoindex(name.as_ptr());
         assert!(ifindex != 0, "{iface} not found in {}", ns.name);
         let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
-        assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
         let mut sll: libc::sockaddr_ll = std::mem::zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_ifindex = ifindex as i32;
@@ -47,7 +54,12 @@ fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
                 &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
                 size_of::<libc::sockaddr_ll>() as u32,
             );
-            assert_eq!(n, f.len() as isize, "sendto: {}", std::io::Error::last_os_error());
+            assert_eq!(
+                n,
+                f.len() as isize,
+                "sendto: {}",
+                std::io::Error::last_os_error()
+            );
         }
         libc::close(fd);
     }
@@ -61,12 +73,33 @@ struct Observer {
 
 impl Observer {
     fn start(ns: &Netns, iface: &str, out: &std::path::Path, policy: &std::path::Path) -> Observer {
+        Self::start_with(ns, iface, out, policy, &[])
+    }
+
+    fn start_with(
+        ns: &Netns,
+        iface: &str,
+        out: &std::path::Path,
+        policy: &std::path::Path,
+        extra: &[&str],
+    ) -> Observer {
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_roce-observe"), "--iface", iface, "--plain", "--interval", "1s"])
+            .args([
+                "netns",
+                "exec",
+                &ns.name,
+                env!("CARGO_BIN_EXE_roce-observe"),
+                "--iface",
+                iface,
+                "--plain",
+                "--interval",
+                "1s",
+            ])
             .arg("--out")
             .arg(out)
             .arg("--policy")
             .arg(policy)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -80,7 +113,9 @@ impl Observer {
                 if n == 0 {
                     break;
                 }
-                s2.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                s2.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
         let mut o = Observer { child, stderr };
@@ -89,7 +124,11 @@ impl Observer {
             if let Some(st) = o.child.try_wait().unwrap() {
                 panic!("roce-observe exited {st:?}:\n{}", o.err());
             }
-            assert!(t.elapsed() < Duration::from_secs(20), "not attached after 20 s:\n{}", o.err());
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "not attached after 20 s:\n{}",
+                o.err()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         o
@@ -140,7 +179,9 @@ fn nothing_attached(ns: &Netns, iface: &str) -> Result<(), String> {
     if link.contains("xdp") {
         return Err(format!("XDP still attached: {link}"));
     }
-    let bpftool = ns.exec("bpftool", &["net", "show", "dev", iface]).unwrap_or_default();
+    let bpftool = ns
+        .exec("bpftool", &["net", "show", "dev", iface])
+        .unwrap_or_default();
     if bpftool.contains("roce_") {
         return Err(format!("programs still attached: {bpftool}"));
     }
@@ -198,6 +239,31 @@ fn live_observer_alerts_and_logs_what_was_sent() {
     std::fs::write(&policy, "profile = \"nvidia\"\n[thresholds]\npfc_without_ecn_min_xoff = 1000000\nhold_down_s = 60\n").unwrap();
     let flows_out = out.join("run");
     let mut obs = Observer::start(&pair.b, &pair.b_if, &flows_out, &policy);
+    // a second observer on the same interface: the XDP slot is taken, said clearly
+    let taken = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &pair.b.name,
+            env!("CARGO_BIN_EXE_roce-observe"),
+            "--iface",
+            &pair.b_if,
+            "--plain",
+            "--xdp-mode",
+            "native",
+            "--duration",
+            "1s",
+        ])
+        .arg("--out")
+        .arg(out.join("second"))
+        .output()
+        .unwrap();
+    let terr = String::from_utf8_lossy(&taken.stderr);
+    assert!(!taken.status.success());
+    assert!(
+        terr.contains("already attached") && terr.contains("--xdp-mode generic"),
+        "{terr}"
+    );
     let (frames, roce) = fault_frames();
     send_raw(&pair.a, &pair.a_if, &frames);
     let latency = wait_alert(&flows_out, rule::DSCP_MISMATCH, Duration::from_secs(3))
@@ -210,15 +276,23 @@ fn live_observer_alerts_and_logs_what_was_sent() {
     let err = obs.err();
     assert!(st.success(), "exit {st:?}:\n{err}");
     assert!(err.contains("stopped (SIGTERM)"), "{err}");
-    assert!(err.contains("no RDMA device is bound"), "start-up diagnosis missing:\n{err}");
+    assert!(
+        err.contains("no RDMA device is bound"),
+        "start-up diagnosis missing:\n{err}"
+    );
     nothing_attached(&pair.b, &pair.b_if).unwrap();
 
     // exact alerts: one alert per (rule, key), totals of occurrences over alert + summary
     let al = alerts_jsonl(&flows_out);
-    let mut totals: BTreeMap<(String, Option<u64>, Option<String>, Option<u64>), u64> = BTreeMap::new();
-    let mut firsts: BTreeMap<(String, Option<u64>, Option<String>, Option<u64>), u64> = BTreeMap::new();
+    let mut totals: BTreeMap<AlertId, u64> = BTreeMap::new();
+    let mut firsts: BTreeMap<AlertId, u64> = BTreeMap::new();
     for a in &al {
-        let k = (a["rule"].as_str().unwrap().to_string(), a["qp"].as_u64(), a["class"].as_str().map(String::from), a["priority"].as_u64());
+        let k = (
+            a["rule"].as_str().unwrap().to_string(),
+            a["qp"].as_u64(),
+            a["class"].as_str().map(String::from),
+            a["priority"].as_u64(),
+        );
         *totals.entry(k.clone()).or_default() += a["count"].as_u64().unwrap();
         if a["summary"] == false {
             *firsts.entry(k).or_default() += 1;
@@ -226,38 +300,86 @@ fn live_observer_alerts_and_logs_what_was_sent() {
     }
     let s = |x: &str| Some(x.to_string());
     let want: BTreeMap<_, _> = [
-        ((rule::DSCP_MISMATCH.to_string(), Some(0x12), s("data"), None), 5),
-        ((rule::DSCP_MISMATCH.to_string(), Some(0x24), s("cnp"), None), 1),
+        (
+            (rule::DSCP_MISMATCH.to_string(), Some(0x12), s("data"), None),
+            5,
+        ),
+        (
+            (rule::DSCP_MISMATCH.to_string(), Some(0x24), s("cnp"), None),
+            1,
+        ),
         ((rule::NOT_ECT.to_string(), Some(0x13), s("data"), None), 4),
         ((rule::PSN_GAP.to_string(), Some(0x14), None, None), 1),
-        ((rule::PFC_WRONG_PRIORITY.to_string(), None, None, Some(5)), 2),
+        (
+            (rule::PFC_WRONG_PRIORITY.to_string(), None, None, Some(5)),
+            2,
+        ),
         ((rule::PAUSE_802_3X.to_string(), None, None, None), 1),
     ]
     .into_iter()
     .collect();
-    assert_eq!(totals, want, "alerts:\n{}", al.iter().map(|a| a["message"].to_string()).collect::<Vec<_>>().join("\n"));
-    assert!(firsts.values().all(|&n| n == 1), "one alert per key within the hold-down: {firsts:?}");
-    let d = al.iter().find(|a| a["rule"] == rule::DSCP_MISMATCH && a["qp"] == 0x12).unwrap();
-    assert_eq!((d["src"].as_str(), d["dst"].as_str(), d["iface"].as_str()), (Some("10.77.1.1"), Some("10.77.1.2"), Some("veth-b")));
+    assert_eq!(
+        totals,
+        want,
+        "alerts:\n{}",
+        al.iter()
+            .map(|a| a["message"].to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        firsts.values().all(|&n| n == 1),
+        "one alert per key within the hold-down: {firsts:?}"
+    );
+    let d = al
+        .iter()
+        .find(|a| a["rule"] == rule::DSCP_MISMATCH && a["qp"] == 0x12)
+        .unwrap();
+    assert_eq!(
+        (d["src"].as_str(), d["dst"].as_str(), d["iface"].as_str()),
+        (Some("10.77.1.1"), Some("10.77.1.2"), Some("veth-b"))
+    );
     assert_eq!(d["origin"], "event");
 
     // Parquet read back by pyarrow: sums equal what was sent
-    let flows = pyarrow_read(&flows_out, "flows", &["pkts", "psn_gaps", "psn_missing", "cnp", "not_ect_data"], false);
+    let flows = pyarrow_read(
+        &flows_out,
+        "flows",
+        &["pkts", "psn_gaps", "psn_missing", "cnp", "not_ect_data"],
+        false,
+    );
     assert_eq!(flows["sums"]["pkts"], roce);
     assert_eq!(flows["sums"]["psn_gaps"], 1);
     assert_eq!(flows["sums"]["psn_missing"], 2);
     assert_eq!(flows["sums"]["cnp"], 1);
     assert_eq!(flows["sums"]["not_ect_data"], 4);
-    let ifs = pyarrow_read(&flows_out, "interfaces", &["roce", "pfc_frames", "pfc_xoff_p3", "pfc_xoff_p5", "pfc_quanta_p3", "pause_frames"], true);
+    let ifs = pyarrow_read(
+        &flows_out,
+        "interfaces",
+        &[
+            "roce",
+            "pfc_frames",
+            "pfc_xoff_p3",
+            "pfc_xoff_p5",
+            "pfc_quanta_p3",
+            "pause_frames",
+        ],
+        true,
+    );
     assert_eq!(ifs["sums"]["roce"], roce);
     assert_eq!(ifs["sums"]["pfc_frames"], 5);
     assert_eq!(ifs["sums"]["pfc_xoff_p3"], 3);
     assert_eq!(ifs["sums"]["pfc_xoff_p5"], 2);
     assert_eq!(ifs["sums"]["pfc_quanta_p3"], 600);
     assert_eq!(ifs["sums"]["pause_frames"], 1);
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(flows_out.join("summary.json")).unwrap()).unwrap();
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(flows_out.join("summary.json")).unwrap())
+            .unwrap();
     assert_eq!(summary["alerts"][rule::PAUSE_802_3X], 1);
-    let parquet: Vec<_> = all_files(&flows_out).into_iter().filter(|f| f.extension().is_some_and(|e| e == "parquet")).collect();
+    let parquet: Vec<_> = all_files(&flows_out)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "parquet"))
+        .collect();
     assert!(unreadable_parquet(&parquet).is_empty());
 
     // SIGKILL: final files readable, nothing left attached (bpf links die with the process)
@@ -269,9 +391,92 @@ fn live_observer_alerts_and_logs_what_was_sent() {
     std::thread::sleep(Duration::from_millis(300));
     nothing_attached(&pair.b, &pair.b_if).unwrap();
     let files = all_files(&kill_out);
-    let parquet: Vec<_> = files.iter().filter(|f| f.extension().is_some_and(|e| e == "parquet")).cloned().collect();
+    let parquet: Vec<_> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "parquet"))
+        .cloned()
+        .collect();
     assert!(unreadable_parquet(&parquet).is_empty(), "{files:?}");
-    assert!(alerts_jsonl(&kill_out).iter().any(|a| a["rule"] == rule::DSCP_MISMATCH), "alerts.jsonl is written as alerts happen");
+    assert!(
+        alerts_jsonl(&kill_out)
+            .iter()
+            .any(|a| a["rule"] == rule::DSCP_MISMATCH),
+        "alerts.jsonl is written as alerts happen"
+    );
+    drop(pair);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn full_map_eviction_keeps_every_packet_accounted() {
+    if !require_root("full_map_eviction_keeps_every_packet_accounted") {
+        return;
+    }
+    let pair = VethPair::new("ce", "10.77.2.1", "10.77.2.2").unwrap();
+    let out = fresh_dir("netns-evict");
+    let policy = out.join("policy.toml");
+    std::fs::write(&policy, "profile = \"nvidia\"\n").unwrap();
+    let run = out.join("run");
+    let mut obs = Observer::start_with(
+        &pair.b,
+        &pair.b_if,
+        &run,
+        &policy,
+        &["--max-qps", "20", "--idle-evict", "1s"],
+    );
+    let burst = |first: u32, n: u32| -> Vec<Vec<u8>> {
+        (first..first + n)
+            .flat_map(|q| (0..2).map(move |psn| Roce::data(A, B, 0x500 + q, psn).frame()))
+            .collect()
+    };
+    // 30 QPs into a map of 20: 10 keys are not tracked (their packets counted untracked)
+    send_raw(&pair.a, &pair.a_if, &burst(0, 30));
+    // idle for > 1 s in a 90 % full map: idle keys are evicted with their final values
+    std::thread::sleep(Duration::from_millis(3200));
+    send_raw(&pair.a, &pair.a_if, &burst(100, 10));
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = obs.signal(libc::SIGTERM);
+    assert!(st.success(), "{}", obs.err());
+    let sent = 40 * 2;
+    let flows = pyarrow_read(&run, "flows", &["pkts"], true);
+    let ifs = pyarrow_read(
+        &run,
+        "interfaces",
+        &["roce", "roce_untracked", "qp_insert_failed", "evictions"],
+        false,
+    );
+    assert_eq!(ifs["sums"]["roce"], sent);
+    let tracked = flows["sums"]["pkts"].as_u64().unwrap();
+    let untracked = ifs["sums"]["roce_untracked"].as_u64().unwrap();
+    assert_eq!(
+        tracked + untracked,
+        sent,
+        "every RoCE packet is in a flow row or counted untracked"
+    );
+    assert!(ifs["sums"]["qp_insert_failed"].as_u64().unwrap() >= 10);
+    let evictions = ifs["sums"]["evictions"].as_u64().unwrap();
+    assert!(evictions >= 1, "no eviction: {}", obs.err());
+    let evicted_rows = flows["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["evicted"] == true)
+        .count();
+    assert_eq!(
+        evicted_rows as u64, 0,
+        "idle keys had no packets since their last row"
+    );
+    // new keys took the freed slots
+    let late: u64 = flows["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["qp"].as_u64().unwrap() >= 0x500 + 100)
+        .map(|r| r["pkts"].as_u64().unwrap())
+        .sum();
+    assert!(late >= 2, "no new QP tracked after eviction");
+    let al = alerts_jsonl(&run);
+    assert!(al.iter().any(|a| a["rule"] == rule::QP_MAP_FULL), "{al:?}");
     drop(pair);
     let _ = std::fs::remove_dir_all(&out);
 }

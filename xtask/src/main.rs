@@ -9,7 +9,16 @@ mod bench_ebpf;
 fn bench_collector(args: &[String]) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let st = std::process::Command::new(cargo)
-        .args(["run", "--release", "-q", "-p", "observer", "--example", "bench_collector", "--"])
+        .args([
+            "run",
+            "--release",
+            "-q",
+            "-p",
+            "observer",
+            "--example",
+            "bench_collector",
+            "--",
+        ])
         .args(args)
         .status()?;
     anyhow::ensure!(st.success(), "bench-collector failed");
@@ -21,7 +30,11 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("bench-ebpf") => bench_ebpf::main(&args[1..]),
         Some("bench-collector") => bench_collector(&args[1..]),
-        Some(other) => anyhow::bail!("unknown xtask command {other:?} (known: bench-ebpf, bench-collector)"),
-        None => anyhow::bail!("usage: cargo xtask <command>; commands: bench-ebpf, bench-collector"),
+        Some(other) => {
+            anyhow::bail!("unknown xtask command {other:?} (known: bench-ebpf, bench-collector)")
+        }
+        None => {
+            anyhow::bail!("usage: cargo xtask <command>; commands: bench-ebpf, bench-collector")
+        }
     }
 }

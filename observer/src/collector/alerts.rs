@@ -35,9 +35,11 @@ impl Severity {
 /// Severity of each rule (README "Alert rules").
 pub fn severity_of(r: &str) -> Severity {
     match r {
-        rule::PFC_STORM | rule::PAUSE_802_3X | rule::NOT_ECT | rule::CE_WITHOUT_CNP | rule::OUTPUT_WRITE_FAILED => {
-            Severity::Critical
-        }
+        rule::PFC_STORM
+        | rule::PAUSE_802_3X
+        | rule::NOT_ECT
+        | rule::CE_WITHOUT_CNP
+        | rule::OUTPUT_WRITE_FAILED => Severity::Critical,
         rule::EVENTS_LOST => Severity::Info,
         _ => Severity::Warning,
     }
@@ -159,8 +161,16 @@ impl Alert {
             Cell::S(self.rule.into()),
             Cell::S(self.severity.as_str().into()),
             Cell::S(self.key.iface.clone()),
-            Cell::OS(self.key.dir.map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)].into())),
-            Cell::OS(self.key.class.map(|c| class::NAMES[(c as usize).min(class::COUNT - 1)].into())),
+            Cell::OS(
+                self.key
+                    .dir
+                    .map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)].into()),
+            ),
+            Cell::OS(
+                self.key
+                    .class
+                    .map(|c| class::NAMES[(c as usize).min(class::COUNT - 1)].into()),
+            ),
             Cell::OS(self.key.src.map(|a| ip_of(&a).to_string())),
             Cell::OS(self.key.dst.map(|a| ip_of(&a).to_string())),
             Cell::OI(self.key.qp.map(|q| q as i64)),
@@ -174,7 +184,15 @@ impl Alert {
         ]
     }
 
-    pub fn candidate(rule: &'static str, key: AlertKey, time_ns: u64, observed: String, expected: String, count: u64, origin: &'static str) -> Alert {
+    pub fn candidate(
+        rule: &'static str,
+        key: AlertKey,
+        time_ns: u64,
+        observed: String,
+        expected: String,
+        count: u64,
+        origin: &'static str,
+    ) -> Alert {
         Alert {
             time_ns,
             first_ns: time_ns,
@@ -208,7 +226,11 @@ pub struct Dedup {
 
 impl Dedup {
     pub fn new(hold_down_ns: u64) -> Dedup {
-        Dedup { hold_down_ns, holds: HashMap::new(), credits: HashMap::new() }
+        Dedup {
+            hold_down_ns,
+            holds: HashMap::new(),
+            credits: HashMap::new(),
+        }
     }
 
     /// Offers a candidate; returns the alert to emit, if any.
@@ -248,7 +270,15 @@ impl Dedup {
                 Some(a)
             }
             None => {
-                self.holds.insert(id, Hold { last_emit_ns: a.time_ns, suppressed: 0, first_suppressed_ns: 0, latest: None });
+                self.holds.insert(
+                    id,
+                    Hold {
+                        last_emit_ns: a.time_ns,
+                        suppressed: 0,
+                        first_suppressed_ns: 0,
+                        latest: None,
+                    },
+                );
                 Some(a)
             }
         }
@@ -285,29 +315,54 @@ impl Dedup {
 }
 
 fn exp_u8(v: u8) -> String {
-    if v == ANY { "any".into() } else { v.to_string() }
+    if v == ANY {
+        "any".into()
+    } else {
+        v.to_string()
+    }
 }
 
 fn pcp_str(v: u8) -> String {
-    if v == PCP_NONE || v as usize >= 8 { "untagged".into() } else { v.to_string() }
+    if v == PCP_NONE || v as usize >= 8 {
+        "untagged".into()
+    } else {
+        v.to_string()
+    }
 }
 
 /// Alerts from one kernel (or datapath) event.
 pub fn from_event(iface: &str, e: &Event, p: &Policy) -> Option<Alert> {
     let key = AlertKey::qp(iface, &e.key);
-    let cand = |r, key, obs: String, exp: String| Some(Alert::candidate(r, key, e.ts_ns, obs, exp, 1, "event"));
+    let cand = |r, key, obs: String, exp: String| {
+        Some(Alert::candidate(r, key, e.ts_ns, obs, exp, 1, "event"))
+    };
     match e.kind {
         k if (ev::DSCP..ev::DSCP + 3).contains(&k) => {
             let c = (k - ev::DSCP) as usize;
-            cand(rule::DSCP_MISMATCH, key.with_class(c), format!("dscp {}", e.dscp), format!("dscp {}", exp_u8(p.dscp[c])))
+            cand(
+                rule::DSCP_MISMATCH,
+                key.with_class(c),
+                format!("dscp {}", e.dscp),
+                format!("dscp {}", exp_u8(p.dscp[c])),
+            )
         }
         k if (ev::PCP..ev::PCP + 3).contains(&k) => {
             let c = (k - ev::PCP) as usize;
-            cand(rule::PCP_MISMATCH, key.with_class(c), format!("pcp {}", pcp_str(e.pcp)), format!("pcp {}", pcp_str(p.pcp[c])))
+            cand(
+                rule::PCP_MISMATCH,
+                key.with_class(c),
+                format!("pcp {}", pcp_str(e.pcp)),
+                format!("pcp {}", pcp_str(p.pcp[c])),
+            )
         }
         k if (ev::NOT_ECT..ev::NOT_ECT + 3).contains(&k) => {
             let c = (k - ev::NOT_ECT) as usize;
-            cand(rule::NOT_ECT, key.with_class(c), "ecn 0 (Not-ECT)".into(), "ECT(0), ECT(1) or CE".into())
+            cand(
+                rule::NOT_ECT,
+                key.with_class(c),
+                "ecn 0 (Not-ECT)".into(),
+                "ECT(0), ECT(1) or CE".into(),
+            )
         }
         ev::PSN_GAP => cand(
             rule::PSN_GAP,
@@ -326,7 +381,11 @@ pub fn from_event(iface: &str, e: &Event, p: &Policy) -> Option<Alert> {
 }
 
 /// Sparse "value:count" list of a histogram's buckets other than `skip`.
-fn others<const N: usize>(h: &[u32; N], skip: Option<usize>, name: impl Fn(usize) -> String) -> (u64, String) {
+fn others<const N: usize>(
+    h: &[u32; N],
+    skip: Option<usize>,
+    name: impl Fn(usize) -> String,
+) -> (u64, String) {
     let mut n = 0u64;
     let mut parts = Vec::new();
     for (i, &c) in h.iter().enumerate() {
@@ -347,11 +406,22 @@ fn has_full_mtu_packets(d: &QpValue) -> bool {
 
 /// Largest standard RoCE MTU that fits a UDP payload of `pl` bytes (BTH 12 + ICRC 4 around it).
 pub fn mtu_of_payload(pl: u32) -> u32 {
-    [4096, 2048, 1024, 512, 256].into_iter().find(|m| pl >= m + 16).unwrap_or(0)
+    [4096, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|m| pl >= m + 16)
+        .unwrap_or(0)
 }
 
 /// Interval rules for one key's delta `d` (gauges carried).
-pub fn qp_interval(iface: &str, k: &QpKey, d: &QpValue, p: &Policy, expected_mtu: u32, t_ns: u64, out: &mut Vec<Alert>) {
+pub fn qp_interval(
+    iface: &str,
+    k: &QpKey,
+    d: &QpValue,
+    p: &Policy,
+    expected_mtu: u32,
+    t_ns: u64,
+    out: &mut Vec<Alert>,
+) {
     let mut nz = Vec::new();
     super::delta::nonzero_buckets(d, &mut nz);
     qp_interval_nz(iface, k, d, &nz, p, expected_mtu, t_ns, out)
@@ -367,7 +437,14 @@ fn any_qp_rule(d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32) -> bool {
         match col {
             1..=3 if p.dscp[col - 1] != ANY && p.dscp[col - 1] as usize != i => return true,
             4..=6 if i == 0 && p.ecn_capable[col - 4] != 0 => return true,
-            7..=9 if p.pcp[col - 7] != ANY && (if p.pcp[col - 7] >= PCP_NONE { 8 } else { p.pcp[col - 7] as usize }) != i => {
+            7..=9
+                if p.pcp[col - 7] != ANY
+                    && (if p.pcp[col - 7] >= PCP_NONE {
+                        8
+                    } else {
+                        p.pcp[col - 7] as usize
+                    }) != i =>
+            {
                 return true;
             }
             _ => {}
@@ -378,29 +455,65 @@ fn any_qp_rule(d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32) -> bool {
 
 /// [`qp_interval`] with `d`'s non-zero buckets already listed.
 #[allow(clippy::too_many_arguments)]
-pub fn qp_interval_nz(iface: &str, k: &QpKey, d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32, t_ns: u64, out: &mut Vec<Alert>) {
+pub fn qp_interval_nz(
+    iface: &str,
+    k: &QpKey,
+    d: &QpValue,
+    nz: &[u16],
+    p: &Policy,
+    expected_mtu: u32,
+    t_ns: u64,
+    out: &mut Vec<Alert>,
+) {
     if !any_qp_rule(d, nz, p, expected_mtu) {
         return;
     }
     let key = AlertKey::qp(iface, k);
-    let mk = |r, key: AlertKey, obs, exp, n| Alert::candidate(r, key, t_ns, obs, exp, n, "interval");
+    let mk =
+        |r, key: AlertKey, obs, exp, n| Alert::candidate(r, key, t_ns, obs, exp, n, "interval");
     for c in 0..class::COUNT {
         if p.dscp[c] != ANY {
-            let (n, s) = others(&d.dscp_hist[c], Some(p.dscp[c] as usize), |i| format!("dscp {i}"));
+            let (n, s) = others(&d.dscp_hist[c], Some(p.dscp[c] as usize), |i| {
+                format!("dscp {i}")
+            });
             if n > 0 {
-                out.push(mk(rule::DSCP_MISMATCH, key.clone().with_class(c), s, format!("dscp {}", p.dscp[c]), n));
+                out.push(mk(
+                    rule::DSCP_MISMATCH,
+                    key.clone().with_class(c),
+                    s,
+                    format!("dscp {}", p.dscp[c]),
+                    n,
+                ));
             }
         }
         if p.pcp[c] != ANY {
-            let exp = if p.pcp[c] >= PCP_NONE { 8 } else { p.pcp[c] as usize };
-            let (n, s) = others(&d.pcp_hist[c], Some(exp), |i| format!("pcp {}", pcp_str(i as u8)));
+            let exp = if p.pcp[c] >= PCP_NONE {
+                8
+            } else {
+                p.pcp[c] as usize
+            };
+            let (n, s) = others(&d.pcp_hist[c], Some(exp), |i| {
+                format!("pcp {}", pcp_str(i as u8))
+            });
             if n > 0 {
-                out.push(mk(rule::PCP_MISMATCH, key.clone().with_class(c), s, format!("pcp {}", pcp_str(p.pcp[c])), n));
+                out.push(mk(
+                    rule::PCP_MISMATCH,
+                    key.clone().with_class(c),
+                    s,
+                    format!("pcp {}", pcp_str(p.pcp[c])),
+                    n,
+                ));
             }
         }
         if p.ecn_capable[c] != 0 && d.ecn_hist[c][0] > 0 {
             let n = d.ecn_hist[c][0] as u64;
-            out.push(mk(rule::NOT_ECT, key.clone().with_class(c), format!("ecn 0 (Not-ECT) x{n}"), "ECT(0), ECT(1) or CE".into(), n));
+            out.push(mk(
+                rule::NOT_ECT,
+                key.clone().with_class(c),
+                format!("ecn 0 (Not-ECT) x{n}"),
+                "ECT(0), ECT(1) or CE".into(),
+                n,
+            ));
         }
     }
     if d.psn_gaps > 0 {
@@ -416,17 +529,31 @@ pub fn qp_interval_nz(iface: &str, k: &QpKey, d: &QpValue, nz: &[u16], p: &Polic
         out.push(mk(
             rule::GO_BACK_N,
             key.clone(),
-            format!("{} retransmitted, {} behind the highest PSN", d.psn_retrans, d.psn_behind),
+            format!(
+                "{} retransmitted, {} behind the highest PSN",
+                d.psn_retrans, d.psn_behind
+            ),
             "no retransmission".into(),
             d.psn_retrans,
         ));
     }
-    if expected_mtu > 0 && d.pkts > 0 && has_full_mtu_packets(d) && d.max_udp_payload < expected_mtu + 16 {
+    if expected_mtu > 0
+        && d.pkts > 0
+        && has_full_mtu_packets(d)
+        && d.max_udp_payload < expected_mtu + 16
+    {
         out.push(mk(
             rule::MTU_BELOW_EXPECTED,
             key,
-            format!("largest UDP payload {} (RoCE MTU {})", d.max_udp_payload, mtu_of_payload(d.max_udp_payload)),
-            format!("RoCE MTU {expected_mtu} (UDP payload >= {})", expected_mtu + 16),
+            format!(
+                "largest UDP payload {} (RoCE MTU {})",
+                d.max_udp_payload,
+                mtu_of_payload(d.max_udp_payload)
+            ),
+            format!(
+                "RoCE MTU {expected_mtu} (UDP payload >= {})",
+                expected_mtu + 16
+            ),
             1,
         ));
     }
@@ -437,7 +564,19 @@ mod tests {
     use super::*;
 
     fn a(t: u64, n: u64) -> Alert {
-        Alert::candidate(rule::PFC_STORM, AlertKey { iface: "e".into(), priority: Some(3), ..Default::default() }, t, "x".into(), "y".into(), n, "interval")
+        Alert::candidate(
+            rule::PFC_STORM,
+            AlertKey {
+                iface: "e".into(),
+                priority: Some(3),
+                ..Default::default()
+            },
+            t,
+            "x".into(),
+            "y".into(),
+            n,
+            "interval",
+        )
     }
 
     #[test]
@@ -458,7 +597,10 @@ mod tests {
         assert!(d.tick(15 * s, false).is_empty());
         assert!(d.tick(20 * s, false).is_empty());
         assert_eq!(d.held_keys(), 0);
-        assert!(d.offer(a(21 * s, 1)).is_some(), "a new episode alerts at once");
+        assert!(
+            d.offer(a(21 * s, 1)).is_some(),
+            "a new episode alerts at once"
+        );
     }
 
     #[test]
@@ -519,7 +661,13 @@ mod tests {
         let rules: Vec<(&str, u64)> = out.iter().map(|a| (a.rule, a.count)).collect();
         assert_eq!(
             rules,
-            vec![(rule::DSCP_MISMATCH, 4), (rule::NOT_ECT, 3), (rule::PSN_GAP, 1), (rule::GO_BACK_N, 5), (rule::MTU_BELOW_EXPECTED, 1)]
+            vec![
+                (rule::DSCP_MISMATCH, 4),
+                (rule::NOT_ECT, 3),
+                (rule::PSN_GAP, 1),
+                (rule::GO_BACK_N, 5),
+                (rule::MTU_BELOW_EXPECTED, 1)
+            ]
         );
         assert_eq!(out[0].observed, "dscp 0 x4");
         assert_eq!(out[4].observed, "largest UDP payload 1040 (RoCE MTU 1024)");

@@ -28,7 +28,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     } else {
         (s, 1.0)
     };
-    let v: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a duration (examples: 1, 1s, 500ms, 5m, 2h)"))?;
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (examples: 1, 1s, 500ms, 5m, 2h)"))?;
     if !(v.is_finite() && v > 0.0) {
         return Err(format!("{s:?}: a duration must be positive"));
     }
@@ -134,14 +137,20 @@ fn install_signals() {
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 fn init_logs(args: &LiveArgs, terminal: bool) {
     use tracing_subscriber::EnvFilter;
     let default = if terminal { "warn" } else { "info" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let _ = match args.log_format {
         LogFormat::Json => b.json().try_init(),
         LogFormat::Text => b.try_init(),
@@ -165,7 +174,9 @@ fn explain(iface: &str, e: LiveError) -> anyhow::Error {
         LiveError::XdpSlotTaken(_) => anyhow::anyhow!(
             "{e}\n  see what holds it: `ip link show dev {iface}` / `bpftool net show dev {iface}`; or run with --xdp-mode generic"
         ),
-        LiveError::Verifier { .. } => anyhow::anyhow!("{e}\n  this is a bug in roce-observe's eBPF program for this kernel: please report it with `uname -r` and the log above"),
+        LiveError::Verifier { .. } => anyhow::anyhow!(
+            "{e}\n  this is a bug in roce-observe's eBPF program for this kernel: please report it with `uname -r` and the log above"
+        ),
         other => anyhow::anyhow!("{iface}: {other}"),
     }
 }
@@ -190,7 +201,10 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     let mut synth: Option<Synthetic> = None;
     let mut speeds: Vec<(String, Option<u64>)> = Vec::new();
     if let Some(n) = args.synthetic_qps {
-        tracing::warn!(qps = n, "synthetic source: no BPF, {n} QPs through the userspace datapath");
+        tracing::warn!(
+            qps = n,
+            "synthetic source: no BPF, {n} QPs through the userspace datapath"
+        );
         synth = Some(Synthetic::new(policy.expected, n, 4));
         speeds.push(("synthetic0".into(), link_override.or(Some(100_000_000_000))));
     } else {
@@ -224,14 +238,22 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
                 "{}: attached ingress {}{}{}",
                 a.iface,
                 a.ingress,
-                a.egress.as_deref().map(|e| format!(", egress {e}")).unwrap_or_else(|| ", egress not observed".into()),
-                if args.capture_port { " (capture port: frames dropped after observing)" } else { "" }
+                a.egress
+                    .as_deref()
+                    .map(|e| format!(", egress {e}"))
+                    .unwrap_or_else(|| ", egress not observed".into()),
+                if args.capture_port {
+                    " (capture port: frames dropped after observing)"
+                } else {
+                    ""
+                }
             );
             speeds.push((d.iface.clone(), link_override.or(d.speed_bps)));
             live.push(l);
         }
     }
-    let mut col = Collector::new(cfg).with_context(|| format!("output directory {}", args.out.display()))?;
+    let mut col =
+        Collector::new(cfg).with_context(|| format!("output directory {}", args.out.display()))?;
     // the live source already converts packet times to UNIX ns (clock offset 0)
     let t0 = now_ns();
     for (i, s) in &speeds {
@@ -246,7 +268,11 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     loop {
         let sig = SIGNAL.load(Ordering::SeqCst);
         if sig != 0 {
-            stop_reason = if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
+            stop_reason = if sig == libc::SIGINT {
+                "SIGINT"
+            } else {
+                "SIGTERM"
+            };
             break;
         }
         if args.duration.is_some_and(|d| started.elapsed() >= d) {
@@ -269,7 +295,14 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
         }
         interval(&mut col, &mut live, synth.as_mut(), &speeds, &args)?;
         if terminal {
-            print!("{}", col.view.render(&format!("roce-observe  {}  out {}", host, args.out.display())));
+            print!(
+                "{}",
+                col.view.render(&format!(
+                    "roce-observe  {}  out {}",
+                    host,
+                    args.out.display()
+                ))
+            );
             use std::io::Write;
             let _ = std::io::stdout().flush();
         }
@@ -282,22 +315,31 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
         }
     }
     interval(&mut col, &mut live, synth.as_mut(), &speeds, &args)?;
-    let out = col.output_stats();
     let summary = col.finish();
     drop(live);
     let summary = summary.context("finishing the output files")?;
+    let out = &summary["output"];
     tracing::info!(reason = stop_reason, out = %args.out.display(), "stopped: files flushed and closed, programs detached");
     eprintln!(
         "roce-observe: stopped ({stop_reason}); {} flow rows in {} files, alerts {}; summary in {}",
         out["flows"]["rows"],
         out["flows"]["files"],
-        summary.get("alerts").map(|a| a.to_string()).unwrap_or_default(),
+        summary
+            .get("alerts")
+            .map(|a| a.to_string())
+            .unwrap_or_default(),
         args.out.join("summary.json").display()
     );
     Ok(())
 }
 
-fn interval(col: &mut Collector, live: &mut [LiveIface], synth: Option<&mut Synthetic>, speeds: &[(String, Option<u64>)], args: &LiveArgs) -> anyhow::Result<()> {
+fn interval(
+    col: &mut Collector,
+    live: &mut [LiveIface],
+    synth: Option<&mut Synthetic>,
+    speeds: &[(String, Option<u64>)],
+    args: &LiveArgs,
+) -> anyhow::Result<()> {
     let t = now_ns();
     if let Some(s) = synth {
         s.step(t);
@@ -322,7 +364,12 @@ fn interval(col: &mut Collector, live: &mut [LiveIface], synth: Option<&mut Synt
         col.on_snapshot(&snap)?;
         // A nearly full map: evict idle keys, accounting their final values next interval.
         if snap.qps.len() as u64 * 10 >= args.max_qps as u64 * 9 {
-            let idle = col.idle_keys(name, t, args.idle_evict.as_nanos() as u64, args.max_qps as usize / 10);
+            let idle = col.idle_keys(
+                name,
+                t,
+                args.idle_evict.as_nanos() as u64,
+                args.max_qps as usize / 10,
+            );
             if !idle.is_empty() {
                 match l.evict(&idle) {
                     Ok(finals) => {

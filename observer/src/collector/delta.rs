@@ -52,12 +52,16 @@ fn words(v: &QpValue) -> &[u64] {
     // SAFETY: QpValue is #[repr(C)], 8-aligned (u64 fields), its size a multiple of 8 with no
     // implicit padding (maps.rs layout test), and only integer fields: every byte is
     // initialised, so viewing it as u64 words is sound.
-    unsafe { std::slice::from_raw_parts(v as *const QpValue as *const u64, size_of::<QpValue>() / 8) }
+    unsafe {
+        std::slice::from_raw_parts(v as *const QpValue as *const u64, size_of::<QpValue>() / 8)
+    }
 }
 
 fn words_mut(v: &mut QpValue) -> &mut [u64] {
     // SAFETY: as in `words`; any u64 bit pattern written back is a valid QpValue.
-    unsafe { std::slice::from_raw_parts_mut(v as *mut QpValue as *mut u64, size_of::<QpValue>() / 8) }
+    unsafe {
+        std::slice::from_raw_parts_mut(v as *mut QpValue as *mut u64, size_of::<QpValue>() / 8)
+    }
 }
 
 /// `*dst = *src`, writing only the 64-byte blocks that differ (keeps untouched cache lines
@@ -265,15 +269,24 @@ mod tests {
 
     #[test]
     fn iface_delta_and_reset() {
-        let mut a = IfaceStats { frames: 50, ..Default::default() };
+        let mut a = IfaceStats {
+            frames: 50,
+            ..Default::default()
+        };
         a.pfc.xoff[3] = 9;
         a.excluded[2] = 4;
-        let mut b = IfaceStats { frames: 20, ..Default::default() };
+        let mut b = IfaceStats {
+            frames: 20,
+            ..Default::default()
+        };
         b.pfc.xoff[3] = 4;
         b.excluded[2] = 1;
         let d = iface_delta(&a, &b);
         assert_eq!((d.frames, d.pfc.xoff[3], d.excluded[2]), (30, 5, 3));
         let r = iface_delta(&b, &a);
-        assert_eq!(r.frames, 20, "counter reset: the current value is the delta");
+        assert_eq!(
+            r.frames, 20,
+            "counter reset: the current value is the delta"
+        );
     }
 }

@@ -47,7 +47,10 @@ fn read(p: &Path) -> Option<String> {
 /// Effective capabilities of this process (from /proc/self/status).
 fn cap_eff() -> u64 {
     read(Path::new("/proc/self/status"))
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_string())))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_string()))
+        })
         .and_then(|h| u64::from_str_radix(&h, 16).ok())
         .unwrap_or(0)
 }
@@ -56,11 +59,19 @@ fn cap_eff() -> u64 {
 pub fn check_privileges() -> Result<(), DiagError> {
     let caps = cap_eff();
     let has = |b: u32| caps & (1u64 << b) != 0;
-    if has(21) || (has(39) && has(12)) { Ok(()) } else { Err(DiagError::NotPermitted) }
+    if has(21) || (has(39) && has(12)) {
+        Ok(())
+    } else {
+        Err(DiagError::NotPermitted)
+    }
 }
 
 pub fn check_btf(sys: &Path) -> Result<(), DiagError> {
-    if sys.join("sys/kernel/btf/vmlinux").exists() { Ok(()) } else { Err(DiagError::NoBtf) }
+    if sys.join("sys/kernel/btf/vmlinux").exists() {
+        Ok(())
+    } else {
+        Err(DiagError::NoBtf)
+    }
 }
 
 /// Interface facts; `NoSuchInterface` when `sys/class/net/<iface>` does not exist.
@@ -75,10 +86,16 @@ pub fn diagnose(sys: &Path, iface: &str) -> Result<Diagnosis, DiagError> {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         known.sort();
-        return Err(DiagError::NoSuchInterface { iface: iface.into(), known: known.join(", ") });
+        return Err(DiagError::NoSuchInterface {
+            iface: iface.into(),
+            known: known.join(", "),
+        });
     }
     // speed is in Mb/s; -1 or an error when unknown
-    let speed_bps = read(&dev.join("speed")).and_then(|s| s.parse::<i64>().ok()).filter(|&m| m > 0).map(|m| m as u64 * 1_000_000);
+    let speed_bps = read(&dev.join("speed"))
+        .and_then(|s| s.parse::<i64>().ok())
+        .filter(|&m| m > 0)
+        .map(|m| m as u64 * 1_000_000);
     let driver = fs::read_link(dev.join("device/driver"))
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
@@ -94,8 +111,14 @@ pub fn diagnose(sys: &Path, iface: &str) -> Result<Diagnosis, DiagError> {
             (Some(a), Some(b)) => *a == b,
             _ => false,
         };
-        let parent_is = read(&dpath.join("parent")).map(|p| p == iface).unwrap_or(false);
-        let mut ports: Vec<_> = fs::read_dir(dpath.join("ports")).into_iter().flatten().flatten().collect();
+        let parent_is = read(&dpath.join("parent"))
+            .map(|p| p == iface)
+            .unwrap_or(false);
+        let mut ports: Vec<_> = fs::read_dir(dpath.join("ports"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .collect();
         ports.sort_by_key(|e| e.file_name());
         for p in ports {
             let port = p.file_name().to_string_lossy().into_owned();
@@ -106,21 +129,39 @@ pub fn diagnose(sys: &Path, iface: &str) -> Result<Diagnosis, DiagError> {
                 .flatten()
                 .any(|g| read(&g.path()).map(|n| n == iface).unwrap_or(false));
             if bound_by_gid || same_pci || parent_is {
-                let roce = read(&pp.join("link_layer")).map(|l| l.eq_ignore_ascii_case("ethernet")).unwrap_or(bound_by_gid);
+                let roce = read(&pp.join("link_layer"))
+                    .map(|l| l.eq_ignore_ascii_case("ethernet"))
+                    .unwrap_or(bound_by_gid);
                 let software = name.starts_with("rxe") || name.starts_with("siw") || parent_is;
-                rdma.push(RdmaPort { dev: name.clone(), port, roce, software });
+                rdma.push(RdmaPort {
+                    dev: name.clone(),
+                    port,
+                    roce,
+                    software,
+                });
             }
         }
     }
-    Ok(Diagnosis { iface: iface.into(), speed_bps, driver, rdma })
+    Ok(Diagnosis {
+        iface: iface.into(),
+        speed_bps,
+        driver,
+        rdma,
+    })
 }
 
 impl Diagnosis {
     /// Plain-language lines: what the tool sees on this interface, and what to do otherwise.
     pub fn report(&self) -> Vec<String> {
         let mut l = Vec::new();
-        let speed = self.speed_bps.map(|b| format!("{} Gb/s", b as f64 / 1e9)).unwrap_or_else(|| "speed unknown (PFC pause seconds need --link-speed)".into());
-        let driver = self.driver.clone().unwrap_or_else(|| "no device driver (virtual interface)".into());
+        let speed = self
+            .speed_bps
+            .map(|b| format!("{} Gb/s", b as f64 / 1e9))
+            .unwrap_or_else(|| "speed unknown (PFC pause seconds need --link-speed)".into());
+        let driver = self
+            .driver
+            .clone()
+            .unwrap_or_else(|| "no device driver (virtual interface)".into());
         l.push(format!("{}: link {speed}, driver {driver}", self.iface));
         let hw: Vec<&RdmaPort> = self.rdma.iter().filter(|r| r.roce && !r.software).collect();
         let sw: Vec<&RdmaPort> = self.rdma.iter().filter(|r| r.software).collect();
@@ -175,16 +216,33 @@ mod tests {
         symlink(r.join("sys/bus/pci/drivers/mlx5_core"), pci.join("driver")).unwrap();
         w(r.join("sys/class/net/ens1f0/speed"), "100000\n");
         symlink(&pci, r.join("sys/class/net/ens1f0/device")).unwrap();
-        w(r.join("sys/class/infiniband/mlx5_0/ports/1/link_layer"), "Ethernet\n");
-        w(r.join("sys/class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs/0"), "ens1f0\n");
+        w(
+            r.join("sys/class/infiniband/mlx5_0/ports/1/link_layer"),
+            "Ethernet\n",
+        );
+        w(
+            r.join("sys/class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs/0"),
+            "ens1f0\n",
+        );
         symlink(&pci, r.join("sys/class/infiniband/mlx5_0/device")).unwrap();
         let d = diagnose(&r, "ens1f0").unwrap();
         assert_eq!(d.speed_bps, Some(100_000_000_000));
         assert_eq!(d.driver.as_deref(), Some("mlx5_core"));
-        assert_eq!(d.rdma, vec![RdmaPort { dev: "mlx5_0".into(), port: "1".into(), roce: true, software: false }]);
+        assert_eq!(
+            d.rdma,
+            vec![RdmaPort {
+                dev: "mlx5_0".into(),
+                port: "1".into(),
+                roce: true,
+                software: false
+            }]
+        );
         let rep = d.report().join("\n");
         assert!(rep.contains("see NONE"), "{rep}");
-        assert!(rep.contains("tcpdump -i mlx5_0 -w - | roce-observe replay -"), "{rep}");
+        assert!(
+            rep.contains("tcpdump -i mlx5_0 -w - | roce-observe replay -"),
+            "{rep}"
+        );
         assert!(rep.contains("ethtool -S ens1f0"), "{rep}");
         let _ = fs::remove_dir_all(&r);
     }
@@ -195,7 +253,13 @@ mod tests {
         w(r.join("sys/class/net/veth0/speed"), "10000\n");
         w(r.join("sys/class/net/lo/speed"), "-1\n");
         let e = diagnose(&r, "ens9").unwrap_err();
-        assert_eq!(e, DiagError::NoSuchInterface { iface: "ens9".into(), known: "lo, veth0".into() });
+        assert_eq!(
+            e,
+            DiagError::NoSuchInterface {
+                iface: "ens9".into(),
+                known: "lo, veth0".into()
+            }
+        );
         assert!(e.to_string().contains("no such interface: ens9"));
         let d = diagnose(&r, "veth0").unwrap();
         assert_eq!(d.driver, None);

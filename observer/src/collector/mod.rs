@@ -9,6 +9,7 @@ pub mod delta;
 pub mod diag;
 pub mod output;
 pub mod policy;
+pub mod prev;
 pub mod synth;
 pub mod tables;
 pub mod view;
@@ -22,10 +23,13 @@ use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, QpKey, QpVal
 use serde_json::{Value, json};
 
 use crate::snapshot::Snapshot;
-use alerts::{Alert, AlertKey, Dedup};
+use alerts::{Alert, AlertKey, Dedup, severity_of};
+
+/// Human (stderr) alert lines per rule per interval; the rest are summarised in one line.
+pub const HUMAN_LINES_PER_RULE: u64 = 20;
 use output::{JsonlWriter, TableWriter};
-use tables::{Cell, FlowsBuilder, IfaceExtra};
 pub use policy::PolicyConfig;
+use tables::{Cell, FlowsBuilder, IfaceExtra};
 
 /// Alert rule names (stable: alerts.jsonl, the alerts Parquet table, the lab's checks).
 pub mod rule {
@@ -85,8 +89,21 @@ pub struct CollectorConfig {
 
 impl CollectorConfig {
     /// Defaults: rotation every 300 s or 128 MiB, no terminal view.
-    pub fn new(out_dir: PathBuf, host: &str, source: &'static str, policy: PolicyConfig) -> CollectorConfig {
-        CollectorConfig { out_dir, host: host.to_string(), source, policy, rotate_secs: 300, rotate_bytes: 128 << 20, terminal: false }
+    pub fn new(
+        out_dir: PathBuf,
+        host: &str,
+        source: &'static str,
+        policy: PolicyConfig,
+    ) -> CollectorConfig {
+        CollectorConfig {
+            out_dir,
+            host: host.to_string(),
+            source,
+            policy,
+            rotate_secs: 300,
+            rotate_bytes: 128 << 20,
+            terminal: false,
+        }
     }
 }
 
@@ -105,8 +122,19 @@ pub fn tune_allocator() {
 
 /// This machine's host name (for file names), sanitised to `[A-Za-z0-9._-]`.
 pub fn host_name() -> String {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
-    let s: String = raw.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '_' { c } else { '_' }).collect();
+    let raw =
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
+    let s: String = raw
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     if s.is_empty() { "localhost".into() } else { s }
 }
 
@@ -130,7 +158,7 @@ type PairCounts = (u64, u64, u64);
 /// Collector state of one interface.
 #[derive(Default)]
 struct IfaceState {
-    prev: HashMap<QpKey, QpValue>,
+    prev: prev::PrevStore,
     prev_iface: [IfaceStats; dir::COUNT],
     prev_macs: HashMap<MacKey, PfcCounters>,
     prev_time: Option<u64>,
@@ -143,6 +171,8 @@ struct IfaceState {
     /// Largest XOFF frames per second seen per direction and priority.
     max_xoff_per_s: [[f64; 8]; dir::COUNT],
     evictions_total: u64,
+    /// Rows written in the last interval (sizes the next interval's builders).
+    last_active: usize,
 }
 
 /// Figures of the last interval (for the view, logs and tests).
@@ -175,6 +205,10 @@ pub struct Collector {
     clock_offset_ns: i64,
     failing: HashSet<&'static str>,
     human_alerts: bool,
+    startup_err: Option<String>,
+    /// Human alert lines per rule since the last interval, and those held back.
+    human_shown: BTreeMap<&'static str, u64>,
+    human_held: BTreeMap<&'static str, u64>,
     /// Scratch delta and its non-zero buckets (hot path, reused every key).
     scratch: Box<QpValue>,
     nz: Vec<u16>,
@@ -184,15 +218,41 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(cfg: CollectorConfig) -> Result<Collector, CollectorError> {
-        std::fs::create_dir_all(&cfg.out_dir)
-            .map_err(|err| CollectorError::OutDir { path: cfg.out_dir.display().to_string(), err })?;
+        // An output directory that cannot be created now is not fatal: counting starts, an
+        // output_write_failed alert is raised and every write retries (as on a full disk).
+        let startup_err = std::fs::create_dir_all(&cfg.out_dir).err().map(|err| {
+            let e = CollectorError::OutDir { path: cfg.out_dir.display().to_string(), err };
+            tracing::error!(error = %e, "output directory unusable; counting continues, writing will be retried each interval");
+            e.to_string()
+        });
         let flows_schema = tables::flows_schema();
         let iface_schema = tables::row_schema(&tables::iface_columns());
         let alert_schema = tables::row_schema(&tables::alert_columns());
         let (rs, rb) = (cfg.rotate_secs, cfg.rotate_bytes);
-        let flows = TableWriter::new(&cfg.out_dir, "flows", &cfg.host, flows_schema.clone(), rs, rb);
-        let ifw = TableWriter::new(&cfg.out_dir, "interfaces", &cfg.host, iface_schema.clone(), rs, rb);
-        let alw = TableWriter::new(&cfg.out_dir, "alerts", &cfg.host, alert_schema.clone(), rs, rb);
+        let flows = TableWriter::new(
+            &cfg.out_dir,
+            "flows",
+            &cfg.host,
+            flows_schema.clone(),
+            rs,
+            rb,
+        );
+        let ifw = TableWriter::new(
+            &cfg.out_dir,
+            "interfaces",
+            &cfg.host,
+            iface_schema.clone(),
+            rs,
+            rb,
+        );
+        let alw = TableWriter::new(
+            &cfg.out_dir,
+            "alerts",
+            &cfg.host,
+            alert_schema.clone(),
+            rs,
+            rb,
+        );
         let jsonl = JsonlWriter::new(cfg.out_dir.join("alerts.jsonl"));
         let human_alerts = !cfg.terminal || !std::io::stderr().is_terminal();
         Ok(Collector {
@@ -211,6 +271,9 @@ impl Collector {
             clock_offset_ns: 0,
             failing: HashSet::new(),
             human_alerts,
+            startup_err,
+            human_shown: BTreeMap::new(),
+            human_held: BTreeMap::new(),
             scratch: Box::new(QpValue::ZERO),
             nz: Vec::with_capacity(delta::HIST_BUCKETS),
             view: view::ViewState::default(),
@@ -221,6 +284,14 @@ impl Collector {
 
     /// Offset added to per-QP packet times (`first_ns`/`last_ns`) to make them UNIX ns (the
     /// kernel stamps packets with CLOCK_MONOTONIC). 0 (the default) for replay.
+    /// Raises the start-up output failure, if any, once the first interval time is known.
+    fn startup_output_check(&mut self, t: u64) {
+        if let Some(e) = self.startup_err.take() {
+            self.failing.insert("output directory");
+            self.output_failed("output directory", &e, t);
+        }
+    }
+
     pub fn set_packet_clock_offset(&mut self, offset_ns: i64) {
         self.clock_offset_ns = offset_ns;
     }
@@ -242,9 +313,18 @@ impl Collector {
 
     /// Keys with no packet since `idle_ns` before `now_ns` (candidates for eviction), at most `max`.
     pub fn idle_keys(&self, iface: &str, now_ns: u64, idle_ns: u64, max: usize) -> Vec<QpKey> {
-        let Some(st) = self.ifaces.get(iface) else { return Vec::new() };
-        let limit = (now_ns as i64).saturating_sub(idle_ns as i64).saturating_sub(self.clock_offset_ns);
-        st.prev.iter().filter(|(_, v)| (v.last_ns as i64) < limit).map(|(k, _)| *k).take(max).collect()
+        let Some(st) = self.ifaces.get(iface) else {
+            return Vec::new();
+        };
+        let limit = (now_ns as i64)
+            .saturating_sub(idle_ns as i64)
+            .saturating_sub(self.clock_offset_ns);
+        st.prev
+            .iter()
+            .filter(|(_, v)| (v.last_ns as i64) < limit)
+            .map(|(k, _)| *k)
+            .take(max)
+            .collect()
     }
 
     /// Alerts emitted so far, per rule.
@@ -255,13 +335,36 @@ impl Collector {
     fn emit(&mut self, a: Alert) {
         *self.alert_counts.entry(a.rule).or_default() += 1;
         *self.occurrences.entry(a.rule).or_default() += a.count;
-        if self.human_alerts {
-            eprintln!("{} {:<8} {}", output::rfc3339(a.time_ns), a.severity.as_str().to_uppercase(), a.message());
+        let shown = self.human_shown.entry(a.rule).or_default();
+        *shown += 1;
+        if self.human_alerts && *shown > HUMAN_LINES_PER_RULE {
+            *self.human_held.entry(a.rule).or_default() += 1;
+        } else if self.human_alerts {
+            eprintln!(
+                "{} {:<8} {}",
+                output::rfc3339(a.time_ns),
+                a.severity.as_str().to_uppercase(),
+                a.message()
+            );
         }
-        self.jsonl.push(a.json(&self.cfg.host, self.cfg.source).to_string());
+        self.jsonl
+            .push(a.json(&self.cfg.host, self.cfg.source).to_string());
         self.alert_rows.push(a.row(&self.cfg.host, self.cfg.source));
         self.view.push_alert(&a);
         self.last.alerts += 1;
+    }
+
+    /// One line per rule whose human alert lines were capped in this interval (many keys at
+    /// once, e.g. DSCP bleached on every QP): the rest are in alerts.jsonl and the alerts table.
+    fn human_summary(&mut self, t: u64) {
+        for (rule, n) in std::mem::take(&mut self.human_held) {
+            eprintln!(
+                "{} {:<8} {rule}: {n} more alerts on other keys not shown here (see alerts.jsonl)",
+                output::rfc3339(t),
+                severity_of(rule).as_str().to_uppercase()
+            );
+        }
+        self.human_shown.clear();
     }
 
     fn offer(&mut self, a: Alert) {
@@ -298,7 +401,11 @@ impl Collector {
         }
         let a = Alert::candidate(
             rule::OUTPUT_WRITE_FAILED,
-            AlertKey { iface: "-".into(), other: Some(what.to_string()), ..Default::default() },
+            AlertKey {
+                iface: "-".into(),
+                other: Some(what.to_string()),
+                ..Default::default()
+            },
             t,
             err.to_string(),
             "a writable output directory".into(),
@@ -310,13 +417,17 @@ impl Collector {
 
     fn output_ok(&mut self, what: &'static str) {
         if self.failing.remove(what) {
-            tracing::info!(output = what, "output writable again; pending files written");
+            tracing::info!(
+                output = what,
+                "output writable again; pending files written"
+            );
         }
     }
 
     /// One interval's cumulative state of one interface: deltas against the previous snapshot
     /// of that interface, Parquet rows, interval alert rules.
     pub fn on_snapshot(&mut self, snap: &Snapshot) -> Result<(), CollectorError> {
+        self.startup_output_check(snap.time_ns);
         let off = self.clock_offset_ns;
         let pol = self.cfg.policy.expected;
         let mtu = self.cfg.policy.expected_mtu;
@@ -339,7 +450,17 @@ impl Collector {
         });
         let start = start.min(end);
         let iface = snap.iface.as_str();
-        let mut fb = FlowsBuilder::new(&host, source, iface, start, end);
+        let mut fb = FlowsBuilder::with_capacity(
+            &host,
+            source,
+            iface,
+            start,
+            end,
+            snap.qps
+                .len()
+                .min(st.last_active.saturating_mul(2).max(1024))
+                + st.evicted.len(),
+        );
         let mut cands: Vec<Alert> = Vec::new();
         let mut new_qps = [0u64; dir::COUNT];
         let mut active = [0u64; dir::COUNT];
@@ -352,7 +473,13 @@ impl Collector {
         let mut ce_total = 0u64;
         let mut top: Vec<view::TopRow> = Vec::new();
 
-        let mut row = |k: &QpKey, d: &QpValue, nz: &[u16], new: bool, evicted: bool, fb: &mut FlowsBuilder, cands: &mut Vec<Alert>| {
+        let mut row = |k: &QpKey,
+                       d: &QpValue,
+                       nz: &[u16],
+                       new: bool,
+                       evicted: bool,
+                       fb: &mut FlowsBuilder,
+                       cands: &mut Vec<Alert>| {
             fb.push_nz(k, d, nz, new, evicted, off);
             alerts::qp_interval_nz(iface, k, d, nz, &pol, mtu, end, cands);
             let ce = d.ecn_hist[class::DATA][3] as u64;
@@ -379,11 +506,13 @@ impl Collector {
             }
             st.retired.insert(k, v);
         }
-        for (k, v) in &snap.qps {
+        st.prev.begin_scan(snap.qps.len());
+        for (pos, (k, v)) in snap.qps.iter().enumerate() {
             let di = (k.dir as usize).min(dir::COUNT - 1);
             tracked[di] += 1;
-            match st.prev.get_mut(k) {
-                Some(pv) => {
+            match st.prev.find(pos, k) {
+                Some(slot) => {
+                    let pv = st.prev.value_mut(slot);
                     if pv.pkts == v.pkts {
                         continue;
                     }
@@ -393,7 +522,7 @@ impl Collector {
                     row(k, d, nz, false, false, &mut fb, &mut cands);
                 }
                 None => {
-                    st.prev.insert(*k, *v);
+                    st.prev.insert(pos, *k, *v);
                     st.retired.remove(k);
                     new_qps[di] += 1;
                     if v.pkts > 0 {
@@ -406,10 +535,9 @@ impl Collector {
             }
         }
         // Keys that vanished without an eviction report: their last read values stand.
-        if st.prev.len() > snap.qps.len() {
-            let now: HashSet<&QpKey> = snap.qps.iter().map(|(k, _)| k).collect();
-            let gone: Vec<QpKey> = st.prev.keys().filter(|k| !now.contains(k)).copied().collect();
-            for k in gone {
+        // (a scan of two flat arrays: cheap; also right when a read returned a key twice)
+        {
+            for k in st.prev.vanished() {
                 if let Some(v) = st.prev.remove(&k) {
                     evictions[(k.dir as usize).min(dir::COUNT - 1)] += 1;
                     st.evictions_total += 1;
@@ -455,14 +583,26 @@ impl Collector {
                 })
                 .collect();
             let macs = (!macs.is_empty()).then(|| macs.join(","));
-            let key = AlertKey { iface: iface.into(), dir: Some(d as u8), ..Default::default() };
-            let mk = |r, key: AlertKey, obs: String, exp: String, n| Alert::candidate(r, key, end, obs, exp, n, "interval");
+            let key = AlertKey {
+                iface: iface.into(),
+                dir: Some(d as u8),
+                ..Default::default()
+            };
+            let mk = |r, key: AlertKey, obs: String, exp: String, n| {
+                Alert::candidate(r, key, end, obs, exp, n, "interval")
+            };
             if di.pfc.pause > 0 {
-                let from = macs.as_deref().map(|m| format!(" from {m}")).unwrap_or_default();
+                let from = macs
+                    .as_deref()
+                    .map(|m| format!(" from {m}"))
+                    .unwrap_or_default();
                 cands.push(mk(
                     rule::PAUSE_802_3X,
                     key.clone(),
-                    format!("{} PAUSE frames ({} XON){from}", di.pfc.pause, di.pfc.pause_xon),
+                    format!(
+                        "{} PAUSE frames ({} XON){from}",
+                        di.pfc.pause, di.pfc.pause_xon
+                    ),
                     "no 802.3x PAUSE in a RoCE fabric".into(),
                     di.pfc.pause,
                 ));
@@ -475,7 +615,10 @@ impl Collector {
                     cands.push(mk(
                         rule::PFC_WRONG_PRIORITY,
                         k2,
-                        format!("PFC on priority {p}: {} XOFF, {} XON", di.pfc.xoff[p], di.pfc.xon[p]),
+                        format!(
+                            "PFC on priority {p}: {} XOFF, {} XON",
+                            di.pfc.xoff[p], di.pfc.xon[p]
+                        ),
                         format!("PFC only on priority {}", pol.rdma_priority),
                         n,
                     ));
@@ -491,7 +634,10 @@ impl Collector {
                         cands.push(mk(
                             rule::PFC_STORM,
                             k2,
-                            format!("{rate:.0} XOFF/s on priority {p} ({} in {secs:.3} s)", di.pfc.xoff[p]),
+                            format!(
+                                "{rate:.0} XOFF/s on priority {p} ({} in {secs:.3} s)",
+                                di.pfc.xoff[p]
+                            ),
                             format!("<= {} XOFF/s", th.pfc_storm_xoff_per_s),
                             di.pfc.xoff[p],
                         ));
@@ -502,7 +648,10 @@ impl Collector {
                 cands.push(mk(
                     rule::QP_MAP_FULL,
                     key.clone(),
-                    format!("{} new QP keys not tracked, {} RoCE packets untracked", di.qp_insert_failed, di.roce_untracked),
+                    format!(
+                        "{} new QP keys not tracked, {} RoCE packets untracked",
+                        di.qp_insert_failed, di.roce_untracked
+                    ),
                     "room in the per-QP map (raise --max-qps)".into(),
                     di.qp_insert_failed,
                 ));
@@ -524,13 +673,26 @@ impl Collector {
                     evictions: evictions[d],
                     pfc_src_macs: macs,
                 };
-                iface_rows.push(tables::iface_row(&host, source, iface, d, start, end, st.link_bps, &di, &x));
+                iface_rows.push(tables::iface_row(
+                    &host,
+                    source,
+                    iface,
+                    d,
+                    start,
+                    end,
+                    st.link_bps,
+                    &di,
+                    &x,
+                ));
             }
         }
         if xoff_all >= th.pfc_without_ecn_min_xoff && roce_all > 0 && ce_total == 0 {
             cands.push(Alert::candidate(
                 rule::PFC_WITHOUT_ECN,
-                AlertKey { iface: iface.into(), ..Default::default() },
+                AlertKey {
+                    iface: iface.into(),
+                    ..Default::default()
+                },
                 end,
                 format!("{xoff_all} XOFF frames, 0 CE-marked RoCE packets"),
                 "ECN marking (CE) before PFC pauses".into(),
@@ -553,9 +715,16 @@ impl Collector {
                 if cnp_back == 0 && pkts_back > 0 {
                     cands.push(Alert::candidate(
                         rule::CE_WITHOUT_CNP,
-                        AlertKey { iface: iface.into(), src: Some(a), dst: Some(b), ..Default::default() },
+                        AlertKey {
+                            iface: iface.into(),
+                            src: Some(a),
+                            dst: Some(b),
+                            ..Default::default()
+                        },
                         end,
-                        format!("{ce} CE-marked data packets, 0 CNPs back ({pkts_back} packets back)"),
+                        format!(
+                            "{ce} CE-marked data packets, 0 CNPs back ({pkts_back} packets back)"
+                        ),
                         "CNPs from the receiver for CE-marked data".into(),
                         ce,
                         "interval",
@@ -564,6 +733,7 @@ impl Collector {
             }
         }
         st.prev_time = Some(end);
+        st.last_active = active.iter().sum::<u64>() as usize;
         let tracked_all: u64 = tracked.iter().sum();
         let stats = IntervalStats {
             iface: iface.to_string(),
@@ -600,8 +770,10 @@ impl Collector {
             self.emit(a);
         }
         self.flush_alerts(end)?;
+        self.human_summary(end);
         if want_top {
-            self.view.update(&self.last, top, &snap.iface_stats, link, max_xoff);
+            self.view
+                .update(&self.last, top, &snap.iface_stats, link, max_xoff);
         }
         if !self.cfg.terminal {
             let s = &self.last;
@@ -645,7 +817,13 @@ impl Collector {
 
     /// Final-named files written so far (the most recent 64 per table).
     pub fn written_files(&self) -> Vec<PathBuf> {
-        self.flows.recent.iter().chain(self.ifw.recent.iter()).chain(self.alw.recent.iter()).cloned().collect()
+        self.flows
+            .recent
+            .iter()
+            .chain(self.ifw.recent.iter())
+            .chain(self.alw.recent.iter())
+            .cloned()
+            .collect()
     }
 
     /// Snapshots of the collector's view of every interface: the last values read, plus keys
@@ -654,9 +832,16 @@ impl Collector {
         self.ifaces
             .iter()
             .map(|(name, st)| {
-                let mut qps: Vec<(QpKey, QpValue)> = st.prev.iter().map(|(k, v)| (*k, *v)).collect();
-                qps.extend(st.retired.iter().filter(|(k, _)| !st.prev.contains_key(k)).map(|(k, v)| (*k, *v)));
-                let mut macs: Vec<(MacKey, PfcCounters)> = st.prev_macs.iter().map(|(k, v)| (*k, *v)).collect();
+                let mut qps: Vec<(QpKey, QpValue)> =
+                    st.prev.iter().map(|(k, v)| (*k, *v)).collect();
+                qps.extend(
+                    st.retired
+                        .iter()
+                        .filter(|(k, _)| !st.prev.contains(k))
+                        .map(|(k, v)| (*k, *v)),
+                );
+                let mut macs: Vec<(MacKey, PfcCounters)> =
+                    st.prev_macs.iter().map(|(k, v)| (*k, *v)).collect();
                 macs.sort_by_key(|a| a.0);
                 Snapshot {
                     iface: name.clone(),
@@ -673,17 +858,27 @@ impl Collector {
     /// Flushes and closes every file, writes `summary.json` (`summary::summary_json` of the last
     /// snapshots plus `"alerts": {rule: count}`) and returns it.
     pub fn finish(mut self) -> Result<Value, CollectorError> {
-        let t = self.ifaces.values().filter_map(|s| s.prev_time).max().unwrap_or(0);
+        let t = self
+            .ifaces
+            .values()
+            .filter_map(|s| s.prev_time)
+            .max()
+            .unwrap_or(0);
         for a in self.dedup.tick(t, true) {
             self.emit(a);
         }
+        self.human_summary(t);
         let rows = std::mem::take(&mut self.alert_rows);
         let b = tables::rows_batch(&self.alert_schema, &rows)?;
         let mut first_err: Option<CollectorError> = None;
         if let Err(e) = self.alw.write(&b, t) {
             self.output_failed("alerts", &e.to_string(), t);
         }
-        for (name, w) in [("flows", &mut self.flows), ("interfaces", &mut self.ifw), ("alerts", &mut self.alw)] {
+        for (name, w) in [
+            ("flows", &mut self.flows),
+            ("interfaces", &mut self.ifw),
+            ("alerts", &mut self.alw),
+        ] {
             if let Err(e) = w.finish() {
                 tracing::error!(table = name, error = %e, pending_files = w.pending_files(), "could not write the last files");
                 first_err.get_or_insert(e.into());
@@ -694,8 +889,16 @@ impl Collector {
             first_err.get_or_insert(e.into());
         }
         let mut v = crate::summary::summary_json(&self.last_snapshots());
-        let counts: serde_json::Map<String, Value> = self.alert_counts.iter().map(|(k, n)| (k.to_string(), json!(n))).collect();
-        let occ: serde_json::Map<String, Value> = self.occurrences.iter().map(|(k, n)| (k.to_string(), json!(n))).collect();
+        let counts: serde_json::Map<String, Value> = self
+            .alert_counts
+            .iter()
+            .map(|(k, n)| (k.to_string(), json!(n)))
+            .collect();
+        let occ: serde_json::Map<String, Value> = self
+            .occurrences
+            .iter()
+            .map(|(k, n)| (k.to_string(), json!(n)))
+            .collect();
         let mut storms = serde_json::Map::new();
         for (name, st) in &self.ifaces {
             storms.insert(name.clone(), json!({"max_xoff_per_s": st.max_xoff_per_s.iter().enumerate().map(|(d, a)| (dir::NAMES[d], a.to_vec())).collect::<BTreeMap<_, _>>(), "evictions": st.evictions_total}));
@@ -710,11 +913,15 @@ impl Collector {
         }
         let path = self.cfg.out_dir.join("summary.json");
         let tmp = self.cfg.out_dir.join("summary.json.tmp");
-        let text = serde_json::to_string_pretty(&v).map_err(|e| CollectorError::Other(e.to_string()))?;
+        let text =
+            serde_json::to_string_pretty(&v).map_err(|e| CollectorError::Other(e.to_string()))?;
         if let Err(err) = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path)) {
             let _ = std::fs::remove_file(&tmp);
             tracing::error!(path = %path.display(), error = %err, "could not write summary.json");
-            first_err.get_or_insert(CollectorError::Output(output::OutputError::Io { path: path.display().to_string(), err }));
+            first_err.get_or_insert(CollectorError::Output(output::OutputError::Io {
+                path: path.display().to_string(),
+                err,
+            }));
         }
         match first_err {
             Some(e) => Err(e),

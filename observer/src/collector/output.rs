@@ -28,7 +28,10 @@ pub enum OutputError {
     #[error("cannot write {path}: {err}")]
     Io { path: String, err: std::io::Error },
     #[error("parquet encoding of table {table}: {err}")]
-    Parquet { table: String, err: parquet::errors::ParquetError },
+    Parquet {
+        table: String,
+        err: parquet::errors::ParquetError,
+    },
 }
 
 /// UTC civil date (year, month, day) of a day count since 1970-01-01 (H. Hinnant's algorithm).
@@ -118,7 +121,14 @@ pub struct TableWriter {
 }
 
 impl TableWriter {
-    pub fn new(root: &Path, table: &'static str, host: &str, schema: SchemaRef, rotate_secs: u64, rotate_bytes: u64) -> TableWriter {
+    pub fn new(
+        root: &Path,
+        table: &'static str,
+        host: &str,
+        schema: SchemaRef,
+        rotate_secs: u64,
+        rotate_bytes: u64,
+    ) -> TableWriter {
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
             .set_max_row_group_row_count(Some(128 * 1024))
@@ -156,12 +166,23 @@ impl TableWriter {
         if batch.num_rows() > 0 {
             if self.open.is_none() {
                 let (date, hour, stamp) = utc_parts(t_ns);
-                let writer = ArrowWriter::try_new(Vec::new(), self.schema(), Some(self.props.clone()))
-                    .map_err(|err| self.perr(err))?;
-                self.open = Some(OpenFile { writer, start_ns: t_ns, date, hour, stamp, rows: 0 });
+                let writer =
+                    ArrowWriter::try_new(Vec::new(), self.schema(), Some(self.props.clone()))
+                        .map_err(|err| self.perr(err))?;
+                self.open = Some(OpenFile {
+                    writer,
+                    start_ns: t_ns,
+                    date,
+                    hour,
+                    stamp,
+                    rows: 0,
+                });
             }
             let o = self.open.as_mut().expect("opened above");
-            o.writer.write(batch).map_err(|err| OutputError::Parquet { table: self.table.into(), err })?;
+            o.writer.write(batch).map_err(|err| OutputError::Parquet {
+                table: self.table.into(),
+                err,
+            })?;
             o.rows += batch.num_rows() as u64;
             let size = o.writer.bytes_written() + o.writer.in_progress_size();
             if size as u64 >= self.rotate_bytes {
@@ -175,7 +196,8 @@ impl TableWriter {
     pub fn rotate_if_due(&mut self, t_ns: u64) -> Result<(), OutputError> {
         if let Some(o) = &self.open {
             let (date, hour, _) = utc_parts(t_ns);
-            if t_ns.saturating_sub(o.start_ns) >= self.rotate_ns || date != o.date || hour != o.hour {
+            if t_ns.saturating_sub(o.start_ns) >= self.rotate_ns || date != o.date || hour != o.hour
+            {
                 self.close_open()?;
             }
         }
@@ -183,21 +205,38 @@ impl TableWriter {
     }
 
     fn perr(&self, err: parquet::errors::ParquetError) -> OutputError {
-        OutputError::Parquet { table: self.table.into(), err }
+        OutputError::Parquet {
+            table: self.table.into(),
+            err,
+        }
     }
 
     fn close_open(&mut self) -> Result<(), OutputError> {
-        let Some(o) = self.open.take() else { return Ok(()) };
+        let Some(o) = self.open.take() else {
+            return Ok(());
+        };
         let data = o.writer.into_inner().map_err(|err| self.perr(err))?;
-        let dir = self.root.join(self.table).join(format!("date={}", o.date)).join(format!("hour={}", o.hour));
+        let dir = self
+            .root
+            .join(self.table)
+            .join(format!("date={}", o.date))
+            .join(format!("hour={}", o.hour));
         let name = loop {
-            let n = format!("{}-{}-{}-{:04}.parquet", self.table, self.host, o.stamp, self.seq);
+            let n = format!(
+                "{}-{}-{}-{:04}.parquet",
+                self.table, self.host, o.stamp, self.seq
+            );
             self.seq += 1;
             if !dir.join(&n).exists() && !self.pending.iter().any(|p| p.dir == dir && p.name == n) {
                 break n;
             }
         };
-        self.pending.push_back(Finished { dir, name, data, rows: o.rows });
+        self.pending.push_back(Finished {
+            dir,
+            name,
+            data,
+            rows: o.rows,
+        });
         let mut total: usize = self.pending.iter().map(|p| p.data.len()).sum();
         while total > MAX_PENDING_BYTES && self.pending.len() > 1 {
             let f = self.pending.pop_front().expect("len > 1");
@@ -227,7 +266,10 @@ impl TableWriter {
             if let Err(err) = res {
                 let _ = fs::remove_file(&tmp);
                 self.stats.write_errors += 1;
-                return Err(OutputError::Io { path: fin.display().to_string(), err });
+                return Err(OutputError::Io {
+                    path: fin.display().to_string(),
+                    err,
+                });
             }
             let f = self.pending.pop_front().expect("front exists");
             self.stats.files += 1;
@@ -263,7 +305,12 @@ pub struct JsonlWriter {
 
 impl JsonlWriter {
     pub fn new(path: PathBuf) -> JsonlWriter {
-        JsonlWriter { path, file: None, pending: VecDeque::new(), lines_lost: 0 }
+        JsonlWriter {
+            path,
+            file: None,
+            pending: VecDeque::new(),
+            lines_lost: 0,
+        }
     }
 
     pub fn push(&mut self, line: String) {
@@ -278,12 +325,21 @@ impl JsonlWriter {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let io = |err| OutputError::Io { path: self.path.display().to_string(), err };
+        let io = |err| OutputError::Io {
+            path: self.path.display().to_string(),
+            err,
+        };
         if self.file.is_none() {
             if let Some(d) = self.path.parent() {
                 fs::create_dir_all(d).map_err(io)?;
             }
-            self.file = Some(OpenOptions::new().create(true).append(true).open(&self.path).map_err(io)?);
+            self.file = Some(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.path)
+                    .map_err(io)?,
+            );
         }
         let mut buf = String::new();
         for l in &self.pending {
@@ -304,7 +360,10 @@ impl JsonlWriter {
                 {
                     first.insert(0, '\n');
                 }
-                Err(OutputError::Io { path: self.path.display().to_string(), err })
+                Err(OutputError::Io {
+                    path: self.path.display().to_string(),
+                    err,
+                })
             }
         }
     }
@@ -318,7 +377,11 @@ mod tests {
 
     fn batch(n: i64) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
-        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from((0..n).collect::<Vec<_>>()))]).unwrap()
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from((0..n).collect::<Vec<_>>()))],
+        )
+        .unwrap()
     }
 
     fn files(root: &Path) -> Vec<PathBuf> {
@@ -349,8 +412,14 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         // 2026-11-21T05:34:59Z = 1795239299
-        assert_eq!(utc_parts(1_795_239_299_000_000_000), ("2026-11-21".into(), "05".into(), "20261121T053459Z".into()));
-        assert_eq!(rfc3339(1_795_239_299_123_000_000), "2026-11-21T05:34:59.123Z");
+        assert_eq!(
+            utc_parts(1_795_239_299_000_000_000),
+            ("2026-11-21".into(), "05".into(), "20261121T053459Z".into())
+        );
+        assert_eq!(
+            rfc3339(1_795_239_299_123_000_000),
+            "2026-11-21T05:34:59.123Z"
+        );
     }
 
     #[test]
@@ -373,13 +442,28 @@ mod tests {
         assert_eq!(w.stats.rows, 60);
         let fs = files(&root);
         assert_eq!(fs.len(), 3, "{fs:?}");
-        assert!(fs.iter().all(|p| p.extension().unwrap() == "parquet"), "no tmp left: {fs:?}");
-        let s: Vec<String> = fs.iter().map(|p| p.strip_prefix(&root).unwrap().display().to_string()).collect();
-        assert_eq!(s[0], "flows/date=2026-11-21/hour=05/flows-h1-20261121T053459Z-0000.parquet");
-        assert_eq!(s[2], "flows/date=2026-11-21/hour=06/flows-h1-20261121T060000Z-0002.parquet");
+        assert!(
+            fs.iter().all(|p| p.extension().unwrap() == "parquet"),
+            "no tmp left: {fs:?}"
+        );
+        let s: Vec<String> = fs
+            .iter()
+            .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            s[0],
+            "flows/date=2026-11-21/hour=05/flows-h1-20261121T053459Z-0000.parquet"
+        );
+        assert_eq!(
+            s[2],
+            "flows/date=2026-11-21/hour=06/flows-h1-20261121T060000Z-0002.parquet"
+        );
         // readable by the parquet reader
         let f = File::open(&fs[0]).unwrap();
-        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap();
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+            .unwrap()
+            .build()
+            .unwrap();
         let rows: usize = r.map(|b| b.unwrap().num_rows()).sum();
         assert_eq!(rows, 30);
         let _ = fs::remove_dir_all(&root);
@@ -391,7 +475,8 @@ mod tests {
         let b = batch(5000);
         let mut w = TableWriter::new(&root, "flows", "h", b.schema(), 3600, 4096);
         for i in 0..4u64 {
-            w.write(&b, 1_795_238_400_000_000_000 + i * 1_000_000_000).unwrap();
+            w.write(&b, 1_795_238_400_000_000_000 + i * 1_000_000_000)
+                .unwrap();
         }
         assert!(w.stats.files >= 2, "{:?}", w.stats);
         w.finish().unwrap();

@@ -79,7 +79,11 @@ pub enum PolicyError {
         msg: String,
     },
     #[error("{path}:{line}: {msg}")]
-    Syntax { path: String, line: usize, msg: String },
+    Syntax {
+        path: String,
+        line: usize,
+        msg: String,
+    },
     #[error("{0}")]
     Other(String),
 }
@@ -139,7 +143,13 @@ impl PolicyConfig {
             Some(p) => match p.get_ref() {
                 toml::Value::String(s) => PolicyConfig::profile(s)
                     .map_err(|e| invalid("profile", p.span(), e.to_string()))?,
-                v => return Err(invalid("profile", p.span(), format!("expected a string, found {}", v.type_str()))),
+                v => {
+                    return Err(invalid(
+                        "profile",
+                        p.span(),
+                        format!("expected a string, found {}", v.type_str()),
+                    ));
+                }
             },
             None => PolicyConfig::profile("nvidia")?,
         };
@@ -149,11 +159,19 @@ impl PolicyConfig {
         if let Some(v) = &raw.expected_mtu {
             let m = int_in(v, "expected_mtu", 256, 4096, &invalid)?;
             if ![256, 512, 1024, 2048, 4096].contains(&m) {
-                return Err(invalid("expected_mtu", v.span(), format!("{m} is not a RoCE MTU (256, 512, 1024, 2048, 4096)")));
+                return Err(invalid(
+                    "expected_mtu",
+                    v.span(),
+                    format!("{m} is not a RoCE MTU (256, 512, 1024, 2048, 4096)"),
+                ));
             }
             cfg.expected_mtu = m as u32;
         }
-        for (c, sec) in [(class::DATA, &raw.data), (class::ACK, &raw.ack), (class::CNP, &raw.cnp)] {
+        for (c, sec) in [
+            (class::DATA, &raw.data),
+            (class::ACK, &raw.ack),
+            (class::CNP, &raw.cnp),
+        ] {
             let Some(sec) = sec else { continue };
             let name = class::NAMES[c];
             if let Some(v) = &sec.dscp {
@@ -177,7 +195,11 @@ impl PolicyConfig {
                     toml::Value::String(s) if s == "ect" => 1,
                     toml::Value::String(s) if s == "any" => 0,
                     v2 => {
-                        return Err(invalid(&key, v.span(), format!("expected \"ect\" or \"any\", found {}", show(v2))));
+                        return Err(invalid(
+                            &key,
+                            v.span(),
+                            format!("expected \"ect\" or \"any\", found {}", show(v2)),
+                        ));
                     }
                 };
             }
@@ -185,20 +207,32 @@ impl PolicyConfig {
         if let Some(t) = &raw.thresholds {
             let th = &mut cfg.thresholds;
             if let Some(v) = &t.pfc_storm_xoff_per_s {
-                th.pfc_storm_xoff_per_s = int_in(v, "thresholds.pfc_storm_xoff_per_s", 1, i64::MAX, &invalid)? as u64;
+                th.pfc_storm_xoff_per_s =
+                    int_in(v, "thresholds.pfc_storm_xoff_per_s", 1, i64::MAX, &invalid)? as u64;
             }
             if let Some(v) = &t.ce_without_cnp_min_ce {
-                th.ce_without_cnp_min_ce = int_in(v, "thresholds.ce_without_cnp_min_ce", 1, i64::MAX, &invalid)? as u64;
+                th.ce_without_cnp_min_ce =
+                    int_in(v, "thresholds.ce_without_cnp_min_ce", 1, i64::MAX, &invalid)? as u64;
             }
             if let Some(v) = &t.pfc_without_ecn_min_xoff {
-                th.pfc_without_ecn_min_xoff = int_in(v, "thresholds.pfc_without_ecn_min_xoff", 1, i64::MAX, &invalid)? as u64;
+                th.pfc_without_ecn_min_xoff = int_in(
+                    v,
+                    "thresholds.pfc_without_ecn_min_xoff",
+                    1,
+                    i64::MAX,
+                    &invalid,
+                )? as u64;
             }
             if let Some(v) = &t.hold_down_s {
                 let s = match v.get_ref() {
                     toml::Value::Integer(i) if *i >= 0 => *i as f64,
                     toml::Value::Float(f) if *f >= 0.0 && f.is_finite() => *f,
                     v2 => {
-                        return Err(invalid("thresholds.hold_down_s", v.span(), format!("expected seconds (a number >= 0), found {}", show(v2))));
+                        return Err(invalid(
+                            "thresholds.hold_down_s",
+                            v.span(),
+                            format!("expected seconds (a number >= 0), found {}", show(v2)),
+                        ));
                     }
                 };
                 th.hold_down_ns = (s * 1e9) as u64;
@@ -227,8 +261,16 @@ fn int_in(
 ) -> Result<i64, PolicyError> {
     match v.get_ref() {
         toml::Value::Integer(i) if (lo..=hi).contains(i) => Ok(*i),
-        toml::Value::Integer(i) => Err(invalid(key, v.span(), format!("{i} is out of range {lo}..={hi}"))),
-        other => Err(invalid(key, v.span(), format!("expected an integer, found {}", show(other)))),
+        toml::Value::Integer(i) => Err(invalid(
+            key,
+            v.span(),
+            format!("{i} is out of range {lo}..={hi}"),
+        )),
+        other => Err(invalid(
+            key,
+            v.span(),
+            format!("expected an integer, found {}", show(other)),
+        )),
     }
 }
 
@@ -266,7 +308,9 @@ mod tests {
     use super::*;
 
     fn err(text: &str) -> String {
-        PolicyConfig::from_toml(text, "p.toml").unwrap_err().to_string()
+        PolicyConfig::from_toml(text, "p.toml")
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -277,7 +321,10 @@ mod tests {
         assert_eq!(n.expected.rdma_priority, 3);
         assert_ne!(n.expected.flags & policy_flags::ENABLED, 0);
         assert!(PolicyConfig::profile("broadcom").is_ok());
-        assert!(matches!(PolicyConfig::profile("x"), Err(PolicyError::UnknownProfile(_))));
+        assert!(matches!(
+            PolicyConfig::profile("x"),
+            Err(PolicyError::UnknownProfile(_))
+        ));
     }
 
     #[test]
@@ -297,19 +344,34 @@ mod tests {
 
     #[test]
     fn errors_name_key_and_line() {
-        assert_eq!(err("rdma_priority = 3\n\n[data]\ndscp = 64\n"), "p.toml:4: data.dscp: 64 is out of range 0..=63");
+        assert_eq!(
+            err("rdma_priority = 3\n\n[data]\ndscp = 64\n"),
+            "p.toml:4: data.dscp: 64 is out of range 0..=63"
+        );
         assert_eq!(
             err("[cnp]\npcp = \"high\"\n"),
             "p.toml:2: cnp.pcp: expected an integer, found \"high\""
         );
-        assert_eq!(err("expected_mtu = 1500\n"), "p.toml:1: expected_mtu: 1500 is not a RoCE MTU (256, 512, 1024, 2048, 4096)");
-        assert_eq!(err("[data]\necn = 2\n"), "p.toml:2: data.ecn: expected \"ect\" or \"any\", found 2");
+        assert_eq!(
+            err("expected_mtu = 1500\n"),
+            "p.toml:1: expected_mtu: 1500 is not a RoCE MTU (256, 512, 1024, 2048, 4096)"
+        );
+        assert_eq!(
+            err("[data]\necn = 2\n"),
+            "p.toml:2: data.ecn: expected \"ect\" or \"any\", found 2"
+        );
         let e = err("[data]\ndscp = 26\ndcsp = 3\n");
         assert!(e.starts_with("p.toml:3: ") && e.contains("dcsp"), "{e}");
         let e = err("[thresholds]\nhold_down = 3\n");
-        assert!(e.starts_with("p.toml:2: ") && e.contains("hold_down"), "{e}");
+        assert!(
+            e.starts_with("p.toml:2: ") && e.contains("hold_down"),
+            "{e}"
+        );
         let e = err("rdma_priority = \n");
         assert!(e.starts_with("p.toml:1: "), "{e}");
-        assert_eq!(err("profile = \"cisco\"\n"), "p.toml:1: profile: unknown profile \"cisco\" (known: nvidia, broadcom)");
+        assert_eq!(
+            err("profile = \"cisco\"\n"),
+            "p.toml:1: profile: unknown profile \"cisco\" (known: nvidia, broadcom)"
+        );
     }
 }

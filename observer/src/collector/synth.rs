@@ -28,7 +28,19 @@ pub struct Roce {
 
 impl Roce {
     pub fn data(src: [u8; 4], dst: [u8; 4], qp: u32, psn: u32) -> Roce {
-        Roce { src, dst, sport: 49152, qp, psn, opcode: 0x0a, dscp: 26, ecn: 2, pcp: None, payload: 1024, syndrome: 0 }
+        Roce {
+            src,
+            dst,
+            sport: 49152,
+            qp,
+            psn,
+            opcode: 0x0a,
+            dscp: 26,
+            ecn: 2,
+            pcp: None,
+            payload: 1024,
+            syndrome: 0,
+        }
     }
 
     pub fn frame(&self) -> Vec<u8> {
@@ -46,7 +58,10 @@ impl Roce {
         f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
         f.extend_from_slice(&self.src);
         f.extend_from_slice(&self.dst);
-        let mut sum: u32 = f[ip0..ip0 + 20].chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
+        let mut sum: u32 = f[ip0..ip0 + 20]
+            .chunks(2)
+            .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
+            .sum();
         while sum > 0xffff {
             sum = (sum & 0xffff) + (sum >> 16);
         }
@@ -87,7 +102,11 @@ fn crc32(b: &[u8]) -> u32 {
     for &x in b {
         c ^= x as u32;
         for _ in 0..8 {
-            c = if c & 1 != 0 { (c >> 1) ^ 0xedb8_8320 } else { c >> 1 };
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
         }
     }
     !c
@@ -127,7 +146,12 @@ impl Synthetic {
     pub fn new(policy: Policy, qps: u32, per_qp: u32) -> Synthetic {
         let mut dp = Datapath::new(policy, qps as usize + 16);
         dp.check_icrc = false;
-        Synthetic { dp, qps, per_qp, psn: vec![0; qps as usize] }
+        Synthetic {
+            dp,
+            qps,
+            per_qp,
+            psn: vec![0; qps as usize],
+        }
     }
 
     /// Pushes one step of traffic stamped `t_ns`.
@@ -161,11 +185,21 @@ mod tests {
         let f = r.frame();
         let p = parse::classify(&f[..]);
         assert_eq!(p.kind, kind::ROCE);
-        assert_eq!((p.bth.dest_qp, p.bth.psn, p.dscp, p.ecn, p.pcp), (0x42, 7, 10, 3, 5));
-        assert_eq!(observer_common::icrc::verify(&f[..], &p), observer_common::icrc::Verdict::Ok);
-        let m = parse::classify(&pfc_frame([2, 0, 0, 0, 0, 9], 0b1000, [0, 0, 0, 100, 0, 0, 0, 0])[..]);
+        assert_eq!(
+            (p.bth.dest_qp, p.bth.psn, p.dscp, p.ecn, p.pcp),
+            (0x42, 7, 10, 3, 5)
+        );
+        assert_eq!(
+            observer_common::icrc::verify(&f[..], &p),
+            observer_common::icrc::Verdict::Ok
+        );
+        let m =
+            parse::classify(&pfc_frame([2, 0, 0, 0, 0, 9], 0b1000, [0, 0, 0, 100, 0, 0, 0, 0])[..]);
         assert_eq!(m.kind, kind::MAC_CONTROL);
         assert_eq!(m.mac_ctrl.times[3], 100);
-        assert_eq!(parse::classify(&pause_frame([2, 0, 0, 0, 0, 9], 5)[..]).kind, kind::MAC_CONTROL);
+        assert_eq!(
+            parse::classify(&pause_frame([2, 0, 0, 0, 0, 9], 5)[..]).kind,
+            kind::MAC_CONTROL
+        );
     }
 }

@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, StringBuilder, Float64Array, Int16Array, Int32Array, Int64Array, ListArray, StringArray, StructArray,
-    TimestampMicrosecondArray,
+    ArrayRef, BooleanArray, Float64Array, Int16Array, Int32Array, Int64Array, ListArray,
+    StringArray, StringBuilder, StructArray, TimestampMicrosecondArray,
 };
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
@@ -29,11 +29,18 @@ pub fn ts_type() -> DataType {
 }
 
 fn hist_fields() -> Fields {
-    Fields::from(vec![Field::new("value", DataType::Int16, false), Field::new("pkts", DataType::Int64, false)])
+    Fields::from(vec![
+        Field::new("value", DataType::Int16, false),
+        Field::new("pkts", DataType::Int64, false),
+    ])
 }
 
 pub fn hist_type() -> DataType {
-    DataType::List(Arc::new(Field::new("item", DataType::Struct(hist_fields()), false)))
+    DataType::List(Arc::new(Field::new(
+        "item",
+        DataType::Struct(hist_fields()),
+        false,
+    )))
 }
 
 /// Reads one count of a delta.
@@ -112,14 +119,26 @@ struct Hist {
 
 impl Hist {
     fn finish(self) -> ArrayRef {
-        let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
+        let offsets = if self.offsets.is_empty() {
+            vec![0]
+        } else {
+            self.offsets
+        };
         let st = StructArray::new(
             hist_fields(),
-            vec![Arc::new(Int16Array::from(self.values)) as ArrayRef, Arc::new(Int64Array::from(self.pkts))],
+            vec![
+                Arc::new(Int16Array::from(self.values)) as ArrayRef,
+                Arc::new(Int64Array::from(self.pkts)),
+            ],
             None,
         );
         let field = Arc::new(Field::new("item", DataType::Struct(hist_fields()), false));
-        Arc::new(ListArray::new(field, OffsetBuffer::new(offsets.into()), Arc::new(st), None))
+        Arc::new(ListArray::new(
+            field,
+            OffsetBuffer::new(offsets.into()),
+            Arc::new(st),
+            None,
+        ))
     }
 }
 
@@ -176,26 +195,47 @@ pub struct FlowsBuilder {
 
 impl FlowsBuilder {
     pub fn new(host: &str, source: &str, iface: &str, start_ns: u64, end_ns: u64) -> FlowsBuilder {
+        Self::with_capacity(host, source, iface, start_ns, end_ns, 0)
+    }
+
+    /// Sized for `rows` rows up front (no regrowth copies on the hot path).
+    pub fn with_capacity(
+        host: &str,
+        source: &str,
+        iface: &str,
+        start_ns: u64,
+        end_ns: u64,
+        rows: usize,
+    ) -> FlowsBuilder {
+        fn v<T>(rows: usize) -> Vec<T> {
+            Vec::with_capacity(rows)
+        }
         FlowsBuilder {
             host: host.into(),
             source: source.into(),
             iface: iface.into(),
             start_us: (start_ns / 1000) as i64,
             end_us: (end_ns / 1000) as i64,
-            dir: Vec::new(),
-            src: StringBuilder::new(),
-            dst: StringBuilder::new(),
+            dir: v(rows),
+            src: StringBuilder::with_capacity(rows, rows * 12),
+            dst: StringBuilder::with_capacity(rows, rows * 12),
             ipbuf: String::with_capacity(48),
-            qp: Vec::new(),
-            new_qp: Vec::new(),
-            evicted: Vec::new(),
-            counts: vec![Vec::new(); QP_COUNTS.len()],
-            max_pl: Vec::new(),
-            psn_max: Vec::new(),
-            sport: Vec::new(),
-            first: Vec::new(),
-            last: Vec::new(),
-            hists: (0..10).map(|_| Hist::default()).collect(),
+            qp: v(rows),
+            new_qp: v(rows),
+            evicted: v(rows),
+            counts: (0..QP_COUNTS.len()).map(|_| v(rows)).collect(),
+            max_pl: v(rows),
+            psn_max: v(rows),
+            sport: v(rows),
+            first: v(rows),
+            last: v(rows),
+            hists: (0..10)
+                .map(|_| Hist {
+                    offsets: Vec::with_capacity(rows + 1),
+                    values: Vec::with_capacity(rows * 2),
+                    pkts: Vec::with_capacity(rows * 2),
+                })
+                .collect(),
         }
     }
 
@@ -208,7 +248,14 @@ impl FlowsBuilder {
 
     /// One row: `d` is the interval delta (gauges carried), packet times converted to UNIX ns
     /// by `clock_offset_ns`.
-    pub fn push(&mut self, k: &QpKey, d: &QpValue, new_qp: bool, evicted: bool, clock_offset_ns: i64) {
+    pub fn push(
+        &mut self,
+        k: &QpKey,
+        d: &QpValue,
+        new_qp: bool,
+        evicted: bool,
+        clock_offset_ns: i64,
+    ) {
         let mut nz = Vec::new();
         crate::collector::delta::nonzero_buckets(d, &mut nz);
         self.push_nz(k, d, &nz, new_qp, evicted, clock_offset_ns);
@@ -216,8 +263,17 @@ impl FlowsBuilder {
 
     /// [`FlowsBuilder::push`] with `d`'s non-zero histogram buckets already listed
     /// ([`crate::collector::delta::nonzero_buckets`]).
-    pub fn push_nz(&mut self, k: &QpKey, d: &QpValue, nz: &[u16], new_qp: bool, evicted: bool, clock_offset_ns: i64) {
-        self.dir.push(dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)]);
+    pub fn push_nz(
+        &mut self,
+        k: &QpKey,
+        d: &QpValue,
+        nz: &[u16],
+        new_qp: bool,
+        evicted: bool,
+        clock_offset_ns: i64,
+    ) {
+        self.dir
+            .push(dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)]);
         fmt_ip(&mut self.ipbuf, &k.src_ip);
         self.src.append_value(&self.ipbuf);
         fmt_ip(&mut self.ipbuf, &k.dst_ip);
@@ -246,7 +302,14 @@ impl FlowsBuilder {
                 }
                 it.next();
                 let (value, n) = match c {
-                    0 => (if i == OPCODE_OTHER { -1 } else { bucket_opcode(i).map(|o| o as i16).unwrap_or(-1) }, d.opcode_hist[i]),
+                    0 => (
+                        if i == OPCODE_OTHER {
+                            -1
+                        } else {
+                            bucket_opcode(i).map(|o| o as i16).unwrap_or(-1)
+                        },
+                        d.opcode_hist[i],
+                    ),
                     1..=3 => (i as i16, d.dscp_hist[c - 1][i]),
                     4..=6 => (i as i16, d.ecn_hist[c - 4][i]),
                     _ => (pcp_value(i), d.pcp_hist[c - 7][i]),
@@ -279,8 +342,12 @@ impl FlowsBuilder {
         cols.push(Arc::new(Int32Array::from(self.max_pl)));
         cols.push(Arc::new(Int32Array::from(self.psn_max)));
         cols.push(Arc::new(Int32Array::from(self.sport)));
-        cols.push(Arc::new(TimestampMicrosecondArray::from(self.first).with_timezone("UTC")));
-        cols.push(Arc::new(TimestampMicrosecondArray::from(self.last).with_timezone("UTC")));
+        cols.push(Arc::new(
+            TimestampMicrosecondArray::from(self.first).with_timezone("UTC"),
+        ));
+        cols.push(Arc::new(
+            TimestampMicrosecondArray::from(self.last).with_timezone("UTC"),
+        ));
         for h in self.hists {
             cols.push(h.finish());
         }
@@ -326,7 +393,10 @@ pub fn row_schema(cols: &[(String, Kind)]) -> SchemaRef {
 }
 
 /// Builds a batch from rows of cells (each row in `schema` order).
-pub fn rows_batch(schema: &SchemaRef, rows: &[Vec<Cell>]) -> Result<RecordBatch, arrow::error::ArrowError> {
+pub fn rows_batch(
+    schema: &SchemaRef,
+    rows: &[Vec<Cell>],
+) -> Result<RecordBatch, arrow::error::ArrowError> {
     let mut cols: Vec<ArrayRef> = Vec::new();
     for (i, f) in schema.fields().iter().enumerate() {
         let col = |r: &Vec<Cell>| r.get(i).cloned();
@@ -478,9 +548,18 @@ pub fn iface_row(
     for arr in [&s.pfc.enabled, &s.pfc.xoff, &s.pfc.xon, &s.pfc.quanta] {
         r.extend(arr.iter().map(|&v| i(v)));
     }
-    let pause_s = |q: u64| link_bps.filter(|&b| b > 0).map(|b| q as f64 * 512.0 / b as f64);
+    let pause_s = |q: u64| {
+        link_bps
+            .filter(|&b| b > 0)
+            .map(|b| q as f64 * 512.0 / b as f64)
+    };
     r.extend(s.pfc.quanta.iter().map(|&q| Cell::F(pause_s(q))));
-    r.extend(s.pfc.xoff.iter().map(|&x| Cell::F((secs > 0.0).then(|| x as f64 / secs))));
+    r.extend(
+        s.pfc
+            .xoff
+            .iter()
+            .map(|&x| Cell::F((secs > 0.0).then(|| x as f64 / secs))),
+    );
     r.push(i(s.pfc.pause));
     r.push(i(s.pfc.pause_xon));
     r.push(i(s.pfc.pause_quanta));
@@ -546,15 +625,31 @@ mod tests {
         v.ecn_hist[class::DATA][2] = 3;
         v.pcp_hist[class::DATA][8] = 3;
         v.opcode_hist[observer_common::qp::opcode_bucket(0x0a)] = 3;
-        let k = QpKey { src_ip: [0; 16], dst_ip: [0; 16], dest_qp: 0x12, dir: 0, _pad: [0; 3] };
+        let k = QpKey {
+            src_ip: [0; 16],
+            dst_ip: [0; 16],
+            dest_qp: 0x12,
+            dir: 0,
+            _pad: [0; 3],
+        };
         b.push(&k, &v, true, false, 0);
         b.push(&k, &QpValue::ZERO, false, false, 0);
         let batch = b.finish(&schema).unwrap();
         assert_eq!(batch.num_rows(), 2);
-        let dscp = batch.column_by_name("dscp_data").unwrap().as_any().downcast_ref::<ListArray>().unwrap();
+        let dscp = batch
+            .column_by_name("dscp_data")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<ListArray>()
+            .unwrap();
         assert_eq!(dscp.value_length(0), 2);
         assert_eq!(dscp.value_length(1), 0);
-        let pcp = batch.column_by_name("pcp_data").unwrap().as_any().downcast_ref::<ListArray>().unwrap();
+        let pcp = batch
+            .column_by_name("pcp_data")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<ListArray>()
+            .unwrap();
         let st = pcp.value(0);
         let st = st.as_any().downcast_ref::<StructArray>().unwrap();
         let val = st.column(0).as_any().downcast_ref::<Int16Array>().unwrap();
@@ -564,7 +659,17 @@ mod tests {
     #[test]
     fn ip_formatting_matches_std() {
         let mut b = String::new();
-        for a in [[0u8; 16], { let mut x = [0u8; 16]; x[10] = 0xff; x[11] = 0xff; x[12..].copy_from_slice(&[10, 0, 255, 7]); x }, [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]] {
+        for a in [
+            [0u8; 16],
+            {
+                let mut x = [0u8; 16];
+                x[10] = 0xff;
+                x[11] = 0xff;
+                x[12..].copy_from_slice(&[10, 0, 255, 7]);
+                x
+            },
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        ] {
             fmt_ip(&mut b, &a);
             assert_eq!(b, ip_of(&a).to_string());
         }
@@ -577,13 +682,39 @@ mod tests {
         let mut s = IfaceStats::default();
         s.pfc.quanta[3] = 1000;
         s.pfc.xoff[3] = 10;
-        let x = IfaceExtra { tracked_qps: 1, active_qps: 1, new_qps: 0, evictions: 0, pfc_src_macs: None };
-        let r = iface_row("h", "live", "e", 0, 0, 2_000_000_000, Some(100_000_000_000), &s, &x);
+        let x = IfaceExtra {
+            tracked_qps: 1,
+            active_qps: 1,
+            new_qps: 0,
+            evictions: 0,
+            pfc_src_macs: None,
+        };
+        let r = iface_row(
+            "h",
+            "live",
+            "e",
+            0,
+            0,
+            2_000_000_000,
+            Some(100_000_000_000),
+            &s,
+            &x,
+        );
         assert_eq!(r.len(), cols.len());
         let b = rows_batch(&schema, &[r]).unwrap();
-        let ps = b.column_by_name("pfc_pause_s_p3").unwrap().as_any().downcast_ref::<Float64Array>().unwrap();
+        let ps = b
+            .column_by_name("pfc_pause_s_p3")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<Float64Array>()
+            .unwrap();
         assert!((ps.value(0) - 1000.0 * 512.0 / 1e11).abs() < 1e-15);
-        let xr = b.column_by_name("pfc_xoff_per_s_p3").unwrap().as_any().downcast_ref::<Float64Array>().unwrap();
+        let xr = b
+            .column_by_name("pfc_xoff_per_s_p3")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<Float64Array>()
+            .unwrap();
         assert_eq!(xr.value(0), 5.0);
     }
 }

@@ -27,7 +27,12 @@ pub struct TopRow {
 impl TopRow {
     pub fn new(iface: &str, k: &QpKey, d: &QpValue) -> TopRow {
         let h = &d.dscp_hist[class::DATA];
-        let dscp = h.iter().enumerate().filter(|(_, n)| **n > 0).max_by_key(|(_, n)| **n).map(|(i, _)| i as u8);
+        let dscp = h
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .max_by_key(|(_, n)| **n)
+            .map(|(i, _)| i as u8);
         TopRow {
             iface: iface.into(),
             key: *k,
@@ -68,10 +73,20 @@ impl ViewState {
         if self.alerts.len() == 8 {
             self.alerts.pop_front();
         }
-        self.alerts.push_back((a.severity, format!("{} {}", rfc3339(a.time_ns), a.message())));
+        self.alerts.push_back((
+            a.severity,
+            format!("{} {}", rfc3339(a.time_ns), a.message()),
+        ));
     }
 
-    pub fn update(&mut self, s: &IntervalStats, mut top: Vec<TopRow>, cum: &[IfaceStats; dir::COUNT], link: Option<u64>, max_xoff: [[f64; 8]; dir::COUNT]) {
+    pub fn update(
+        &mut self,
+        s: &IntervalStats,
+        mut top: Vec<TopRow>,
+        cum: &[IfaceStats; dir::COUNT],
+        link: Option<u64>,
+        max_xoff: [[f64; 8]; dir::COUNT],
+    ) {
         if top.len() > TOP_N {
             top.select_nth_unstable_by(TOP_N, |a, b| b.bytes.cmp(&a.bytes));
             top.truncate(TOP_N);
@@ -86,15 +101,24 @@ impl ViewState {
             let prios: Vec<String> = (0..8)
                 .filter(|&p| c.pfc.enabled[p] > 0)
                 .map(|p| {
-                    let secs = link.map(|b| format!(" {:.3}s", c.pfc.quanta[p] as f64 * 512.0 / b as f64)).unwrap_or_default();
-                    format!("p{p}: {} XOFF/{} XON{secs} max {:.0}/s", c.pfc.xoff[p], c.pfc.xon[p], max_xoff[d][p])
+                    let secs = link
+                        .map(|b| format!(" {:.3}s", c.pfc.quanta[p] as f64 * 512.0 / b as f64))
+                        .unwrap_or_default();
+                    format!(
+                        "p{p}: {} XOFF/{} XON{secs} max {:.0}/s",
+                        c.pfc.xoff[p], c.pfc.xon[p], max_xoff[d][p]
+                    )
                 })
                 .collect();
             line += &format!(
                 " {} PFC {} [{}] PAUSE {}",
                 dir::NAMES[d],
                 c.pfc.pfc_frames,
-                if prios.is_empty() { "-".into() } else { prios.join("; ") },
+                if prios.is_empty() {
+                    "-".into()
+                } else {
+                    prios.join("; ")
+                },
                 c.pfc.pause
             );
         }
@@ -115,13 +139,24 @@ impl ViewState {
                 s.new_qps,
                 s.evictions
             );
+            let w = rows
+                .iter()
+                .map(|r| {
+                    ip_of(&r.key.src_ip)
+                        .to_string()
+                        .len()
+                        .max(ip_of(&r.key.dst_ip).to_string().len())
+                })
+                .max()
+                .unwrap_or(0)
+                .max(3);
             o += &format!(
-                "  {:<7} {:<39} {:<39} {:>8} {:>10} {:>12} {:>4} {:>6} {:>6} {:>5} {:>7}\n",
+                "  {:<7} {:<w$} {:<w$} {:>8} {:>10} {:>12} {:>4} {:>6} {:>6} {:>5} {:>7}\n",
                 "dir", "src", "dst", "qp", "pkts", "rate", "dscp", "ce", "cnp", "gaps", "retrans"
             );
             for r in rows {
                 o += &format!(
-                    "  {:<7} {:<39} {:<39} {:>8} {:>10} {:>12} {:>4} {:>6} {:>6} {:>5} {:>7}\n",
+                    "  {:<7} {:<w$} {:<w$} {:>8} {:>10} {:>12} {:>4} {:>6} {:>6} {:>5} {:>7}\n",
                     dir::NAMES[(r.key.dir as usize).min(1)],
                     ip_of(&r.key.src_ip).to_string(),
                     ip_of(&r.key.dst_ip).to_string(),
@@ -154,5 +189,67 @@ impl ViewState {
             o += &format!("  {color}{a}\x1b[0m\n");
         }
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collector::alerts::AlertKey;
+    use crate::collector::rule;
+
+    #[test]
+    fn renders_busiest_qps_pfc_and_alerts() {
+        let mut v = ViewState::default();
+        let mut rows = Vec::new();
+        for q in 0..20u32 {
+            let k = QpKey {
+                dest_qp: q,
+                ..Default::default()
+            };
+            let mut d = QpValue::ZERO;
+            d.pkts = q as u64 + 1;
+            d.bytes_l2 = (q as u64 + 1) * 1000;
+            d.dscp_hist[class::DATA][26] = q + 1;
+            rows.push(TopRow::new("eth0", &k, &d));
+        }
+        let s = IntervalStats {
+            iface: "eth0".into(),
+            start_ns: 0,
+            end_ns: 1_000_000_000,
+            tracked_qps: 20,
+            active_qps: 20,
+            ..Default::default()
+        };
+        let mut cum = [IfaceStats::default(); dir::COUNT];
+        cum[0].frames = 10;
+        cum[0].pfc.pfc_frames = 4;
+        cum[0].pfc.enabled[3] = 4;
+        cum[0].pfc.xoff[3] = 3;
+        cum[0].pfc.xon[3] = 1;
+        v.update(&s, rows, &cum, None, [[0.0; 8]; dir::COUNT]);
+        let a = Alert::candidate(
+            rule::PFC_STORM,
+            AlertKey {
+                iface: "eth0".into(),
+                priority: Some(3),
+                ..Default::default()
+            },
+            1,
+            "x".into(),
+            "y".into(),
+            1,
+            "interval",
+        );
+        v.push_alert(&a);
+        let out = v.render("t");
+        assert!(out.starts_with("\x1b[2J\x1b[H"));
+        // the 15 busiest, largest first: qp 19 first, qp 5 last, qp 4 not shown
+        let first = out.find("0x000013").unwrap();
+        let last = out.find("0x000005").unwrap();
+        assert!(first < last);
+        assert!(!out.contains("0x000004"));
+        assert!(out.contains("p3: 3 XOFF/1 XON"), "{out}");
+        assert!(out.contains("pfc_storm on eth0"), "{out}");
     }
 }

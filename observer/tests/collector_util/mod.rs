@@ -28,10 +28,21 @@ if want_records:
 print(json.dumps({"rows": t.num_rows, "files": len(files), "sums": sums, "columns": t.column_names, "records": recs}, default=str))
 "#;
     let o = Command::new("python3")
-        .args(["-c", script, &out.display().to_string(), table, &sum_cols.join(","), if records { "1" } else { "0" }])
+        .args([
+            "-c",
+            script,
+            &out.display().to_string(),
+            table,
+            &sum_cols.join(","),
+            if records { "1" } else { "0" },
+        ])
         .output()
         .expect("python3 runs");
-    assert!(o.status.success(), "pyarrow read failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "pyarrow read failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     serde_json::from_slice(&o.stdout).expect("json from pyarrow script")
 }
 
@@ -49,9 +60,16 @@ print('\n'.join(bad))
 "#;
     let mut args = vec!["-c".to_string(), script.to_string()];
     args.extend(files.iter().map(|f| f.display().to_string()));
-    let o = Command::new("python3").args(&args).output().expect("python3 runs");
+    let o = Command::new("python3")
+        .args(&args)
+        .output()
+        .expect("python3 runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).lines().filter(|l| !l.is_empty()).map(String::from).collect()
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Every file under `dir`, recursively.
