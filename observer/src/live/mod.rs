@@ -2,7 +2,7 @@
 //! the fallback) and tc egress, writes the policy, reads the maps into [`Snapshot`]s and drains
 //! the event ring buffer.
 //!
-//! One loaded object per interface: its maps (`QPS`, `IFACE`, `MACS`, `POLICY`, `EVENTS`) belong
+//! One loaded object per interface: its maps (`QPS`, `IFACE`, `MACS`, `POLICY`, `EVENTS`, `CLOCK`) belong
 //! to that interface only. Map reads:
 //! - `QPS` (hash) is read with `BPF_MAP_LOOKUP_BATCH` (aya 0.16 does not expose it, so
 //!   [`sys`] issues the syscall); kernels without it fall back to key iteration.
@@ -14,7 +14,7 @@
 //! and events come out converted to wall-clock UNIX ns (`first_ns`/`last_ns`, `Event::ts_ns`)
 //! with the offset between the two clocks taken at the time of the read. The per-QP first/last
 //! packet times come from the `CLOCK` map, which a ticker thread of [`LiveIface`] sets to
-//! CLOCK_MONOTONIC every [`CLOCK_TICK`] (1 ms; see [`clock`]): their resolution is 1 ms plus the
+//! CLOCK_MONOTONIC every [`CLOCK_TICK`] (1 ms; see `live/clock.rs`): their resolution is 1 ms plus the
 //! ticker's scheduling delay. Without a ticker (a [`ProgTester`] unless
 //! [`ProgTester::start_clock`]) the programs use the coarse clock (one kernel tick, 1-4 ms).
 
