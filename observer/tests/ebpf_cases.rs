@@ -768,3 +768,62 @@ fn snapshot_reads_many_keys_in_batches() {
     assert_eq!(qpns, (0..n).collect::<Vec<_>>(), "every key exactly once");
     assert!(s.qps.iter().all(|(_, v)| v.pkts == 1));
 }
+
+/// Threads of this process named like the packet clock ticker.
+fn clock_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim() == "roce-clock")
+        .count()
+}
+
+#[test]
+fn clock_ticker_times_are_wall_clock_and_it_stops_on_drop() {
+    if !observer::testutil::require_root("clock_ticker_times_are_wall_clock_and_it_stops_on_drop")
+    {
+        return;
+    }
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    // Only this test starts a ticker in this binary.
+    assert_eq!(clock_threads(), 0);
+    let mut t = ProgTester::load(16, &Policy::NONE).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!t.clock_running());
+    t.start_clock().unwrap();
+    assert!(t.clock_running());
+    // The thread names itself once it runs: wait for it (bounded).
+    let start = std::time::Instant::now();
+    while clock_threads() == 0 && start.elapsed() < std::time::Duration::from_secs(2) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(clock_threads(), 1);
+    let f = Roce::default().build();
+    let before = wall();
+    t.run_xdp(&f).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    t.run_xdp(&f).unwrap();
+    let after = wall();
+    let s = t.snapshot("test", 0).unwrap();
+    let (_, v) = only_qp("ticker times", &s);
+    assert_eq!(v.pkts, 2);
+    // The ticked clock lags by at most a tick plus the ticker's scheduling delay.
+    let slack = 1_000_000_000;
+    assert!(
+        v.first_ns + slack > before && v.first_ns <= after,
+        "first_ns {} not in [{before} - 1 s, {after}]",
+        v.first_ns
+    );
+    assert!(
+        v.last_ns > v.first_ns && v.last_ns <= after,
+        "last_ns {} first_ns {} after {after}: the clock did not advance with the ticker",
+        v.last_ns,
+        v.first_ns
+    );
+    drop(t);
+    assert_eq!(clock_threads(), 0, "dropping the tester stops the ticker");
+}

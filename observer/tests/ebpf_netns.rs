@@ -91,6 +91,7 @@ fn check_mode(pair: &VethPair, hook: IngressHook, want_ingress: &str) {
     assert_eq!(live.attached().ingress, want_ingress);
     assert_eq!(live.attached().egress.as_deref(), Some("tc-egress"));
     assert!(live.events_fd().is_some());
+    assert!(live.clock_running(), "{want_ingress}: the packet clock ticker runs while attached");
 
     // From the peer namespace: 5 VLAN-tagged (PCP 3) RoCE data packets, 2 CNPs, 3 PFC
     // frames (XOFF on priority 3), 1 PAUSE frame.
@@ -178,6 +179,17 @@ fn check_mode(pair: &VethPair, hook: IngressHook, want_ingress: &str) {
     );
     assert_eq!((v.psn_gaps, v.psn_retrans), (0, 0), "{m}");
     assert_eq!(v.psn_max(), Some(5));
+    // Live first/last times (from the ticked CLOCK map) come out as wall-clock UNIX ns.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    assert!(
+        v.first_ns <= v.last_ns && v.last_ns <= now && v.first_ns + 60_000_000_000 > now,
+        "{m}: first_ns {} last_ns {} now {now}",
+        v.first_ns,
+        v.last_ns
+    );
     let c = q(0x22, dir::INGRESS);
     assert_eq!(c.cnp(), 2, "{m}");
     assert_eq!(c.pcp_hist[class::CNP][PCP_NONE as usize], 2, "{m}");

@@ -9,6 +9,9 @@
 //! The same frame is repeated, so after the warm-up every data packet of a case takes the
 //! retransmission branch of the PSN analysis (d = 0: no compare-and-swap); a packet with a new
 //! PSN adds one CAS on an uncontended cache line.
+//!
+//! Every case but "(no ticker)" runs the packet clock ticker thread as `LiveIface` does (the
+//! per-QP times then come from the `CLOCK` map); "(no ticker)" shows the coarse clock fallback.
 
 use anyhow::{Context, Result, bail};
 use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, SingleVlanHeader, UdpHeader};
@@ -19,6 +22,9 @@ struct Case {
     name: &'static str,
     prog: &'static str,
     frame: Vec<u8>,
+    /// Runs the packet clock ticker as `LiveIface` does (else the programs fall back to the
+    /// coarse clock helper, as in the tests).
+    clock: bool,
 }
 
 fn eth(tags: &[(u8, u16)], et: u16, payload: &[u8]) -> Vec<u8> {
@@ -129,41 +135,55 @@ fn cases() -> Vec<Case> {
             name: "RoCE data 1100 B",
             prog: prog::XDP,
             frame: roce_data(1100),
+            clock: true,
         },
         Case {
             name: "RoCE data 4200 B",
             prog: prog::XDP,
             frame: roce_data(4200),
+            clock: true,
         },
         Case {
             name: "RoCE ACK",
             prog: prog::XDP,
             frame: ack,
+            clock: true,
         },
         Case {
             name: "RoCE CNP",
             prog: prog::XDP,
             frame: cnp,
+            clock: true,
         },
         Case {
             name: "PFC frame",
             prog: prog::XDP,
             frame: pfc,
+            clock: true,
         },
         Case {
             name: "non-RoCE UDP",
             prog: prog::XDP,
             frame: udp,
+            clock: true,
         },
         Case {
             name: "ERSPAN II RoCE 1100 B",
             prog: prog::XDP,
             frame: erspan,
+            clock: true,
+        },
+        Case {
+            name: "RoCE data 1100 B (no ticker)",
+            prog: prog::XDP,
+            frame: roce_data(1100),
+            clock: false,
         },
         Case {
             name: "RoCE data 1100 B (tc egress)",
             prog: prog::TC_EGRESS,
             frame: roce_data(1100),
+            clock: true,
         },
     ]
 }
@@ -222,6 +242,9 @@ pub fn main(args: &[String]) -> Result<()> {
     for c in cases() {
         // Fresh maps per case.
         let mut t = ProgTester::load(65536, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if c.clock {
+            t.start_clock().map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
         let ns = measure(&mut t, c.prog, &c.frame, runs, repeat)?;
         let empty = measure(&mut t, prog::XDP_EMPTY, &c.frame, runs, repeat)?;
         let ratio = if empty > 0 {

@@ -2,7 +2,7 @@
 //! the fallback) and tc egress, writes the policy, reads the maps into [`Snapshot`]s and drains
 //! the event ring buffer.
 //!
-//! One loaded object per interface: its maps (`QPS`, `IFACE`, `MACS`, `POLICY`, `EVENTS`) belong
+//! One loaded object per interface: its maps (`QPS`, `IFACE`, `MACS`, `POLICY`, `EVENTS`, `CLOCK`) belong
 //! to that interface only. Map reads:
 //! - `QPS` (hash) is read with `BPF_MAP_LOOKUP_BATCH` (aya 0.16 does not expose it, so
 //!   [`sys`] issues the syscall); kernels without it fall back to key iteration.
@@ -12,9 +12,16 @@
 //!
 //! Times: the kernel stamps with CLOCK_MONOTONIC (`bpf_ktime_get_ns`); snapshots, evicted values
 //! and events come out converted to wall-clock UNIX ns (`first_ns`/`last_ns`, `Event::ts_ns`)
-//! with the offset between the two clocks taken at the time of the read.
+//! with the offset between the two clocks taken at the time of the read. The per-QP first/last
+//! packet times come from the `CLOCK` map, which a ticker thread of [`LiveIface`] sets to
+//! CLOCK_MONOTONIC every [`CLOCK_TICK`] (1 ms; see `live/clock.rs`): their resolution is 1 ms plus the
+//! ticker's scheduling delay. Without a ticker (a [`ProgTester`] unless
+//! [`ProgTester::start_clock`]) the programs use the coarse clock (one kernel tick, 1-4 ms).
 
+mod clock;
 mod sys;
+
+pub use clock::TICK as CLOCK_TICK;
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
@@ -188,6 +195,9 @@ fn value_to_wall(v: &mut QpValue, off: i128) {
 
 /// A loaded object: programs (loaded on demand) and the maps taken out of it.
 struct Loaded {
+    /// Declared first so it stops before the object is dropped.
+    ticker: Option<clock::ClockTicker>,
+    clock: Option<Array<MapData, u64>>,
     ebpf: Ebpf,
     qps: Map,
     iface: PerCpuArray<MapData, IfaceStats>,
@@ -239,7 +249,10 @@ impl Loaded {
         let macs = take(&mut ebpf, "MACS")?;
         let policy_map = take(&mut ebpf, "POLICY")?;
         let events = take(&mut ebpf, "EVENTS")?;
+        let clock = take(&mut ebpf, "CLOCK")?;
         let mut l = Loaded {
+            ticker: None,
+            clock: Some(clock),
             ebpf,
             qps,
             iface,
@@ -250,6 +263,18 @@ impl Loaded {
         };
         l.set_policy(policy)?;
         Ok(l)
+    }
+
+    /// Starts the packet clock ticker (no-op when running).
+    fn start_clock(&mut self) -> Result<(), LiveError> {
+        if let Some(map) = self.clock.take() {
+            self.ticker = Some(clock::ClockTicker::start(map)?);
+        }
+        Ok(())
+    }
+
+    fn clock_running(&self) -> bool {
+        self.ticker.as_ref().is_some_and(|t| t.running())
     }
 
     fn qps_data(&self) -> Result<&MapData, LiveError> {
@@ -448,7 +473,7 @@ fn ifindex(name: &str) -> Result<u32, LiveError> {
     Ok(i)
 }
 
-/// One interface being observed. Dropping it detaches the programs.
+/// One interface being observed. Dropping it detaches the programs and stops its clock ticker.
 pub struct LiveIface {
     loaded: Loaded,
     attached: Attached,
@@ -482,6 +507,8 @@ impl LiveIface {
             progs.push(prog::TC_EGRESS);
         }
         let mut loaded = Loaded::new(opts.max_qps, &opts.policy, &progs)?;
+        // Before attaching: no packet is stamped with the fallback clock.
+        loaded.start_clock()?;
         let ingress = match hook {
             IngressHook::Xdp(mode) => attach_ingress(&mut loaded.ebpf, opts, mode, ifindex)?,
             IngressHook::TcIngress => {
@@ -519,6 +546,10 @@ impl LiveIface {
     }
     pub fn attached(&self) -> &Attached {
         &self.attached
+    }
+    /// Whether the packet clock ticker thread runs (it does from attach until drop).
+    pub fn clock_running(&self) -> bool {
+        self.loaded.clock_running()
     }
     pub fn set_policy(&mut self, p: &Policy) -> Result<(), LiveError> {
         self.loaded.set_policy(p)
@@ -690,6 +721,16 @@ impl ProgTester {
             .try_clone_to_owned()
             .map_err(|e| LiveError::Other(format!("{name}: dup: {e}")))?;
         Ok(SharedRunner { fd })
+    }
+    /// Starts the packet clock ticker as [`LiveIface`] runs it (until this tester is dropped):
+    /// the programs then stamp first/last times from the `CLOCK` map instead of the coarse
+    /// clock helper.
+    pub fn start_clock(&mut self) -> Result<(), LiveError> {
+        self.loaded.start_clock()
+    }
+    /// Whether the packet clock ticker thread runs.
+    pub fn clock_running(&self) -> bool {
+        self.loaded.clock_running()
     }
     /// Whether the last snapshot read `QPS` with BPF_MAP_LOOKUP_BATCH (else key iteration).
     pub fn batch_reads(&self) -> bool {
