@@ -400,6 +400,135 @@ fn ts_resolution(r: u8) -> Option<u64> {
     }
 }
 
+/// A capture already in memory (a memory-mapped file): the same block parsers as the streaming
+/// readers, without copying the data through a buffer.
+struct SliceReader<'a> {
+    data: &'a [u8],
+    pos: usize,
+    /// Legacy pcap: the header and the record parser for its byte order / variant.
+    legacy: Option<(pcap_parser::PcapHeader, LegacyParse)>,
+    big_endian: bool,
+}
+
+type LegacyParse = for<'b> fn(
+    &'b [u8],
+) -> nom::IResult<&'b [u8], pcap_parser::LegacyPcapBlock<'b>, PcapError<&'b [u8]>>;
+
+use pcap_parser::nom;
+
+impl PcapReaderIterator for SliceReader<'_> {
+    fn next(&mut self) -> Result<(usize, PcapBlockOwned<'_>), PcapError<&[u8]>> {
+        let data = &self.data[self.pos..];
+        if let Some((h, parse)) = &self.legacy {
+            if self.pos == 0 {
+                return Ok((h.size(), PcapBlockOwned::from(h.clone())));
+            }
+            if data.is_empty() {
+                return Err(PcapError::Eof);
+            }
+            return match parse(data) {
+                Ok((rem, b)) => Ok((data.len() - rem.len(), PcapBlockOwned::from(b))),
+                Err(nom::Err::Incomplete(_)) => Err(PcapError::UnexpectedEof),
+                Err(nom::Err::Error(e)) | Err(nom::Err::Failure(e)) => Err(e),
+            };
+        }
+        if data.is_empty() {
+            return Err(PcapError::Eof);
+        }
+        let parse = if self.big_endian {
+            pcap_parser::pcapng::parse_block_be
+        } else {
+            pcap_parser::pcapng::parse_block_le
+        };
+        match parse(data) {
+            Ok((rem, b)) => {
+                if let Block::SectionHeader(ref shb) = b {
+                    self.big_endian = shb.big_endian();
+                }
+                Ok((data.len() - rem.len(), PcapBlockOwned::from(b)))
+            }
+            Err(nom::Err::Incomplete(_)) => Err(PcapError::UnexpectedEof),
+            Err(nom::Err::Error(e)) | Err(nom::Err::Failure(e)) => Err(e),
+        }
+    }
+    fn consume(&mut self, offset: usize) {
+        self.pos = (self.pos + offset).min(self.data.len());
+    }
+    fn consume_noshift(&mut self, offset: usize) {
+        self.consume(offset)
+    }
+    fn consumed(&self) -> usize {
+        self.pos
+    }
+    fn refill(&mut self) -> Result<(), PcapError<&[u8]>> {
+        Ok(())
+    }
+    fn position(&self) -> usize {
+        self.pos
+    }
+    fn grow(&mut self, _new_size: usize) -> bool {
+        true
+    }
+    fn data(&self) -> &[u8] {
+        &self.data[self.pos..]
+    }
+    fn reader_exhausted(&self) -> bool {
+        true
+    }
+}
+
+/// Like [`read_capture`], over a capture held in memory.
+pub fn read_capture_slice<F>(file: &str, data: &[u8], mut sink: F) -> Result<u64, ReplayError>
+where
+    F: FnMut(Item<'_>) -> Result<(), ReplayError>,
+{
+    let corrupt = |what: String| ReplayError::Corrupt {
+        file: file.to_string(),
+        offset: 0,
+        what,
+    };
+    if data.is_empty() {
+        return Err(corrupt("empty input: no pcap or pcapng header".into()));
+    }
+    let err = Rc::new(RefCell::new(None));
+    if data.len() >= 4 && data[..4] == PCAPNG_SHB {
+        let r = SliceReader {
+            data,
+            pos: 0,
+            legacy: None,
+            big_endian: false,
+        };
+        return drive(file, r, true, &err, &mut sink);
+    }
+    let h = match pcap_parser::parse_pcap_header(data) {
+        Ok((_, h)) => h,
+        Err(nom::Err::Incomplete(_)) => return Err(corrupt("pcap file header cut short".into())),
+        Err(_) => {
+            let mut m = [0u8; 4];
+            let n = data.len().min(4);
+            m[..n].copy_from_slice(&data[..n]);
+            return Err(corrupt(format!(
+                "not a pcap or pcapng file (magic {:#010x})",
+                u32::from_le_bytes(m)
+            )));
+        }
+    };
+    let parse: LegacyParse = if h.is_modified_format() {
+        pcap_parser::parse_pcap_frame_modified
+    } else if h.is_bigendian() {
+        pcap_parser::parse_pcap_frame_be
+    } else {
+        pcap_parser::parse_pcap_frame
+    };
+    let r = SliceReader {
+        data,
+        pos: 0,
+        legacy: Some((h, parse)),
+        big_endian: false,
+    };
+    drive(file, r, false, &err, &mut sink)
+}
+
 /// Timestamp in interface units to nanoseconds since the epoch.
 fn ts_to_ns(ts: u64, units_per_s: u64, offset_s: i64) -> u64 {
     let units = units_per_s.max(1) as u128;
