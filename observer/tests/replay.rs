@@ -434,3 +434,33 @@ fn cli_table_summary() {
     assert!(t.contains("== QPs (2)"), "{t}");
     assert!(t.contains("192.168.70.6") && t.contains("0x45") && t.contains("68/0/0"), "{t}");
 }
+
+#[test]
+fn in_memory_reader_equals_streaming_reader() {
+    let d = tmp("slice");
+    let files = corpus::write_corpus(&d).unwrap();
+    let mut paths: Vec<PathBuf> = files.into_iter().map(|(_, p)| p).collect();
+    paths.push(PathBuf::from(OFERBY));
+    for p in &paths {
+        let data = std::fs::read(p).unwrap();
+        let mut o1 = NoOutput;
+        let mut a = Replay::new(ReplayOptions::default(), &mut o1);
+        a.feed("x", "x", std::fs::File::open(p).unwrap(), None).unwrap();
+        let mut o2 = NoOutput;
+        let mut b = Replay::new(ReplayOptions::default(), &mut o2);
+        b.feed_slice("x", "x", &data).unwrap();
+        let (sa, sb) = (observer::summary::summary_json(&a.snapshots()), observer::summary::summary_json(&b.snapshots()));
+        assert_eq!(sa, sb, "{}", p.display());
+        assert!(a.frames > 0);
+        // Damage: the same error at the same offset.
+        let cut = &data[..data.len() - 3];
+        let mut o3 = NoOutput;
+        let e1 = Replay::new(ReplayOptions::default(), &mut o3).feed("x", "x", cut, None).unwrap_err();
+        let mut o4 = NoOutput;
+        let e2 = Replay::new(ReplayOptions::default(), &mut o4).feed_slice("x", "x", cut).unwrap_err();
+        match (&e1, &e2) {
+            (ReplayError::Corrupt { offset: a, .. }, ReplayError::Corrupt { offset: b, .. }) => assert_eq!(a, b),
+            other => panic!("{other:?}"),
+        }
+    }
+}
