@@ -195,10 +195,9 @@ impl Default for Frame {
 
 impl Frame {
     #[inline(always)]
-    fn excluded(mut self, r: u8) -> Frame {
+    fn exclude(&mut self, r: u8) {
         self.kind = kind::EXCLUDED;
         self.reason = r;
-        self
     }
     #[inline(always)]
     pub fn aeth_syndrome(&self) -> u8 {
@@ -392,12 +391,14 @@ fn gre<B: Bytes + ?Sized>(b: &B, off: usize) -> Result<Option<(usize, u8)>, u8> 
 }
 
 #[inline(always)]
-fn mac_control<B: Bytes + ?Sized>(b: &B, l2: usize, off: usize, mut f: Frame) -> Frame {
+fn mac_control<B: Bytes + ?Sized>(b: &B, l2: usize, off: usize, f: &mut Frame) {
     let Some(op) = b.load::<2>(off) else {
-        return f.excluded(reason::TRUNCATED);
+        f.exclude(reason::TRUNCATED);
+        return;
     };
     let Some(src) = b.load::<6>(l2 + 6) else {
-        return f.excluded(reason::TRUNCATED);
+        f.exclude(reason::TRUNCATED);
+        return;
     };
     f.kind = kind::MAC_CONTROL;
     f.mac_ctrl.src_mac = src;
@@ -405,7 +406,8 @@ fn mac_control<B: Bytes + ?Sized>(b: &B, l2: usize, off: usize, mut f: Frame) ->
     f.mac_ctrl.opcode = op;
     if op == MAC_CONTROL_PFC {
         let Some(p) = b.load::<18>(off + 2) else {
-            return f.excluded(reason::TRUNCATED);
+            f.exclude(reason::TRUNCATED);
+        return;
         };
         f.mac_ctrl.class_enable = be16([p[0], p[1]]);
         let mut i = 0;
@@ -415,37 +417,41 @@ fn mac_control<B: Bytes + ?Sized>(b: &B, l2: usize, off: usize, mut f: Frame) ->
         }
     } else if op == MAC_CONTROL_PAUSE {
         let Some(p) = b.load::<2>(off + 2) else {
-            return f.excluded(reason::TRUNCATED);
+            f.exclude(reason::TRUNCATED);
+        return;
         };
         f.mac_ctrl.times[0] = be16(p);
     }
-    f
 }
 
 #[inline(always)]
-fn udp<B: Bytes + ?Sized>(b: &B, off: usize, mut f: Frame) -> Frame {
+fn udp<B: Bytes + ?Sized>(b: &B, off: usize, f: &mut Frame) {
     let Some(h) = b.load::<8>(off) else {
-        return f.excluded(reason::TRUNCATED);
+        f.exclude(reason::TRUNCATED);
+        return;
     };
     let sport = be16([h[0], h[1]]);
     let dport = be16([h[2], h[3]]);
     if dport != ROCEV2_PORT {
         if sport == ROCEV2_PORT {
-            return f.excluded(reason::UDP_SRC_PORT_ONLY);
+            f.exclude(reason::UDP_SRC_PORT_ONLY);
+        return;
         }
         f.kind = kind::NOT_ROCE;
-        return f;
+        return;
     }
     let ulen = be16([h[4], h[5]]) as usize;
     f.udp_off = off as u16;
     f.udp_sport = sport;
     f.udp_payload_len = ulen.saturating_sub(UDP_HLEN) as u16;
     if ulen < UDP_HLEN + BTH_LEN {
-        return f.excluded(reason::SHORT_BTH);
+        f.exclude(reason::SHORT_BTH);
+        return;
     }
     let bth_off = off + UDP_HLEN;
     let Some(t) = b.load::<12>(bth_off) else {
-        return f.excluded(reason::SHORT_BTH);
+        f.exclude(reason::SHORT_BTH);
+        return;
     };
     f.kind = kind::ROCE;
     f.bth_off = bth_off as u16;
@@ -466,7 +472,6 @@ fn udp<B: Bytes + ?Sized>(b: &B, off: usize, mut f: Frame) -> Frame {
         f.has_aeth = 1;
         f.aeth = u32::from_be_bytes(a);
     }
-    f
 }
 
 /// Classifies one captured frame. `b` holds the captured bytes starting at the Ethernet
@@ -474,47 +479,70 @@ fn udp<B: Bytes + ?Sized>(b: &B, off: usize, mut f: Frame) -> Frame {
 #[inline(always)]
 pub fn classify<B: Bytes + ?Sized>(b: &B) -> Frame {
     let mut f = Frame::default();
+    classify_into(b, &mut f);
+    f
+}
+
+/// [`classify`] into a caller-provided [`Frame`] (the eBPF programs keep it in a per-CPU map:
+/// a `Frame` returned by value would be copied on the 512-byte BPF stack). `f` is overwritten.
+#[inline(always)]
+pub fn classify_into<B: Bytes + ?Sized>(b: &B, f: &mut Frame) {
+    *f = Frame::default();
     if b.len() < ETH_HLEN {
-        return f.excluded(reason::RUNT);
+        f.exclude(reason::RUNT);
+        return;
     }
     let mut l2 = 0usize;
     // Outer frame, then at most one mirrored inner frame.
     for depth in 0..2 {
         let (et, l3, pcp) = match ethernet(b, l2) {
             Ok(v) => v,
-            Err(r) => return f.excluded(r),
+            Err(r) => {
+                f.exclude(r);
+                return;
+            }
         };
         f.pcp = pcp;
         f.l2_off = l2 as u16;
         let l3r = match et {
-            ETHERTYPE_MAC_CONTROL => return mac_control(b, l2, l3, f),
-            ETHERTYPE_IPV4 => ipv4(b, l3, &mut f),
-            ETHERTYPE_IPV6 => ipv6(b, l3, &mut f),
-            _ => return f,
+            ETHERTYPE_MAC_CONTROL => {
+                mac_control(b, l2, l3, f);
+                return;
+            }
+            ETHERTYPE_IPV4 => ipv4(b, l3, f),
+            ETHERTYPE_IPV6 => ipv6(b, l3, f),
+            _ => return,
         };
         let l3r = match l3r {
             Ok(v) => v,
-            Err(r) => return f.excluded(r),
+            Err(r) => {
+                f.exclude(r);
+                return;
+            }
         };
         match l3r.proto {
-            IPPROTO_UDP => return udp(b, l3r.l4_off, f),
+            IPPROTO_UDP => {
+                udp(b, l3r.l4_off, f);
+                return;
+            }
             IPPROTO_GRE if depth == 0 => match gre(b, l3r.l4_off) {
                 Ok(Some((inner, e))) => {
                     // A mirrored frame starts over: its own tags, IP, UDP.
-                    f = Frame {
-                        encap: e,
-                        ..Frame::default()
-                    };
+                    *f = Frame::default();
+                    f.encap = e;
                     if b.len() < inner + ETH_HLEN {
-                        return f.excluded(reason::RUNT);
+                        f.exclude(reason::RUNT);
+                        return;
                     }
                     l2 = inner;
                 }
-                Ok(None) => return f,
-                Err(r) => return f.excluded(r),
+                Ok(None) => return,
+                Err(r) => {
+                    f.exclude(r);
+                    return;
+                }
             },
-            _ => return f,
+            _ => return,
         }
     }
-    f
 }

@@ -72,6 +72,14 @@ pub trait Ops {
     unsafe fn load32(p: *const u32) -> u32 {
         unsafe { core::ptr::read_volatile(p) }
     }
+    /// An array index `i < n`, in a form the eBPF verifier can bound: the kernel
+    /// implementation hides `i` from the optimiser and clamps it, because LLVM turns
+    /// [`opcode_bucket`] into arithmetic on the opcode (`op - 8`) whose range the verifier
+    /// cannot prove non-negative. Identity for valid indices.
+    #[inline(always)]
+    fn index(i: usize, _n: usize) -> usize {
+        i
+    }
 }
 
 /// Single-threaded memory operations (replay, tests).
@@ -270,7 +278,7 @@ pub unsafe fn update<O: Ops>(
     let dscp = (f.dscp & 63) as usize;
     let ecn = (f.ecn & 3) as usize;
     let pcp = if f.pcp >= PCP_NONE { PCP_BUCKETS - 1 } else { f.pcp as usize };
-    let ob = opcode_bucket(op);
+    let ob = O::index(opcode_bucket(op), OPCODE_BUCKETS);
     unsafe {
         O::add64(addr_of_mut!((*v).pkts), 1);
         O::add64(addr_of_mut!((*v).bytes_l2), l2);

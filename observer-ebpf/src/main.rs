@@ -1,5 +1,410 @@
+//! roce-observe kernel datapath: XDP (ingress) and tc (ingress fallback, egress) programs that
+//! classify every frame with the shared parser (`observer_common::parse::classify`), count it
+//! per interface and direction, account RoCEv2 packets per QP with BPF atomics
+//! (`observer_common::qp::update`), count PFC/PAUSE per source MAC and report first occurrences
+//! through a ring buffer. Programs never change traffic: they return XDP_PASS / TC_ACT_OK unless
+//! the policy asks for drop-after-observe (dedicated capture ports).
 #![no_std]
 #![no_main]
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
+
+use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_or, atomic_xadd};
+
+use aya_ebpf::bindings::{__sk_buff, xdp_action, xdp_md};
+use aya_ebpf::helpers::generated::{bpf_ktime_get_ns, bpf_skb_pull_data, bpf_xdp_get_buff_len};
+use aya_ebpf::macros::{classifier, map, xdp};
+use aya_ebpf::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya_ebpf::programs::{TcContext, XdpContext};
+use aya_ebpf::EbpfContext;
+use observer_common::cursor::Bytes;
+use observer_common::maps::{
+    dir, policy_flags, Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue,
+};
+use observer_common::parse::{self, kind, Frame};
+use observer_common::qp::{self, Ops, PsnStep};
+
+const TC_ACT_OK: i32 = 0;
+const TC_ACT_SHOT: i32 = 2;
+const BPF_NOEXIST: u64 = 1;
+const EEXIST: i32 = 17;
+
+/// Largest header offset the programs read at (the verifier needs a constant bound on the
+/// variable packet offset). Headers beyond it read as truncated.
+const MAX_OFF: usize = 1024;
+/// Bytes tc makes linear before parsing (every header the parser reads, mirrored ones too).
+const PULL_LEN: u32 = 256;
+
+/// Per-QP state (`max_entries` set at load by userspace).
+#[map]
+static QPS: HashMap<QpKey, QpValue> = HashMap::with_max_entries(1024, 0);
+
+/// Per-direction counters of this interface (one loaded object per interface).
+#[map]
+static IFACE: PerCpuArray<IfaceStats> = PerCpuArray::with_max_entries(dir::COUNT as u32, 0);
+
+/// PFC / PAUSE counters per source MAC and direction (`max_entries` set at load).
+#[map]
+static MACS: PerCpuHashMap<MacKey, PfcCounters> = PerCpuHashMap::with_max_entries(1024, 0);
+
+/// Expected marking, written by userspace (index 0).
+#[map]
+static POLICY: Array<Policy> = Array::with_max_entries(1, 0);
+
+/// First occurrences per key for the live alerts (`byte_size` set at load).
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// The classified frame of the current program run (a `Frame` is too large to copy around on
+/// the 512-byte stack).
+#[map]
+static FRAME: PerCpuArray<Frame> = PerCpuArray::with_max_entries(1, 0);
+
+/// One all-zero value, never written: the source of new keys' initial values (a `QpValue` is
+/// too large for the 512-byte stack).
+#[map]
+static ZERO: Array<QpValue> = Array::with_max_entries(1, 0);
+
+/// `qp::Ops` with BPF atomic instructions (BPF_ATOMIC ADD / OR, and CMPXCHG, which needs
+/// `-C target-cpu=v3`).
+struct Atomic;
+
+impl Ops for Atomic {
+    #[inline(always)]
+    unsafe fn add64(p: *mut u64, v: u64) {
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+    }
+    #[inline(always)]
+    unsafe fn add32(p: *mut u32, v: u32) {
+        unsafe { atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(p, v) };
+    }
+    #[inline(always)]
+    unsafe fn cas32(p: *mut u32, old: u32, new: u32) -> u32 {
+        unsafe {
+            atomic_cxchg::<u32, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(p, old, new)
+                .0
+        }
+    }
+    #[inline(always)]
+    unsafe fn or32(p: *mut u32, v: u32) {
+        unsafe { atomic_or::<u32, u32, { AtomicOrdering::Relaxed }>(p, v) };
+    }
+    #[inline(always)]
+    fn index(i: usize, n: usize) -> usize {
+        let i = core::hint::black_box(i);
+        if i < n { i } else { n - 1 }
+    }
+}
+
+/// XDP frame bytes: direct packet access, offset clamped to [`MAX_OFF`].
+struct XdpBytes {
+    data: usize,
+    end: usize,
+}
+
+impl Bytes for XdpBytes {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.end - self.data
+    }
+
+    #[inline(always)]
+    fn load<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        // Opaque to LLVM, so it cannot merge this bounds check into another load's (the
+        // verifier checks each access against data_end on its own).
+        let off = core::hint::black_box(off);
+        if off > MAX_OFF {
+            return None;
+        }
+        let p = self.data + off;
+        if p + N > self.end {
+            return None;
+        }
+        // SAFETY: [p, p + N) is inside the packet (checked against data_end just above).
+        Some(unsafe { (p as *const [u8; N]).read_unaligned() })
+    }
+}
+
+/// tc frame bytes: direct access to the linear part (see [`parse_skb`], which pulls the headers
+/// into it first); bytes past the linear part read as truncated.
+struct SkbBytes {
+    data: usize,
+    end: usize,
+    len: usize,
+}
+
+impl Bytes for SkbBytes {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    fn load<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        let off = core::hint::black_box(off);
+        if off > MAX_OFF {
+            return None;
+        }
+        let p = self.data + off;
+        if p + N > self.end {
+            return None;
+        }
+        // SAFETY: inside the linear packet data (checked against data_end).
+        Some(unsafe { (p as *const [u8; N]).read_unaligned() })
+    }
+}
+
+#[inline(always)]
+fn count(s: *mut IfaceStats, f: impl FnOnce(&mut IfaceStats)) {
+    // SAFETY: per-CPU slot of this program run (no other writer on this CPU meanwhile).
+    f(unsafe { &mut *s })
+}
+
+/// Sends one event per bit of `out.new_events` (first occurrences of this key).
+#[inline(always)]
+fn emit(s: *mut IfaceStats, key: &QpKey, f: &Frame, out: &qp::Outcome) {
+    let bits = out.new_events;
+    let gap = match out.psn {
+        PsnStep::Ahead(d) if d > 1 => (d - 1) as u32,
+        _ => 0,
+    };
+    for b in 0..qp::ev::COUNT {
+        if bits & (1 << b) != 0 {
+            let detail = if b == qp::ev::PSN_GAP {
+                gap
+            } else if b == qp::ev::NAK || b == qp::ev::RNR_NAK {
+                f.aeth
+            } else {
+                0
+            };
+            send_event(s, key, f, b, detail);
+        }
+    }
+}
+
+/// One ring buffer record (a BPF-to-BPF call: the body is not copied per event bit).
+/// BPF calls take at most 5 arguments, so the time is read again here (events are rare).
+#[inline(never)]
+fn send_event(s: *mut IfaceStats, key: &QpKey, f: &Frame, kind: u32, detail: u32) {
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    match EVENTS.reserve::<Event>(0) {
+        Some(mut e) => {
+            e.write(Event {
+                ts_ns: now,
+                key: *key,
+                kind,
+                psn: f.bth.psn,
+                detail,
+                opcode: f.bth.opcode,
+                dscp: f.dscp,
+                ecn: f.ecn,
+                pcp: f.pcp,
+            });
+            e.submit(0);
+        }
+        None => count(s, |s| s.events_lost += 1),
+    }
+}
+
+#[inline(always)]
+fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
+    let key = QpKey {
+        src_ip: f.src_ip,
+        dst_ip: f.dst_ip,
+        dest_qp: f.bth.dest_qp,
+        dir: d,
+        _pad: [0; 3],
+    };
+    let mut v = QPS.get_ptr_mut(&key);
+    if v.is_none() {
+        let Some(zero) = ZERO.get(0) else {
+            return;
+        };
+        match QPS.insert(&key, zero, BPF_NOEXIST) {
+            Ok(()) => {}
+            // A racing CPU inserted it first: use theirs.
+            Err(e) if e == -EEXIST => {}
+            Err(_) => {
+                count(s, |s| {
+                    s.qp_insert_failed += 1;
+                    s.roce_untracked += 1;
+                });
+                return;
+            }
+        }
+        v = QPS.get_ptr_mut(&key);
+    }
+    let Some(v) = v else {
+        // Inserted, then evicted by userspace before we looked it up again.
+        count(s, |s| s.roce_untracked += 1);
+        return;
+    };
+    // SAFETY: `bpf_ktime_get_ns` has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: `v` points to a live map value; every write goes through `Atomic`.
+    let out = unsafe { qp::update::<Atomic>(v, f, wire_len, now, policy) };
+    if out.psn == PsnStep::Contended {
+        count(s, |s| s.psn_contended += 1);
+    }
+    if out.new_events != 0 {
+        emit(s, &key, f, &out);
+    }
+}
+
+#[inline(always)]
+fn mac_control(s: *mut IfaceStats, f: &Frame, d: u8) {
+    let key = MacKey {
+        mac: f.mac_ctrl.src_mac,
+        dir: d,
+        _pad: 0,
+    };
+    let mut c = MACS.get_ptr_mut(&key);
+    if c.is_none() {
+        let Some(zero) = ZERO.get_ptr(0) else {
+            return;
+        };
+        // SAFETY: ZERO holds a zeroed QpValue, larger than PfcCounters; all-zero is a valid
+        // PfcCounters.
+        let zero = unsafe { &*(zero as *const PfcCounters) };
+        match MACS.insert(&key, zero, BPF_NOEXIST) {
+            Ok(()) => {}
+            Err(e) if e == -EEXIST => {}
+            Err(_) => {
+                count(s, |s| s.mac_insert_failed += 1);
+                return;
+            }
+        }
+        c = MACS.get_ptr_mut(&key);
+    }
+    if let Some(c) = c {
+        // SAFETY: this CPU's slot of a per-CPU value.
+        qp::account_mac_control(unsafe { &mut *c }, &f.mac_ctrl);
+    }
+}
+
+/// Classification as its own BPF function (subprogram): the verifier then explores the
+/// accounting below once per return instead of once per parse path (parse paths multiply with
+/// VLAN tags, IPv6 extension headers and mirror encapsulations).
+#[inline(never)]
+fn parse_xdp(ctx: *mut xdp_md, f: *mut Frame) {
+    // Opaque: keeps LLVM from promoting the context loads into the caller, where the verifier
+    // would see 32-bit copies of packet pointers instead of pointers.
+    let ctx = core::hint::black_box(ctx);
+    // SAFETY: the program's context and this CPU's FRAME slot.
+    let (b, f) = unsafe {
+        (
+            XdpBytes {
+                data: (*ctx).data as usize,
+                end: (*ctx).data_end as usize,
+            },
+            &mut *f,
+        )
+    };
+    parse::classify_into(&b, f);
+}
+
+/// tc counterpart of [`parse_xdp`].
+#[inline(never)]
+fn parse_skb(skb: *mut __sk_buff, f: *mut Frame) {
+    let skb = core::hint::black_box(skb);
+    // SAFETY: the program's context and this CPU's FRAME slot.
+    unsafe {
+        let len = (*skb).len;
+        let want = if len < PULL_LEN { len } else { PULL_LEN };
+        if ((*skb).data_end - (*skb).data) < want {
+            // Make the headers linear (no change to the packet's content).
+            bpf_skb_pull_data(skb as *mut _, want);
+        }
+        let b = SkbBytes {
+            data: (*skb).data as usize,
+            end: (*skb).data_end as usize,
+            len: len as usize,
+        };
+        parse::classify_into(&b, &mut *f);
+    }
+}
+
+/// The accounting shared by every program, on the classified frame. Returns true when the
+/// frame is to be dropped (drop-after-observe).
+#[inline(always)]
+fn account(f: &Frame, wire_len: u32, d: u8) -> bool {
+    let Some(s) = IFACE.get_ptr_mut(d as u32) else {
+        return false;
+    };
+    count(s, |s| qp::account_iface(s, f, wire_len));
+    let Some(policy) = POLICY.get(0) else {
+        return false;
+    };
+    match f.kind {
+        kind::ROCE => roce(s, f, wire_len, d, policy),
+        kind::MAC_CONTROL => mac_control(s, f, d),
+        _ => {}
+    }
+    if policy.flags & policy_flags::DROP_AFTER_OBSERVE != 0 {
+        count(s, |s| s.dropped += 1);
+        return true;
+    }
+    false
+}
+
+/// Multi-buffer capable (`xdp.frags`): drivers only take XDP programs on MTUs above a page
+/// (4096-byte RoCE MTU, ~4.2 KB frames) when the program accepts fragmented frames. The headers
+/// are in the first buffer; the wire length counts every fragment.
+#[xdp(frags)]
+pub fn roce_xdp(ctx: XdpContext) -> u32 {
+    let Some(fp) = FRAME.get_ptr_mut(0) else {
+        return xdp_action::XDP_PASS;
+    };
+    parse_xdp(ctx.ctx, fp);
+    // SAFETY: the program's context.
+    let wire = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as u32;
+    // SAFETY: this CPU's scratch slot, written by parse_xdp for this run.
+    if account(unsafe { &*fp }, wire, dir::INGRESS) {
+        xdp_action::XDP_DROP
+    } else {
+        xdp_action::XDP_PASS
+    }
+}
+
+#[inline(always)]
+fn tc(ctx: &TcContext, d: u8) -> i32 {
+    let skb = ctx.as_ptr() as *mut __sk_buff;
+    let Some(fp) = FRAME.get_ptr_mut(0) else {
+        return TC_ACT_OK;
+    };
+    parse_skb(skb, fp);
+    let mut wire = ctx.len();
+    // SAFETY: context fields tc programs may read; this CPU's scratch slot.
+    let (present, tci, f) = unsafe { ((*skb).vlan_present, (*skb).vlan_tci, &mut *fp) };
+    if present != 0 {
+        // The outermost tag was taken out of the packet into skb metadata (VLAN offload):
+        // it is the outermost PCP, and 4 bytes of the frame on the wire.
+        wire += 4;
+        f.pcp = (tci >> 13) as u8;
+    }
+    if account(f, wire, d) {
+        TC_ACT_SHOT
+    } else {
+        TC_ACT_OK
+    }
+}
+
+#[classifier]
+pub fn roce_tc_in(ctx: TcContext) -> i32 {
+    tc(&ctx, dir::INGRESS)
+}
+
+#[classifier]
+pub fn roce_tc_eg(ctx: TcContext) -> i32 {
+    tc(&ctx, dir::EGRESS)
+}
+
+/// The benchmark baseline: an XDP program that does nothing.
+#[xdp(frags)]
+pub fn xdp_empty(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
 
 #[cfg(not(test))]
 #[panic_handler]

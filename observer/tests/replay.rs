@@ -91,7 +91,7 @@ fn golden_oferby_matches_tshark() {
 
 #[test]
 fn golden_erf_is_rejected_with_its_number() {
-    let out = Command::new(bin()).args(["replay", "--profile", "none", ERF]).output().unwrap();
+    let out = Command::new(bin()).args(["replay", "--no-out", "--profile", "none", ERF]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unsupported link type 197 (ERF)"), "{err}");
@@ -177,7 +177,7 @@ fn cli_reports_damage_with_file_and_offset() {
     let d = tmp("cli-trunc");
     let p = d.join("cut.pcap");
     std::fs::write(&p, &data[..5000]).unwrap();
-    let out = Command::new(bin()).args(["replay", "--profile", "none", "--json"]).arg(&p).output().unwrap();
+    let out = Command::new(bin()).args(["replay", "--no-out", "--profile", "none", "--json"]).arg(&p).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cut.pcap") && err.contains("byte offset 4958"), "{err}");
@@ -188,10 +188,10 @@ fn cli_reports_damage_with_file_and_offset() {
 
 #[test]
 fn stdin_stream_equals_file() {
-    let file = Command::new(bin()).args(["replay", "--profile", "none", "--json", OFERBY]).output().unwrap();
+    let file = Command::new(bin()).args(["replay", "--no-out", "--profile", "none", "--json", OFERBY]).output().unwrap();
     assert!(file.status.success());
     let mut child = Command::new(bin())
-        .args(["replay", "--profile", "none", "--json", "-"])
+        .args(["replay", "--no-out", "--profile", "none", "--json", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -428,7 +428,7 @@ fn max_qps_counts_untracked() {
 
 #[test]
 fn cli_table_summary() {
-    let out = Command::new(bin()).args(["replay", "--profile", "none", OFERBY]).output().unwrap();
+    let out = Command::new(bin()).args(["replay", "--no-out", "--profile", "none", OFERBY]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let t = String::from_utf8_lossy(&out.stdout);
     assert!(t.contains("== QPs (2)"), "{t}");
@@ -463,4 +463,56 @@ fn in_memory_reader_equals_streaming_reader() {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// Through the real collector: Parquet tables, alerts and summary.json with capture timestamps,
+/// checked with an independent Parquet reader (pyarrow, installed by scripts/setup.sh).
+#[test]
+fn cli_writes_flow_logs_and_alerts_in_capture_time() {
+    let d = tmp("collector");
+    let mut paths = Vec::new();
+    for c in corpus::corpus() {
+        if ["not_ect", "bleached", "pfc_storm", "pause_8023x", "go_back_n", "pfc", "clean"].contains(&c.name) {
+            paths.push(c.write(&d).unwrap());
+        }
+    }
+    let out = d.join("out");
+    let res = Command::new(bin())
+        .args(["replay", "--json", "--link-speed", "100G", "--out"])
+        .arg(&out)
+        .args(&paths)
+        .output()
+        .unwrap();
+    assert!(res.status.success(), "{}", String::from_utf8_lossy(&res.stderr));
+    let s: Value = serde_json::from_slice(&res.stdout).unwrap();
+    for rule in ["not_ect", "dscp_mismatch", "pfc_storm", "pause_802_3x", "go_back_n", "pfc_wrong_priority"] {
+        assert!(s["alerts"][rule].as_u64().unwrap_or(0) >= 1, "alert {rule} missing: {}", s["alerts"]);
+    }
+    assert_eq!(s["source"], "replay");
+    // alerts.jsonl: every alert stamped with capture time (the corpus starts at T0 and lasts
+    // about a second).
+    let t0 = 1_700_000_000_000_000_000u64;
+    let jl = std::fs::read_to_string(out.join("alerts.jsonl")).unwrap();
+    let mut n = 0;
+    for line in jl.lines() {
+        let a: Value = serde_json::from_str(line).unwrap();
+        let t = a["time_ns"].as_u64().unwrap();
+        assert!((t0..t0 + 2_000_000_000).contains(&t), "alert time {t}: {line}");
+        n += 1;
+    }
+    assert!(n >= 6);
+    assert!(out.join("summary.json").exists());
+    // Flow rows summed by pyarrow equal replay's per-QP packet totals.
+    let want: u64 = s["qps"].as_array().unwrap().iter().map(|q| u(q, "pkts")).sum();
+    let py = format!(
+        "import glob, pyarrow.parquet as pq, pyarrow.compute as pc\n\
+         fs = glob.glob('{}/flows/date=2023-11-14/**/*.parquet', recursive=True)\n\
+         print(sum(pc.sum(pq.read_table(f)['pkts']).as_py() for f in fs))",
+        out.display()
+    );
+    let got = Command::new("python3").args(["-c", &py]).output().unwrap();
+    assert!(got.status.success(), "{}", String::from_utf8_lossy(&got.stderr));
+    let got: u64 = String::from_utf8_lossy(&got.stdout).trim().parse().unwrap();
+    assert_eq!(got, want);
+    assert!(want > 100);
 }

@@ -23,41 +23,52 @@ use observer::replay::{NoOutput, Replay, ReplayOptions};
 use observer::snapshot::Snapshot;
 use observer_common::maps::{Policy, QpKey, QpValue, dir};
 
-/// Runs a capture through the eBPF programs; returns their snapshot.
-fn through_kernel(path: &Path, name: &str) -> Snapshot {
+/// Runs a capture through the eBPF programs, one fresh (reset) object per capture interface;
+/// returns one snapshot per interface, in the capture's interface order.
+fn through_kernel(t: &mut ProgTester, path: &Path, name: &str) -> Vec<Snapshot> {
     let data = std::fs::read(path).unwrap();
-    let mut t = ProgTester::load(65536, &Policy::NONE).expect("load the eBPF programs");
+    // Records grouped by interface, in order; interfaces' link types.
     let mut links: Vec<LinkType> = Vec::new();
+    let mut frames: Vec<Vec<(Vec<u8>, bool)>> = Vec::new();
     let mut scratch = Vec::new();
     reader::read_capture_slice(name, &data, |item| {
         match item {
-            Item::Iface(i) => links.push(i.link),
+            Item::Iface(i) => {
+                links.push(i.link);
+                frames.push(Vec::new());
+            }
             Item::Record(r) => {
                 let view = link::to_ethernet(links[r.iface], r.data, r.orig_len, &mut scratch);
-                if view.bytes.len() < 14 {
-                    return Ok(());
-                }
-                if view.direction == dir::EGRESS || r.outbound == Some(true) {
-                    t.run_tc(view.bytes, true).expect("tc test run");
-                } else {
-                    t.run_xdp(view.bytes).expect("xdp test run");
+                if view.bytes.len() >= 14 {
+                    let egress = view.direction == dir::EGRESS || r.outbound == Some(true);
+                    frames[r.iface].push((view.bytes.to_vec(), egress));
                 }
             }
         }
         Ok(())
     })
     .unwrap();
-    t.snapshot(name, 0).expect("read the maps")
+    let mut out = Vec::new();
+    for (i, fs) in frames.iter().enumerate() {
+        t.reset().expect("reset the maps");
+        for (f, egress) in fs {
+            if *egress {
+                t.run_tc(f, true).expect("tc test run");
+            } else {
+                t.run_xdp(f).expect("xdp test run");
+            }
+        }
+        out.push(t.snapshot(&format!("{name}#{i}"), 0).expect("read the maps"));
+    }
+    out
 }
 
-/// Replay's snapshot, with frames under 14 bytes left out as they are on the kernel side.
-fn through_replay(path: &Path) -> Snapshot {
+/// Replay's snapshots, one per capture interface.
+fn through_replay(path: &Path) -> Vec<Snapshot> {
     let mut out = NoOutput;
     let mut rp = Replay::new(ReplayOptions::default(), &mut out);
     rp.feed_path(path).unwrap();
-    let mut s = rp.snapshots();
-    assert_eq!(s.len(), 1);
-    s.remove(0)
+    rp.snapshots()
 }
 
 fn comparable(v: &QpValue, with_l2: bool) -> QpValue {
@@ -73,26 +84,32 @@ fn comparable(v: &QpValue, with_l2: bool) -> QpValue {
     v
 }
 
-fn compare(name: &str, path: &Path, cut: bool) -> usize {
-    let k = through_kernel(path, name);
-    let r = through_replay(path);
-    let mut kq: Vec<(QpKey, QpValue)> = k.qps.iter().map(|(a, b)| (*a, comparable(b, !cut))).collect();
-    let mut rq: Vec<(QpKey, QpValue)> = r.qps.iter().map(|(a, b)| (*a, comparable(b, !cut))).collect();
-    kq.sort_by(|a, b| a.0.cmp(&b.0));
-    rq.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(
-        kq.iter().map(|x| x.0).collect::<Vec<_>>(),
-        rq.iter().map(|x| x.0).collect::<Vec<_>>(),
-        "{name}: QP keys"
-    );
-    for ((key, a), (_, b)) in kq.iter().zip(&rq) {
-        assert_eq!(a, b, "{name}: QP {key:?}: kernel vs replay");
+fn compare(t: &mut ProgTester, name: &str, path: &Path, cut: bool) -> usize {
+    let ks = through_kernel(t, path, name);
+    let rs = through_replay(path);
+    assert_eq!(ks.len(), rs.len(), "{name}: interfaces");
+    let mut n = 0;
+    for (k, r) in ks.iter().zip(&rs) {
+        let mut kq: Vec<(QpKey, QpValue)> = k.qps.iter().map(|(a, b)| (*a, comparable(b, !cut))).collect();
+        let mut rq: Vec<(QpKey, QpValue)> = r.qps.iter().map(|(a, b)| (*a, comparable(b, !cut))).collect();
+        kq.sort_by(|a, b| a.0.cmp(&b.0));
+        rq.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            kq.iter().map(|x| x.0).collect::<Vec<_>>(),
+            rq.iter().map(|x| x.0).collect::<Vec<_>>(),
+            "{name} {}: QP keys",
+            r.iface
+        );
+        for ((key, a), (_, b)) in kq.iter().zip(&rq) {
+            assert_eq!(a, b, "{name} {}: QP {key:?}: kernel vs replay", r.iface);
+        }
+        for d in 0..dir::COUNT {
+            assert_eq!(k.iface_stats[d].pfc, r.iface_stats[d].pfc, "{name}: PFC totals, dir {d}");
+            assert_eq!(k.iface_stats[d].roce, r.iface_stats[d].roce, "{name}: RoCE packets, dir {d}");
+        }
+        n += kq.len();
     }
-    for d in 0..dir::COUNT {
-        assert_eq!(k.iface_stats[d].pfc, r.iface_stats[d].pfc, "{name}: PFC totals, dir {d}");
-        assert_eq!(k.iface_stats[d].roce, r.iface_stats[d].roce, "{name}: RoCE packets, dir {d}");
-    }
-    kq.len()
+    n
 }
 
 #[test]
@@ -102,11 +119,13 @@ fn corpus_per_qp_totals_equal_through_xdp_and_replay() {
     }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("replay-xdp-{}", std::process::id()));
     let files = corpus::write_corpus(&dir).unwrap();
+    let mut t = ProgTester::load(65536, &Policy::NONE).expect("load the eBPF programs");
     let mut keys = 0;
     for (c, p) in &files {
-        keys += compare(c.name, p, c.snaplen < 65535);
+        keys += compare(&mut t, c.name, p, c.snaplen < 65535);
     }
     keys += compare(
+        &mut t,
         "oferby",
         Path::new("/work/shared/captures/oferby_proxy_roce.pcap"),
         false,

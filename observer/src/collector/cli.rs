@@ -1,12 +1,337 @@
-//! The live command's options and main loop. STUB: the collector work fills this in.
+//! The live command's options and main loop: start-up diagnosis, attach, one snapshot per
+//! interval per interface into the collector, events drained every 100 ms (alerts within the
+//! interval), SIGINT/SIGTERM flush + close + detach.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use observer_common::maps::{Event, policy_flags};
+
+use super::synth::Synthetic;
+use super::{Collector, CollectorConfig, PolicyConfig, diag};
+use crate::live::{LiveError, LiveIface, LiveOptions, XdpMode};
+
+/// `1`, `1s`, `500ms`, `2m`, `1h` -> Duration.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a duration (examples: 1, 1s, 500ms, 5m, 2h)"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("{s:?}: a duration must be positive"));
+    }
+    Ok(Duration::from_secs_f64(v * mult))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum XdpModeArg {
+    /// Native (driver) XDP, else generic XDP, else tc ingress.
+    Auto,
+    /// Native (driver) XDP only.
+    Native,
+    /// Generic (SKB) XDP: works on every interface, slower.
+    Generic,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct LiveArgs {
-    /// Interface to observe (repeatable).
-    #[arg(long = "iface")]
+    /// Interface to observe (repeatable: --iface ens1f0 --iface ens1f1).
+    #[arg(long = "iface", value_name = "IFACE")]
     pub iface: Vec<String>,
+    /// Output directory: Parquet tables flows/, interfaces/, alerts/ (Hive partitions
+    /// date=YYYY-MM-DD/hour=HH), alerts.jsonl and summary.json.
+    #[arg(long, value_name = "DIR", default_value = "./roce-flows")]
+    pub out: PathBuf,
+    /// Flow-log interval (seconds; suffixes ms, s, m, h accepted).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Expected marking profile (data DSCP 26 + ECT, CNP DSCP 48, PFC on priority 3).
+    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = ["nvidia", "broadcom"])]
+    pub profile: String,
+    /// Policy TOML: expected DSCP / PCP / ECN per class (data, ack, cnp), RDMA priority,
+    /// expected RoCE MTU, alert thresholds and hold-down (overrides --profile; see README).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// XDP attach mode for ingress.
+    #[arg(long, value_name = "MODE", value_enum, default_value = "auto")]
+    pub xdp_mode: XdpModeArg,
+    /// Dedicated capture port (mirror/ERSPAN): drop frames after observing them (XDP_DROP),
+    /// which keeps the host stack out of the way at line rate. Never use on a production port.
+    #[arg(long)]
+    pub capture_port: bool,
+    /// Do not attach tc egress (what this host sends is then not observed).
+    #[arg(long)]
+    pub no_egress: bool,
+    /// Stop after this long (seconds; suffixes ms, s, m, h). Default: until SIGINT/SIGTERM.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Size of the kernel's per-QP map, keys (about 1.4 KiB of kernel memory each). When it is
+    /// 90% full, keys idle longer than --idle-evict are evicted (their counts are kept).
+    #[arg(long, value_name = "KEYS", default_value_t = 65536)]
+    pub max_qps: u32,
+    /// Idle time after which a QP key may be evicted from a nearly full map.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub idle_evict: Duration,
+    /// Link speed in Gb/s for PFC pause seconds (default: read from the interface).
+    #[arg(long, value_name = "GBPS")]
+    pub link_speed: Option<f64>,
+    /// Close a Parquet file after this much data time (seconds; suffixes accepted) ...
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_duration)]
+    pub rotate: Duration,
+    /// ... or this many MiB, whichever comes first.
+    #[arg(long, value_name = "MIB", default_value_t = 128)]
+    pub rotate_mb: u64,
+    /// Host name in file names and rows (default: this machine's).
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
+    /// Plain logs even when stdout is a terminal (no refreshing view).
+    #[arg(long)]
+    pub plain: bool,
+    /// Log format of the plain logs on stderr.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Testing and demos without BPF: feed N synthetic QPs through the userspace datapath
+    /// instead of attaching to an interface.
+    #[arg(long, value_name = "N", hide = true)]
+    pub synthetic_qps: Option<u32>,
 }
 
-pub fn run_live(_args: LiveArgs) -> anyhow::Result<()> {
-    anyhow::bail!("live collection is not implemented yet")
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+fn install_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a plain sigaction with a handler that only stores to an atomic
+        // (async-signal-safe); the struct is zeroed then filled.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+fn init_logs(args: &LiveArgs, terminal: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if terminal { "warn" } else { "info" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match args.log_format {
+        LogFormat::Json => b.json().try_init(),
+        LogFormat::Text => b.try_init(),
+    };
+}
+
+fn load_policy(args: &LiveArgs) -> anyhow::Result<PolicyConfig> {
+    let mut p = match &args.policy {
+        Some(f) => PolicyConfig::from_file(f)?,
+        None => PolicyConfig::profile(&args.profile)?,
+    };
+    if args.capture_port {
+        p.expected.flags |= policy_flags::DROP_AFTER_OBSERVE;
+    }
+    Ok(p)
+}
+
+/// A live error with what to do about it.
+fn explain(iface: &str, e: LiveError) -> anyhow::Error {
+    match e {
+        LiveError::XdpSlotTaken(_) => anyhow::anyhow!(
+            "{e}\n  see what holds it: `ip link show dev {iface}` / `bpftool net show dev {iface}`; or run with --xdp-mode generic"
+        ),
+        LiveError::Verifier { .. } => anyhow::anyhow!("{e}\n  this is a bug in roce-observe's eBPF program for this kernel: please report it with `uname -r` and the log above"),
+        other => anyhow::anyhow!("{iface}: {other}"),
+    }
+}
+
+pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
+    let terminal = std::io::stdout().is_terminal() && !args.plain;
+    init_logs(&args, terminal);
+    let policy = load_policy(&args)?;
+    if args.iface.is_empty() && args.synthetic_qps.is_none() {
+        anyhow::bail!("give at least one interface: roce-observe --iface IFACE (see --help)");
+    }
+    let host = args.host.clone().unwrap_or_else(super::host_name);
+    let mut cfg = CollectorConfig::new(args.out.clone(), &host, "live", policy.clone());
+    cfg.rotate_secs = args.rotate.as_secs().max(1);
+    cfg.rotate_bytes = args.rotate_mb.max(1) << 20;
+    cfg.terminal = terminal;
+    let link_override = args.link_speed.map(|g| (g * 1e9) as u64);
+
+    // Sources.
+    let mut live: Vec<LiveIface> = Vec::new();
+    let mut synth: Option<Synthetic> = None;
+    let mut speeds: Vec<(String, Option<u64>)> = Vec::new();
+    if let Some(n) = args.synthetic_qps {
+        tracing::warn!(qps = n, "synthetic source: no BPF, {n} QPs through the userspace datapath");
+        synth = Some(Synthetic::new(policy.expected, n, 4));
+        speeds.push(("synthetic0".into(), link_override.or(Some(100_000_000_000))));
+    } else {
+        let root = std::path::Path::new("/");
+        let mut diags = Vec::new();
+        for i in &args.iface {
+            diags.push(diag::diagnose(root, i)?);
+        }
+        diag::check_privileges()?;
+        diag::check_btf(root)?;
+        for d in &diags {
+            for l in d.report() {
+                eprintln!("{l}");
+            }
+        }
+        for d in &diags {
+            let opts = LiveOptions {
+                iface: d.iface.clone(),
+                xdp_mode: match args.xdp_mode {
+                    XdpModeArg::Auto => XdpMode::Auto,
+                    XdpModeArg::Native => XdpMode::Native,
+                    XdpModeArg::Generic => XdpMode::Generic,
+                },
+                max_qps: args.max_qps,
+                policy: policy.expected,
+                egress: !args.no_egress,
+            };
+            let l = LiveIface::attach(&opts).map_err(|e| explain(&d.iface, e))?;
+            let a = l.attached();
+            eprintln!(
+                "{}: attached ingress {}{}{}",
+                a.iface,
+                a.ingress,
+                a.egress.as_deref().map(|e| format!(", egress {e}")).unwrap_or_else(|| ", egress not observed".into()),
+                if args.capture_port { " (capture port: frames dropped after observing)" } else { "" }
+            );
+            speeds.push((d.iface.clone(), link_override.or(d.speed_bps)));
+            live.push(l);
+        }
+    }
+    let mut col = Collector::new(cfg).with_context(|| format!("output directory {}", args.out.display()))?;
+    // the live source already converts packet times to UNIX ns (clock offset 0)
+    let t0 = now_ns();
+    for (i, s) in &speeds {
+        col.begin(i, t0, *s);
+    }
+    install_signals();
+    let started = Instant::now();
+    let mut next = started + args.interval;
+    let mut evbuf: Vec<Event> = Vec::new();
+    let poll = Duration::from_millis(100).min(args.interval);
+    let mut stop_reason = "duration";
+    loop {
+        let sig = SIGNAL.load(Ordering::SeqCst);
+        if sig != 0 {
+            stop_reason = if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
+            break;
+        }
+        if args.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        for (l, (name, _)) in live.iter_mut().zip(&speeds) {
+            evbuf.clear();
+            if l.drain_events(&mut evbuf) > 0 {
+                col.on_events(name, &evbuf);
+            }
+        }
+        let now = Instant::now();
+        if now < next {
+            std::thread::sleep(poll.min(next - now));
+            continue;
+        }
+        next += args.interval;
+        if next < Instant::now() {
+            next = Instant::now() + args.interval; // fell behind: skip, do not burst
+        }
+        interval(&mut col, &mut live, synth.as_mut(), &speeds, &args)?;
+        if terminal {
+            print!("{}", col.view.render(&format!("roce-observe  {}  out {}", host, args.out.display())));
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
+    }
+    // Last partial interval, then flush, close, detach (LiveIface drops detach).
+    for (l, (name, _)) in live.iter_mut().zip(&speeds) {
+        evbuf.clear();
+        if l.drain_events(&mut evbuf) > 0 {
+            col.on_events(name, &evbuf);
+        }
+    }
+    interval(&mut col, &mut live, synth.as_mut(), &speeds, &args)?;
+    let out = col.output_stats();
+    let summary = col.finish();
+    drop(live);
+    let summary = summary.context("finishing the output files")?;
+    tracing::info!(reason = stop_reason, out = %args.out.display(), "stopped: files flushed and closed, programs detached");
+    eprintln!(
+        "roce-observe: stopped ({stop_reason}); {} flow rows in {} files, alerts {}; summary in {}",
+        out["flows"]["rows"],
+        out["flows"]["files"],
+        summary.get("alerts").map(|a| a.to_string()).unwrap_or_default(),
+        args.out.join("summary.json").display()
+    );
+    Ok(())
+}
+
+fn interval(col: &mut Collector, live: &mut [LiveIface], synth: Option<&mut Synthetic>, speeds: &[(String, Option<u64>)], args: &LiveArgs) -> anyhow::Result<()> {
+    let t = now_ns();
+    if let Some(s) = synth {
+        s.step(t);
+        let ev = s.dp.take_events();
+        col.on_events(&speeds[0].0, &ev);
+        let snap = s.dp.snapshot(&speeds[0].0, t, speeds[0].1);
+        col.on_snapshot(&snap)?;
+        return Ok(());
+    }
+    for (l, (name, speed)) in live.iter_mut().zip(speeds) {
+        let mut snap = match l.snapshot(t) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(iface = %name, error = %e, "reading the maps failed; retrying next interval");
+                continue;
+            }
+        };
+        snap.iface = name.clone();
+        if snap.link_speed_bps.is_none() {
+            snap.link_speed_bps = *speed;
+        }
+        col.on_snapshot(&snap)?;
+        // A nearly full map: evict idle keys, accounting their final values next interval.
+        if snap.qps.len() as u64 * 10 >= args.max_qps as u64 * 9 {
+            let idle = col.idle_keys(name, t, args.idle_evict.as_nanos() as u64, args.max_qps as usize / 10);
+            if !idle.is_empty() {
+                match l.evict(&idle) {
+                    Ok(finals) => {
+                        tracing::info!(iface = %name, keys = finals.len(), "evicted idle QP keys from a nearly full map");
+                        col.on_evicted(name, &finals);
+                    }
+                    Err(e) => tracing::warn!(iface = %name, error = %e, "eviction failed"),
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -1,16 +1,62 @@
 //! Expected marking and alert thresholds: vendor profiles and the `--policy` TOML file.
 //!
-//! STUB: the collector work fills this in (TOML parsing with key and line in errors).
+//! A policy file (every key optional; unknown keys are errors):
+//!
+//! ```toml
+//! profile = "nvidia"        # start from a profile (nvidia | broadcom), default nvidia
+//! rdma_priority = 3         # the one priority PFC is expected on
+//! expected_mtu = 4096       # RoCE path MTU, bytes (256, 512, 1024, 2048, 4096)
+//!
+//! [data]                    # RoCE data (every opcode but ACKs and CNPs)
+//! dscp = 26                 # 0-63 or "any"
+//! pcp = 3                   # 0-7, "untagged" or "any"
+//! ecn = "ect"               # "ect": Not-ECT is a violation; "any": not checked
+//! [ack]                     # opcodes 0x11, 0x12, 0x51, 0x52
+//! [cnp]                     # opcode 0x81
+//!
+//! [thresholds]
+//! pfc_storm_xoff_per_s = 1000    # XOFF frames per priority per second
+//! ce_without_cnp_min_ce = 10     # CE packets per interval (IP pair) with no CNP back
+//! pfc_without_ecn_min_xoff = 1   # XOFF frames per interval with no CE at all
+//! hold_down_s = 10               # per (rule, key): one alert, then a summary after this
+//! ```
+//!
+//! Errors name the file, the line and the key.
 
-use observer_common::maps::Policy;
+use std::path::Path;
 
-#[derive(Clone, Debug)]
+use observer_common::maps::{ANY, Policy, class, policy_flags};
+use observer_common::parse::PCP_NONE;
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Clone, Debug, PartialEq)]
 pub struct Thresholds {
     /// PFC storm: XOFF frames per priority per second above this.
     pub pfc_storm_xoff_per_s: u64,
+    /// CE without CNP: at least this many CE packets from A to B in one interval, and no CNP
+    /// from B to A.
+    pub ce_without_cnp_min_ce: u64,
+    /// PFC without ECN: at least this many XOFF frames in one interval on an interface that saw
+    /// RoCE traffic but no CE mark at all.
+    pub pfc_without_ecn_min_xoff: u64,
+    /// Hold-down per (rule, key), nanoseconds: after an alert, further occurrences are counted
+    /// and reported as one summary alert when the hold-down ends.
+    pub hold_down_ns: u64,
 }
 
-#[derive(Clone, Debug)]
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            pfc_storm_xoff_per_s: 1000,
+            ce_without_cnp_min_ce: 10,
+            pfc_without_ecn_min_xoff: 1,
+            hold_down_ns: 10_000_000_000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
 pub struct PolicyConfig {
     /// Kernel form (DSCP / PCP / ECN-capable per class, RDMA priority).
     pub expected: Policy,
@@ -23,16 +69,247 @@ pub struct PolicyConfig {
 pub enum PolicyError {
     #[error("unknown profile {0:?} (known: nvidia, broadcom)")]
     UnknownProfile(String),
+    #[error("cannot read policy file {path}: {err}")]
+    Read { path: String, err: std::io::Error },
+    #[error("{path}:{line}: {key}: {msg}")]
+    Invalid {
+        path: String,
+        line: usize,
+        key: String,
+        msg: String,
+    },
+    #[error("{path}:{line}: {msg}")]
+    Syntax { path: String, line: usize, msg: String },
     #[error("{0}")]
     Other(String),
 }
 
+/// Profile names accepted by `--profile`.
+pub const PROFILES: [&str; 2] = ["nvidia", "broadcom"];
+
 impl PolicyConfig {
-    /// `nvidia` or `broadcom` (roce-domain.md "Markings a RoCE fabric expects").
+    /// `nvidia` or `broadcom` (roce-domain.md "Markings a RoCE fabric expects"): data DSCP 26,
+    /// CNP DSCP 48, ECT on data, PFC on priority 3; the CNP priority is 6 (NVIDIA) or 7
+    /// (Broadcom), which only matters for PCP when a policy file sets one. PCP is not checked by
+    /// the profiles (hosts behind DSCP-trust ports send untagged frames); set it in a file.
     pub fn profile(name: &str) -> Result<PolicyConfig, PolicyError> {
-        Err(PolicyError::UnknownProfile(name.to_string()))
+        let cnp_dscp = match name {
+            "nvidia" | "broadcom" => 48,
+            _ => return Err(PolicyError::UnknownProfile(name.to_string())),
+        };
+        let mut p = Policy::NONE;
+        p.dscp = [26, 26, cnp_dscp];
+        p.pcp = [ANY, ANY, ANY];
+        p.ecn_capable = [1, 0, 0];
+        p.rdma_priority = 3;
+        p.flags = policy_flags::ENABLED;
+        Ok(PolicyConfig {
+            expected: p,
+            expected_mtu: 4096,
+            thresholds: Thresholds::default(),
+        })
     }
-    pub fn from_file(_path: &std::path::Path) -> Result<PolicyConfig, PolicyError> {
-        Err(PolicyError::Other("not implemented".into()))
+
+    pub fn from_file(path: &Path) -> Result<PolicyConfig, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|err| PolicyError::Read {
+            path: path.display().to_string(),
+            err,
+        })?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Parses policy TOML; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<PolicyConfig, PolicyError> {
+        let line_of = |off: usize| text[..off.min(text.len())].matches('\n').count() + 1;
+        let raw: RawPolicy = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_of(s.start)).unwrap_or(0);
+            PolicyError::Syntax {
+                path: origin.to_string(),
+                line,
+                msg: e.message().trim().to_string(),
+            }
+        })?;
+        let invalid = |key: &str, span: std::ops::Range<usize>, msg: String| PolicyError::Invalid {
+            path: origin.to_string(),
+            line: line_of(span.start),
+            key: key.to_string(),
+            msg,
+        };
+        let mut cfg = match &raw.profile {
+            Some(p) => match p.get_ref() {
+                toml::Value::String(s) => PolicyConfig::profile(s)
+                    .map_err(|e| invalid("profile", p.span(), e.to_string()))?,
+                v => return Err(invalid("profile", p.span(), format!("expected a string, found {}", v.type_str()))),
+            },
+            None => PolicyConfig::profile("nvidia")?,
+        };
+        if let Some(v) = &raw.rdma_priority {
+            cfg.expected.rdma_priority = int_in(v, "rdma_priority", 0, 7, &invalid)? as u8;
+        }
+        if let Some(v) = &raw.expected_mtu {
+            let m = int_in(v, "expected_mtu", 256, 4096, &invalid)?;
+            if ![256, 512, 1024, 2048, 4096].contains(&m) {
+                return Err(invalid("expected_mtu", v.span(), format!("{m} is not a RoCE MTU (256, 512, 1024, 2048, 4096)")));
+            }
+            cfg.expected_mtu = m as u32;
+        }
+        for (c, sec) in [(class::DATA, &raw.data), (class::ACK, &raw.ack), (class::CNP, &raw.cnp)] {
+            let Some(sec) = sec else { continue };
+            let name = class::NAMES[c];
+            if let Some(v) = &sec.dscp {
+                let key = format!("{name}.dscp");
+                cfg.expected.dscp[c] = match v.get_ref() {
+                    toml::Value::String(s) if s == "any" => ANY,
+                    _ => int_in(v, &key, 0, 63, &invalid)? as u8,
+                };
+            }
+            if let Some(v) = &sec.pcp {
+                let key = format!("{name}.pcp");
+                cfg.expected.pcp[c] = match v.get_ref() {
+                    toml::Value::String(s) if s == "any" => ANY,
+                    toml::Value::String(s) if s == "untagged" => PCP_NONE,
+                    _ => int_in(v, &key, 0, 7, &invalid)? as u8,
+                };
+            }
+            if let Some(v) = &sec.ecn {
+                let key = format!("{name}.ecn");
+                cfg.expected.ecn_capable[c] = match v.get_ref() {
+                    toml::Value::String(s) if s == "ect" => 1,
+                    toml::Value::String(s) if s == "any" => 0,
+                    v2 => {
+                        return Err(invalid(&key, v.span(), format!("expected \"ect\" or \"any\", found {}", show(v2))));
+                    }
+                };
+            }
+        }
+        if let Some(t) = &raw.thresholds {
+            let th = &mut cfg.thresholds;
+            if let Some(v) = &t.pfc_storm_xoff_per_s {
+                th.pfc_storm_xoff_per_s = int_in(v, "thresholds.pfc_storm_xoff_per_s", 1, i64::MAX, &invalid)? as u64;
+            }
+            if let Some(v) = &t.ce_without_cnp_min_ce {
+                th.ce_without_cnp_min_ce = int_in(v, "thresholds.ce_without_cnp_min_ce", 1, i64::MAX, &invalid)? as u64;
+            }
+            if let Some(v) = &t.pfc_without_ecn_min_xoff {
+                th.pfc_without_ecn_min_xoff = int_in(v, "thresholds.pfc_without_ecn_min_xoff", 1, i64::MAX, &invalid)? as u64;
+            }
+            if let Some(v) = &t.hold_down_s {
+                let s = match v.get_ref() {
+                    toml::Value::Integer(i) if *i >= 0 => *i as f64,
+                    toml::Value::Float(f) if *f >= 0.0 && f.is_finite() => *f,
+                    v2 => {
+                        return Err(invalid("thresholds.hold_down_s", v.span(), format!("expected seconds (a number >= 0), found {}", show(v2))));
+                    }
+                };
+                th.hold_down_ns = (s * 1e9) as u64;
+            }
+        }
+        Ok(cfg)
+    }
+}
+
+fn show(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => format!("{s:?}"),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        other => other.type_str().to_string(),
+    }
+}
+
+fn int_in(
+    v: &Spanned<toml::Value>,
+    key: &str,
+    lo: i64,
+    hi: i64,
+    invalid: &dyn Fn(&str, std::ops::Range<usize>, String) -> PolicyError,
+) -> Result<i64, PolicyError> {
+    match v.get_ref() {
+        toml::Value::Integer(i) if (lo..=hi).contains(i) => Ok(*i),
+        toml::Value::Integer(i) => Err(invalid(key, v.span(), format!("{i} is out of range {lo}..={hi}"))),
+        other => Err(invalid(key, v.span(), format!("expected an integer, found {}", show(other)))),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    profile: Option<Spanned<toml::Value>>,
+    rdma_priority: Option<Spanned<toml::Value>>,
+    expected_mtu: Option<Spanned<toml::Value>>,
+    data: Option<RawClass>,
+    ack: Option<RawClass>,
+    cnp: Option<RawClass>,
+    thresholds: Option<RawThresholds>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClass {
+    dscp: Option<Spanned<toml::Value>>,
+    pcp: Option<Spanned<toml::Value>>,
+    ecn: Option<Spanned<toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawThresholds {
+    pfc_storm_xoff_per_s: Option<Spanned<toml::Value>>,
+    ce_without_cnp_min_ce: Option<Spanned<toml::Value>>,
+    pfc_without_ecn_min_xoff: Option<Spanned<toml::Value>>,
+    hold_down_s: Option<Spanned<toml::Value>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        PolicyConfig::from_toml(text, "p.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn profiles() {
+        let n = PolicyConfig::profile("nvidia").unwrap();
+        assert_eq!(n.expected.dscp, [26, 26, 48]);
+        assert_eq!(n.expected.ecn_capable, [1, 0, 0]);
+        assert_eq!(n.expected.rdma_priority, 3);
+        assert_ne!(n.expected.flags & policy_flags::ENABLED, 0);
+        assert!(PolicyConfig::profile("broadcom").is_ok());
+        assert!(matches!(PolicyConfig::profile("x"), Err(PolicyError::UnknownProfile(_))));
+    }
+
+    #[test]
+    fn full_file() {
+        let p = PolicyConfig::from_toml(
+            "profile = \"broadcom\"\nrdma_priority = 4\nexpected_mtu = 1024\n[data]\ndscp = 24\npcp = 4\necn = \"ect\"\n[cnp]\ndscp = \"any\"\npcp = \"untagged\"\n[thresholds]\nhold_down_s = 2.5\npfc_storm_xoff_per_s = 50\n",
+            "p.toml",
+        )
+        .unwrap();
+        assert_eq!(p.expected.rdma_priority, 4);
+        assert_eq!(p.expected_mtu, 1024);
+        assert_eq!(p.expected.dscp, [24, 26, ANY]);
+        assert_eq!(p.expected.pcp, [4, ANY, PCP_NONE]);
+        assert_eq!(p.thresholds.hold_down_ns, 2_500_000_000);
+        assert_eq!(p.thresholds.pfc_storm_xoff_per_s, 50);
+    }
+
+    #[test]
+    fn errors_name_key_and_line() {
+        assert_eq!(err("rdma_priority = 3\n\n[data]\ndscp = 64\n"), "p.toml:4: data.dscp: 64 is out of range 0..=63");
+        assert_eq!(
+            err("[cnp]\npcp = \"high\"\n"),
+            "p.toml:2: cnp.pcp: expected an integer, found \"high\""
+        );
+        assert_eq!(err("expected_mtu = 1500\n"), "p.toml:1: expected_mtu: 1500 is not a RoCE MTU (256, 512, 1024, 2048, 4096)");
+        assert_eq!(err("[data]\necn = 2\n"), "p.toml:2: data.ecn: expected \"ect\" or \"any\", found 2");
+        let e = err("[data]\ndscp = 26\ndcsp = 3\n");
+        assert!(e.starts_with("p.toml:3: ") && e.contains("dcsp"), "{e}");
+        let e = err("[thresholds]\nhold_down = 3\n");
+        assert!(e.starts_with("p.toml:2: ") && e.contains("hold_down"), "{e}");
+        let e = err("rdma_priority = \n");
+        assert!(e.starts_with("p.toml:1: "), "{e}");
+        assert_eq!(err("profile = \"cisco\"\n"), "p.toml:1: profile: unknown profile \"cisco\" (known: nvidia, broadcom)");
     }
 }

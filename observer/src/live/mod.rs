@@ -2,12 +2,54 @@
 //! the fallback) and tc egress, writes the policy, reads the maps into [`Snapshot`]s and drains
 //! the event ring buffer.
 //!
-//! STUB: the signatures are the contract the collector codes against; the eBPF work fills in
-//! the bodies.
+//! One loaded object per interface: its maps (`QPS`, `IFACE`, `MACS`, `POLICY`, `EVENTS`) belong
+//! to that interface only. Map reads:
+//! - `QPS` (hash) is read with `BPF_MAP_LOOKUP_BATCH` (aya 0.16 does not expose it, so
+//!   [`sys`] issues the syscall); kernels without it fall back to key iteration.
+//! - `IFACE` (per-CPU array, 2 entries) and `MACS` (per-CPU hash) through aya, summed over CPUs.
+//! - [`LiveIface::evict`] uses `BPF_MAP_LOOKUP_AND_DELETE_ELEM` so the last increments of an
+//!   evicted key are returned, not lost.
+//!
+//! Times: the kernel stamps with CLOCK_MONOTONIC (`bpf_ktime_get_ns`); snapshots, evicted values
+//! and events come out converted to wall-clock UNIX ns (`first_ns`/`last_ns`, `Event::ts_ns`)
+//! with the offset between the two clocks taken at the time of the read.
 
-use observer_common::maps::{Event, Policy, QpKey, QpValue};
+mod sys;
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::Duration;
+
+use aya::maps::{Array, Map, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya::programs::{
+    ProgramError, SchedClassifier, TcAttachType, TestRun, TestRunOptions, Xdp,
+    XdpMode as AyaXdpMode,
+};
+use aya::{Ebpf, EbpfError, EbpfLoader};
+use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, dir};
 
 use crate::snapshot::Snapshot;
+
+/// The eBPF object built by `observer/build.rs` (aya-build) from `observer-ebpf`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
+
+/// Program names in the object.
+pub mod prog {
+    /// XDP, ingress.
+    pub const XDP: &str = "roce_xdp";
+    /// tc ingress (fallback where XDP cannot attach).
+    pub const TC_INGRESS: &str = "roce_tc_in";
+    /// tc egress.
+    pub const TC_EGRESS: &str = "roce_tc_eg";
+    /// An XDP program that returns XDP_PASS and does nothing (benchmark baseline).
+    pub const XDP_EMPTY: &str = "xdp_empty";
+    pub const ALL: [&str; 4] = [XDP, TC_INGRESS, TC_EGRESS, XDP_EMPTY];
+}
+
+/// Size of the event ring buffer (bytes, a power of two multiple of the page size).
+pub const EVENTS_BYTES: u32 = 1 << 20;
+/// Largest number of source MACs with PFC/PAUSE counters (per-CPU values; MAC control senders
+/// are the link peers, a handful per interface).
+pub const MAX_MACS: u32 = 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum XdpMode {
@@ -56,64 +98,589 @@ pub enum LiveError {
     Other(String),
 }
 
-/// One interface being observed.
+/// Last `n` lines of a verifier log.
+fn tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The errno somewhere in an error's source chain.
+fn errno_of(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && let Some(n) = io.raw_os_error()
+        {
+            return Some(n);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+fn program_error(prog: &str, e: ProgramError) -> LiveError {
+    match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            if io_error.raw_os_error() == Some(libc::EPERM) {
+                return LiveError::NotPermitted;
+            }
+            LiveError::Verifier {
+                prog: prog.to_string(),
+                log_tail: format!("{}\n({io_error})", tail(&verifier_log.to_string(), 20)),
+            }
+        }
+        other => match errno_of(&other) {
+            Some(libc::EPERM) => LiveError::NotPermitted,
+            _ => LiveError::Other(format!("{prog}: {other}")),
+        },
+    }
+}
+
+fn ebpf_error(e: EbpfError) -> LiveError {
+    if OBJECT.is_empty() {
+        return LiveError::Other(
+            "this binary was built with AYA_BUILD_SKIP=1: it carries no eBPF object".into(),
+        );
+    }
+    if let EbpfError::BtfError(ref b) = e
+        && !std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
+    {
+        let _ = b;
+        return LiveError::NoBtf;
+    }
+    match errno_of(&e) {
+        Some(libc::EPERM) => LiveError::NotPermitted,
+        _ => LiveError::Other(format!("loading the eBPF object: {e}")),
+    }
+}
+
+/// Wall-clock minus monotonic time now, in ns.
+fn mono_to_wall_offset() -> i128 {
+    let mut m = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let mut r = m;
+    // SAFETY: clock_gettime writes into the valid timespec it is given.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut m);
+        libc::clock_gettime(libc::CLOCK_REALTIME, &mut r);
+    }
+    let ns = |t: libc::timespec| t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128;
+    ns(r) - ns(m)
+}
+
+fn to_wall(mono: u64, off: i128) -> u64 {
+    if mono == 0 {
+        return 0;
+    }
+    (mono as i128 + off).max(0) as u64
+}
+
+fn value_to_wall(v: &mut QpValue, off: i128) {
+    v.first_ns = to_wall(v.first_ns, off);
+    v.last_ns = to_wall(v.last_ns, off);
+}
+
+/// A loaded object: programs (loaded on demand) and the maps taken out of it.
+struct Loaded {
+    ebpf: Ebpf,
+    qps: Map,
+    iface: PerCpuArray<MapData, IfaceStats>,
+    macs: PerCpuHashMap<MapData, MacKey, PfcCounters>,
+    policy: Array<MapData, Policy>,
+    events: RingBuf<MapData>,
+    /// Whether BPF_MAP_LOOKUP_BATCH works on this kernel (cleared on EINVAL/ENOTSUPP).
+    batch_ok: bool,
+}
+
+fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, LiveError>
+where
+    T: TryFrom<Map, Error = aya::maps::MapError>,
+{
+    let m = ebpf
+        .take_map(name)
+        .ok_or_else(|| LiveError::Other(format!("map {name} missing from the eBPF object")))?;
+    T::try_from(m).map_err(|e| LiveError::Other(format!("map {name}: {e}")))
+}
+
+impl Loaded {
+    fn new(max_qps: u32, policy: &Policy, progs: &[&str]) -> Result<Loaded, LiveError> {
+        if max_qps == 0 {
+            return Err(LiveError::Other("the per-QP map needs at least one key".into()));
+        }
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("QPS", max_qps)
+            .map_max_entries("MACS", MAX_MACS)
+            .map_max_entries("EVENTS", EVENTS_BYTES)
+            .load(OBJECT)
+            .map_err(ebpf_error)?;
+        for &name in progs {
+            let p = ebpf
+                .program_mut(name)
+                .ok_or_else(|| LiveError::Other(format!("program {name} missing from the object")))?;
+            let r = match p {
+                aya::programs::Program::Xdp(x) => x.load(),
+                aya::programs::Program::SchedClassifier(c) => c.load(),
+                _ => return Err(LiveError::Other(format!("{name}: unexpected program type"))),
+            };
+            r.map_err(|e| program_error(name, e))?;
+        }
+        let qps = ebpf
+            .take_map("QPS")
+            .ok_or_else(|| LiveError::Other("map QPS missing from the eBPF object".into()))?;
+        let iface = take(&mut ebpf, "IFACE")?;
+        let macs = take(&mut ebpf, "MACS")?;
+        let policy_map = take(&mut ebpf, "POLICY")?;
+        let events = take(&mut ebpf, "EVENTS")?;
+        let mut l = Loaded {
+            ebpf,
+            qps,
+            iface,
+            macs,
+            policy: policy_map,
+            events,
+            batch_ok: true,
+        };
+        l.set_policy(policy)?;
+        Ok(l)
+    }
+
+    fn qps_data(&self) -> Result<&MapData, LiveError> {
+        match &self.qps {
+            Map::HashMap(d) => Ok(d),
+            _ => Err(LiveError::Other("map QPS is not a hash map".into())),
+        }
+    }
+
+    fn set_policy(&mut self, p: &Policy) -> Result<(), LiveError> {
+        self.policy
+            .set(0, p, 0)
+            .map_err(|e| LiveError::Other(format!("writing the policy: {e}")))
+    }
+
+    fn read_qps(&mut self) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
+        let fd = self.qps_data()?.fd().as_fd().as_raw_fd();
+        if self.batch_ok {
+            match sys::lookup_batch::<QpKey, QpValue>(fd, 256) {
+                Ok(v) => return Ok(v),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOTSUP | 524)) => {
+                    tracing::info!(error = %e, "BPF_MAP_LOOKUP_BATCH unavailable, iterating keys");
+                    self.batch_ok = false;
+                }
+                Err(e) => return Err(LiveError::Other(format!("reading QPS: {e}"))),
+            }
+        }
+        let m: aya::maps::HashMap<&MapData, QpKey, QpValue> =
+            aya::maps::HashMap::try_from(&self.qps)
+                .map_err(|e| LiveError::Other(format!("map QPS: {e}")))?;
+        let mut out = Vec::new();
+        for kv in m.iter() {
+            match kv {
+                Ok(kv) => out.push(kv),
+                // A key deleted between get_next_key and lookup: skip it.
+                Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(LiveError::Other(format!("reading QPS: {e}"))),
+            }
+        }
+        Ok(out)
+    }
+
+    fn snapshot(&mut self, iface: &str, time_ns: u64) -> Result<Snapshot, LiveError> {
+        let off = mono_to_wall_offset();
+        let mut qps = self.read_qps()?;
+        for (_, v) in qps.iter_mut() {
+            value_to_wall(v, off);
+        }
+        let mut iface_stats = [IfaceStats::default(); dir::COUNT];
+        for (d, slot) in iface_stats.iter_mut().enumerate() {
+            let per_cpu = self
+                .iface
+                .get(&(d as u32), 0)
+                .map_err(|e| LiveError::Other(format!("reading IFACE: {e}")))?;
+            for s in per_cpu.iter() {
+                add_iface(slot, s);
+            }
+        }
+        let mut macs = Vec::new();
+        for kv in self.macs.iter() {
+            let (k, per_cpu) = match kv {
+                Ok(kv) => kv,
+                Err(aya::maps::MapError::KeyNotFound) => continue,
+                Err(e) => return Err(LiveError::Other(format!("reading MACS: {e}"))),
+            };
+            let mut sum = PfcCounters::default();
+            for c in per_cpu.iter() {
+                add_pfc(&mut sum, c);
+            }
+            macs.push((k, sum));
+        }
+        Ok(Snapshot {
+            iface: iface.to_string(),
+            time_ns,
+            link_speed_bps: link_speed(iface),
+            qps,
+            iface_stats,
+            macs,
+        })
+    }
+
+    fn evict(&mut self, keys: &[QpKey]) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
+        let off = mono_to_wall_offset();
+        let fd = self.qps_data()?.fd().as_fd().as_raw_fd();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            match sys::lookup_and_delete::<QpKey, QpValue>(fd, k) {
+                Ok(Some(mut v)) => {
+                    value_to_wall(&mut v, off);
+                    out.push((*k, v));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(LiveError::Other(format!("evicting from QPS: {e}"))),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Empties every map (tests reuse one loaded object across cases).
+    fn reset(&mut self) -> Result<(), LiveError> {
+        let keys: Vec<QpKey> = self.read_qps()?.into_iter().map(|(k, _)| k).collect();
+        self.evict(&keys)?;
+        let mac_keys: Vec<MacKey> = self.macs.keys().filter_map(Result::ok).collect();
+        for k in mac_keys {
+            self.macs
+                .remove(&k)
+                .map_err(|e| LiveError::Other(format!("clearing MACS: {e}")))?;
+        }
+        let ncpu = aya::util::nr_cpus()
+            .map_err(|(what, e)| LiveError::Other(format!("{what}: {e}")))?
+            .get() as usize;
+        for d in 0..dir::COUNT as u32 {
+            let zeros = aya::maps::PerCpuValues::try_from(vec![IfaceStats::default(); ncpu])
+                .map_err(|e| LiveError::Other(format!("clearing IFACE: {e}")))?;
+            self.iface
+                .set(d, zeros, 0)
+                .map_err(|e| LiveError::Other(format!("clearing IFACE: {e}")))?;
+        }
+        let mut sink = Vec::new();
+        self.drain_events(&mut sink);
+        Ok(())
+    }
+
+    fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
+        let off = mono_to_wall_offset();
+        let mut n = 0;
+        while let Some(item) = self.events.next() {
+            if item.len() < size_of::<Event>() {
+                tracing::warn!(len = item.len(), "short event record in the ring buffer");
+                continue;
+            }
+            // SAFETY: the record holds an `Event` written by the eBPF program (same layout,
+            // #[repr(C)], every bit pattern valid); read_unaligned copes with any alignment.
+            let mut e = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const Event) };
+            e.ts_ns = to_wall(e.ts_ns, off);
+            out.push(e);
+            n += 1;
+        }
+        n
+    }
+}
+
+fn add_pfc(a: &mut PfcCounters, b: &PfcCounters) {
+    a.pfc_frames += b.pfc_frames;
+    for p in 0..8 {
+        a.enabled[p] += b.enabled[p];
+        a.xoff[p] += b.xoff[p];
+        a.xon[p] += b.xon[p];
+        a.quanta[p] += b.quanta[p];
+    }
+    a.pause += b.pause;
+    a.pause_xon += b.pause_xon;
+    a.pause_quanta += b.pause_quanta;
+    a.other_opcode += b.other_opcode;
+}
+
+fn add_iface(a: &mut IfaceStats, b: &IfaceStats) {
+    a.frames += b.frames;
+    a.bytes += b.bytes;
+    a.roce += b.roce;
+    a.roce_untracked += b.roce_untracked;
+    a.not_roce += b.not_roce;
+    for (x, y) in a.excluded.iter_mut().zip(b.excluded.iter()) {
+        *x += y;
+    }
+    for (x, y) in a.encap.iter_mut().zip(b.encap.iter()) {
+        *x += y;
+    }
+    add_pfc(&mut a.pfc, &b.pfc);
+    a.qp_insert_failed += b.qp_insert_failed;
+    a.mac_insert_failed += b.mac_insert_failed;
+    a.events_lost += b.events_lost;
+    a.psn_contended += b.psn_contended;
+    a.dropped += b.dropped;
+}
+
+/// Link speed from sysfs (Mbit/s there), when the driver reports one.
+fn link_speed(iface: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")).ok()?;
+    let mbit: i64 = s.trim().parse().ok()?;
+    (mbit > 0).then_some(mbit as u64 * 1_000_000)
+}
+
+fn ifindex(name: &str) -> Result<u32, LiveError> {
+    let c = std::ffi::CString::new(name).map_err(|_| LiveError::NoSuchInterface(name.into()))?;
+    // SAFETY: if_nametoindex reads a valid NUL-terminated string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        return Err(LiveError::NoSuchInterface(name.into()));
+    }
+    Ok(i)
+}
+
+/// One interface being observed. Dropping it detaches the programs.
 pub struct LiveIface {
-    _private: (),
+    loaded: Loaded,
+    attached: Attached,
+}
+
+/// Where the ingress program goes ([`LiveIface::attach_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IngressHook {
+    /// XDP in this mode (Auto falls back to tc ingress).
+    Xdp(XdpMode),
+    /// tc ingress only (what Auto falls back to where XDP cannot attach).
+    TcIngress,
 }
 
 impl LiveIface {
-    pub fn attach(_opts: &LiveOptions) -> Result<LiveIface, LiveError> {
-        Err(LiveError::Other("live capture not implemented yet".into()))
+    /// Loads a fresh object and attaches it to `opts.iface` (interface names resolve in the
+    /// calling thread's network namespace).
+    pub fn attach(opts: &LiveOptions) -> Result<LiveIface, LiveError> {
+        Self::attach_with(opts, IngressHook::Xdp(opts.xdp_mode))
+    }
+
+    /// [`LiveIface::attach`] with an explicit ingress hook.
+    pub fn attach_with(opts: &LiveOptions, hook: IngressHook) -> Result<LiveIface, LiveError> {
+        let ifindex = ifindex(&opts.iface)?;
+        let mut progs = match hook {
+            IngressHook::Xdp(XdpMode::Auto) => vec![prog::XDP, prog::TC_INGRESS],
+            IngressHook::Xdp(_) => vec![prog::XDP],
+            IngressHook::TcIngress => vec![prog::TC_INGRESS],
+        };
+        if opts.egress {
+            progs.push(prog::TC_EGRESS);
+        }
+        let mut loaded = Loaded::new(opts.max_qps, &opts.policy, &progs)?;
+        let ingress = match hook {
+            IngressHook::Xdp(mode) => attach_ingress(&mut loaded.ebpf, opts, mode, ifindex)?,
+            IngressHook::TcIngress => {
+                attach_tc(&mut loaded.ebpf, prog::TC_INGRESS, ifindex, TcAttachType::Ingress)?;
+                "tc-ingress".to_string()
+            }
+        };
+        let egress = if opts.egress {
+            attach_tc(&mut loaded.ebpf, prog::TC_EGRESS, ifindex, TcAttachType::Egress)?;
+            Some("tc-egress".to_string())
+        } else {
+            None
+        };
+        tracing::info!(iface = %opts.iface, ifindex, ingress = %ingress, egress = ?egress,
+            max_qps = opts.max_qps, "attached");
+        Ok(LiveIface {
+            loaded,
+            attached: Attached {
+                iface: opts.iface.clone(),
+                ifindex,
+                ingress,
+                egress,
+            },
+        })
     }
     pub fn attached(&self) -> &Attached {
-        unimplemented!()
+        &self.attached
     }
-    pub fn set_policy(&mut self, _p: &Policy) -> Result<(), LiveError> {
-        Err(LiveError::Other("not implemented".into()))
+    pub fn set_policy(&mut self, p: &Policy) -> Result<(), LiveError> {
+        self.loaded.set_policy(p)
     }
     /// Cumulative state of every map (batched reads); `time_ns` is wall-clock UNIX ns.
-    pub fn snapshot(&mut self, _time_ns: u64) -> Result<Snapshot, LiveError> {
-        Err(LiveError::Other("not implemented".into()))
+    pub fn snapshot(&mut self, time_ns: u64) -> Result<Snapshot, LiveError> {
+        let name = self.attached.iface.clone();
+        self.loaded.snapshot(&name, time_ns)
     }
     /// Removes keys (idle QPs) atomically with their last value, so nothing is lost.
-    pub fn evict(&mut self, _keys: &[QpKey]) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
-        Err(LiveError::Other("not implemented".into()))
+    pub fn evict(&mut self, keys: &[QpKey]) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
+        self.loaded.evict(keys)
     }
     /// Non-blocking: appends the events waiting in the ring buffer (times already converted to
     /// wall-clock UNIX ns). Returns how many.
-    pub fn drain_events(&mut self, _out: &mut Vec<Event>) -> usize {
-        0
+    pub fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
+        self.loaded.drain_events(out)
     }
     /// The ring buffer's fd, for `tokio::io::unix::AsyncFd` readiness.
     pub fn events_fd(&self) -> Option<std::os::fd::RawFd> {
-        None
+        Some(self.loaded.events.as_raw_fd())
     }
+}
+
+fn xdp_attach_error(iface: &str, e: ProgramError) -> LiveError {
+    match errno_of(&e) {
+        Some(libc::EBUSY | libc::EEXIST) => LiveError::XdpSlotTaken(iface.to_string()),
+        Some(libc::EPERM) => LiveError::NotPermitted,
+        _ => LiveError::Other(format!("attaching XDP to {iface}: {e}")),
+    }
+}
+
+fn attach_ingress(
+    ebpf: &mut Ebpf,
+    opts: &LiveOptions,
+    xdp_mode: XdpMode,
+    ifindex: u32,
+) -> Result<String, LiveError> {
+    let modes: &[(AyaXdpMode, &str)] = match xdp_mode {
+        XdpMode::Auto => &[(AyaXdpMode::Driver, "xdp-native"), (AyaXdpMode::Skb, "xdp-generic")],
+        XdpMode::Native => &[(AyaXdpMode::Driver, "xdp-native")],
+        XdpMode::Generic => &[(AyaXdpMode::Skb, "xdp-generic")],
+    };
+    let xdp: &mut Xdp = ebpf
+        .program_mut(prog::XDP)
+        .ok_or_else(|| LiveError::Other("program roce_xdp missing".into()))?
+        .try_into()
+        .map_err(|e: ProgramError| LiveError::Other(e.to_string()))?;
+    let mut last = None;
+    for &(mode, name) in modes {
+        match xdp.attach(ifindex, mode) {
+            Ok(_) => return Ok(name.to_string()),
+            Err(e) => {
+                let err = xdp_attach_error(&opts.iface, e);
+                if matches!(err, LiveError::XdpSlotTaken(_) | LiveError::NotPermitted) {
+                    return Err(err);
+                }
+                tracing::info!(iface = %opts.iface, mode = name, error = %err, "XDP attach failed");
+                last = Some(err);
+            }
+        }
+    }
+    if xdp_mode != XdpMode::Auto {
+        return Err(last.unwrap_or_else(|| LiveError::Other("XDP attach failed".into())));
+    }
+    attach_tc(ebpf, prog::TC_INGRESS, ifindex, TcAttachType::Ingress)?;
+    Ok("tc-ingress".to_string())
+}
+
+fn attach_tc(
+    ebpf: &mut Ebpf,
+    name: &str,
+    ifindex: u32,
+    at: TcAttachType,
+) -> Result<(), LiveError> {
+    let p: &mut SchedClassifier = ebpf
+        .program_mut(name)
+        .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?
+        .try_into()
+        .map_err(|e: ProgramError| LiveError::Other(e.to_string()))?;
+    p.attach(ifindex, at).map(|_| ()).map_err(|e| match errno_of(&e) {
+        Some(libc::EPERM) => LiveError::NotPermitted,
+        Some(libc::ENODEV) => LiveError::NoSuchInterface(format!("ifindex {ifindex}")),
+        _ => LiveError::Other(format!("attaching {name}: {e}")),
+    })
 }
 
 /// The eBPF programs loaded but not attached, run frame by frame through BPF_PROG_TEST_RUN:
 /// for tests (kernel vs replay equality) and benchmarks.
 pub struct ProgTester {
-    _private: (),
+    loaded: Loaded,
 }
 
 impl ProgTester {
     /// Loads a fresh object (fresh maps) with a per-QP map of `max_qps` keys and `policy`.
-    pub fn load(_max_qps: u32, _policy: &Policy) -> Result<ProgTester, LiveError> {
-        Err(LiveError::Other("not implemented".into()))
+    pub fn load(max_qps: u32, policy: &Policy) -> Result<ProgTester, LiveError> {
+        Ok(ProgTester {
+            loaded: Loaded::new(max_qps, policy, &prog::ALL)?,
+        })
     }
     /// Runs the XDP program on one frame; returns the XDP action.
-    pub fn run_xdp(&mut self, _frame: &[u8]) -> Result<u32, LiveError> {
-        Err(LiveError::Other("not implemented".into()))
+    pub fn run_xdp(&mut self, frame: &[u8]) -> Result<u32, LiveError> {
+        Ok(self.run(prog::XDP, frame, 1)?.0)
     }
     /// Runs the tc program (egress when `egress`) on one frame; returns the tc action.
-    pub fn run_tc(&mut self, _frame: &[u8], _egress: bool) -> Result<i32, LiveError> {
-        Err(LiveError::Other("not implemented".into()))
+    pub fn run_tc(&mut self, frame: &[u8], egress: bool) -> Result<i32, LiveError> {
+        let p = if egress { prog::TC_EGRESS } else { prog::TC_INGRESS };
+        Ok(self.run(p, frame, 1)?.0 as i32)
+    }
+    /// Runs program `name` (one of [`prog`]) `repeat` times on `frame` in one BPF_PROG_TEST_RUN;
+    /// returns its return value and the kernel's average time per run.
+    pub fn run(&mut self, name: &str, frame: &[u8], repeat: u32) -> Result<(u32, Duration), LiveError> {
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            repeat,
+            ..TestRunOptions::default()
+        };
+        let p = self
+            .loaded
+            .ebpf
+            .program_mut(name)
+            .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?;
+        let r = match p {
+            aya::programs::Program::Xdp(x) => x.test_run(opts),
+            aya::programs::Program::SchedClassifier(c) => c.test_run(opts),
+            _ => return Err(LiveError::Other(format!("{name}: unexpected program type"))),
+        };
+        let r = r.map_err(|e| LiveError::Other(format!("BPF_PROG_TEST_RUN {name}: {e}")))?;
+        Ok((r.return_value, r.duration))
+    }
+    pub fn set_policy(&mut self, p: &Policy) -> Result<(), LiveError> {
+        self.loaded.set_policy(p)
     }
     /// The maps' cumulative state (`iface` is the name put into the snapshot).
-    pub fn snapshot(&mut self, _iface: &str, _time_ns: u64) -> Result<Snapshot, LiveError> {
-        Err(LiveError::Other("not implemented".into()))
+    pub fn snapshot(&mut self, iface: &str, time_ns: u64) -> Result<Snapshot, LiveError> {
+        self.loaded.snapshot(iface, time_ns)
     }
-    pub fn drain_events(&mut self, _out: &mut Vec<Event>) -> usize {
-        0
+    pub fn evict(&mut self, keys: &[QpKey]) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
+        self.loaded.evict(keys)
+    }
+    pub fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
+        self.loaded.drain_events(out)
+    }
+    /// A handle that runs program `name` from any thread (BPF_PROG_TEST_RUN runs on the calling
+    /// thread's CPU): for the multi-CPU tests.
+    pub fn shared_runner(&self, name: &str) -> Result<SharedRunner, LiveError> {
+        let p = self
+            .loaded
+            .ebpf
+            .program(name)
+            .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?;
+        let fd = match p {
+            aya::programs::Program::Xdp(x) => x.fd(),
+            aya::programs::Program::SchedClassifier(c) => c.fd(),
+            _ => return Err(LiveError::Other(format!("{name}: unexpected program type"))),
+        }
+        .map_err(|e| LiveError::Other(format!("{name}: {e}")))?;
+        let fd = fd
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| LiveError::Other(format!("{name}: dup: {e}")))?;
+        Ok(SharedRunner { fd })
+    }
+    /// Empties every map and the event ring, so one loaded object serves several test cases.
+    pub fn reset(&mut self) -> Result<(), LiveError> {
+        self.loaded.reset()
+    }
+}
+
+/// A loaded program's fd, usable from several threads at once (see
+/// [`ProgTester::shared_runner`]).
+pub struct SharedRunner {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl SharedRunner {
+    /// Runs the program `repeat` times on `frame` on this thread's CPU; returns its return value.
+    pub fn run(&self, frame: &[u8], repeat: u32) -> Result<u32, LiveError> {
+        sys::prog_test_run(self.fd.as_raw_fd(), frame, repeat)
+            .map(|(r, _)| r)
+            .map_err(|e| LiveError::Other(format!("BPF_PROG_TEST_RUN: {e}")))
     }
 }

@@ -192,7 +192,19 @@ pub fn render(s: &Value, link_speed: Option<u64>) -> String {
             let _ = writeln!(o, "none");
         }
         _ => {
-            let _ = writeln!(o, "(alert rules run in the collector: pass --out DIR)");
+            let _ = writeln!(o, "(--no-out: alert rules not run)");
+        }
+    }
+    if let Some(Value::Object(st)) = s.get("pfc_storm_figures") {
+        for (iface, f) in st {
+            if let Some(Value::Object(dirs)) = f.get("max_xoff_per_s") {
+                for (d, arr) in dirs {
+                    let v: Vec<u64> = arr.as_array().map(|a| a.iter().map(|x| x.as_u64().unwrap_or(0)).collect()).unwrap_or_default();
+                    if v.iter().any(|&x| x > 0) {
+                        let _ = writeln!(o, "largest XOFF frames per second per priority, {iface} {d}: {v:?}");
+                    }
+                }
+            }
         }
     }
     if let Some(Value::Object(ev)) = s.get("first_events")
@@ -211,6 +223,9 @@ pub fn render(s: &Value, link_speed: Option<u64>) -> String {
             u(r, "frames"),
             r.get("seconds").and_then(Value::as_f64).unwrap_or(0.0)
         );
+        if let Some(out) = r.get("out").and_then(Value::as_str) {
+            let _ = writeln!(o, "flow logs, alerts and summary.json in {out}");
+        }
         if let Some(Value::Array(e)) = r.get("errors") {
             for x in e {
                 let _ = writeln!(o, "ERROR: {}", x.as_str().unwrap_or("?"));

@@ -1,0 +1,180 @@
+//! Collector benchmark (`cargo xtask bench-collector`): CPU time per interval with 10k and 100k
+//! active QPs (delta + alert rules + Parquet encode + write of one interval), against a baseline
+//! measured in the same run (copying the snapshot: the least any reader of the values costs),
+//! and Parquet bytes per QP row. Prints a table of medians.
+//!
+//! Usage: bench_collector [--intervals N] [--sizes 10000,100000]
+
+use std::time::Instant;
+
+use observer::collector::{Collector, CollectorConfig, PolicyConfig};
+use observer::snapshot::Snapshot;
+use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
+use observer_common::qp::opcode_bucket;
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn median(v: &mut [u64]) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn key(i: u32) -> QpKey {
+    let mut src = [0u8; 16];
+    src[10] = 0xff;
+    src[11] = 0xff;
+    src[12..].copy_from_slice(&[10, 77, (i >> 16) as u8, (i >> 8) as u8]);
+    let mut dst = src;
+    dst[15] = i as u8;
+    QpKey { src_ip: src, dst_ip: dst, dest_qp: 0x100 + i, dir: dir::INGRESS, _pad: [0; 3] }
+}
+
+/// Advances `active` of the keys by a realistic interval of traffic (data with one DSCP / ECN
+/// / PCP bucket, a few CE and ACKs, one opcode mix).
+fn advance(s: &mut Snapshot, active: usize, round: u64, t_ns: u64) {
+    let n = s.qps.len();
+    for j in 0..active {
+        let idx = (j + (round as usize * active)) % n;
+        let v = &mut s.qps[idx].1;
+        let p = 100 + (idx as u64 % 50);
+        v.pkts += p + 2;
+        v.bytes_l2 += p * 4158 + 2 * 62;
+        v.bytes_ip += p * 4140 + 2 * 44;
+        v.bytes_udp += p * 4112 + 2 * 24;
+        v.opcode_hist[opcode_bucket(0x07)] += p as u32 - 1;
+        v.opcode_hist[opcode_bucket(0x08)] += 1;
+        v.opcode_hist[opcode_bucket(0x11)] += 2;
+        v.dscp_hist[class::DATA][26] += p as u32;
+        v.ecn_hist[class::DATA][2] += p as u32 - 1;
+        v.ecn_hist[class::DATA][3] += 1;
+        v.pcp_hist[class::DATA][3] += p as u32;
+        v.dscp_hist[class::ACK][26] += 2;
+        v.ecn_hist[class::ACK][0] += 2;
+        v.pcp_hist[class::ACK][3] += 2;
+        v.max_udp_payload = 4112;
+        v.psn_max_p1 = ((v.psn_max_p1 as u64 + p) & 0xff_ffff) as u32 + 1;
+        if v.first_ns == 0 {
+            v.first_ns = t_ns;
+        }
+        v.last_ns = t_ns;
+    }
+    s.time_ns = t_ns;
+    s.iface_stats[0].frames += active as u64 * 100;
+    s.iface_stats[0].roce += active as u64 * 100;
+}
+
+struct Row {
+    label: String,
+    qps: usize,
+    active: usize,
+    cpu_ms: f64,
+    base_ms: f64,
+    wall_ms: f64,
+    bytes_per_row: f64,
+}
+
+fn run(qps: usize, active: usize, intervals: usize) -> Row {
+    let out = std::env::temp_dir().join(format!("ro-bench-collector-{}-{qps}-{active}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let policy = PolicyConfig::profile("nvidia").expect("profile");
+    let mut cfg = CollectorConfig::new(out.clone(), "bench", "live", policy);
+    cfg.rotate_secs = 3600;
+    cfg.rotate_bytes = 1 << 30;
+    let mut col = Collector::new(cfg).expect("collector");
+    let mut snap = Snapshot {
+        iface: "bench0".into(),
+        time_ns: 0,
+        link_speed_bps: Some(400_000_000_000),
+        qps: (0..qps as u32).map(|i| (key(i), QpValue::ZERO)).collect(),
+        iface_stats: [IfaceStats::default(); dir::COUNT],
+        macs: Vec::new(),
+    };
+    let t0 = 1_795_239_299_000_000_000u64;
+    col.begin("bench0", t0, Some(400_000_000_000));
+    // first interval: every key appears (new keys), not measured
+    advance(&mut snap, qps, 0, t0 + 1_000_000_000);
+    col.on_snapshot(&snap).expect("snapshot");
+    let (mut cpu, mut base, mut wall) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 1..=intervals as u64 {
+        advance(&mut snap, active, r, t0 + (r + 1) * 1_000_000_000);
+        // baseline: one copy of the snapshot's values
+        let c0 = thread_cpu_ns();
+        let copy = std::hint::black_box(snap.qps.clone());
+        base.push(thread_cpu_ns() - c0);
+        drop(copy);
+        let w0 = Instant::now();
+        let c0 = thread_cpu_ns();
+        col.on_snapshot(&snap).expect("snapshot");
+        cpu.push(thread_cpu_ns() - c0);
+        wall.push(w0.elapsed().as_nanos() as u64);
+    }
+    let summary = col.finish().expect("finish");
+    let rows = summary["output"]["flows"]["rows"].as_u64().unwrap_or(0);
+    let bytes = summary["output"]["flows"]["bytes"].as_u64().unwrap_or(0);
+    let _ = std::fs::remove_dir_all(&out);
+    Row {
+        label: if active == qps { format!("{}k active", qps / 1000) } else { format!("{}k tracked, {} active", qps / 1000, active) },
+        qps,
+        active,
+        cpu_ms: median(&mut cpu) as f64 / 1e6,
+        base_ms: median(&mut base) as f64 / 1e6,
+        wall_ms: median(&mut wall) as f64 / 1e6,
+        bytes_per_row: if rows > 0 { bytes as f64 / rows as f64 } else { 0.0 },
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mut intervals = 7usize;
+    let mut sizes = vec![10_000usize, 100_000];
+    let mut i = 1;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--intervals" => {
+                intervals = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(intervals);
+                i += 1;
+            }
+            "--sizes" => {
+                sizes = args.get(i + 1).map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect()).unwrap_or(sizes);
+                i += 1;
+            }
+            other => {
+                eprintln!("unknown argument {other} (use --intervals N, --sizes A,B)");
+                std::process::exit(2);
+            }
+        }
+        i += 1;
+    }
+    let mut rows = Vec::new();
+    for &n in &sizes {
+        rows.push(run(n, n, intervals));
+    }
+    if let Some(&n) = sizes.iter().max() {
+        rows.push(run(n, n / 100, intervals));
+    }
+    println!("collector: one interval = read deltas of every tracked key + alert rules + Parquet encode (zstd) + write");
+    println!("medians of {intervals} intervals; baseline = one copy of the snapshot's values (same run); % core at --interval 1s");
+    println!(
+        "{:<26} {:>9} {:>9} {:>13} {:>12} {:>10} {:>9} {:>14}",
+        "case", "tracked", "rows", "cpu ms/intvl", "baseline ms", "ratio", "% core", "parquet B/row"
+    );
+    for r in &rows {
+        println!(
+            "{:<26} {:>9} {:>9} {:>13.1} {:>12.1} {:>9.1}x {:>8.1}% {:>14.1}",
+            r.label,
+            r.qps,
+            r.active,
+            r.cpu_ms,
+            r.base_ms,
+            if r.base_ms > 0.0 { r.cpu_ms / r.base_ms } else { 0.0 },
+            r.cpu_ms / 10.0,
+            r.bytes_per_row
+        );
+        let _ = r.wall_ms;
+    }
+}

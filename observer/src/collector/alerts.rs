@@ -1,0 +1,499 @@
+//! Alerts: candidates from kernel events (first occurrence per key, sub-interval latency) and
+//! from interval deltas (rates, sums), deduplicated per (rule, key) with a hold-down: the first
+//! occurrence is alerted at once, later ones within the hold-down are counted and reported as
+//! one summary alert when it ends.
+
+use std::collections::HashMap;
+
+use observer_common::maps::{ANY, Event, Policy, QpKey, QpValue, class, dir};
+use observer_common::parse::PCP_NONE;
+use observer_common::qp::{ev, opcode_bucket};
+use serde_json::json;
+
+use super::output::rfc3339;
+use super::rule;
+use super::tables::Cell;
+use crate::summary::ip_of;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// Severity of each rule (README "Alert rules").
+pub fn severity_of(r: &str) -> Severity {
+    match r {
+        rule::PFC_STORM | rule::PAUSE_802_3X | rule::NOT_ECT | rule::CE_WITHOUT_CNP | rule::OUTPUT_WRITE_FAILED => {
+            Severity::Critical
+        }
+        rule::EVENTS_LOST => Severity::Info,
+        _ => Severity::Warning,
+    }
+}
+
+/// What an alert is about (the dedup key with the rule).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AlertKey {
+    pub iface: String,
+    pub dir: Option<u8>,
+    pub class: Option<u8>,
+    pub src: Option<[u8; 16]>,
+    pub dst: Option<[u8; 16]>,
+    pub qp: Option<u32>,
+    pub priority: Option<u8>,
+    /// Other subject (e.g. an output table).
+    pub other: Option<String>,
+}
+
+impl AlertKey {
+    pub fn qp(iface: &str, k: &QpKey) -> AlertKey {
+        AlertKey {
+            iface: iface.into(),
+            dir: Some(k.dir),
+            src: Some(k.src_ip),
+            dst: Some(k.dst_ip),
+            qp: Some(k.dest_qp),
+            ..Default::default()
+        }
+    }
+    pub fn with_class(mut self, c: usize) -> AlertKey {
+        self.class = Some(c as u8);
+        self
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Alert {
+    /// When it was raised (event time, or the end of the interval).
+    pub time_ns: u64,
+    /// First occurrence this alert covers.
+    pub first_ns: u64,
+    pub rule: &'static str,
+    pub severity: Severity,
+    pub key: AlertKey,
+    pub observed: String,
+    pub expected: String,
+    /// Occurrences this alert covers (packets, frames, gaps, ... per rule).
+    pub count: u64,
+    /// True for a hold-down summary of occurrences after the first alert.
+    pub summary: bool,
+    /// "event" (kernel first-occurrence event) or "interval" (interval deltas).
+    pub origin: &'static str,
+}
+
+impl Alert {
+    pub fn message(&self) -> String {
+        let mut s = format!("{} on {}", self.rule, self.key.iface);
+        if let Some(d) = self.key.dir {
+            s += &format!(" {}", dir::NAMES[(d as usize).min(dir::COUNT - 1)]);
+        }
+        if let (Some(a), Some(b)) = (self.key.src, self.key.dst) {
+            s += &format!(" {} -> {}", ip_of(&a), ip_of(&b));
+        }
+        if let Some(q) = self.key.qp {
+            s += &format!(" qp 0x{q:06x}");
+        }
+        if let Some(c) = self.key.class {
+            s += &format!(" ({})", class::NAMES[(c as usize).min(class::COUNT - 1)]);
+        }
+        if let Some(p) = self.key.priority {
+            s += &format!(" priority {p}");
+        }
+        if let Some(o) = &self.key.other {
+            s += &format!(" {o}");
+        }
+        s += &format!(": observed {}, expected {}", self.observed, self.expected);
+        if self.summary {
+            s += &format!(" ({} more since the first alert)", self.count);
+        } else if self.count > 1 {
+            s += &format!(" (count {})", self.count);
+        }
+        s
+    }
+
+    pub fn json(&self, host: &str, source: &str) -> serde_json::Value {
+        json!({
+            "time": rfc3339(self.time_ns),
+            "time_ns": self.time_ns,
+            "first_time": rfc3339(self.first_ns),
+            "host": host,
+            "source": source,
+            "rule": self.rule,
+            "severity": self.severity.as_str(),
+            "iface": self.key.iface,
+            "dir": self.key.dir.map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)]),
+            "class": self.key.class.map(|c| class::NAMES[(c as usize).min(class::COUNT - 1)]),
+            "src": self.key.src.map(|a| ip_of(&a).to_string()),
+            "dst": self.key.dst.map(|a| ip_of(&a).to_string()),
+            "qp": self.key.qp,
+            "priority": self.key.priority,
+            "subject": self.key.other,
+            "observed": self.observed,
+            "expected": self.expected,
+            "count": self.count,
+            "summary": self.summary,
+            "origin": self.origin,
+            "message": self.message(),
+        })
+    }
+
+    /// A row of the alerts table (tables::alert_columns order).
+    pub fn row(&self, host: &str, source: &str) -> Vec<Cell> {
+        vec![
+            Cell::S(host.into()),
+            Cell::S(source.into()),
+            Cell::T(self.time_ns),
+            Cell::T(self.first_ns),
+            Cell::S(self.rule.into()),
+            Cell::S(self.severity.as_str().into()),
+            Cell::S(self.key.iface.clone()),
+            Cell::OS(self.key.dir.map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)].into())),
+            Cell::OS(self.key.class.map(|c| class::NAMES[(c as usize).min(class::COUNT - 1)].into())),
+            Cell::OS(self.key.src.map(|a| ip_of(&a).to_string())),
+            Cell::OS(self.key.dst.map(|a| ip_of(&a).to_string())),
+            Cell::OI(self.key.qp.map(|q| q as i64)),
+            Cell::OI(self.key.priority.map(|q| q as i64)),
+            Cell::S(self.observed.clone()),
+            Cell::S(self.expected.clone()),
+            Cell::I(self.count as i64),
+            Cell::S(if self.summary { "true" } else { "false" }.into()),
+            Cell::S(self.origin.into()),
+            Cell::S(self.message()),
+        ]
+    }
+
+    pub fn candidate(rule: &'static str, key: AlertKey, time_ns: u64, observed: String, expected: String, count: u64, origin: &'static str) -> Alert {
+        Alert {
+            time_ns,
+            first_ns: time_ns,
+            rule,
+            severity: severity_of(rule),
+            key,
+            observed,
+            expected,
+            count,
+            summary: false,
+            origin,
+        }
+    }
+}
+
+struct Hold {
+    last_emit_ns: u64,
+    suppressed: u64,
+    first_suppressed_ns: u64,
+    latest: Option<Alert>,
+}
+
+/// Deduplication with hold-down per (rule, key).
+pub struct Dedup {
+    pub hold_down_ns: u64,
+    holds: HashMap<(&'static str, AlertKey), Hold>,
+    /// Occurrences already alerted from a kernel event, not yet seen in an interval delta:
+    /// subtracted from the interval's count so a packet is not counted twice.
+    credits: HashMap<(&'static str, AlertKey), u64>,
+}
+
+impl Dedup {
+    pub fn new(hold_down_ns: u64) -> Dedup {
+        Dedup { hold_down_ns, holds: HashMap::new(), credits: HashMap::new() }
+    }
+
+    /// Offers a candidate; returns the alert to emit, if any.
+    pub fn offer(&mut self, mut a: Alert) -> Option<Alert> {
+        let id = (a.rule, a.key.clone());
+        if a.origin == "event" {
+            *self.credits.entry(id.clone()).or_default() += a.count;
+        } else if let Some(c) = self.credits.get_mut(&id) {
+            let used = (*c).min(a.count);
+            *c -= used;
+            a.count -= used;
+            if *c == 0 {
+                self.credits.remove(&id);
+            }
+            if a.count == 0 {
+                return None;
+            }
+        }
+        match self.holds.get_mut(&id) {
+            Some(h) if a.time_ns < h.last_emit_ns.saturating_add(self.hold_down_ns) => {
+                if h.suppressed == 0 {
+                    h.first_suppressed_ns = a.first_ns;
+                }
+                h.suppressed += a.count;
+                h.latest = Some(a);
+                None
+            }
+            Some(h) => {
+                // Hold-down over: alert again, folding in what was held.
+                if h.suppressed > 0 {
+                    a.count += h.suppressed;
+                    a.first_ns = h.first_suppressed_ns.min(a.first_ns);
+                }
+                h.last_emit_ns = a.time_ns;
+                h.suppressed = 0;
+                h.latest = None;
+                Some(a)
+            }
+            None => {
+                self.holds.insert(id, Hold { last_emit_ns: a.time_ns, suppressed: 0, first_suppressed_ns: 0, latest: None });
+                Some(a)
+            }
+        }
+    }
+
+    /// Emits summaries of held occurrences whose hold-down ended by `now_ns` (all of them when
+    /// `flush`), and forgets quiet keys.
+    pub fn tick(&mut self, now_ns: u64, flush: bool) -> Vec<Alert> {
+        let hold = self.hold_down_ns;
+        let mut out = Vec::new();
+        self.holds.retain(|_, h| {
+            let due = now_ns >= h.last_emit_ns.saturating_add(hold);
+            if h.suppressed > 0 && (due || flush) {
+                if let Some(mut a) = h.latest.take() {
+                    a.count = h.suppressed;
+                    a.first_ns = h.first_suppressed_ns;
+                    a.time_ns = now_ns.max(a.time_ns);
+                    a.summary = true;
+                    out.push(a);
+                }
+                h.suppressed = 0;
+                h.last_emit_ns = now_ns;
+                return true;
+            }
+            !(due && h.suppressed == 0)
+        });
+        out.sort_by(|a, b| (a.time_ns, a.rule).cmp(&(b.time_ns, b.rule)));
+        out
+    }
+
+    pub fn held_keys(&self) -> usize {
+        self.holds.len()
+    }
+}
+
+fn exp_u8(v: u8) -> String {
+    if v == ANY { "any".into() } else { v.to_string() }
+}
+
+fn pcp_str(v: u8) -> String {
+    if v == PCP_NONE || v as usize >= 8 { "untagged".into() } else { v.to_string() }
+}
+
+/// Alerts from one kernel (or datapath) event.
+pub fn from_event(iface: &str, e: &Event, p: &Policy) -> Option<Alert> {
+    let key = AlertKey::qp(iface, &e.key);
+    let cand = |r, key, obs: String, exp: String| Some(Alert::candidate(r, key, e.ts_ns, obs, exp, 1, "event"));
+    match e.kind {
+        k if (ev::DSCP..ev::DSCP + 3).contains(&k) => {
+            let c = (k - ev::DSCP) as usize;
+            cand(rule::DSCP_MISMATCH, key.with_class(c), format!("dscp {}", e.dscp), format!("dscp {}", exp_u8(p.dscp[c])))
+        }
+        k if (ev::PCP..ev::PCP + 3).contains(&k) => {
+            let c = (k - ev::PCP) as usize;
+            cand(rule::PCP_MISMATCH, key.with_class(c), format!("pcp {}", pcp_str(e.pcp)), format!("pcp {}", pcp_str(p.pcp[c])))
+        }
+        k if (ev::NOT_ECT..ev::NOT_ECT + 3).contains(&k) => {
+            let c = (k - ev::NOT_ECT) as usize;
+            cand(rule::NOT_ECT, key.with_class(c), "ecn 0 (Not-ECT)".into(), "ECT(0), ECT(1) or CE".into())
+        }
+        ev::PSN_GAP => cand(
+            rule::PSN_GAP,
+            key,
+            format!("{} PSNs missing before PSN {}", e.detail, e.psn),
+            "consecutive PSNs".into(),
+        ),
+        ev::RETRANS => cand(
+            rule::GO_BACK_N,
+            key,
+            format!("PSN {} resent (not ahead of the highest PSN)", e.psn),
+            "no retransmission".into(),
+        ),
+        _ => None,
+    }
+}
+
+/// Sparse "value:count" list of a histogram's buckets other than `skip`.
+fn others<const N: usize>(h: &[u32; N], skip: Option<usize>, name: impl Fn(usize) -> String) -> (u64, String) {
+    let mut n = 0u64;
+    let mut parts = Vec::new();
+    for (i, &c) in h.iter().enumerate() {
+        if c != 0 && Some(i) != skip {
+            n += c as u64;
+            parts.push(format!("{} x{}", name(i), c));
+        }
+    }
+    (n, parts.join(", "))
+}
+
+/// Whether any multi-packet-message FIRST/MIDDLE opcode (payload = path MTU) is in `d`.
+fn has_full_mtu_packets(d: &QpValue) -> bool {
+    [0x00u8, 0x01, 0x06, 0x07, 0x0d, 0x0e, 0x20, 0x21, 0x26, 0x27]
+        .iter()
+        .any(|&op| d.opcode_hist[opcode_bucket(op)] != 0)
+}
+
+/// Largest standard RoCE MTU that fits a UDP payload of `pl` bytes (BTH 12 + ICRC 4 around it).
+pub fn mtu_of_payload(pl: u32) -> u32 {
+    [4096, 2048, 1024, 512, 256].into_iter().find(|m| pl >= m + 16).unwrap_or(0)
+}
+
+/// Interval rules for one key's delta `d` (gauges carried).
+pub fn qp_interval(iface: &str, k: &QpKey, d: &QpValue, p: &Policy, expected_mtu: u32, t_ns: u64, out: &mut Vec<Alert>) {
+    let key = AlertKey::qp(iface, k);
+    let mk = |r, key: AlertKey, obs, exp, n| Alert::candidate(r, key, t_ns, obs, exp, n, "interval");
+    for c in 0..class::COUNT {
+        if p.dscp[c] != ANY {
+            let (n, s) = others(&d.dscp_hist[c], Some(p.dscp[c] as usize), |i| format!("dscp {i}"));
+            if n > 0 {
+                out.push(mk(rule::DSCP_MISMATCH, key.clone().with_class(c), s, format!("dscp {}", p.dscp[c]), n));
+            }
+        }
+        if p.pcp[c] != ANY {
+            let exp = if p.pcp[c] >= PCP_NONE { 8 } else { p.pcp[c] as usize };
+            let (n, s) = others(&d.pcp_hist[c], Some(exp), |i| format!("pcp {}", pcp_str(i as u8)));
+            if n > 0 {
+                out.push(mk(rule::PCP_MISMATCH, key.clone().with_class(c), s, format!("pcp {}", pcp_str(p.pcp[c])), n));
+            }
+        }
+        if p.ecn_capable[c] != 0 && d.ecn_hist[c][0] > 0 {
+            let n = d.ecn_hist[c][0] as u64;
+            out.push(mk(rule::NOT_ECT, key.clone().with_class(c), format!("ecn 0 (Not-ECT) x{n}"), "ECT(0), ECT(1) or CE".into(), n));
+        }
+    }
+    if d.psn_gaps > 0 {
+        out.push(mk(
+            rule::PSN_GAP,
+            key.clone(),
+            format!("{} gaps, {} PSNs missing", d.psn_gaps, d.psn_missing),
+            "consecutive PSNs".into(),
+            d.psn_gaps,
+        ));
+    }
+    if d.psn_retrans > 0 {
+        out.push(mk(
+            rule::GO_BACK_N,
+            key.clone(),
+            format!("{} retransmitted, {} behind the highest PSN", d.psn_retrans, d.psn_behind),
+            "no retransmission".into(),
+            d.psn_retrans,
+        ));
+    }
+    if expected_mtu > 0 && d.pkts > 0 && has_full_mtu_packets(d) && d.max_udp_payload < expected_mtu + 16 {
+        out.push(mk(
+            rule::MTU_BELOW_EXPECTED,
+            key,
+            format!("largest UDP payload {} (RoCE MTU {})", d.max_udp_payload, mtu_of_payload(d.max_udp_payload)),
+            format!("RoCE MTU {expected_mtu} (UDP payload >= {})", expected_mtu + 16),
+            1,
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(t: u64, n: u64) -> Alert {
+        Alert::candidate(rule::PFC_STORM, AlertKey { iface: "e".into(), priority: Some(3), ..Default::default() }, t, "x".into(), "y".into(), n, "interval")
+    }
+
+    #[test]
+    fn hold_down_gives_one_alert_then_a_summary() {
+        let s = 1_000_000_000;
+        let mut d = Dedup::new(10 * s);
+        assert!(d.offer(a(0, 5)).is_some());
+        for i in 1..10 {
+            assert!(d.offer(a(i * s, 7)).is_none(), "held at {i}");
+        }
+        assert!(d.tick(9 * s, false).is_empty());
+        let sum = d.tick(10 * s, false);
+        assert_eq!(sum.len(), 1);
+        assert!(sum[0].summary);
+        assert_eq!(sum[0].count, 63);
+        assert_eq!(sum[0].first_ns, s);
+        // quiet afterwards: nothing more, and the key is forgotten after another hold-down
+        assert!(d.tick(15 * s, false).is_empty());
+        assert!(d.tick(20 * s, false).is_empty());
+        assert_eq!(d.held_keys(), 0);
+        assert!(d.offer(a(21 * s, 1)).is_some(), "a new episode alerts at once");
+    }
+
+    #[test]
+    fn different_keys_are_independent_and_flush_reports_held() {
+        let mut d = Dedup::new(u64::MAX / 2);
+        let mut b = a(0, 1);
+        b.key.priority = Some(4);
+        assert!(d.offer(a(0, 1)).is_some());
+        assert!(d.offer(b).is_some());
+        assert!(d.offer(a(5, 2)).is_none());
+        let f = d.tick(6, true);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].count, 2);
+    }
+
+    #[test]
+    fn event_credit_avoids_double_count() {
+        let mut d = Dedup::new(1000);
+        let mut e = a(0, 1);
+        e.origin = "event";
+        assert!(d.offer(e).is_some());
+        // the interval that contains the event's packet and 4 more
+        assert!(d.offer(a(10, 5)).is_none());
+        let s = d.tick(2000, false);
+        assert_eq!(s[0].count, 4);
+        // an interval with only the evented packet gives nothing
+        let mut d = Dedup::new(1000);
+        let mut e = a(0, 1);
+        e.origin = "event";
+        d.offer(e);
+        assert!(d.offer(a(10, 1)).is_none());
+        assert!(d.tick(5000, true).is_empty());
+    }
+
+    #[test]
+    fn interval_rules_for_a_key() {
+        let mut p = Policy::NONE;
+        p.dscp = [26, ANY, 48];
+        p.pcp = [3, ANY, ANY];
+        p.ecn_capable = [1, 0, 0];
+        let k = QpKey::default();
+        let mut d = QpValue::ZERO;
+        d.pkts = 10;
+        d.dscp_hist[class::DATA][26] = 6;
+        d.dscp_hist[class::DATA][0] = 4;
+        d.ecn_hist[class::DATA][2] = 7;
+        d.ecn_hist[class::DATA][0] = 3;
+        d.pcp_hist[class::DATA][3] = 10;
+        d.dscp_hist[class::CNP][48] = 2;
+        d.psn_gaps = 1;
+        d.psn_missing = 3;
+        d.psn_retrans = 5;
+        d.psn_behind = 4;
+        d.opcode_hist[opcode_bucket(0x07)] = 2;
+        d.max_udp_payload = 1024 + 16;
+        let mut out = Vec::new();
+        qp_interval("e", &k, &d, &p, 4096, 5, &mut out);
+        let rules: Vec<(&str, u64)> = out.iter().map(|a| (a.rule, a.count)).collect();
+        assert_eq!(
+            rules,
+            vec![(rule::DSCP_MISMATCH, 4), (rule::NOT_ECT, 3), (rule::PSN_GAP, 1), (rule::GO_BACK_N, 5), (rule::MTU_BELOW_EXPECTED, 1)]
+        );
+        assert_eq!(out[0].observed, "dscp 0 x4");
+        assert_eq!(out[4].observed, "largest UDP payload 1040 (RoCE MTU 1024)");
+        assert_eq!(mtu_of_payload(4112), 4096);
+        assert_eq!(mtu_of_payload(4111), 2048);
+    }
+}

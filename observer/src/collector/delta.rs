@@ -1,0 +1,147 @@
+//! Interval deltas of cumulative counters. `u64` counters subtract wrapping (a counter never
+//! goes backwards while its key lives; wrapping keeps a reset visible as a huge value only if it
+//! really wrapped), `u32` histograms subtract wrapping (exact while one key sees fewer than 2^32
+//! packets between two reads, see `maps::QpValue`). Gauges (`max_udp_payload`, `psn_max_p1`,
+//! `last_udp_sport`, times) are carried as they are.
+
+use observer_common::maps::{IfaceStats, PfcCounters, QpValue};
+
+/// `cur - prev` for one key. `prev` = [`QpValue::ZERO`] for a key new in this interval. A key
+/// whose packet count went down was removed and re-created between two reads: its whole
+/// current value is the delta.
+pub fn qp_delta(cur: &QpValue, prev: &QpValue) -> QpValue {
+    if cur.pkts < prev.pkts {
+        return *cur;
+    }
+    let mut d = *cur;
+    d.pkts = cur.pkts.wrapping_sub(prev.pkts);
+    d.bytes_l2 = cur.bytes_l2.wrapping_sub(prev.bytes_l2);
+    d.bytes_ip = cur.bytes_ip.wrapping_sub(prev.bytes_ip);
+    d.bytes_udp = cur.bytes_udp.wrapping_sub(prev.bytes_udp);
+    d.naks = cur.naks.wrapping_sub(prev.naks);
+    d.nak_psn_seq_err = cur.nak_psn_seq_err.wrapping_sub(prev.nak_psn_seq_err);
+    d.rnr_naks = cur.rnr_naks.wrapping_sub(prev.rnr_naks);
+    d.suspect = cur.suspect.wrapping_sub(prev.suspect);
+    d.psn_gaps = cur.psn_gaps.wrapping_sub(prev.psn_gaps);
+    d.psn_missing = cur.psn_missing.wrapping_sub(prev.psn_missing);
+    d.psn_retrans = cur.psn_retrans.wrapping_sub(prev.psn_retrans);
+    d.psn_behind = cur.psn_behind.wrapping_sub(prev.psn_behind);
+    d.icrc_ok = cur.icrc_ok.wrapping_sub(prev.icrc_ok);
+    d.icrc_bad = cur.icrc_bad.wrapping_sub(prev.icrc_bad);
+    d.icrc_unverifiable = cur.icrc_unverifiable.wrapping_sub(prev.icrc_unverifiable);
+    d.event_flags = cur.event_flags & !prev.event_flags;
+    sub32(&mut d.opcode_hist, &cur.opcode_hist, &prev.opcode_hist);
+    for c in 0..d.dscp_hist.len() {
+        sub32(&mut d.dscp_hist[c], &cur.dscp_hist[c], &prev.dscp_hist[c]);
+        sub32(&mut d.ecn_hist[c], &cur.ecn_hist[c], &prev.ecn_hist[c]);
+        sub32(&mut d.pcp_hist[c], &cur.pcp_hist[c], &prev.pcp_hist[c]);
+    }
+    d
+}
+
+fn sub32<const N: usize>(d: &mut [u32; N], a: &[u32; N], b: &[u32; N]) {
+    for i in 0..N {
+        d[i] = a[i].wrapping_sub(b[i]);
+    }
+}
+
+fn sub64<const N: usize>(a: &[u64; N], b: &[u64; N]) -> [u64; N] {
+    let mut d = [0; N];
+    for i in 0..N {
+        d[i] = a[i].wrapping_sub(b[i]);
+    }
+    d
+}
+
+pub fn pfc_delta(a: &PfcCounters, b: &PfcCounters) -> PfcCounters {
+    PfcCounters {
+        pfc_frames: a.pfc_frames.wrapping_sub(b.pfc_frames),
+        enabled: sub64(&a.enabled, &b.enabled),
+        xoff: sub64(&a.xoff, &b.xoff),
+        xon: sub64(&a.xon, &b.xon),
+        quanta: sub64(&a.quanta, &b.quanta),
+        pause: a.pause.wrapping_sub(b.pause),
+        pause_xon: a.pause_xon.wrapping_sub(b.pause_xon),
+        pause_quanta: a.pause_quanta.wrapping_sub(b.pause_quanta),
+        other_opcode: a.other_opcode.wrapping_sub(b.other_opcode),
+    }
+}
+
+/// `a - b` for per-interface counters (the kernel's per-CPU sums only grow; a reloaded program
+/// starts at zero again, which [`iface_delta`] treats as a reset).
+pub fn iface_delta(a: &IfaceStats, b: &IfaceStats) -> IfaceStats {
+    if a.frames < b.frames {
+        return *a;
+    }
+    IfaceStats {
+        frames: a.frames.wrapping_sub(b.frames),
+        bytes: a.bytes.wrapping_sub(b.bytes),
+        roce: a.roce.wrapping_sub(b.roce),
+        roce_untracked: a.roce_untracked.wrapping_sub(b.roce_untracked),
+        not_roce: a.not_roce.wrapping_sub(b.not_roce),
+        excluded: sub64(&a.excluded, &b.excluded),
+        encap: sub64(&a.encap, &b.encap),
+        pfc: pfc_delta(&a.pfc, &b.pfc),
+        qp_insert_failed: a.qp_insert_failed.wrapping_sub(b.qp_insert_failed),
+        mac_insert_failed: a.mac_insert_failed.wrapping_sub(b.mac_insert_failed),
+        events_lost: a.events_lost.wrapping_sub(b.events_lost),
+        psn_contended: a.psn_contended.wrapping_sub(b.psn_contended),
+        dropped: a.dropped.wrapping_sub(b.dropped),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use observer_common::maps::class;
+
+    #[test]
+    fn histograms_subtract_wrapping_and_counters_exactly() {
+        let mut prev = QpValue::ZERO;
+        prev.pkts = 10;
+        prev.bytes_l2 = 1000;
+        prev.dscp_hist[class::DATA][26] = u32::MAX - 1;
+        prev.psn_gaps = 1;
+        prev.event_flags = 0b1;
+        let mut cur = prev;
+        cur.pkts = 15;
+        cur.bytes_l2 = 1500;
+        cur.dscp_hist[class::DATA][26] = 3; // wrapped: +5
+        cur.psn_gaps = 3;
+        cur.max_udp_payload = 4112;
+        cur.event_flags = 0b101;
+        let d = qp_delta(&cur, &prev);
+        assert_eq!(d.pkts, 5);
+        assert_eq!(d.bytes_l2, 500);
+        assert_eq!(d.dscp_hist[class::DATA][26], 5);
+        assert_eq!(d.psn_gaps, 2);
+        assert_eq!(d.max_udp_payload, 4112, "gauges carried");
+        assert_eq!(d.event_flags, 0b100, "only new event bits");
+    }
+
+    #[test]
+    fn recreated_key_counts_from_zero() {
+        let mut prev = QpValue::ZERO;
+        prev.pkts = 100;
+        let mut cur = QpValue::ZERO;
+        cur.pkts = 7;
+        cur.ecn_hist[0][2] = 7;
+        let d = qp_delta(&cur, &prev);
+        assert_eq!(d.pkts, 7);
+        assert_eq!(d.ecn_hist[0][2], 7);
+    }
+
+    #[test]
+    fn iface_delta_and_reset() {
+        let mut a = IfaceStats { frames: 50, ..Default::default() };
+        a.pfc.xoff[3] = 9;
+        a.excluded[2] = 4;
+        let mut b = IfaceStats { frames: 20, ..Default::default() };
+        b.pfc.xoff[3] = 4;
+        b.excluded[2] = 1;
+        let d = iface_delta(&a, &b);
+        assert_eq!((d.frames, d.pfc.xoff[3], d.excluded[2]), (30, 5, 3));
+        let r = iface_delta(&b, &a);
+        assert_eq!(r.frames, 20, "counter reset: the current value is the delta");
+    }
+}

@@ -1,0 +1,423 @@
+//! Rotating Parquet writers with Hive-style partitions, and the `alerts.jsonl` appender.
+//!
+//! A table's rows go into a Parquet file assembled in memory (zstd-compressed column chunks);
+//! when the file is complete (rotation by data time, by size, on an hour change, or at the end)
+//! it is written as `<name>.parquet.tmp`, fsynced and renamed to `<name>.parquet`. So every
+//! file under its final name is complete and readable, a SIGKILL loses at most the open
+//! rotation window, and a failed write (disk full, unwritable directory) keeps the completed
+//! file in memory and retries it on the next interval (up to [`MAX_PENDING_BYTES`]; beyond
+//! that the oldest pending file is dropped and its rows counted as lost).
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+/// Completed files waiting for a writable disk, bytes, per table.
+pub const MAX_PENDING_BYTES: usize = 256 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("cannot write {path}: {err}")]
+    Io { path: String, err: std::io::Error },
+    #[error("parquet encoding of table {table}: {err}")]
+    Parquet { table: String, err: parquet::errors::ParquetError },
+}
+
+/// UTC civil date (year, month, day) of a day count since 1970-01-01 (H. Hinnant's algorithm).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// `(date=YYYY-MM-DD, hour=HH, compact YYYYMMDDTHHMMSSZ)` of a UNIX time in ns.
+pub fn utc_parts(ns: u64) -> (String, String, String) {
+    let s = (ns / 1_000_000_000) as i64;
+    let (y, mo, d) = civil_from_days(s.div_euclid(86_400));
+    let sod = s.rem_euclid(86_400);
+    let (h, mi, se) = (sod / 3600, (sod / 60) % 60, sod % 60);
+    (
+        format!("{y:04}-{mo:02}-{d:02}"),
+        format!("{h:02}"),
+        format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{se:02}Z"),
+    )
+}
+
+/// RFC 3339 UTC with milliseconds.
+pub fn rfc3339(ns: u64) -> String {
+    let (date, hour, _) = utc_parts(ns);
+    let s = ns / 1_000_000_000;
+    format!(
+        "{date}T{hour}:{:02}:{:02}.{:03}Z",
+        (s / 60) % 60,
+        s % 60,
+        (ns / 1_000_000) % 1000
+    )
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Files renamed to their final name.
+    pub files: u64,
+    /// Rows in those files.
+    pub rows: u64,
+    /// Bytes of those files.
+    pub bytes: u64,
+    /// Failed attempts to write a completed file.
+    pub write_errors: u64,
+    /// Rows dropped because too much was pending on an unwritable disk.
+    pub rows_lost: u64,
+}
+
+struct OpenFile {
+    writer: ArrowWriter<Vec<u8>>,
+    start_ns: u64,
+    date: String,
+    hour: String,
+    stamp: String,
+    rows: u64,
+}
+
+struct Finished {
+    dir: PathBuf,
+    name: String,
+    data: Vec<u8>,
+    rows: u64,
+}
+
+/// One table (`flows`, `interfaces`, `alerts`): `<root>/<table>/date=D/hour=H/<table>-<host>-<start>-<seq>.parquet`.
+pub struct TableWriter {
+    root: PathBuf,
+    table: &'static str,
+    host: String,
+    schema: SchemaRef,
+    props: WriterProperties,
+    rotate_ns: u64,
+    rotate_bytes: u64,
+    open: Option<OpenFile>,
+    pending: VecDeque<Finished>,
+    seq: u64,
+    pub stats: WriterStats,
+    /// Final paths written, oldest first (the last 64, for tests and the end-of-run log).
+    pub recent: VecDeque<PathBuf>,
+}
+
+impl TableWriter {
+    pub fn new(root: &Path, table: &'static str, host: &str, schema: SchemaRef, rotate_secs: u64, rotate_bytes: u64) -> TableWriter {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
+            .set_max_row_group_row_count(Some(128 * 1024))
+            .set_created_by(format!("roce-observe {}", env!("CARGO_PKG_VERSION")))
+            .build();
+        TableWriter {
+            root: root.to_path_buf(),
+            table,
+            host: host.to_string(),
+            schema,
+            props,
+            rotate_ns: rotate_secs.max(1).saturating_mul(1_000_000_000),
+            rotate_bytes: rotate_bytes.max(4096),
+            open: None,
+            pending: VecDeque::new(),
+            seq: 0,
+            stats: WriterStats::default(),
+            recent: VecDeque::new(),
+        }
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// Rows in the open (not yet complete) file.
+    pub fn open_rows(&self) -> u64 {
+        self.open.as_ref().map(|o| o.rows).unwrap_or(0)
+    }
+
+    /// Appends `batch`, whose rows belong to the interval starting at `t_ns`, then writes any
+    /// completed file. An error means completed files are still pending (kept, retried).
+    pub fn write(&mut self, batch: &RecordBatch, t_ns: u64) -> Result<(), OutputError> {
+        self.rotate_if_due(t_ns)?;
+        if batch.num_rows() > 0 {
+            if self.open.is_none() {
+                let (date, hour, stamp) = utc_parts(t_ns);
+                let writer = ArrowWriter::try_new(Vec::new(), self.schema(), Some(self.props.clone()))
+                    .map_err(|err| self.perr(err))?;
+                self.open = Some(OpenFile { writer, start_ns: t_ns, date, hour, stamp, rows: 0 });
+            }
+            let o = self.open.as_mut().expect("opened above");
+            o.writer.write(batch).map_err(|err| OutputError::Parquet { table: self.table.into(), err })?;
+            o.rows += batch.num_rows() as u64;
+            let size = o.writer.bytes_written() + o.writer.in_progress_size();
+            if size as u64 >= self.rotate_bytes {
+                self.close_open()?;
+            }
+        }
+        self.flush_pending()
+    }
+
+    /// Closes the open file when its window has passed or `t_ns` is in another hour.
+    pub fn rotate_if_due(&mut self, t_ns: u64) -> Result<(), OutputError> {
+        if let Some(o) = &self.open {
+            let (date, hour, _) = utc_parts(t_ns);
+            if t_ns.saturating_sub(o.start_ns) >= self.rotate_ns || date != o.date || hour != o.hour {
+                self.close_open()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn perr(&self, err: parquet::errors::ParquetError) -> OutputError {
+        OutputError::Parquet { table: self.table.into(), err }
+    }
+
+    fn close_open(&mut self) -> Result<(), OutputError> {
+        let Some(o) = self.open.take() else { return Ok(()) };
+        let data = o.writer.into_inner().map_err(|err| self.perr(err))?;
+        let dir = self.root.join(self.table).join(format!("date={}", o.date)).join(format!("hour={}", o.hour));
+        let name = loop {
+            let n = format!("{}-{}-{}-{:04}.parquet", self.table, self.host, o.stamp, self.seq);
+            self.seq += 1;
+            if !dir.join(&n).exists() && !self.pending.iter().any(|p| p.dir == dir && p.name == n) {
+                break n;
+            }
+        };
+        self.pending.push_back(Finished { dir, name, data, rows: o.rows });
+        let mut total: usize = self.pending.iter().map(|p| p.data.len()).sum();
+        while total > MAX_PENDING_BYTES && self.pending.len() > 1 {
+            let f = self.pending.pop_front().expect("len > 1");
+            total -= f.data.len();
+            self.stats.rows_lost += f.rows;
+            tracing::error!(table = self.table, file = %f.name, rows = f.rows, "output unwritable for too long: dropped a completed file");
+        }
+        Ok(())
+    }
+
+    /// Writes pending completed files (tmp, fsync, rename). Stops at the first failure.
+    pub fn flush_pending(&mut self) -> Result<(), OutputError> {
+        while let Some(f) = self.pending.front() {
+            let fin = f.dir.join(&f.name);
+            let tmp = f.dir.join(format!("{}.tmp", f.name));
+            let res = (|| -> std::io::Result<()> {
+                fs::create_dir_all(&f.dir)?;
+                let mut file = File::create(&tmp)?;
+                file.write_all(&f.data)?;
+                file.sync_all()?;
+                fs::rename(&tmp, &fin)?;
+                if let Ok(d) = File::open(&f.dir) {
+                    let _ = d.sync_all();
+                }
+                Ok(())
+            })();
+            if let Err(err) = res {
+                let _ = fs::remove_file(&tmp);
+                self.stats.write_errors += 1;
+                return Err(OutputError::Io { path: fin.display().to_string(), err });
+            }
+            let f = self.pending.pop_front().expect("front exists");
+            self.stats.files += 1;
+            self.stats.rows += f.rows;
+            self.stats.bytes += f.data.len() as u64;
+            if self.recent.len() == 64 {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(fin);
+        }
+        Ok(())
+    }
+
+    /// Completes the open file and writes everything pending.
+    pub fn finish(&mut self) -> Result<(), OutputError> {
+        self.close_open()?;
+        self.flush_pending()
+    }
+
+    /// Completed files not yet on disk.
+    pub fn pending_files(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// Appends lines to `alerts.jsonl`; lines that cannot be written are kept (bounded) and retried.
+pub struct JsonlWriter {
+    path: PathBuf,
+    file: Option<File>,
+    pending: VecDeque<String>,
+    pub lines_lost: u64,
+}
+
+impl JsonlWriter {
+    pub fn new(path: PathBuf) -> JsonlWriter {
+        JsonlWriter { path, file: None, pending: VecDeque::new(), lines_lost: 0 }
+    }
+
+    pub fn push(&mut self, line: String) {
+        if self.pending.len() >= 100_000 {
+            self.pending.pop_front();
+            self.lines_lost += 1;
+        }
+        self.pending.push_back(line);
+    }
+
+    pub fn flush(&mut self) -> Result<(), OutputError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let io = |err| OutputError::Io { path: self.path.display().to_string(), err };
+        if self.file.is_none() {
+            if let Some(d) = self.path.parent() {
+                fs::create_dir_all(d).map_err(io)?;
+            }
+            self.file = Some(OpenOptions::new().create(true).append(true).open(&self.path).map_err(io)?);
+        }
+        let mut buf = String::new();
+        for l in &self.pending {
+            buf.push_str(l);
+            buf.push('\n');
+        }
+        let f = self.file.as_mut().expect("opened above");
+        // O_APPEND: a short write leaves a partial line; the retry starts on a new line.
+        match f.write_all(buf.as_bytes()).and_then(|_| f.flush()) {
+            Ok(()) => {
+                self.pending.clear();
+                Ok(())
+            }
+            Err(err) => {
+                self.file = None;
+                if let Some(first) = self.pending.front_mut()
+                    && !first.starts_with('\n')
+                {
+                    first.insert(0, '\n');
+                }
+                Err(OutputError::Io { path: self.path.display().to_string(), err })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    fn batch(n: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from((0..n).collect::<Vec<_>>()))]).unwrap()
+    }
+
+    fn files(root: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p)
+                } else {
+                    out.push(p)
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ro-out-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        // 2026-11-21T05:34:59Z = 1795239299
+        assert_eq!(utc_parts(1_795_239_299_000_000_000), ("2026-11-21".into(), "05".into(), "20261121T053459Z".into()));
+        assert_eq!(rfc3339(1_795_239_299_123_000_000), "2026-11-21T05:34:59.123Z");
+    }
+
+    #[test]
+    fn rotation_by_time_and_hour_with_final_names_only() {
+        let root = tmpdir("rot");
+        let b = batch(10);
+        let mut w = TableWriter::new(&root, "flows", "h1", b.schema(), 60, 1 << 30);
+        let t0 = 1_795_239_299_000_000_000u64; // 05:34:59
+        for i in 0..5u64 {
+            w.write(&b, t0 + i * 20_000_000_000).unwrap(); // every 20 s
+        }
+        // 0, 20, 40 in the first file; 60 rotates; 80 (05:36:19) in the second
+        assert_eq!(w.stats.files, 1);
+        assert_eq!(w.open_rows(), 20);
+        // hour change closes the second file
+        w.write(&b, 1_795_240_800_000_000_000).unwrap(); // 06:00:00
+        assert_eq!(w.stats.files, 2);
+        w.finish().unwrap();
+        assert_eq!(w.stats.files, 3);
+        assert_eq!(w.stats.rows, 60);
+        let fs = files(&root);
+        assert_eq!(fs.len(), 3, "{fs:?}");
+        assert!(fs.iter().all(|p| p.extension().unwrap() == "parquet"), "no tmp left: {fs:?}");
+        let s: Vec<String> = fs.iter().map(|p| p.strip_prefix(&root).unwrap().display().to_string()).collect();
+        assert_eq!(s[0], "flows/date=2026-11-21/hour=05/flows-h1-20261121T053459Z-0000.parquet");
+        assert_eq!(s[2], "flows/date=2026-11-21/hour=06/flows-h1-20261121T060000Z-0002.parquet");
+        // readable by the parquet reader
+        let f = File::open(&fs[0]).unwrap();
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap();
+        let rows: usize = r.map(|b| b.unwrap().num_rows()).sum();
+        assert_eq!(rows, 30);
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn rotation_by_size() {
+        let root = tmpdir("size");
+        let b = batch(5000);
+        let mut w = TableWriter::new(&root, "flows", "h", b.schema(), 3600, 4096);
+        for i in 0..4u64 {
+            w.write(&b, 1_795_238_400_000_000_000 + i * 1_000_000_000).unwrap();
+        }
+        assert!(w.stats.files >= 2, "{:?}", w.stats);
+        w.finish().unwrap();
+        assert_eq!(w.stats.rows, 20_000);
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn unwritable_directory_keeps_and_retries() {
+        let root = tmpdir("unwr");
+        fs::create_dir_all(&root).unwrap();
+        // a file where the table directory should be: create_dir_all fails, for root too
+        fs::write(root.join("flows"), b"x").unwrap();
+        let b = batch(3);
+        let mut w = TableWriter::new(&root, "flows", "h", b.schema(), 1, 1 << 30);
+        let t = 1_795_238_400_000_000_000u64;
+        w.write(&b, t).unwrap();
+        let e = w.write(&b, t + 2_000_000_000);
+        assert!(matches!(e, Err(OutputError::Io { .. })), "{e:?}");
+        assert_eq!(w.pending_files(), 1);
+        assert_eq!(w.stats.write_errors, 1);
+        fs::remove_file(root.join("flows")).unwrap();
+        w.finish().unwrap();
+        assert_eq!(w.stats.files, 2);
+        assert_eq!(w.stats.rows, 6);
+        assert_eq!(w.stats.rows_lost, 0);
+        let _ = fs::remove_dir_all(&root);
+    }
+}

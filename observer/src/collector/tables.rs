@@ -1,0 +1,579 @@
+//! The three Parquet tables' schemas (documented in README.md, kept stable) and their builders.
+//!
+//! - `flows`: one row per active QP key per interval (deltas).
+//! - `interfaces`: one row per interface and direction per interval (deltas).
+//! - `alerts`: one row per alert.
+//!
+//! Counts are `Int64` and times `Timestamp(µs, UTC)` so DuckDB, Spark and Trino read them
+//! without unsigned or nanosecond types. Histograms are sparse `list<struct<value: int16,
+//! pkts: int64>>` (only non-zero buckets).
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BooleanArray, StringBuilder, Float64Array, Int16Array, Int32Array, Int64Array, ListArray, StringArray, StructArray,
+    TimestampMicrosecondArray,
+};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use arrow::record_batch::RecordBatch;
+use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
+use observer_common::parse::{encap, reason};
+use observer_common::qp::{OPCODE_OTHER, bucket_opcode};
+
+use crate::summary::ip_of;
+
+pub fn ts_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+fn hist_fields() -> Fields {
+    Fields::from(vec![Field::new("value", DataType::Int16, false), Field::new("pkts", DataType::Int64, false)])
+}
+
+pub fn hist_type() -> DataType {
+    DataType::List(Arc::new(Field::new("item", DataType::Struct(hist_fields()), false)))
+}
+
+/// Reads one count of a delta.
+pub type Getter = fn(&QpValue) -> u64;
+
+/// Scalar per-QP delta columns, in schema order: (name, accessor).
+pub const QP_COUNTS: [(&str, Getter); 21] = [
+    ("pkts", |v| v.pkts),
+    ("bytes_l2", |v| v.bytes_l2),
+    ("bytes_ip", |v| v.bytes_ip),
+    ("bytes_udp", |v| v.bytes_udp),
+    ("data_pkts", |v| v.class_pkts(class::DATA)),
+    ("ack_pkts", |v| v.class_pkts(class::ACK)),
+    ("cnp", |v| v.cnp()),
+    ("ce", |v| v.ce()),
+    ("not_ect_data", |v| v.ecn_hist[class::DATA][0] as u64),
+    ("acks", |v| v.acks()),
+    ("naks", |v| v.naks),
+    ("nak_psn_seq_err", |v| v.nak_psn_seq_err),
+    ("rnr_naks", |v| v.rnr_naks),
+    ("suspect", |v| v.suspect),
+    ("psn_gaps", |v| v.psn_gaps),
+    ("psn_missing", |v| v.psn_missing),
+    ("psn_retrans", |v| v.psn_retrans),
+    ("psn_behind", |v| v.psn_behind),
+    ("icrc_ok", |v| v.icrc_ok),
+    ("icrc_bad", |v| v.icrc_bad),
+    ("icrc_unverifiable", |v| v.icrc_unverifiable),
+];
+
+/// Histogram columns: opcodes, then dscp/ecn/pcp per class.
+pub fn hist_names() -> Vec<String> {
+    let mut v = vec!["opcodes".to_string()];
+    for h in ["dscp", "ecn", "pcp"] {
+        for c in class::NAMES {
+            v.push(format!("{h}_{c}"));
+        }
+    }
+    v
+}
+
+pub fn flows_schema() -> SchemaRef {
+    let mut f = vec![
+        Field::new("host", DataType::Utf8, false),
+        Field::new("source", DataType::Utf8, false),
+        Field::new("iface", DataType::Utf8, false),
+        Field::new("dir", DataType::Utf8, false),
+        Field::new("src", DataType::Utf8, false),
+        Field::new("dst", DataType::Utf8, false),
+        Field::new("qp", DataType::Int32, false),
+        Field::new("interval_start", ts_type(), false),
+        Field::new("interval_end", ts_type(), false),
+        Field::new("new_qp", DataType::Boolean, false),
+        Field::new("evicted", DataType::Boolean, false),
+    ];
+    for (n, _) in QP_COUNTS {
+        f.push(Field::new(n, DataType::Int64, false));
+    }
+    f.push(Field::new("max_udp_payload", DataType::Int32, false));
+    f.push(Field::new("psn_max", DataType::Int32, true));
+    f.push(Field::new("last_udp_sport", DataType::Int32, false));
+    f.push(Field::new("first_pkt", ts_type(), true));
+    f.push(Field::new("last_pkt", ts_type(), true));
+    for n in hist_names() {
+        f.push(Field::new(n, hist_type(), false));
+    }
+    Arc::new(Schema::new(f))
+}
+
+#[derive(Default)]
+struct Hist {
+    offsets: Vec<i32>,
+    values: Vec<i16>,
+    pkts: Vec<i64>,
+}
+
+impl Hist {
+    fn push(&mut self, it: impl Iterator<Item = (i16, u32)>) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        for (v, n) in it {
+            if n != 0 {
+                self.values.push(v);
+                self.pkts.push(n as i64);
+            }
+        }
+        self.offsets.push(self.values.len() as i32);
+    }
+    fn finish(self) -> ArrayRef {
+        let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
+        let st = StructArray::new(
+            hist_fields(),
+            vec![Arc::new(Int16Array::from(self.values)) as ArrayRef, Arc::new(Int64Array::from(self.pkts))],
+            None,
+        );
+        let field = Arc::new(Field::new("item", DataType::Struct(hist_fields()), false));
+        Arc::new(ListArray::new(field, OffsetBuffer::new(offsets.into()), Arc::new(st), None))
+    }
+}
+
+/// Writes a key address as printed everywhere (IPv4-mapped as a dotted quad) into `buf`,
+/// without allocating for IPv4.
+fn fmt_ip(buf: &mut String, a: &[u8; 16]) {
+    use std::fmt::Write;
+    buf.clear();
+    if a[..10].iter().all(|&b| b == 0) && a[10] == 0xff && a[11] == 0xff {
+        for (i, &o) in a[12..].iter().enumerate() {
+            if i > 0 {
+                buf.push('.');
+            }
+            if o >= 100 {
+                buf.push((b'0' + o / 100) as char);
+            }
+            if o >= 10 {
+                buf.push((b'0' + (o / 10) % 10) as char);
+            }
+            buf.push((b'0' + o % 10) as char);
+        }
+    } else {
+        let _ = write!(buf, "{}", ip_of(a));
+    }
+}
+
+/// PCP bucket -> value (-1 = untagged).
+fn pcp_value(i: usize) -> i16 {
+    if i >= 8 { -1 } else { i as i16 }
+}
+
+/// Columnar builder of `flows` rows (fast path: 100k rows per interval).
+pub struct FlowsBuilder {
+    host: String,
+    source: String,
+    iface: String,
+    start_us: i64,
+    end_us: i64,
+    dir: Vec<&'static str>,
+    src: StringBuilder,
+    dst: StringBuilder,
+    ipbuf: String,
+    qp: Vec<i32>,
+    new_qp: Vec<bool>,
+    evicted: Vec<bool>,
+    counts: Vec<Vec<i64>>,
+    max_pl: Vec<i32>,
+    psn_max: Vec<Option<i32>>,
+    sport: Vec<i32>,
+    first: Vec<Option<i64>>,
+    last: Vec<Option<i64>>,
+    hists: Vec<Hist>,
+}
+
+impl FlowsBuilder {
+    pub fn new(host: &str, source: &str, iface: &str, start_ns: u64, end_ns: u64) -> FlowsBuilder {
+        FlowsBuilder {
+            host: host.into(),
+            source: source.into(),
+            iface: iface.into(),
+            start_us: (start_ns / 1000) as i64,
+            end_us: (end_ns / 1000) as i64,
+            dir: Vec::new(),
+            src: StringBuilder::new(),
+            dst: StringBuilder::new(),
+            ipbuf: String::with_capacity(48),
+            qp: Vec::new(),
+            new_qp: Vec::new(),
+            evicted: Vec::new(),
+            counts: vec![Vec::new(); QP_COUNTS.len()],
+            max_pl: Vec::new(),
+            psn_max: Vec::new(),
+            sport: Vec::new(),
+            first: Vec::new(),
+            last: Vec::new(),
+            hists: (0..10).map(|_| Hist::default()).collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.qp.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.qp.is_empty()
+    }
+
+    /// One row: `d` is the interval delta (gauges carried), packet times converted to UNIX ns
+    /// by `clock_offset_ns`.
+    pub fn push(&mut self, k: &QpKey, d: &QpValue, new_qp: bool, evicted: bool, clock_offset_ns: i64) {
+        self.dir.push(dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)]);
+        fmt_ip(&mut self.ipbuf, &k.src_ip);
+        self.src.append_value(&self.ipbuf);
+        fmt_ip(&mut self.ipbuf, &k.dst_ip);
+        self.dst.append_value(&self.ipbuf);
+        self.qp.push(k.dest_qp as i32);
+        self.new_qp.push(new_qp);
+        self.evicted.push(evicted);
+        for (i, (_, f)) in QP_COUNTS.iter().enumerate() {
+            self.counts[i].push(f(d) as i64);
+        }
+        self.max_pl.push(d.max_udp_payload as i32);
+        self.psn_max.push(d.psn_max().map(|p| p as i32));
+        self.sport.push(d.last_udp_sport as i32);
+        let t = |ns: u64| (ns != 0).then(|| (ns as i64).saturating_add(clock_offset_ns) / 1000);
+        self.first.push(t(d.first_ns));
+        self.last.push(t(d.last_ns));
+        self.hists[0].push(d.opcode_hist.iter().enumerate().map(|(b, &n)| {
+            let op = if b == OPCODE_OTHER { -1 } else { bucket_opcode(b).map(|o| o as i16).unwrap_or(-1) };
+            (op, n)
+        }));
+        for c in 0..class::COUNT {
+            self.hists[1 + c].push(d.dscp_hist[c].iter().enumerate().map(|(i, &n)| (i as i16, n)));
+            self.hists[4 + c].push(d.ecn_hist[c].iter().enumerate().map(|(i, &n)| (i as i16, n)));
+            self.hists[7 + c].push(d.pcp_hist[c].iter().enumerate().map(|(i, &n)| (pcp_value(i), n)));
+        }
+    }
+
+    pub fn finish(mut self, schema: &SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
+        let n = self.qp.len();
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec![self.host.as_str(); n])),
+            Arc::new(StringArray::from(vec![self.source.as_str(); n])),
+            Arc::new(StringArray::from(vec![self.iface.as_str(); n])),
+            Arc::new(StringArray::from(self.dir)),
+            Arc::new(self.src.finish()),
+            Arc::new(self.dst.finish()),
+            Arc::new(Int32Array::from(self.qp)),
+            Arc::new(TimestampMicrosecondArray::from(vec![self.start_us; n]).with_timezone("UTC")),
+            Arc::new(TimestampMicrosecondArray::from(vec![self.end_us; n]).with_timezone("UTC")),
+            Arc::new(BooleanArray::from(self.new_qp)),
+            Arc::new(BooleanArray::from(self.evicted)),
+        ];
+        for c in self.counts {
+            cols.push(Arc::new(Int64Array::from(c)));
+        }
+        cols.push(Arc::new(Int32Array::from(self.max_pl)));
+        cols.push(Arc::new(Int32Array::from(self.psn_max)));
+        cols.push(Arc::new(Int32Array::from(self.sport)));
+        cols.push(Arc::new(TimestampMicrosecondArray::from(self.first).with_timezone("UTC")));
+        cols.push(Arc::new(TimestampMicrosecondArray::from(self.last).with_timezone("UTC")));
+        for h in self.hists {
+            cols.push(h.finish());
+        }
+        RecordBatch::try_new(Arc::clone(schema), cols)
+    }
+}
+
+/// A cell of the row-oriented tables (interfaces, alerts: few rows).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    S(String),
+    OS(Option<String>),
+    T(u64),
+    I(i64),
+    OI(Option<i64>),
+    F(Option<f64>),
+}
+
+/// Column kinds of row tables.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Str,
+    OptStr,
+    Ts,
+    Int,
+    OptInt,
+    Float,
+}
+
+pub fn row_schema(cols: &[(String, Kind)]) -> SchemaRef {
+    Arc::new(Schema::new(
+        cols.iter()
+            .map(|(n, k)| match k {
+                Kind::Str => Field::new(n, DataType::Utf8, false),
+                Kind::OptStr => Field::new(n, DataType::Utf8, true),
+                Kind::Ts => Field::new(n, ts_type(), false),
+                Kind::Int => Field::new(n, DataType::Int64, false),
+                Kind::OptInt => Field::new(n, DataType::Int64, true),
+                Kind::Float => Field::new(n, DataType::Float64, true),
+            })
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// Builds a batch from rows of cells (each row in `schema` order).
+pub fn rows_batch(schema: &SchemaRef, rows: &[Vec<Cell>]) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let mut cols: Vec<ArrayRef> = Vec::new();
+    for (i, f) in schema.fields().iter().enumerate() {
+        let col = |r: &Vec<Cell>| r.get(i).cloned();
+        let arr: ArrayRef = match f.data_type() {
+            DataType::Utf8 => Arc::new(StringArray::from(
+                rows.iter()
+                    .map(|r| match col(r) {
+                        Some(Cell::S(s)) => Some(s),
+                        Some(Cell::OS(s)) => s,
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+            DataType::Timestamp(..) => Arc::new(
+                TimestampMicrosecondArray::from(
+                    rows.iter()
+                        .map(|r| match col(r) {
+                            Some(Cell::T(ns)) => Some((ns / 1000) as i64),
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>(),
+                )
+                .with_timezone("UTC"),
+            ),
+            DataType::Int64 => Arc::new(Int64Array::from(
+                rows.iter()
+                    .map(|r| match col(r) {
+                        Some(Cell::I(v)) => Some(v),
+                        Some(Cell::OI(v)) => v,
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+            _ => Arc::new(Float64Array::from(
+                rows.iter()
+                    .map(|r| match col(r) {
+                        Some(Cell::F(v)) => v,
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+        };
+        cols.push(arr);
+    }
+    RecordBatch::try_new(Arc::clone(schema), cols)
+}
+
+/// `interfaces` table columns.
+pub fn iface_columns() -> Vec<(String, Kind)> {
+    let mut c: Vec<(String, Kind)> = [
+        ("host", Kind::Str),
+        ("source", Kind::Str),
+        ("iface", Kind::Str),
+        ("dir", Kind::Str),
+        ("interval_start", Kind::Ts),
+        ("interval_end", Kind::Ts),
+        ("link_speed_bps", Kind::OptInt),
+        ("frames", Kind::Int),
+        ("bytes", Kind::Int),
+        ("roce", Kind::Int),
+        ("roce_untracked", Kind::Int),
+        ("not_roce", Kind::Int),
+    ]
+    .iter()
+    .map(|(n, k)| (n.to_string(), *k))
+    .collect();
+    for r in reason::NAMES {
+        c.push((format!("excluded_{r}"), Kind::Int));
+    }
+    for e in encap::NAMES.iter().skip(1) {
+        c.push((format!("encap_{e}"), Kind::Int));
+    }
+    c.push(("pfc_frames".into(), Kind::Int));
+    for what in ["enabled", "xoff", "xon", "quanta"] {
+        for p in 0..8 {
+            c.push((format!("pfc_{what}_p{p}"), Kind::Int));
+        }
+    }
+    for p in 0..8 {
+        c.push((format!("pfc_pause_s_p{p}"), Kind::Float));
+    }
+    for p in 0..8 {
+        c.push((format!("pfc_xoff_per_s_p{p}"), Kind::Float));
+    }
+    for n in ["pause_frames", "pause_xon", "pause_quanta"] {
+        c.push((n.into(), Kind::Int));
+    }
+    c.push(("pause_s".into(), Kind::Float));
+    for n in [
+        "mac_control_other",
+        "qp_insert_failed",
+        "mac_insert_failed",
+        "events_lost",
+        "psn_contended",
+        "dropped",
+        "tracked_qps",
+        "active_qps",
+        "new_qps",
+        "evictions",
+    ] {
+        c.push((n.into(), Kind::Int));
+    }
+    c.push(("pfc_src_macs".into(), Kind::OptStr));
+    c
+}
+
+/// Per-interface-direction facts of one interval that are not in [`IfaceStats`].
+pub struct IfaceExtra {
+    pub tracked_qps: u64,
+    pub active_qps: u64,
+    pub new_qps: u64,
+    pub evictions: u64,
+    /// Source MACs that sent PFC or PAUSE in the interval, "mac:frames" comma-separated.
+    pub pfc_src_macs: Option<String>,
+}
+
+/// One `interfaces` row, in [`iface_columns`] order.
+#[allow(clippy::too_many_arguments)]
+pub fn iface_row(
+    host: &str,
+    source: &str,
+    iface: &str,
+    d: usize,
+    start_ns: u64,
+    end_ns: u64,
+    link_bps: Option<u64>,
+    s: &IfaceStats,
+    x: &IfaceExtra,
+) -> Vec<Cell> {
+    let secs = end_ns.saturating_sub(start_ns) as f64 / 1e9;
+    let i = |v: u64| Cell::I(v as i64);
+    let mut r = vec![
+        Cell::S(host.into()),
+        Cell::S(source.into()),
+        Cell::S(iface.into()),
+        Cell::S(dir::NAMES[d].into()),
+        Cell::T(start_ns),
+        Cell::T(end_ns),
+        Cell::OI(link_bps.map(|b| b as i64)),
+        i(s.frames),
+        i(s.bytes),
+        i(s.roce),
+        i(s.roce_untracked),
+        i(s.not_roce),
+    ];
+    r.extend(s.excluded.iter().map(|&v| i(v)));
+    r.extend(s.encap.iter().skip(1).map(|&v| i(v)));
+    r.push(i(s.pfc.pfc_frames));
+    for arr in [&s.pfc.enabled, &s.pfc.xoff, &s.pfc.xon, &s.pfc.quanta] {
+        r.extend(arr.iter().map(|&v| i(v)));
+    }
+    let pause_s = |q: u64| link_bps.filter(|&b| b > 0).map(|b| q as f64 * 512.0 / b as f64);
+    r.extend(s.pfc.quanta.iter().map(|&q| Cell::F(pause_s(q))));
+    r.extend(s.pfc.xoff.iter().map(|&x| Cell::F((secs > 0.0).then(|| x as f64 / secs))));
+    r.push(i(s.pfc.pause));
+    r.push(i(s.pfc.pause_xon));
+    r.push(i(s.pfc.pause_quanta));
+    r.push(Cell::F(pause_s(s.pfc.pause_quanta)));
+    for v in [
+        s.pfc.other_opcode,
+        s.qp_insert_failed,
+        s.mac_insert_failed,
+        s.events_lost,
+        s.psn_contended,
+        s.dropped,
+        x.tracked_qps,
+        x.active_qps,
+        x.new_qps,
+        x.evictions,
+    ] {
+        r.push(i(v));
+    }
+    r.push(Cell::OS(x.pfc_src_macs.clone()));
+    r
+}
+
+/// `alerts` table columns.
+pub fn alert_columns() -> Vec<(String, Kind)> {
+    [
+        ("host", Kind::Str),
+        ("source", Kind::Str),
+        ("time", Kind::Ts),
+        ("first_time", Kind::Ts),
+        ("rule", Kind::Str),
+        ("severity", Kind::Str),
+        ("iface", Kind::Str),
+        ("dir", Kind::OptStr),
+        ("class", Kind::OptStr),
+        ("src", Kind::OptStr),
+        ("dst", Kind::OptStr),
+        ("qp", Kind::OptInt),
+        ("priority", Kind::OptInt),
+        ("observed", Kind::Str),
+        ("expected", Kind::Str),
+        ("count", Kind::Int),
+        ("summary", Kind::Str),
+        ("origin", Kind::Str),
+        ("message", Kind::Str),
+    ]
+    .iter()
+    .map(|(n, k)| (n.to_string(), *k))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flows_batch_matches_schema_and_is_sparse() {
+        let schema = flows_schema();
+        let mut b = FlowsBuilder::new("h", "replay", "eth0", 1_000_000_000, 2_000_000_000);
+        let mut v = QpValue::ZERO;
+        v.pkts = 3;
+        v.dscp_hist[class::DATA][26] = 2;
+        v.dscp_hist[class::DATA][0] = 1;
+        v.ecn_hist[class::DATA][2] = 3;
+        v.pcp_hist[class::DATA][8] = 3;
+        v.opcode_hist[observer_common::qp::opcode_bucket(0x0a)] = 3;
+        let k = QpKey { src_ip: [0; 16], dst_ip: [0; 16], dest_qp: 0x12, dir: 0, _pad: [0; 3] };
+        b.push(&k, &v, true, false, 0);
+        b.push(&k, &QpValue::ZERO, false, false, 0);
+        let batch = b.finish(&schema).unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        let dscp = batch.column_by_name("dscp_data").unwrap().as_any().downcast_ref::<ListArray>().unwrap();
+        assert_eq!(dscp.value_length(0), 2);
+        assert_eq!(dscp.value_length(1), 0);
+        let pcp = batch.column_by_name("pcp_data").unwrap().as_any().downcast_ref::<ListArray>().unwrap();
+        let st = pcp.value(0);
+        let st = st.as_any().downcast_ref::<StructArray>().unwrap();
+        let val = st.column(0).as_any().downcast_ref::<Int16Array>().unwrap();
+        assert_eq!(val.value(0), -1, "untagged");
+    }
+
+    #[test]
+    fn ip_formatting_matches_std() {
+        let mut b = String::new();
+        for a in [[0u8; 16], { let mut x = [0u8; 16]; x[10] = 0xff; x[11] = 0xff; x[12..].copy_from_slice(&[10, 0, 255, 7]); x }, [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]] {
+            fmt_ip(&mut b, &a);
+            assert_eq!(b, ip_of(&a).to_string());
+        }
+    }
+
+    #[test]
+    fn iface_row_matches_columns() {
+        let cols = iface_columns();
+        let schema = row_schema(&cols);
+        let mut s = IfaceStats::default();
+        s.pfc.quanta[3] = 1000;
+        s.pfc.xoff[3] = 10;
+        let x = IfaceExtra { tracked_qps: 1, active_qps: 1, new_qps: 0, evictions: 0, pfc_src_macs: None };
+        let r = iface_row("h", "live", "e", 0, 0, 2_000_000_000, Some(100_000_000_000), &s, &x);
+        assert_eq!(r.len(), cols.len());
+        let b = rows_batch(&schema, &[r]).unwrap();
+        let ps = b.column_by_name("pfc_pause_s_p3").unwrap().as_any().downcast_ref::<Float64Array>().unwrap();
+        assert!((ps.value(0) - 1000.0 * 512.0 / 1e11).abs() < 1e-15);
+        let xr = b.column_by_name("pfc_xoff_per_s_p3").unwrap().as_any().downcast_ref::<Float64Array>().unwrap();
+        assert_eq!(xr.value(0), 5.0);
+    }
+}

@@ -1,0 +1,185 @@
+//! Lifecycle of the live command and the writers: SIGTERM (flush, close, exit 0, every row on
+//! disk), SIGKILL (every final-named file readable, at most the open window lost), disk full
+//! (alert, counting continues, writing resumes when space returns). The signal tests run the
+//! real binary with its synthetic source (no BPF); the netns tests with real XDP are in
+//! collector_netns.rs.
+
+mod collector_util;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use observer::collector::synth::Synthetic;
+use observer::collector::{Collector, CollectorConfig, PolicyConfig, rule};
+use observer::testutil::{require_root, run};
+
+use collector_util::*;
+
+fn spawn(out: &std::path::Path, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["--synthetic-qps", "50", "--interval", "200ms", "--plain", "--out"])
+        .arg(out)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn roce-observe")
+}
+
+fn wait_bounded(c: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            return s;
+        }
+        if t.elapsed() > limit {
+            let _ = c.kill();
+            panic!("roce-observe did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_for_file(dir: &std::path::Path, limit: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if all_files(dir).iter().any(|f| f.extension().is_some_and(|e| e == "parquet")) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no Parquet file appeared under {} within {limit:?}", dir.display());
+}
+
+#[test]
+fn sigterm_flushes_closes_and_exits_cleanly() {
+    let out = fresh_dir("sigterm");
+    let mut c = spawn(&out, &[]);
+    std::thread::sleep(Duration::from_millis(1300));
+    // SAFETY: signalling the child we spawned, by its pid.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let st = wait_bounded(&mut c, Duration::from_secs(15));
+    let err = std::io::read_to_string(c.stderr.take().unwrap()).unwrap();
+    assert!(st.success(), "exit {st:?}; stderr:\n{err}");
+    assert!(err.contains("stopped (SIGTERM)"), "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let total: u64 = summary["qps"].as_array().unwrap().iter().map(|q| q["pkts"].as_u64().unwrap()).sum();
+    assert!(total >= 50 * 4 * 2, "at least two intervals of 50 QPs x 4 packets: {total}");
+    assert_eq!(total % 200, 0, "whole synthetic steps only: {total}");
+    // everything counted is in the flow logs: nothing lost on a clean stop
+    let flows = pyarrow_read(&out, "flows", &["pkts"], false);
+    assert_eq!(flows["sums"]["pkts"], total);
+    assert_eq!(summary["output"]["flows"]["rows"], flows["rows"]);
+    let files = all_files(&out);
+    assert!(files.iter().all(|f| !f.to_string_lossy().ends_with(".tmp")), "{files:?}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn sigkill_leaves_only_readable_final_files() {
+    let out = fresh_dir("sigkill");
+    // rotate every second of data, so completed files exist before the kill
+    let mut c = spawn(&out, &["--rotate", "1s"]);
+    wait_for_file(&out.join("flows"), Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(700));
+    c.kill().unwrap(); // SIGKILL
+    let _ = wait_bounded(&mut c, Duration::from_secs(5));
+    let files = all_files(&out);
+    let parquet: Vec<_> = files.iter().filter(|f| f.extension().is_some_and(|e| e == "parquet")).cloned().collect();
+    assert!(!parquet.is_empty(), "{files:?}");
+    let bad = unreadable_parquet(&parquet);
+    assert!(bad.is_empty(), "unreadable final files after SIGKILL: {bad:?}");
+    // complete intervals only: each flows file holds whole synthetic steps of 50 QPs
+    let flows = pyarrow_read(&out, "flows", &["pkts"], false);
+    let rows = flows["rows"].as_u64().unwrap();
+    assert!(rows > 0 && rows.is_multiple_of(50), "{rows}");
+    assert_eq!(flows["sums"]["pkts"].as_u64().unwrap(), rows * 4);
+    assert!(!out.join("summary.json").exists(), "no summary after SIGKILL");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn bad_policy_and_missing_interface_are_clear_errors() {
+    let dir = fresh_dir("cli");
+    let p = dir.join("p.toml");
+    std::fs::write(&p, "rdma_priority = 3\n[cnp]\ndscp = 99\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe")).args(["--iface", "lo", "--policy"]).arg(&p).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains(&format!("{}:3: cnp.dscp: 99 is out of range 0..=63", p.display())), "{err}");
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe")).args(["--iface", "nosuch0", "--out"]).arg(&dir).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("no such interface: nosuch0"), "{err}");
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe")).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    for s in ["[default: ./roce-flows]", "[default: 1s]", "--capture-port", "--xdp-mode", "--max-qps", "--duration"] {
+        assert!(help.contains(s), "--help lacks {s}:\n{help}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A small tmpfs, unmounted (and its directory removed) on drop, also on panic.
+struct Tmpfs {
+    dir: std::path::PathBuf,
+}
+
+impl Tmpfs {
+    fn new(name: &str, size: &str) -> Tmpfs {
+        let dir = fresh_dir(name);
+        run("mount", &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", &dir.display().to_string()]).expect("mount tmpfs");
+        Tmpfs { dir }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = run("umount", &[&self.dir.display().to_string()]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn disk_full_alerts_keeps_counting_and_recovers() {
+    if !require_root("disk_full_alerts_keeps_counting_and_recovers") {
+        return;
+    }
+    let fs = Tmpfs::new("diskfull", "512k");
+    let out = fs.dir.join("out");
+    let policy = PolicyConfig::profile("nvidia").unwrap();
+    let mut cfg = CollectorConfig::new(out.clone(), "h", "live", policy.clone());
+    cfg.rotate_secs = 1;
+    let mut col = Collector::new(cfg).unwrap();
+    let mut src = Synthetic::new(policy.expected, 200, 2);
+    let t0 = 1_795_239_299_000_000_000u64;
+    let s = 1_000_000_000u64;
+    // fill the tmpfs
+    let filler = fs.dir.join("filler");
+    let _ = std::fs::write(&filler, vec![0u8; 1 << 20]);
+    let mut t = t0;
+    for _ in 0..4 {
+        t += s;
+        src.step(t);
+        col.on_snapshot(&src.dp.snapshot("e", t, None)).expect("counting continues on a full disk");
+    }
+    let st = col.output_stats();
+    assert!(st["flows"]["write_errors"].as_u64().unwrap() > 0, "{st}");
+    assert!(st["flows"]["pending_files"].as_u64().unwrap() > 0, "{st}");
+    assert!(col.alert_counts().get(rule::OUTPUT_WRITE_FAILED).copied().unwrap_or(0) >= 1);
+    // space returns: pending files are written on the next intervals
+    std::fs::remove_file(&filler).unwrap();
+    for _ in 0..2 {
+        t += s;
+        src.step(t);
+        col.on_snapshot(&src.dp.snapshot("e", t, None)).unwrap();
+    }
+    let summary = col.finish().expect("finish after recovery");
+    assert_eq!(summary["output"]["flows"]["rows_lost"], 0);
+    assert_eq!(summary["output"]["flows"]["pending_files"], 0);
+    let flows = pyarrow_read(&out, "flows", &["pkts"], false);
+    assert_eq!(flows["sums"]["pkts"], 6 * 200 * 2, "every interval's rows reached the disk");
+    let al = alerts_jsonl(&out);
+    assert!(al.iter().any(|a| a["rule"] == rule::OUTPUT_WRITE_FAILED && a["severity"] == "critical"), "{al:?}");
+    let parquet: Vec<_> = all_files(&out).into_iter().filter(|f| f.extension().is_some_and(|e| e == "parquet")).collect();
+    assert!(unreadable_parquet(&parquet).is_empty());
+}

@@ -1,0 +1,683 @@
+//! BPF_PROG_TEST_RUN of the kernel programs on frames built with etherparse, one test per case
+//! of metrics.md. Each case asserts the exact map contents, and that the kernel's snapshot and
+//! events equal the userspace `Datapath`'s on the same frames (one parser and one state machine,
+//! checked both ways). Every case runs through the XDP program and both tc programs.
+mod common;
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use common::*;
+use observer::datapath::Datapath;
+use observer::live::{ProgTester, prog};
+use observer::snapshot::Snapshot;
+use observer_common::maps::{
+    ANY, Event, IfaceStats, MacKey, PfcCounters, Policy, class, dir, policy_flags,
+};
+use observer_common::parse::{PCP_NONE, encap, reason};
+use observer_common::qp::{self, ev, opcode_bucket};
+
+const MAX_QPS: u32 = 1024;
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const TC_ACT_OK: u32 = 0;
+const TC_ACT_SHOT: u32 = 2;
+
+/// One loaded object for the whole test binary (loading verifies four programs); each case
+/// empties its maps first.
+fn tester() -> MutexGuard<'static, ProgTester> {
+    static T: OnceLock<Mutex<ProgTester>> = OnceLock::new();
+    let m = T.get_or_init(|| {
+        Mutex::new(ProgTester::load(MAX_QPS, &Policy::NONE).unwrap_or_else(|e| panic!("{e}")))
+    });
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What one case produced in the kernel.
+struct Run {
+    snap: Snapshot,
+    events: Vec<Event>,
+    rets: Vec<u32>,
+}
+
+/// Runs `frames` through program `p` on a fresh map state, and the userspace datapath on the same
+/// frames; asserts both agree; returns the kernel's result.
+fn run_on(t: &mut ProgTester, case: &str, p: &str, policy: &Policy, frames: &[Vec<u8>]) -> Run {
+    t.set_policy(policy).unwrap();
+    t.reset().unwrap();
+    let d = if p == prog::TC_EGRESS { dir::EGRESS } else { dir::INGRESS };
+    let mut dp = Datapath::new(*policy, MAX_QPS as usize);
+    dp.check_icrc = false;
+    let mut rets = Vec::new();
+    for (i, f) in frames.iter().enumerate() {
+        let (r, _) = t.run(p, f, 1).unwrap_or_else(|e| panic!("{case} {p}: {e}"));
+        rets.push(r);
+        dp.process(f, f.len() as u32, 1_000 + i as u64, d);
+    }
+    let snap = t.snapshot("test", 0).unwrap();
+    let mut events = Vec::new();
+    t.drain_events(&mut events);
+    let user = dp.snapshot("test", 0, None);
+    assert_same(&format!("{case} ({p})"), &snap, &user);
+    assert_eq!(
+        untimed(&events),
+        untimed(&dp.take_events()),
+        "{case} ({p}): events differ from userspace"
+    );
+    Run { snap, events, rets }
+}
+
+/// Runs the case through XDP, tc ingress and tc egress (each against userspace); returns the
+/// XDP run for the case's own assertions, after checking that the tc runs saw the same.
+fn run_case(case: &str, policy: &Policy, frames: &[Vec<u8>]) -> Run {
+    if !observer::testutil::require_root(case) {
+        return Run {
+            snap: empty_snapshot(),
+            events: Vec::new(),
+            rets: Vec::new(),
+        };
+    }
+    let mut t = tester();
+    let x = run_on(&mut t, case, prog::XDP, policy, frames);
+    let ti = run_on(&mut t, case, prog::TC_INGRESS, policy, frames);
+    let te = run_on(&mut t, case, prog::TC_EGRESS, policy, frames);
+    let xs = normalized(&x.snap);
+    assert_eq!(xs.iface_stats[dir::INGRESS as usize], normalized(&ti.snap).iface_stats[0]);
+    let es = normalized(&te.snap);
+    assert_eq!(
+        xs.iface_stats[dir::INGRESS as usize],
+        es.iface_stats[dir::EGRESS as usize],
+        "{case}: egress counts differ from ingress"
+    );
+    assert_eq!(es.iface_stats[dir::INGRESS as usize], IfaceStats::default());
+    assert!(te.snap.qps.iter().all(|(k, _)| k.dir == dir::EGRESS), "{case}: egress keys");
+    x
+}
+
+fn empty_snapshot() -> Snapshot {
+    Snapshot {
+        iface: String::new(),
+        time_ns: 0,
+        link_speed_bps: None,
+        qps: Vec::new(),
+        iface_stats: [IfaceStats::default(); dir::COUNT],
+        macs: Vec::new(),
+    }
+}
+
+fn ingress(r: &Run) -> IfaceStats {
+    r.snap.iface_stats[dir::INGRESS as usize]
+}
+
+/// Skips (returns true) when not root; the run_case call above already reported it.
+fn skipped() -> bool {
+    !observer::testutil::is_root()
+}
+
+fn policy_enabled() -> Policy {
+    Policy {
+        dscp: [26, ANY, ANY],
+        pcp: [3, ANY, ANY],
+        ecn_capable: [1, 0, 0],
+        flags: policy_flags::ENABLED,
+        ..Policy::NONE
+    }
+}
+
+#[test]
+fn runt_frames() {
+    if !observer::testutil::require_root("runt_frames") {
+        return;
+    }
+    // The kernel cannot hand a program a frame under 14 bytes (BPF_PROG_TEST_RUN refuses it),
+    // so the runt rule is checked in userspace here and on a mirrored inner frame below.
+    let short = vec![0u8; 13];
+    assert!(tester().run_xdp(&short).is_err(), "13-byte frame accepted by PROG_TEST_RUN");
+    let mut dp = Datapath::new(Policy::NONE, 16);
+    dp.process(&short, 13, 1, dir::INGRESS);
+    assert_eq!(dp.iface[0].excluded[reason::RUNT as usize], 1);
+
+    // ERSPAN II outer headers are 50 bytes: a 10-byte inner frame makes a 60-byte frame with
+    // no padding, whose inner frame is a runt.
+    let inner = vec![0x02u8; 10];
+    let f = mirrored(Mirror::Erspan2, &inner);
+    assert_eq!(f.len(), 60);
+    let r = run_case("runt_frames", &Policy::NONE, &[f]);
+    let s = ingress(&r);
+    assert_eq!(s.frames, 1);
+    assert_eq!(s.excluded[reason::RUNT as usize], 1);
+    assert_eq!(s.encap[encap::ERSPAN2 as usize], 1);
+    assert_eq!(s.roce, 0);
+}
+
+#[test]
+fn bad_ip_header() {
+    let mut f = Roce::default().build();
+    f[14] = 0x44; // IHL 4 words
+    let r = run_case("bad_ip_header", &Policy::NONE, &[f]);
+    if skipped() {
+        return;
+    }
+    let s = ingress(&r);
+    assert_eq!((s.frames, s.roce), (1, 0));
+    assert_eq!(s.excluded[reason::BAD_IP_HEADER as usize], 1);
+    assert!(r.snap.qps.is_empty());
+}
+
+#[test]
+fn ip_fragments() {
+    let first = Roce {
+        more_fragments: true,
+        ..Roce::default()
+    }
+    .build();
+    let later = Roce {
+        frag_offset: 100,
+        ..Roce::default()
+    }
+    .build();
+    let r = run_case("ip_fragments", &Policy::NONE, &[first, later]);
+    if skipped() {
+        return;
+    }
+    let s = ingress(&r);
+    assert_eq!(s.excluded[reason::IP_FRAGMENT as usize], 2);
+    assert_eq!(s.roce, 0);
+}
+
+#[test]
+fn short_bth() {
+    // By the UDP length field: 11 bytes of UDP payload (the frame carries more: padding).
+    let mut by_len = Roce::default().build();
+    let ulen_off = 14 + 20 + 4;
+    by_len[ulen_off..ulen_off + 2].copy_from_slice(&(8u16 + 11).to_be_bytes());
+    // By the capture: the frame ends 6 bytes into the BTH.
+    let mut cut = Roce::default().build();
+    cut.truncate(14 + 20 + 8 + 6);
+    // Ethernet padding is not payload: 4 bytes of UDP payload in a 60-byte frame.
+    let padded = {
+        let mut p = Roce {
+            payload: 0,
+            ..Roce::default()
+        }
+        .build();
+        p[ulen_off..ulen_off + 2].copy_from_slice(&(8u16 + 4).to_be_bytes());
+        p
+    };
+    let r = run_case("short_bth", &Policy::NONE, &[by_len, cut, padded]);
+    if skipped() {
+        return;
+    }
+    let s = ingress(&r);
+    assert_eq!(s.excluded[reason::SHORT_BTH as usize], 3);
+    assert_eq!(s.excluded[reason::TRUNCATED as usize], 0);
+    assert_eq!(s.roce, 0);
+}
+
+#[test]
+fn udp_source_port_only_and_not_roce() {
+    let src_only = Roce {
+        sport: 4791,
+        dport: 50000,
+        ..Roce::default()
+    }
+    .build();
+    let dns = Roce {
+        dport: 53,
+        ..Roce::default()
+    }
+    .build();
+    let arp = ethernet(MAC_A, [0xff; 6], &[], etherparse::EtherType(0x0806), &[0u8; 28]);
+    let r = run_case("udp_source_port_only", &Policy::NONE, &[src_only, dns, arp]);
+    if skipped() {
+        return;
+    }
+    let s = ingress(&r);
+    assert_eq!(s.frames, 3);
+    assert_eq!(s.excluded[reason::UDP_SRC_PORT_ONLY as usize], 1);
+    assert_eq!(s.not_roce, 2);
+    assert_eq!(s.roce, 0);
+}
+
+#[test]
+fn vlan_and_qinq_outermost_pcp() {
+    let single = Roce {
+        tags: vec![(0x8100, 3, 100)],
+        dest_qp: 1,
+        ..Roce::default()
+    }
+    .build();
+    let qinq = Roce {
+        tags: vec![(0x88a8, 5, 10), (0x8100, 3, 100)],
+        dest_qp: 2,
+        ..Roce::default()
+    }
+    .build();
+    let untagged = Roce {
+        dest_qp: 3,
+        ..Roce::default()
+    }
+    .build();
+    let lens = [single.len(), qinq.len(), untagged.len()];
+    let r = run_case("vlan_and_qinq", &Policy::NONE, &[single, qinq, untagged]);
+    if skipped() {
+        return;
+    }
+    assert_eq!(ingress(&r).roce, 3);
+    for (qpn, pcp, len) in [(1, 3usize, lens[0]), (2, 5, lens[1]), (3, PCP_NONE as usize, lens[2])] {
+        let (_, v) = r.snap.qps.iter().find(|(k, _)| k.dest_qp == qpn).expect("qp");
+        assert_eq!(v.pcp_hist[class::DATA][pcp], 1, "qp {qpn}");
+        assert_eq!(v.pkts, 1);
+        assert_eq!(v.bytes_l2, len as u64, "qp {qpn}: L2 bytes include the tags");
+    }
+}
+
+#[test]
+fn ipv4_options_are_parsed_past() {
+    let f = Roce {
+        options: 8,
+        ..Roce::default()
+    }
+    .build();
+    let r = run_case("ipv4_options", &Policy::NONE, &[f]);
+    if skipped() {
+        return;
+    }
+    let (k, v) = only_qp("ipv4_options", &r.snap);
+    assert_eq!(k.src_ip, mapped(IP_A));
+    assert_eq!(k.dst_ip, mapped(IP_B));
+    assert_eq!(k.dest_qp, 0x11);
+    let udp_payload = 12 + 68;
+    assert_eq!(v.bytes_udp, udp_payload);
+    assert_eq!(v.bytes_ip, 28 + 8 + udp_payload);
+}
+
+#[test]
+fn ipv6_roce() {
+    let mut s = [0u8; 16];
+    let mut d = [0u8; 16];
+    s[0] = 0xfd;
+    s[15] = 1;
+    d[0] = 0xfd;
+    d[15] = 2;
+    let f = Roce {
+        v6: Some((s, d)),
+        dscp: 26,
+        ecn: 1,
+        ..Roce::default()
+    }
+    .build();
+    let r = run_case("ipv6_roce", &Policy::NONE, &[f]);
+    if skipped() {
+        return;
+    }
+    let (k, v) = only_qp("ipv6_roce", &r.snap);
+    assert_eq!((k.src_ip, k.dst_ip), (s, d));
+    assert_eq!(v.dscp_hist[class::DATA][26], 1);
+    assert_eq!(v.ecn_hist[class::DATA][1], 1);
+    assert_eq!(v.bytes_ip, 40 + 8 + 12 + 68);
+}
+
+#[test]
+fn mirrored_roce() {
+    let frames: Vec<Vec<u8>> = [(Mirror::GreTeb, 1u32), (Mirror::Erspan2, 2), (Mirror::Erspan3, 3)]
+        .iter()
+        .map(|&(m, qpn)| {
+            let inner = Roce {
+                dest_qp: qpn,
+                tags: vec![(0x8100, 4, 7)],
+                ..Roce::default()
+            }
+            .build();
+            mirrored(m, &inner)
+        })
+        .collect();
+    let inner_len = Roce {
+        tags: vec![(0x8100, 4, 7)],
+        ..Roce::default()
+    }
+    .build()
+    .len() as u64;
+    let r = run_case("mirrored_roce", &Policy::NONE, &frames);
+    if skipped() {
+        return;
+    }
+    let s = ingress(&r);
+    assert_eq!(s.roce, 3);
+    assert_eq!(s.encap[encap::GRE_TEB as usize], 1);
+    assert_eq!(s.encap[encap::ERSPAN2 as usize], 1);
+    assert_eq!(s.encap[encap::ERSPAN3 as usize], 1);
+    assert_eq!(r.snap.qps.len(), 3);
+    for (k, v) in &r.snap.qps {
+        assert_eq!(k.src_ip, mapped(IP_A), "the inner packet's addresses");
+        assert_eq!(v.pcp_hist[class::DATA][4], 1, "the inner frame's PCP");
+        assert_eq!(v.bytes_l2, inner_len, "L2 bytes of the inner frame");
+    }
+}
+
+#[test]
+fn acks_naks_rnr() {
+    let ack = |syndrome: u8| {
+        Roce {
+            opcode: 0x11,
+            aeth: Some(((syndrome as u32) << 24) | 5),
+            payload: 4,
+            ..Roce::default()
+        }
+        .build()
+    };
+    let frames = vec![ack(0x00), ack(0x60), ack(0x20), ack(0x61)];
+    let r = run_case("acks_naks_rnr", &Policy::NONE, &frames);
+    if skipped() {
+        return;
+    }
+    let (_, v) = only_qp("acks_naks_rnr", &r.snap);
+    assert_eq!(v.acks(), 4);
+    assert_eq!(v.class_pkts(class::ACK), 4);
+    assert_eq!(v.naks, 2);
+    assert_eq!(v.nak_psn_seq_err, 1);
+    assert_eq!(v.rnr_naks, 1);
+    assert_eq!(v.psn_max_p1, 0, "ACKs are not PSN-analysed");
+    assert_eq!(v.psn_retrans, 0);
+    let kinds: Vec<u32> = r.events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, vec![ev::NEW_QP, ev::NAK, ev::RNR_NAK]);
+    assert_eq!(r.events[1].detail, 0x6000_0005);
+    assert_eq!(r.events[2].detail, 0x2000_0005);
+}
+
+#[test]
+fn cnp() {
+    let f = Roce {
+        opcode: 0x81,
+        payload: 16 + 4,
+        ecn: 1,
+        dscp: 48,
+        ..Roce::default()
+    }
+    .build();
+    let r = run_case("cnp", &Policy::NONE, &[f.clone(), f]);
+    if skipped() {
+        return;
+    }
+    let (_, v) = only_qp("cnp", &r.snap);
+    assert_eq!(v.cnp(), 2);
+    assert_eq!(v.dscp_hist[class::CNP][48], 2);
+    assert_eq!(v.opcode_hist[opcode_bucket(0x81)], 2);
+    assert_eq!(v.psn_max_p1, 0);
+    let kinds: Vec<u32> = r.events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, vec![ev::NEW_QP, ev::CNP]);
+}
+
+fn psn_frames(psns: &[u32]) -> Vec<Vec<u8>> {
+    psns.iter().map(|&p| Roce::data(p).build()).collect()
+}
+
+#[test]
+fn psn_gap() {
+    let r = run_case("psn_gap", &Policy::NONE, &psn_frames(&[10, 11, 15]));
+    if skipped() {
+        return;
+    }
+    let (_, v) = only_qp("psn_gap", &r.snap);
+    assert_eq!((v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind), (1, 3, 0, 0));
+    assert_eq!(v.psn_max(), Some(15));
+    let gap: Vec<&Event> = r.events.iter().filter(|e| e.kind == ev::PSN_GAP).collect();
+    assert_eq!(gap.len(), 1);
+    assert_eq!((gap[0].psn, gap[0].detail), (15, 3));
+}
+
+#[test]
+fn go_back_n_episode() {
+    // L = 3 lost (102..104), k = 2 more in flight after 105 (106, 107), then resend from 102.
+    let psns = [100, 101, 105, 106, 107, 102, 103, 104, 105, 106, 107];
+    let r = run_case("go_back_n", &Policy::NONE, &psn_frames(&psns));
+    if skipped() {
+        return;
+    }
+    let (_, v) = only_qp("go_back_n", &r.snap);
+    let (l, k) = (3, 2);
+    assert_eq!(v.psn_gaps, 1);
+    assert_eq!(v.psn_missing, l);
+    assert_eq!(v.psn_retrans, l + k + 1);
+    assert_eq!(v.psn_behind, l + k);
+    assert_eq!(v.pkts, psns.len() as u64);
+}
+
+#[test]
+fn psn_wrap_is_not_a_gap() {
+    let r = run_case("psn_wrap", &Policy::NONE, &psn_frames(&[0xfffffe, 0xffffff, 0, 1]));
+    if skipped() {
+        return;
+    }
+    let (_, v) = only_qp("psn_wrap", &r.snap);
+    assert_eq!((v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind), (0, 0, 0, 0));
+    assert_eq!(v.psn_max(), Some(1));
+}
+
+#[test]
+fn suspect_opcode_and_tver() {
+    let bad_op = Roce {
+        opcode: 0x30,
+        ..Roce::default()
+    }
+    .build();
+    let bad_tver = Roce {
+        flags: 0x01,
+        psn: 101,
+        ..Roce::default()
+    }
+    .build();
+    let r = run_case("suspect", &Policy::NONE, &[bad_op, bad_tver]);
+    if skipped() {
+        return;
+    }
+    let (_, v) = only_qp("suspect", &r.snap);
+    assert_eq!(v.suspect, 2);
+    assert_eq!(v.opcode_hist[qp::OPCODE_OTHER], 1);
+    assert!(r.events.iter().any(|e| e.kind == ev::SUSPECT));
+}
+
+#[test]
+fn pfc_enabled_priorities_only() {
+    // Priorities 3 (XOFF, 0xffff quanta) and 4 (XON) enabled; priority 5 has a time but its
+    // enable bit is clear, so it is ignored.
+    let f = pfc(MAC_A, &[], 0b0001_1000, [0, 0, 0, 0xffff, 0, 100, 0, 0]);
+    let r = run_case("pfc", &Policy::NONE, &[f.clone(), f]);
+    if skipped() {
+        return;
+    }
+    let mut want = PfcCounters {
+        pfc_frames: 2,
+        ..PfcCounters::default()
+    };
+    want.enabled[3] = 2;
+    want.xoff[3] = 2;
+    want.quanta[3] = 2 * 0xffff;
+    want.enabled[4] = 2;
+    want.xon[4] = 2;
+    assert_eq!(ingress(&r).pfc, want);
+    assert_eq!(
+        r.snap.macs,
+        vec![(
+            MacKey {
+                mac: MAC_A,
+                dir: dir::INGRESS,
+                _pad: 0
+            },
+            want
+        )]
+    );
+}
+
+#[test]
+fn pause_8023x() {
+    let r = run_case("pause", &Policy::NONE, &[pause(MAC_B, 0x100), pause(MAC_B, 0)]);
+    if skipped() {
+        return;
+    }
+    let want = PfcCounters {
+        pause: 2,
+        pause_xon: 1,
+        pause_quanta: 0x100,
+        ..PfcCounters::default()
+    };
+    assert_eq!(ingress(&r).pfc, want);
+    assert_eq!(r.snap.macs.len(), 1);
+    assert_eq!(r.snap.macs[0].1, want);
+}
+
+#[test]
+fn policy_mismatch_events_first_occurrence_only() {
+    let bad = Roce {
+        dscp: 0,
+        ecn: 0,
+        dest_qp: 1,
+        ..Roce::default()
+    }
+    .build();
+    let good = Roce {
+        dscp: 26,
+        ecn: 2,
+        tags: vec![(0x8100, 3, 100)],
+        dest_qp: 2,
+        ..Roce::default()
+    }
+    .build();
+    let bad2 = Roce {
+        dscp: 0,
+        ecn: 0,
+        dest_qp: 1,
+        psn: 101,
+        ..Roce::default()
+    }
+    .build();
+    let r = run_case("policy_events", &policy_enabled(), &[bad, bad2, good]);
+    if skipped() {
+        return;
+    }
+    let on = |q: u32| -> Vec<u32> {
+        r.events
+            .iter()
+            .filter(|e| e.key.dest_qp == q)
+            .map(|e| e.kind)
+            .collect()
+    };
+    let d = class::DATA as u32;
+    assert_eq!(on(1), vec![ev::NEW_QP, ev::DSCP + d, ev::PCP + d, ev::NOT_ECT + d]);
+    assert_eq!(on(2), vec![ev::NEW_QP]);
+    let e = r.events.iter().find(|e| e.kind == ev::DSCP + d).unwrap();
+    assert_eq!((e.dscp, e.ecn, e.pcp), (0, 0, PCP_NONE));
+    // Policy::NONE checks nothing: the same frames give only new_qp.
+    let r2 = run_case("policy_none", &Policy::NONE, &[Roce::default().build()]);
+    assert_eq!(r2.events.iter().map(|e| e.kind).collect::<Vec<_>>(), vec![ev::NEW_QP]);
+}
+
+#[test]
+fn drop_after_observe() {
+    if !observer::testutil::require_root("drop_after_observe") {
+        return;
+    }
+    let policy = Policy {
+        flags: policy_flags::DROP_AFTER_OBSERVE,
+        ..Policy::NONE
+    };
+    let frames = vec![Roce::default().build(), pfc(MAC_A, &[], 1, [1; 8])];
+    let mut t = tester();
+    let x = run_on(&mut t, "drop", prog::XDP, &policy, &frames);
+    assert_eq!(x.rets, vec![XDP_DROP, XDP_DROP]);
+    assert_eq!(ingress(&x).dropped, 2);
+    assert_eq!(ingress(&x).roce, 1, "observed before being dropped");
+    let tc = run_on(&mut t, "drop", prog::TC_EGRESS, &policy, &frames);
+    assert_eq!(tc.rets, vec![TC_ACT_SHOT, TC_ACT_SHOT]);
+    assert_eq!(tc.snap.iface_stats[dir::EGRESS as usize].dropped, 2);
+    // And without the flag nothing is dropped.
+    let pass = run_on(&mut t, "pass", prog::XDP, &Policy::NONE, &frames);
+    assert_eq!(pass.rets, vec![XDP_PASS, XDP_PASS]);
+    assert_eq!(ingress(&pass).dropped, 0);
+    let pass = run_on(&mut t, "pass", prog::TC_INGRESS, &Policy::NONE, &frames);
+    assert_eq!(pass.rets, vec![TC_ACT_OK, TC_ACT_OK]);
+}
+
+#[test]
+fn full_qp_map_counts_untracked() {
+    if !observer::testutil::require_root("full_qp_map_counts_untracked") {
+        return;
+    }
+    let mut t = ProgTester::load(2, &Policy::NONE).unwrap_or_else(|e| panic!("{e}"));
+    let frames: Vec<Vec<u8>> = (1..=3)
+        .map(|q| {
+            Roce {
+                dest_qp: q,
+                ..Roce::default()
+            }
+            .build()
+        })
+        .collect();
+    let mut dp = Datapath::new(Policy::NONE, 2);
+    dp.check_icrc = false;
+    for (i, f) in frames.iter().chain(frames.iter()).enumerate() {
+        t.run_xdp(f).unwrap();
+        dp.process(f, f.len() as u32, i as u64, dir::INGRESS);
+    }
+    let s = t.snapshot("test", 0).unwrap();
+    assert_same("full_qp_map", &s, &dp.snapshot("test", 0, None));
+    let st = s.iface_stats[0];
+    assert_eq!(s.qps.len(), 2);
+    assert_eq!(st.roce, 6);
+    assert_eq!(st.qp_insert_failed, 2);
+    assert_eq!(st.roce_untracked, 2);
+    // Evicting one key returns its last value and frees a slot for the third QP.
+    let k = s.qps[0].0;
+    let ev = t.evict(&[k]).unwrap();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].1.pkts, 2);
+    assert!(t.evict(&[k]).unwrap().is_empty(), "already gone");
+    t.run_xdp(&frames[2]).unwrap();
+    let s = t.snapshot("test", 0).unwrap();
+    assert_eq!(s.qps.len(), 2);
+    assert!(s.qps.iter().any(|(k, _)| k.dest_qp == 3));
+}
+
+#[test]
+fn snapshot_times_are_wall_clock() {
+    if !observer::testutil::require_root("snapshot_times_are_wall_clock") {
+        return;
+    }
+    let mut t = tester();
+    t.set_policy(&Policy::NONE).unwrap();
+    t.reset().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    t.run_xdp(&Roce::default().build()).unwrap();
+    let s = t.snapshot("test", 0).unwrap();
+    let (_, v) = only_qp("times", &s);
+    let slack = 5_000_000_000;
+    assert!(v.first_ns + slack > now && v.first_ns < now + slack, "first_ns {}", v.first_ns);
+    assert!(v.last_ns >= v.first_ns);
+    let mut e = Vec::new();
+    t.drain_events(&mut e);
+    assert_eq!(e.len(), 1);
+    assert!(e[0].ts_ns + slack > now && e[0].ts_ns < now + slack);
+}
+
+#[test]
+fn jumbo_frame_counts_every_fragment() {
+    // A 4096-MTU data packet (~4.2 KB frame) is larger than a page: XDP sees it as a
+    // multi-buffer frame; the wire length must still be the whole frame.
+    let f = Roce {
+        payload: 4200 - (14 + 20 + 8 + 12),
+        ..Roce::default()
+    }
+    .build();
+    assert_eq!(f.len(), 4200);
+    if !observer::testutil::require_root("jumbo_frame") {
+        return;
+    }
+    // XDP only: BPF_PROG_TEST_RUN takes no skb larger than a page for tc.
+    let r = run_on(&mut tester(), "jumbo_frame", prog::XDP, &Policy::NONE, &[f]);
+    let (_, v) = only_qp("jumbo_frame", &r.snap);
+    assert_eq!(v.bytes_l2, 4200);
+    assert_eq!(v.max_udp_payload, 4200 - (14 + 20 + 8));
+    assert_eq!(ingress(&r).bytes, 4200);
+}

@@ -1,0 +1,23 @@
+//! Every eBPF program of the object passes the kernel verifier.
+use observer::live::{ProgTester, prog};
+use observer_common::maps::Policy;
+
+#[test]
+fn every_program_passes_the_verifier() {
+    if !observer::testutil::require_root("every_program_passes_the_verifier") {
+        return;
+    }
+    // ProgTester::load loads (verifies) every program in prog::ALL.
+    let mut t = match ProgTester::load(64, &Policy::NONE) {
+        Ok(t) => t,
+        Err(e) => panic!("{e}"),
+    };
+    // Each one also runs: a minimal Ethernet frame passes through every program.
+    let frame = [0u8; 60];
+    for p in prog::ALL {
+        let (ret, _) = t.run(p, &frame, 1).unwrap_or_else(|e| panic!("{p}: {e}"));
+        // XDP_PASS = 2, TC_ACT_OK = 0.
+        let want = if p.starts_with("roce_tc") { 0 } else { 2 };
+        assert_eq!(ret, want, "{p} returned {ret}");
+    }
+}

@@ -1,0 +1,185 @@
+//! `cargo xtask bench-ebpf`: ns per packet of the kernel datapath under BPF_PROG_TEST_RUN.
+//!
+//! Per case: a fresh load of the object (fresh maps), one warm-up run (which inserts the QP key
+//! and emits its first-occurrence events), then `runs` test runs of `repeat` packets each; the
+//! kernel reports the average ns per packet of each run and the table shows the median. The
+//! baseline is the object's `xdp_empty` (returns XDP_PASS, nothing else) on the same frame in
+//! the same load, so the test-run harness cost (and the frame copy) is in both.
+//!
+//! The same frame is repeated, so after the warm-up every data packet of a case takes the
+//! retransmission branch of the PSN analysis (d = 0: no compare-and-swap); a packet with a new
+//! PSN adds one CAS on an uncontended cache line.
+
+use anyhow::{Context, Result, bail};
+use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, SingleVlanHeader, UdpHeader};
+use observer::live::{ProgTester, prog};
+use observer_common::maps::Policy;
+
+struct Case {
+    name: &'static str,
+    prog: &'static str,
+    frame: Vec<u8>,
+}
+
+fn eth(tags: &[(u8, u16)], et: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    let first = if tags.is_empty() { et } else { 0x8100 };
+    Ethernet2Header {
+        source: [2, 0, 0, 0, 0, 0xa],
+        destination: [2, 0, 0, 0, 0, 0xb],
+        ether_type: EtherType(first),
+    }
+    .write(&mut f)
+    .expect("vec write");
+    for (i, &(pcp, vid)) in tags.iter().enumerate() {
+        let next = if i + 1 < tags.len() { 0x8100 } else { et };
+        SingleVlanHeader {
+            pcp: etherparse::VlanPcp::try_new(pcp).expect("pcp"),
+            drop_eligible_indicator: false,
+            vlan_id: etherparse::VlanId::try_new(vid).expect("vid"),
+            ether_type: EtherType(next),
+        }
+        .write(&mut f)
+        .expect("vec write");
+    }
+    f.extend_from_slice(payload);
+    if f.len() < 60 {
+        f.resize(60, 0);
+    }
+    f
+}
+
+fn ipv4_udp(proto: IpNumber, dport: u16, l4_payload: &[u8], dscp_ecn: u8) -> Vec<u8> {
+    let mut l3 = Vec::new();
+    let udp_len = if proto == IpNumber::UDP { 8 } else { 0 };
+    let mut h = Ipv4Header::new(
+        (udp_len + l4_payload.len()) as u16,
+        64,
+        proto,
+        [10, 77, 0, 1],
+        [10, 77, 0, 2],
+    )
+    .expect("ipv4");
+    h.dscp = etherparse::IpDscp::try_new(dscp_ecn >> 2).expect("dscp");
+    h.ecn = etherparse::IpEcn::try_new(dscp_ecn & 3).expect("ecn");
+    h.header_checksum = h.calc_header_checksum();
+    h.write(&mut l3).expect("vec write");
+    if proto == IpNumber::UDP {
+        UdpHeader::without_ipv4_checksum(49152, dport, l4_payload.len())
+            .expect("udp")
+            .write(&mut l3)
+            .expect("vec write");
+    }
+    l3.extend_from_slice(l4_payload);
+    l3
+}
+
+/// BTH (+ AETH) and `extra` payload bytes.
+fn bth(opcode: u8, psn: u32, aeth: Option<u32>, extra: usize) -> Vec<u8> {
+    let mut p = vec![opcode, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0x80];
+    p.extend_from_slice(&psn.to_be_bytes()[1..]);
+    if let Some(a) = aeth {
+        p.extend_from_slice(&a.to_be_bytes());
+    }
+    p.resize(p.len() + extra, 0x5a);
+    p
+}
+
+/// A tagged RoCEv2 RC SEND data frame of exactly `len` bytes.
+fn roce_data(len: usize) -> Vec<u8> {
+    let hdr = 14 + 4 + 20 + 8 + 12;
+    eth(&[(3, 100)], 0x0800, &ipv4_udp(IpNumber::UDP, 4791, &bth(0x04, 7, None, len - hdr), 26 << 2 | 2))
+}
+
+fn cases() -> Vec<Case> {
+    let ack = eth(&[(3, 100)], 0x0800, &ipv4_udp(IpNumber::UDP, 4791, &bth(0x11, 7, Some(5), 4), 26 << 2));
+    let cnp = eth(&[(6, 100)], 0x0800, &ipv4_udp(IpNumber::UDP, 4791, &bth(0x81, 0, None, 20), 48 << 2 | 1));
+    let mut pfc = vec![0x01, 0x01, 0x00, 0x08];
+    for p in 0..8u16 {
+        pfc.extend_from_slice(&(if p == 3 { 0xffffu16 } else { 0 }).to_be_bytes());
+    }
+    let pfc = eth(&[], 0x8808, &pfc);
+    let udp = eth(&[], 0x0800, &ipv4_udp(IpNumber::UDP, 53, &[0u8; 100], 0));
+    // ERSPAN II: GRE with sequence, protocol 0x88be, 8-byte ERSPAN header, inner frame.
+    let inner = roce_data(1100 - (14 + 20 + 8 + 8));
+    let mut gre = vec![0x10, 0x00, 0x88, 0xbe, 0, 0, 0, 7, 0x10, 0, 0, 1, 0, 0, 0, 0];
+    gre.extend_from_slice(&inner);
+    let erspan = eth(&[], 0x0800, &ipv4_udp(IpNumber::GRE, 0, &gre, 0));
+    vec![
+        Case { name: "RoCE data 1100 B", prog: prog::XDP, frame: roce_data(1100) },
+        Case { name: "RoCE data 4200 B", prog: prog::XDP, frame: roce_data(4200) },
+        Case { name: "RoCE ACK", prog: prog::XDP, frame: ack },
+        Case { name: "RoCE CNP", prog: prog::XDP, frame: cnp },
+        Case { name: "PFC frame", prog: prog::XDP, frame: pfc },
+        Case { name: "non-RoCE UDP", prog: prog::XDP, frame: udp },
+        Case { name: "ERSPAN II RoCE 1100 B", prog: prog::XDP, frame: erspan },
+        Case { name: "RoCE data 1100 B (tc egress)", prog: prog::TC_EGRESS, frame: roce_data(1100) },
+    ]
+}
+
+fn median(mut v: Vec<u128>) -> u128 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn measure(t: &mut ProgTester, p: &str, frame: &[u8], runs: usize, repeat: u32) -> Result<u128> {
+    // Warm-up: inserts the key, emits the first-occurrence events, warms the caches.
+    t.run(p, frame, 1000).with_context(|| format!("{p} warm-up"))?;
+    let mut v = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let (_, d) = t.run(p, frame, repeat).with_context(|| format!("{p} run"))?;
+        v.push(d.as_nanos());
+    }
+    Ok(median(v))
+}
+
+pub fn main(args: &[String]) -> Result<()> {
+    let mut repeat: u32 = 1_000_000;
+    let mut runs: usize = 9;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--repeat" => repeat = it.next().context("--repeat N")?.parse()?,
+            "--runs" => runs = it.next().context("--runs N")?.parse()?,
+            other => bail!("unknown argument {other:?} (--repeat N, --runs N)"),
+        }
+    }
+    if runs == 0 || repeat == 0 {
+        bail!("--runs and --repeat must be positive");
+    }
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_default();
+    println!(
+        "kernel datapath, BPF_PROG_TEST_RUN, median of {runs} runs x {repeat} packets; kernel {}; {cpu}",
+        kernel.trim()
+    );
+    println!(
+        "{:<30} {:>7} {:>9} {:>11} {:>7} {:>11}",
+        "case", "bytes", "ns/pkt", "empty ns", "ratio", "ns - empty"
+    );
+    for c in cases() {
+        // Fresh maps per case.
+        let mut t = ProgTester::load(65536, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ns = measure(&mut t, c.prog, &c.frame, runs, repeat)?;
+        let empty = measure(&mut t, prog::XDP_EMPTY, &c.frame, runs, repeat)?;
+        let ratio = if empty > 0 { ns as f64 / empty as f64 } else { f64::NAN };
+        println!(
+            "{:<30} {:>7} {:>9} {:>11} {:>7.2} {:>11}",
+            c.name,
+            c.frame.len(),
+            ns,
+            empty,
+            ratio,
+            ns as i128 - empty as i128
+        );
+    }
+    Ok(())
+}
