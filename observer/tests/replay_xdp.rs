@@ -92,8 +92,8 @@ fn compare(t: &mut ProgTester, name: &str, path: &Path, cut: bool) -> usize {
     for (k, r) in ks.iter().zip(&rs) {
         let mut kq: Vec<(QpKey, QpValue)> = k.qps.iter().map(|(a, b)| (*a, comparable(b, !cut))).collect();
         let mut rq: Vec<(QpKey, QpValue)> = r.qps.iter().map(|(a, b)| (*a, comparable(b, !cut))).collect();
-        kq.sort_by(|a, b| a.0.cmp(&b.0));
-        rq.sort_by(|a, b| a.0.cmp(&b.0));
+        kq.sort_by_key(|a| a.0);
+        rq.sort_by_key(|a| a.0);
         assert_eq!(
             kq.iter().map(|x| x.0).collect::<Vec<_>>(),
             rq.iter().map(|x| x.0).collect::<Vec<_>>(),

@@ -92,7 +92,7 @@ pub fn parse_interval(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("invalid interval {s:?} (examples: 1s, 500ms, 10)"))?;
     let ns = v * mul;
-    if !(ns >= 1e3 && ns < 1e15) {
+    if !(1e3..1e15).contains(&ns) {
         return Err(format!("interval {s:?} out of range (1us .. 11 days)"));
     }
     Ok(ns as u64)
@@ -114,7 +114,7 @@ pub fn parse_speed(s: &str) -> Result<u64, String> {
     let v: f64 = num
         .parse()
         .map_err(|_| format!("invalid link speed {s:?} (examples: 100G, 400g, 25000000000)"))?;
-    if !(v * mul >= 1e6) {
+    if v.is_nan() || v * mul < 1e6 {
         return Err(format!("link speed {s:?} too small (bit/s)"));
     }
     Ok((v * mul) as u64)
@@ -575,5 +575,27 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             }
             anyhow::bail!("{n} inputs failed")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_and_speeds() {
+        assert_eq!(parse_interval("1s"), Ok(1_000_000_000));
+        assert_eq!(parse_interval("250ms"), Ok(250_000_000));
+        assert_eq!(parse_interval("2"), Ok(2_000_000_000));
+        assert_eq!(parse_interval("1h"), Ok(3_600_000_000_000));
+        assert!(parse_interval("0").is_err());
+        assert!(parse_interval("NaN").is_err());
+        assert!(parse_interval("fast").is_err());
+        assert_eq!(parse_speed("100G"), Ok(100_000_000_000));
+        assert_eq!(parse_speed("100"), Ok(100_000_000_000));
+        assert_eq!(parse_speed("25000000000"), Ok(25_000_000_000));
+        assert_eq!(parse_speed("400g"), Ok(400_000_000_000));
+        assert!(parse_speed("0").is_err());
+        assert!(parse_speed("x").is_err());
     }
 }
