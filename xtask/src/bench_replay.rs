@@ -6,7 +6,8 @@
 //! truncating switch mirror delivers). Times the release `roce-observe replay` (median of 3, with
 //! and without ICRC verification), reads each run's peak RSS with wait4(2), runs
 //! `tshark -T fields` with the tshark comparison test's fields once on the same file, and prints
-//! a table with the ratio.
+//! a table with the ratio. Replay runs as a user runs it: collector on (Parquet, alerts,
+//! summary.json into a temporary directory), nvidia profile, JSON summary on stdout.
 
 #[path = "../../observer/tests/support/corpus.rs"]
 #[allow(dead_code, clippy::all)]
@@ -161,11 +162,18 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let cut_bytes = generate(&cut, packets, 128)?;
     eprintln!("generated in {:.1} s", t.elapsed().as_secs_f64());
 
+    // As a user runs it: the collector on (Parquet flow logs, alerts, summary.json into a
+    // fresh directory per run), the summary as JSON on stdout.
+    let out_dir = dir.join("out");
     let replay = |file: &Path, extra: &[&str]| -> anyhow::Result<Run> {
         let mut runs = Vec::new();
         for _ in 0..3 {
+            let _ = std::fs::remove_dir_all(&out_dir);
             let mut c = Command::new(&bin);
-            c.args(["replay", "--profile", "none", "--json"]).args(extra).arg(file);
+            c.args(["replay", "--profile", "nvidia", "--json", "--out"])
+                .arg(&out_dir)
+                .args(extra)
+                .arg(file);
             runs.push(timed(&mut c)?);
         }
         Ok(median(&runs))

@@ -333,15 +333,22 @@ where
             }
             Err(PcapError::Eof) => break,
             Err(PcapError::Incomplete(_)) => {
-                stalls += 1;
-                if stalls > 1_000_000 {
-                    return Err(corrupt(offset, "input makes no progress".into()));
-                }
+                let before = r.data().len();
                 r.refill().map_err(|_| ReplayError::Io {
                     file: file.to_string(),
                     offset,
                     source: err.borrow_mut().take().unwrap_or_else(|| io::Error::other("read failed")),
                 })?;
+                // A read that brings nothing new (and is not the end, which the next call
+                // reports) repeated many times means the reader cannot make progress.
+                if r.data().len() == before && !r.reader_exhausted() {
+                    stalls += 1;
+                    if stalls > 1000 {
+                        return Err(corrupt(offset, "input makes no progress".into()));
+                    }
+                } else {
+                    stalls = 0;
+                }
             }
             Err(PcapError::BufferTooSmall) => {
                 if capacity >= MAX_RECORD {
