@@ -41,7 +41,13 @@ fn advance(s: &mut Snapshot, active: usize, round: u64, t_ns: u64) {
     for j in 0..active {
         let idx = (j + (round as usize * active)) % n;
         let v = &mut s.qps[idx].1;
-        let p = 100 + (idx as u64 % 50);
+        // packets per interval vary per key and interval (1..4096), as in real traffic
+        let mut x = (idx as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ round.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x ^= x >> 31;
+        let p = 1 + (x % 4096);
+        if x & 0xff == 0 {
+            v.ecn_hist[class::DATA][3] += 1; // occasional CE mark
+        }
         v.pkts += p + 2;
         v.bytes_l2 += p * 4158 + 2 * 62;
         v.bytes_ip += p * 4140 + 2 * 44;
@@ -129,6 +135,9 @@ fn run(qps: usize, active: usize, intervals: usize) -> Row {
 }
 
 fn main() {
+    if std::env::var_os("BENCH_NO_TUNE").is_none() {
+        observer::collector::tune_allocator();
+    }
     let args: Vec<String> = std::env::args().collect();
     let mut intervals = 7usize;
     let mut sizes = vec![10_000usize, 100_000];

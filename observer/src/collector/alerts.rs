@@ -352,6 +352,36 @@ pub fn mtu_of_payload(pl: u32) -> u32 {
 
 /// Interval rules for one key's delta `d` (gauges carried).
 pub fn qp_interval(iface: &str, k: &QpKey, d: &QpValue, p: &Policy, expected_mtu: u32, t_ns: u64, out: &mut Vec<Alert>) {
+    let mut nz = Vec::new();
+    super::delta::nonzero_buckets(d, &mut nz);
+    qp_interval_nz(iface, k, d, &nz, p, expected_mtu, t_ns, out)
+}
+
+/// Whether the delta breaks any per-key rule (cheap screen over the non-zero buckets).
+fn any_qp_rule(d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32) -> bool {
+    if d.psn_gaps > 0 || d.psn_retrans > 0 {
+        return true;
+    }
+    for &b in nz {
+        let (col, i) = super::delta::bucket_col(b);
+        match col {
+            1..=3 if p.dscp[col - 1] != ANY && p.dscp[col - 1] as usize != i => return true,
+            4..=6 if i == 0 && p.ecn_capable[col - 4] != 0 => return true,
+            7..=9 if p.pcp[col - 7] != ANY && (if p.pcp[col - 7] >= PCP_NONE { 8 } else { p.pcp[col - 7] as usize }) != i => {
+                return true;
+            }
+            _ => {}
+        }
+    }
+    expected_mtu > 0 && d.max_udp_payload < expected_mtu + 16 && has_full_mtu_packets(d)
+}
+
+/// [`qp_interval`] with `d`'s non-zero buckets already listed.
+#[allow(clippy::too_many_arguments)]
+pub fn qp_interval_nz(iface: &str, k: &QpKey, d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32, t_ns: u64, out: &mut Vec<Alert>) {
+    if !any_qp_rule(d, nz, p, expected_mtu) {
+        return;
+    }
     let key = AlertKey::qp(iface, k);
     let mk = |r, key: AlertKey, obs, exp, n| Alert::candidate(r, key, t_ns, obs, exp, n, "interval");
     for c in 0..class::COUNT {

@@ -172,6 +172,7 @@ fn explain(iface: &str, e: LiveError) -> anyhow::Error {
 
 pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     let terminal = std::io::stdout().is_terminal() && !args.plain;
+    super::tune_allocator();
     init_logs(&args, terminal);
     let policy = load_policy(&args)?;
     if args.iface.is_empty() && args.synthetic_qps.is_none() {

@@ -6,6 +6,111 @@
 
 use observer_common::maps::{IfaceStats, PfcCounters, QpValue};
 
+/// Histogram buckets of a [`QpValue`] in one flat numbering: opcode 0..64, then DSCP per class
+/// (64 each), ECN per class (4 each), PCP per class (9 each).
+pub const HIST_BUCKETS: usize = 64 + 3 * 64 + 3 * 4 + 3 * 9;
+
+/// Flat bucket -> (histogram column 0..10 in `tables::hist_names` order, index in it).
+#[inline]
+pub fn bucket_col(i: u16) -> (usize, usize) {
+    let i = i as usize;
+    match i {
+        0..64 => (0, i),
+        64..256 => (1 + (i - 64) / 64, (i - 64) % 64),
+        256..268 => (4 + (i - 256) / 4, (i - 256) % 4),
+        _ => (7 + (i - 268) / 9, (i - 268) % 9),
+    }
+}
+
+/// Appends the flat numbers of `d`'s non-zero histogram buckets, ascending.
+pub fn nonzero_buckets(d: &QpValue, nz: &mut Vec<u16>) {
+    fn scan<const N: usize>(h: &[u32; N], base: usize, nz: &mut Vec<u16>) {
+        for (ci, chunk) in h.chunks(8).enumerate() {
+            if chunk.iter().any(|&x| x != 0) {
+                for (j, &x) in chunk.iter().enumerate() {
+                    if x != 0 {
+                        nz.push((base + ci * 8 + j) as u16);
+                    }
+                }
+            }
+        }
+    }
+    scan(&d.opcode_hist, 0, nz);
+    for c in 0..3 {
+        scan(&d.dscp_hist[c], 64 + c * 64, nz);
+    }
+    for c in 0..3 {
+        scan(&d.ecn_hist[c], 256 + c * 4, nz);
+    }
+    for c in 0..3 {
+        scan(&d.pcp_hist[c], 268 + c * 9, nz);
+    }
+}
+
+/// The value as 64-bit words (for cheap comparisons and partial copies).
+fn words(v: &QpValue) -> &[u64] {
+    // SAFETY: QpValue is #[repr(C)], 8-aligned (u64 fields), its size a multiple of 8 with no
+    // implicit padding (maps.rs layout test), and only integer fields: every byte is
+    // initialised, so viewing it as u64 words is sound.
+    unsafe { std::slice::from_raw_parts(v as *const QpValue as *const u64, size_of::<QpValue>() / 8) }
+}
+
+fn words_mut(v: &mut QpValue) -> &mut [u64] {
+    // SAFETY: as in `words`; any u64 bit pattern written back is a valid QpValue.
+    unsafe { std::slice::from_raw_parts_mut(v as *mut QpValue as *mut u64, size_of::<QpValue>() / 8) }
+}
+
+/// `*dst = *src`, writing only the 64-byte blocks that differ (keeps untouched cache lines
+/// clean: a QP's interval changes a few of its 23 blocks).
+pub fn copy_changed(dst: &mut QpValue, src: &QpValue) {
+    let s = words(src);
+    let d = words_mut(dst);
+    for (dc, sc) in d.chunks_mut(8).zip(s.chunks(8)) {
+        if dc != sc {
+            dc.copy_from_slice(sc);
+        }
+    }
+}
+
+/// [`qp_delta`] into a caller-owned scratch value, plus the non-zero histogram buckets of the
+/// delta (cleared first): the collector's hot path, with no 1.4 KiB temporaries.
+pub fn qp_delta_into(cur: &QpValue, prev: &QpValue, d: &mut QpValue, nz: &mut Vec<u16>) {
+    nz.clear();
+    if cur.pkts < prev.pkts {
+        *d = *cur;
+        nonzero_buckets(d, nz);
+        return;
+    }
+    d.max_udp_payload = cur.max_udp_payload;
+    d.psn_max_p1 = cur.psn_max_p1;
+    d.last_udp_sport = cur.last_udp_sport;
+    d.first_ns = cur.first_ns;
+    d.last_ns = cur.last_ns;
+    d.pkts = cur.pkts.wrapping_sub(prev.pkts);
+    d.bytes_l2 = cur.bytes_l2.wrapping_sub(prev.bytes_l2);
+    d.bytes_ip = cur.bytes_ip.wrapping_sub(prev.bytes_ip);
+    d.bytes_udp = cur.bytes_udp.wrapping_sub(prev.bytes_udp);
+    d.naks = cur.naks.wrapping_sub(prev.naks);
+    d.nak_psn_seq_err = cur.nak_psn_seq_err.wrapping_sub(prev.nak_psn_seq_err);
+    d.rnr_naks = cur.rnr_naks.wrapping_sub(prev.rnr_naks);
+    d.suspect = cur.suspect.wrapping_sub(prev.suspect);
+    d.psn_gaps = cur.psn_gaps.wrapping_sub(prev.psn_gaps);
+    d.psn_missing = cur.psn_missing.wrapping_sub(prev.psn_missing);
+    d.psn_retrans = cur.psn_retrans.wrapping_sub(prev.psn_retrans);
+    d.psn_behind = cur.psn_behind.wrapping_sub(prev.psn_behind);
+    d.icrc_ok = cur.icrc_ok.wrapping_sub(prev.icrc_ok);
+    d.icrc_bad = cur.icrc_bad.wrapping_sub(prev.icrc_bad);
+    d.icrc_unverifiable = cur.icrc_unverifiable.wrapping_sub(prev.icrc_unverifiable);
+    d.event_flags = cur.event_flags & !prev.event_flags;
+    sub32(&mut d.opcode_hist, &cur.opcode_hist, &prev.opcode_hist);
+    for c in 0..d.dscp_hist.len() {
+        sub32(&mut d.dscp_hist[c], &cur.dscp_hist[c], &prev.dscp_hist[c]);
+        sub32(&mut d.ecn_hist[c], &cur.ecn_hist[c], &prev.ecn_hist[c]);
+        sub32(&mut d.pcp_hist[c], &cur.pcp_hist[c], &prev.pcp_hist[c]);
+    }
+    nonzero_buckets(d, nz);
+}
+
 /// `cur - prev` for one key. `prev` = [`QpValue::ZERO`] for a key new in this interval. A key
 /// whose packet count went down was removed and re-created between two reads: its whole
 /// current value is the delta.
@@ -117,6 +222,33 @@ mod tests {
         assert_eq!(d.psn_gaps, 2);
         assert_eq!(d.max_udp_payload, 4112, "gauges carried");
         assert_eq!(d.event_flags, 0b100, "only new event bits");
+    }
+
+    #[test]
+    fn delta_into_matches_and_lists_nonzero_buckets() {
+        let mut prev = QpValue::ZERO;
+        prev.pkts = 4;
+        prev.dscp_hist[class::CNP][48] = 4;
+        let mut cur = prev;
+        cur.pkts = 9;
+        cur.opcode_hist[63] = 2;
+        cur.dscp_hist[class::CNP][48] = 7;
+        cur.ecn_hist[class::ACK][3] = 1;
+        cur.pcp_hist[class::CNP][8] = 5;
+        let mut d = QpValue::ZERO;
+        d.dscp_hist[0][1] = 99; // scratch garbage is overwritten
+        let mut nz = vec![1, 2];
+        qp_delta_into(&cur, &prev, &mut d, &mut nz);
+        assert_eq!(d, qp_delta(&cur, &prev));
+        assert_eq!(nz, vec![63, 64 + 128 + 48, 256 + 4 + 3, 268 + 18 + 8]);
+        assert_eq!(bucket_col(63), (0, 63));
+        assert_eq!(bucket_col(64 + 128 + 48), (3, 48));
+        assert_eq!(bucket_col(256 + 4 + 3), (5, 3));
+        assert_eq!(bucket_col(268 + 18 + 8), (9, 8));
+        assert_eq!(HIST_BUCKETS, 295);
+        let mut p2 = prev;
+        copy_changed(&mut p2, &cur);
+        assert_eq!(p2, cur);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod delta;
 pub mod diag;
 pub mod output;
 pub mod policy;
+pub mod prev;
 pub mod synth;
 pub mod tables;
 pub mod view;
@@ -90,6 +91,19 @@ impl CollectorConfig {
     }
 }
 
+/// Keeps freed heap memory for reuse instead of returning it to the kernel (glibc `mallopt`):
+/// every interval allocates and frees the same large column buffers, and fresh pages cost a
+/// page fault and a page clear each (a third of the collector's CPU time at 100k QPs without
+/// this). Called by the live command and the benchmark; process-wide, so not by `Collector`.
+pub fn tune_allocator() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes glibc allocator thresholds; called before heavy allocation.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
 /// This machine's host name (for file names), sanitised to `[A-Za-z0-9._-]`.
 pub fn host_name() -> String {
     let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
@@ -117,7 +131,7 @@ type PairCounts = (u64, u64, u64);
 /// Collector state of one interface.
 #[derive(Default)]
 struct IfaceState {
-    prev: HashMap<QpKey, QpValue>,
+    prev: prev::PrevStore,
     prev_iface: [IfaceStats; dir::COUNT],
     prev_macs: HashMap<MacKey, PfcCounters>,
     prev_time: Option<u64>,
@@ -130,6 +144,8 @@ struct IfaceState {
     /// Largest XOFF frames per second seen per direction and priority.
     max_xoff_per_s: [[f64; 8]; dir::COUNT],
     evictions_total: u64,
+    /// Rows written in the last interval (sizes the next interval's builders).
+    last_active: usize,
 }
 
 /// Figures of the last interval (for the view, logs and tests).
@@ -162,6 +178,9 @@ pub struct Collector {
     clock_offset_ns: i64,
     failing: HashSet<&'static str>,
     human_alerts: bool,
+    /// Scratch delta and its non-zero buckets (hot path, reused every key).
+    scratch: Box<QpValue>,
+    nz: Vec<u16>,
     pub view: view::ViewState,
     pub last: IntervalStats,
 }
@@ -195,6 +214,8 @@ impl Collector {
             clock_offset_ns: 0,
             failing: HashSet::new(),
             human_alerts,
+            scratch: Box::new(QpValue::ZERO),
+            nz: Vec::with_capacity(delta::HIST_BUCKETS),
             view: view::ViewState::default(),
             last: IntervalStats::default(),
             cfg,
@@ -321,7 +342,7 @@ impl Collector {
         });
         let start = start.min(end);
         let iface = snap.iface.as_str();
-        let mut fb = FlowsBuilder::new(&host, source, iface, start, end);
+        let mut fb = FlowsBuilder::with_capacity(&host, source, iface, start, end, snap.qps.len().min(st.last_active.saturating_mul(2).max(1024)) + st.evicted.len());
         let mut cands: Vec<Alert> = Vec::new();
         let mut new_qps = [0u64; dir::COUNT];
         let mut active = [0u64; dir::COUNT];
@@ -334,9 +355,9 @@ impl Collector {
         let mut ce_total = 0u64;
         let mut top: Vec<view::TopRow> = Vec::new();
 
-        let mut row = |k: &QpKey, d: &QpValue, new: bool, evicted: bool, fb: &mut FlowsBuilder, cands: &mut Vec<Alert>| {
-            fb.push(k, d, new, evicted, off);
-            alerts::qp_interval(iface, k, d, &pol, mtu, end, cands);
+        let mut row = |k: &QpKey, d: &QpValue, nz: &[u16], new: bool, evicted: bool, fb: &mut FlowsBuilder, cands: &mut Vec<Alert>| {
+            fb.push_nz(k, d, nz, new, evicted, off);
+            alerts::qp_interval_nz(iface, k, d, nz, &pol, mtu, end, cands);
             let ce = d.ecn_hist[class::DATA][3] as u64;
             pair_rows.push(((k.src_ip, k.dst_ip), (ce, d.cnp(), d.pkts)));
             ce_data_max = ce_data_max.max(ce);
@@ -347,47 +368,51 @@ impl Collector {
         };
 
         // Keys the source evicted, with their final values.
+        let d = &mut *self.scratch;
+        let nz = &mut self.nz;
         for (k, v) in std::mem::take(&mut st.evicted) {
             let prev = st.prev.remove(&k).unwrap_or(QpValue::ZERO);
-            let d = delta::qp_delta(&v, &prev);
+            delta::qp_delta_into(&v, &prev, d, nz);
             let di = (k.dir as usize).min(dir::COUNT - 1);
             evictions[di] += 1;
             st.evictions_total += 1;
             if d.pkts > 0 {
                 active[di] += 1;
-                row(&k, &d, prev.pkts == 0, true, &mut fb, &mut cands);
+                row(&k, d, nz, prev.pkts == 0, true, &mut fb, &mut cands);
             }
             st.retired.insert(k, v);
         }
-        for (k, v) in &snap.qps {
+        st.prev.begin_scan(snap.qps.len());
+        for (pos, (k, v)) in snap.qps.iter().enumerate() {
             let di = (k.dir as usize).min(dir::COUNT - 1);
             tracked[di] += 1;
-            match st.prev.get_mut(k) {
-                Some(pv) => {
+            match st.prev.find(pos, k) {
+                Some(slot) => {
+                    let pv = st.prev.value_mut(slot);
                     if pv.pkts == v.pkts {
                         continue;
                     }
-                    let d = delta::qp_delta(v, pv);
-                    *pv = *v;
+                    delta::qp_delta_into(v, pv, d, nz);
+                    delta::copy_changed(pv, v);
                     active[di] += 1;
-                    row(k, &d, false, false, &mut fb, &mut cands);
+                    row(k, d, nz, false, false, &mut fb, &mut cands);
                 }
                 None => {
-                    st.prev.insert(*k, *v);
+                    st.prev.insert(pos, *k, *v);
                     st.retired.remove(k);
                     new_qps[di] += 1;
                     if v.pkts > 0 {
                         active[di] += 1;
-                        row(k, v, true, false, &mut fb, &mut cands);
+                        nz.clear();
+                        delta::nonzero_buckets(v, nz);
+                        row(k, v, nz, true, false, &mut fb, &mut cands);
                     }
                 }
             }
         }
         // Keys that vanished without an eviction report: their last read values stand.
         if st.prev.len() > snap.qps.len() {
-            let now: HashSet<&QpKey> = snap.qps.iter().map(|(k, _)| k).collect();
-            let gone: Vec<QpKey> = st.prev.keys().filter(|k| !now.contains(k)).copied().collect();
-            for k in gone {
+            for k in st.prev.vanished() {
                 if let Some(v) = st.prev.remove(&k) {
                     evictions[(k.dir as usize).min(dir::COUNT - 1)] += 1;
                     st.evictions_total += 1;
@@ -542,6 +567,7 @@ impl Collector {
             }
         }
         st.prev_time = Some(end);
+        st.last_active = active.iter().sum::<u64>() as usize;
         let tracked_all: u64 = tracked.iter().sum();
         let stats = IntervalStats {
             iface: iface.to_string(),
@@ -633,7 +659,7 @@ impl Collector {
             .iter()
             .map(|(name, st)| {
                 let mut qps: Vec<(QpKey, QpValue)> = st.prev.iter().map(|(k, v)| (*k, *v)).collect();
-                qps.extend(st.retired.iter().filter(|(k, _)| !st.prev.contains_key(k)).map(|(k, v)| (*k, *v)));
+                qps.extend(st.retired.iter().filter(|(k, _)| !st.prev.contains(k)).map(|(k, v)| (*k, *v)));
                 let mut macs: Vec<(MacKey, PfcCounters)> = st.prev_macs.iter().map(|(k, v)| (*k, *v)).collect();
                 macs.sort_by_key(|a| a.0);
                 Snapshot {

@@ -21,6 +21,7 @@ use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::parse::{encap, reason};
 use observer_common::qp::{OPCODE_OTHER, bucket_opcode};
 
+use crate::collector::delta::bucket_col;
 use crate::summary::ip_of;
 
 pub fn ts_type() -> DataType {
@@ -110,18 +111,6 @@ struct Hist {
 }
 
 impl Hist {
-    fn push(&mut self, it: impl Iterator<Item = (i16, u32)>) {
-        if self.offsets.is_empty() {
-            self.offsets.push(0);
-        }
-        for (v, n) in it {
-            if n != 0 {
-                self.values.push(v);
-                self.pkts.push(n as i64);
-            }
-        }
-        self.offsets.push(self.values.len() as i32);
-    }
     fn finish(self) -> ArrayRef {
         let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
         let st = StructArray::new(
@@ -187,26 +176,36 @@ pub struct FlowsBuilder {
 
 impl FlowsBuilder {
     pub fn new(host: &str, source: &str, iface: &str, start_ns: u64, end_ns: u64) -> FlowsBuilder {
+        Self::with_capacity(host, source, iface, start_ns, end_ns, 0)
+    }
+
+    /// Sized for `rows` rows up front (no regrowth copies on the hot path).
+    pub fn with_capacity(host: &str, source: &str, iface: &str, start_ns: u64, end_ns: u64, rows: usize) -> FlowsBuilder {
+        fn v<T>(rows: usize) -> Vec<T> {
+            Vec::with_capacity(rows)
+        }
         FlowsBuilder {
             host: host.into(),
             source: source.into(),
             iface: iface.into(),
             start_us: (start_ns / 1000) as i64,
             end_us: (end_ns / 1000) as i64,
-            dir: Vec::new(),
-            src: StringBuilder::new(),
-            dst: StringBuilder::new(),
+            dir: v(rows),
+            src: StringBuilder::with_capacity(rows, rows * 12),
+            dst: StringBuilder::with_capacity(rows, rows * 12),
             ipbuf: String::with_capacity(48),
-            qp: Vec::new(),
-            new_qp: Vec::new(),
-            evicted: Vec::new(),
-            counts: vec![Vec::new(); QP_COUNTS.len()],
-            max_pl: Vec::new(),
-            psn_max: Vec::new(),
-            sport: Vec::new(),
-            first: Vec::new(),
-            last: Vec::new(),
-            hists: (0..10).map(|_| Hist::default()).collect(),
+            qp: v(rows),
+            new_qp: v(rows),
+            evicted: v(rows),
+            counts: (0..QP_COUNTS.len()).map(|_| v(rows)).collect(),
+            max_pl: v(rows),
+            psn_max: v(rows),
+            sport: v(rows),
+            first: v(rows),
+            last: v(rows),
+            hists: (0..10)
+                .map(|_| Hist { offsets: Vec::with_capacity(rows + 1), values: Vec::with_capacity(rows * 2), pkts: Vec::with_capacity(rows * 2) })
+                .collect(),
         }
     }
 
@@ -220,6 +219,14 @@ impl FlowsBuilder {
     /// One row: `d` is the interval delta (gauges carried), packet times converted to UNIX ns
     /// by `clock_offset_ns`.
     pub fn push(&mut self, k: &QpKey, d: &QpValue, new_qp: bool, evicted: bool, clock_offset_ns: i64) {
+        let mut nz = Vec::new();
+        crate::collector::delta::nonzero_buckets(d, &mut nz);
+        self.push_nz(k, d, &nz, new_qp, evicted, clock_offset_ns);
+    }
+
+    /// [`FlowsBuilder::push`] with `d`'s non-zero histogram buckets already listed
+    /// ([`crate::collector::delta::nonzero_buckets`]).
+    pub fn push_nz(&mut self, k: &QpKey, d: &QpValue, nz: &[u16], new_qp: bool, evicted: bool, clock_offset_ns: i64) {
         self.dir.push(dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)]);
         fmt_ip(&mut self.ipbuf, &k.src_ip);
         self.src.append_value(&self.ipbuf);
@@ -237,14 +244,27 @@ impl FlowsBuilder {
         let t = |ns: u64| (ns != 0).then(|| (ns as i64).saturating_add(clock_offset_ns) / 1000);
         self.first.push(t(d.first_ns));
         self.last.push(t(d.last_ns));
-        self.hists[0].push(d.opcode_hist.iter().enumerate().map(|(b, &n)| {
-            let op = if b == OPCODE_OTHER { -1 } else { bucket_opcode(b).map(|o| o as i16).unwrap_or(-1) };
-            (op, n)
-        }));
-        for c in 0..class::COUNT {
-            self.hists[1 + c].push(d.dscp_hist[c].iter().enumerate().map(|(i, &n)| (i as i16, n)));
-            self.hists[4 + c].push(d.ecn_hist[c].iter().enumerate().map(|(i, &n)| (i as i16, n)));
-            self.hists[7 + c].push(d.pcp_hist[c].iter().enumerate().map(|(i, &n)| (pcp_value(i), n)));
+        let mut it = nz.iter().peekable();
+        for (col, h) in self.hists.iter_mut().enumerate() {
+            if h.offsets.is_empty() {
+                h.offsets.push(0);
+            }
+            while let Some(&&b) = it.peek() {
+                let (c, i) = bucket_col(b);
+                if c != col {
+                    break;
+                }
+                it.next();
+                let (value, n) = match c {
+                    0 => (if i == OPCODE_OTHER { -1 } else { bucket_opcode(i).map(|o| o as i16).unwrap_or(-1) }, d.opcode_hist[i]),
+                    1..=3 => (i as i16, d.dscp_hist[c - 1][i]),
+                    4..=6 => (i as i16, d.ecn_hist[c - 4][i]),
+                    _ => (pcp_value(i), d.pcp_hist[c - 7][i]),
+                };
+                h.values.push(value);
+                h.pkts.push(n as i64);
+            }
+            h.offsets.push(h.values.len() as i32);
         }
     }
 

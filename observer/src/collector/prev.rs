@@ -1,0 +1,138 @@
+//! The previous value of every tracked key, laid out for the per-interval scan: a small index
+//! (key -> slot) and the values in a slot vector, plus a position hint: a source reads its map
+//! in a stable order (the kernel's hash buckets, the datapath's hash map), so the key at
+//! position i of this snapshot is usually the one at position i of the last, and is found
+//! without hashing.
+
+use std::collections::HashMap;
+
+use observer_common::maps::{QpKey, QpValue};
+
+#[derive(Default)]
+pub struct PrevStore {
+    index: HashMap<QpKey, u32>,
+    keys: Vec<QpKey>,
+    vals: Vec<QpValue>,
+    alive: Vec<bool>,
+    /// Generation of the last snapshot that contained the slot's key.
+    seen: Vec<u64>,
+    free: Vec<u32>,
+    /// Slot of each position of the last snapshot.
+    hint: Vec<u32>,
+    generation: u64,
+}
+
+impl PrevStore {
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Starts a snapshot scan (for [`PrevStore::vanished`]).
+    pub fn begin_scan(&mut self, n: usize) {
+        self.generation += 1;
+        self.hint.resize(n, u32::MAX);
+    }
+
+    /// Slot of `k`, seen at position `pos` of the current snapshot.
+    pub fn find(&mut self, pos: usize, k: &QpKey) -> Option<usize> {
+        let h = self.hint.get(pos).copied().unwrap_or(u32::MAX) as usize;
+        let slot = if h < self.keys.len() && self.alive[h] && self.keys[h] == *k {
+            h
+        } else {
+            let s = *self.index.get(k)? as usize;
+            if let Some(x) = self.hint.get_mut(pos) {
+                *x = s as u32;
+            }
+            s
+        };
+        self.seen[slot] = self.generation;
+        Some(slot)
+    }
+
+    pub fn value(&self, slot: usize) -> &QpValue {
+        &self.vals[slot]
+    }
+    pub fn value_mut(&mut self, slot: usize) -> &mut QpValue {
+        &mut self.vals[slot]
+    }
+
+    /// Adds `k` (not present), seen at position `pos` of the current snapshot.
+    pub fn insert(&mut self, pos: usize, k: QpKey, v: QpValue) {
+        let s = match self.free.pop() {
+            Some(s) => {
+                let s = s as usize;
+                self.keys[s] = k;
+                self.vals[s] = v;
+                self.alive[s] = true;
+                self.seen[s] = self.generation;
+                s
+            }
+            None => {
+                self.keys.push(k);
+                self.vals.push(v);
+                self.alive.push(true);
+                self.seen.push(self.generation);
+                self.keys.len() - 1
+            }
+        };
+        self.index.insert(k, s as u32);
+        if let Some(x) = self.hint.get_mut(pos) {
+            *x = s as u32;
+        }
+    }
+
+    pub fn remove(&mut self, k: &QpKey) -> Option<QpValue> {
+        let s = self.index.remove(k)? as usize;
+        self.alive[s] = false;
+        self.free.push(s as u32);
+        Some(self.vals[s])
+    }
+
+    /// Keys not seen since [`PrevStore::begin_scan`].
+    pub fn vanished(&self) -> Vec<QpKey> {
+        (0..self.keys.len()).filter(|&s| self.alive[s] && self.seen[s] != self.generation).map(|s| self.keys[s]).collect()
+    }
+
+    pub fn contains(&self, k: &QpKey) -> bool {
+        self.index.contains_key(k)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&QpKey, &QpValue)> {
+        (0..self.keys.len()).filter(|&s| self.alive[s]).map(|s| (&self.keys[s], &self.vals[s]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(q: u32) -> QpKey {
+        QpKey { dest_qp: q, ..Default::default() }
+    }
+
+    #[test]
+    fn hints_lookups_removal_and_vanished() {
+        let mut p = PrevStore::default();
+        p.begin_scan(3);
+        for (i, q) in [1, 2, 3].into_iter().enumerate() {
+            assert!(p.find(i, &k(q)).is_none());
+            p.insert(i, k(q), QpValue { pkts: q as u64, ..QpValue::ZERO });
+        }
+        // same order: found by hint; shifted order: found by index
+        p.begin_scan(2);
+        let s = p.find(0, &k(2)).unwrap();
+        assert_eq!(p.value(s).pkts, 2);
+        assert_eq!(p.find(1, &k(1)).map(|s| p.value(s).pkts), Some(1));
+        assert_eq!(p.vanished(), vec![k(3)]);
+        assert_eq!(p.remove(&k(3)).map(|v| v.pkts), Some(3));
+        assert!(!p.contains(&k(3)));
+        p.insert(1, k(4), QpValue::ZERO); // reuses the freed slot
+        assert_eq!(p.len(), 3);
+        assert_eq!(p.iter().count(), 3);
+        p.begin_scan(1);
+        assert_eq!(p.find(0, &k(4)).map(|s| p.value(s).pkts), Some(0));
+    }
+}
