@@ -143,10 +143,18 @@ mod tests {
         };
         for _ in 0..2000 {
             let ipv6 = rnd() % 2 == 0;
-            let l4_off = if ipv6 { 40 + 8 * (rnd() % 4) as usize } else { 20 + 4 * (rnd() % 11) as usize };
+            let l4_off = if ipv6 {
+                40 + 8 * (rnd() % 4) as usize
+            } else {
+                20 + 4 * (rnd() % 11) as usize
+            };
             let len = (rnd() % 200) as usize;
             let ip: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
-            assert_eq!(compute(&ip, l4_off, ipv6), compute_reference(&ip, l4_off, ipv6), "len {len} l4 {l4_off} v6 {ipv6}");
+            assert_eq!(
+                compute(&ip, l4_off, ipv6),
+                compute_reference(&ip, l4_off, ipv6),
+                "len {len} l4 {l4_off} v6 {ipv6}"
+            );
         }
     }
 }

@@ -22,7 +22,8 @@ fn captures_dir() -> PathBuf {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("replay-{name}-{}", std::process::id()));
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("replay-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -54,7 +55,8 @@ fn qp<'a>(s: &'a Value, src: &str, dst: &str, qpn: u64) -> &'a Value {
 }
 
 fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
 }
 
 #[test]
@@ -70,20 +72,43 @@ fn golden_oferby_matches_tshark() {
     assert_eq!(u(ifc, "roce"), 105);
     assert_eq!(s["qps"].as_array().unwrap().len(), 2);
     let a = qp(&s, "192.168.70.6", "192.168.70.4", 0x45);
-    assert_eq!((u(a, "pkts"), u(a, "bytes_l2"), u(a, "bytes_ip"), u(a, "bytes_udp")), (68, 71124, 70172, 68268));
+    assert_eq!(
+        (
+            u(a, "pkts"),
+            u(a, "bytes_l2"),
+            u(a, "bytes_ip"),
+            u(a, "bytes_udp")
+        ),
+        (68, 71124, 70172, 68268)
+    );
     assert_eq!(a["opcodes"]["0x00"], 33);
     assert_eq!(a["opcodes"]["0x03"], 33);
     assert_eq!(a["opcodes"]["0x05"], 1);
     assert_eq!(a["opcodes"]["0x11"], 1);
     assert_eq!(u(a, "icrc_ok"), 68);
     let b = qp(&s, "192.168.70.4", "192.168.70.6", 0x48);
-    assert_eq!((u(b, "pkts"), u(b, "bytes_l2"), u(b, "bytes_ip"), u(b, "bytes_udp")), (37, 2438, 1920, 884));
+    assert_eq!(
+        (
+            u(b, "pkts"),
+            u(b, "bytes_l2"),
+            u(b, "bytes_ip"),
+            u(b, "bytes_udp")
+        ),
+        (37, 2438, 1920, 884)
+    );
     assert_eq!(b["opcodes"]["0x11"], 36);
     assert_eq!(b["opcodes"]["0x05"], 1);
     assert_eq!(u(b, "icrc_ok"), 37);
     for q in [a, b] {
         assert_eq!(u(q, "icrc_bad") + u(q, "icrc_unverifiable"), 0);
-        assert_eq!(q["dscp"]["data"].as_object().unwrap().keys().collect::<Vec<_>>(), vec!["0"]);
+        assert_eq!(
+            q["dscp"]["data"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            vec!["0"]
+        );
         assert_eq!(u(q, "ce"), 0);
     }
     assert_eq!(u(b, "last_udp_sport"), 69);
@@ -91,11 +116,17 @@ fn golden_oferby_matches_tshark() {
 
 #[test]
 fn golden_erf_is_rejected_with_its_number() {
-    let out = Command::new(bin()).args(["replay", "--no-out", "--profile", "none", ERF]).output().unwrap();
+    let out = Command::new(bin())
+        .args(["replay", "--no-out", "--profile", "none", ERF])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unsupported link type 197 (ERF)"), "{err}");
-    assert!(err.contains("srinivaskoritala_infiniband_erf.pcap"), "{err}");
+    assert!(
+        err.contains("srinivaskoritala_infiniband_erf.pcap"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -145,13 +176,22 @@ fn truncated_file_is_processed_up_to_the_damage() {
     let p = d.join("text.pcap");
     std::fs::write(&p, b"hello, this is not a capture file at all").unwrap();
     let (_, errs) = replay(&[&p]);
-    assert!(matches!(&errs[..], [ReplayError::Corrupt { offset: 0, .. }]), "{errs:?}");
+    assert!(
+        matches!(&errs[..], [ReplayError::Corrupt { offset: 0, .. }]),
+        "{errs:?}"
+    );
     let p = d.join("empty.pcap");
     std::fs::write(&p, b"").unwrap();
     let (_, errs) = replay(&[&p]);
-    assert!(matches!(&errs[..], [ReplayError::Corrupt { offset: 0, .. }]), "{errs:?}");
+    assert!(
+        matches!(&errs[..], [ReplayError::Corrupt { offset: 0, .. }]),
+        "{errs:?}"
+    );
     // Every prefix of a pcapng corpus file: never a panic, frames never exceed the whole.
-    let c = corpus::corpus().into_iter().find(|c| c.name == "pcapng_two_ifaces").unwrap();
+    let c = corpus::corpus()
+        .into_iter()
+        .find(|c| c.name == "pcapng_two_ifaces")
+        .unwrap();
     let p = c.write(&d).unwrap();
     let ng = std::fs::read(&p).unwrap();
     let mut last = 0;
@@ -163,11 +203,19 @@ fn truncated_file_is_processed_up_to_the_damage() {
         // A cut exactly at a block boundary is a valid, shorter file.
         assert!(errs.len() <= 1, "cut at {cut}: {errs:?}");
         damaged += errs.len();
-        let frames: u64 = s["interfaces"].as_array().unwrap().iter().map(|i| u(i, "frames")).sum();
+        let frames: u64 = s["interfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| u(i, "frames"))
+            .sum();
         assert!(frames >= last && frames <= 20);
         last = frames;
     }
-    assert!(damaged > ng.len() / 7 / 2, "most cuts fall inside a block: {damaged}");
+    assert!(
+        damaged > ng.len() / 7 / 2,
+        "most cuts fall inside a block: {damaged}"
+    );
     assert_eq!(last, 20 - 1, "the last cut loses only the last block");
 }
 
@@ -177,10 +225,17 @@ fn cli_reports_damage_with_file_and_offset() {
     let d = tmp("cli-trunc");
     let p = d.join("cut.pcap");
     std::fs::write(&p, &data[..5000]).unwrap();
-    let out = Command::new(bin()).args(["replay", "--no-out", "--profile", "none", "--json"]).arg(&p).output().unwrap();
+    let out = Command::new(bin())
+        .args(["replay", "--no-out", "--profile", "none", "--json"])
+        .arg(&p)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cut.pcap") && err.contains("byte offset 4958"), "{err}");
+    assert!(
+        err.contains("cut.pcap") && err.contains("byte offset 4958"),
+        "{err}"
+    );
     // The summary of what came before the damage is still printed.
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(u(&s["interfaces"][0], "roce") > 0);
@@ -188,7 +243,10 @@ fn cli_reports_damage_with_file_and_offset() {
 
 #[test]
 fn stdin_stream_equals_file() {
-    let file = Command::new(bin()).args(["replay", "--no-out", "--profile", "none", "--json", OFERBY]).output().unwrap();
+    let file = Command::new(bin())
+        .args(["replay", "--no-out", "--profile", "none", "--json", OFERBY])
+        .output()
+        .unwrap();
     assert!(file.status.success());
     let mut child = Command::new(bin())
         .args(["replay", "--no-out", "--profile", "none", "--json", "-"])
@@ -229,7 +287,8 @@ struct Recorder {
 }
 impl Output for Recorder {
     fn events(&mut self, iface: &str, ev: &[Event]) -> Result<(), ReplayError> {
-        self.events.extend(ev.iter().map(|e| (iface.to_string(), *e)));
+        self.events
+            .extend(ev.iter().map(|e| (iface.to_string(), *e)));
         Ok(())
     }
     fn snapshot(&mut self, s: &Snapshot) -> Result<(), ReplayError> {
@@ -241,7 +300,10 @@ impl Output for Recorder {
 #[test]
 fn intervals_follow_capture_time() {
     let d = tmp("intervals");
-    let c = corpus::corpus().into_iter().find(|c| c.name == "pfc_storm").unwrap();
+    let c = corpus::corpus()
+        .into_iter()
+        .find(|c| c.name == "pfc_storm")
+        .unwrap();
     let p = c.write(&d).unwrap();
     let mut rec = Recorder::default();
     let opts = ReplayOptions {
@@ -254,7 +316,12 @@ fn intervals_follow_capture_time() {
     // 2000 frames 0.5 ms apart span 999.5 ms from T0 (a whole second): 9 boundaries crossed,
     // then the final snapshot at the last frame.
     assert_eq!(st.frames, 2000);
-    assert_eq!(rec.snaps.len(), 10, "{:?}", rec.snaps.iter().map(|s| s.time_ns).collect::<Vec<_>>());
+    assert_eq!(
+        rec.snaps.len(),
+        10,
+        "{:?}",
+        rec.snaps.iter().map(|s| s.time_ns).collect::<Vec<_>>()
+    );
     let t0 = c.recs[0].ts_ns;
     for (i, s) in rec.snaps.iter().take(9).enumerate() {
         assert_eq!(s.time_ns, t0 + (i as u64 + 1) * 100_000_000);
@@ -269,7 +336,10 @@ fn intervals_follow_capture_time() {
 #[test]
 fn events_reach_the_output_with_capture_times() {
     let d = tmp("events");
-    let c = corpus::corpus().into_iter().find(|c| c.name == "go_back_n").unwrap();
+    let c = corpus::corpus()
+        .into_iter()
+        .find(|c| c.name == "go_back_n")
+        .unwrap();
     let p = c.write(&d).unwrap();
     let mut rec = Recorder::default();
     let mut rp = Replay::new(ReplayOptions::default(), &mut rec);
@@ -289,7 +359,10 @@ fn events_reach_the_output_with_capture_times() {
 
 fn corpus_summary(name: &str) -> Value {
     let d = tmp(&format!("case-{name}"));
-    let c = corpus::corpus().into_iter().find(|c| c.name == name).unwrap();
+    let c = corpus::corpus()
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap();
     let p = c.write(&d).unwrap();
     let (s, errs) = replay(&[&p]);
     assert!(errs.is_empty(), "{errs:?}");
@@ -301,9 +374,20 @@ fn corpus_metrics_cases() {
     // Go-back-N: 3, 4 lost; 5, 6 seen; resend 3..9.
     let s = corpus_summary("go_back_n");
     let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
-    assert_eq!((u(q, "psn_gaps"), u(q, "psn_missing"), u(q, "psn_retrans"), u(q, "psn_behind")), (1, 2, 4, 3));
+    assert_eq!(
+        (
+            u(q, "psn_gaps"),
+            u(q, "psn_missing"),
+            u(q, "psn_retrans"),
+            u(q, "psn_behind")
+        ),
+        (1, 2, 4, 3)
+    );
     let k = qp(&s, "10.77.1.2", "10.77.1.1", 0x22);
-    assert_eq!((u(k, "naks"), u(k, "nak_psn_seq_err"), u(k, "acks")), (1, 1, 2));
+    assert_eq!(
+        (u(k, "naks"), u(k, "nak_psn_seq_err"), u(k, "acks")),
+        (1, 1, 2)
+    );
     // Wrap: no gap; wrap with loss of 0xffffff and 0: one gap of 2.
     let s = corpus_summary("psn_wrap");
     let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
@@ -357,17 +441,35 @@ fn corpus_metrics_cases() {
     assert_eq!(pfc["enabled"][0], 1);
     assert_eq!(pfc["xoff"][0], 1);
     assert_eq!(pfc["quanta"][0], 500);
-    assert_eq!(pfc["quanta"][1], 0, "quanta of disabled priorities are ignored");
+    assert_eq!(
+        pfc["quanta"][1], 0,
+        "quanta of disabled priorities are ignored"
+    );
     assert_eq!(pfc["quanta"][3], 10 * 0xffff + (100..110).sum::<u64>());
     assert_eq!(s["interfaces"][0]["mac_control_other"], 1);
     let s = corpus_summary("pause_8023x");
     let p = &s["interfaces"][0]["pause"];
-    assert_eq!((u(p, "frames"), u(p, "xon"), u(p, "quanta")), (3, 1, 0xffff + 300));
+    assert_eq!(
+        (u(p, "frames"), u(p, "xon"), u(p, "quanta")),
+        (3, 1, 0xffff + 300)
+    );
     // ICRC verdicts.
     let s = corpus_summary("bad_icrc");
     let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
-    assert_eq!((u(q, "icrc_ok"), u(q, "icrc_bad"), u(q, "icrc_unverifiable")), (5, 5, 0));
-    for name in ["clean", "ipv6", "qinq", "erspan", "sll", "sll2", "pcapng_two_ifaces", "low_sport"] {
+    assert_eq!(
+        (u(q, "icrc_ok"), u(q, "icrc_bad"), u(q, "icrc_unverifiable")),
+        (5, 5, 0)
+    );
+    for name in [
+        "clean",
+        "ipv6",
+        "qinq",
+        "erspan",
+        "sll",
+        "sll2",
+        "pcapng_two_ifaces",
+        "low_sport",
+    ] {
         let s = corpus_summary(name);
         for q in s["qps"].as_array().unwrap() {
             assert_eq!(u(q, "icrc_ok"), u(q, "pkts"), "{name}: {q}");
@@ -377,7 +479,10 @@ fn corpus_metrics_cases() {
     let s = corpus_summary("snaplen_128");
     let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
     assert_eq!(u(q, "icrc_unverifiable"), 10);
-    assert_eq!(u(q, "bytes_l2"), 10 * (14 + 4 + 20 + 8 + 12 + 16 + 1024 + 4));
+    assert_eq!(
+        u(q, "bytes_l2"),
+        10 * (14 + 4 + 20 + 8 + 12 + 16 + 1024 + 4)
+    );
     let s = corpus_summary("snaplen_in_bth");
     assert_eq!(s["interfaces"][0]["excluded"]["short_bth"], 4);
     // ERSPAN: counted by encapsulation, inner frame's keys.
@@ -390,7 +495,11 @@ fn corpus_metrics_cases() {
         let s = corpus_summary(name);
         let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
         assert_eq!(q["dir"], "egress", "{name}");
-        assert_eq!(u(q, "bytes_l2"), 10 * (14 + 20 + 8 + 12 + 16 + 1024 + 4), "{name}");
+        assert_eq!(
+            u(q, "bytes_l2"),
+            10 * (14 + 20 + 8 + 12 + 16 + 1024 + 4),
+            "{name}"
+        );
         assert_eq!(qp(&s, "10.77.1.2", "10.77.1.1", 0x22)["dir"], "ingress");
     }
     // pcapng: one datapath per named interface, both time resolutions decoded.
@@ -402,7 +511,11 @@ fn corpus_metrics_cases() {
     assert_eq!(k["iface"], "pcapng_two_ifaces:swp2");
     // 2^-20 s units: within one unit (954 ns) of the written time.
     let want = 1_700_000_000_000_000_000u64 + 500;
-    assert!(u(k, "first_ns").abs_diff(want) < 954, "{}", u(k, "first_ns"));
+    assert!(
+        u(k, "first_ns").abs_diff(want) < 954,
+        "{}",
+        u(k, "first_ns")
+    );
     let s = corpus_summary("nanos");
     let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
     assert_eq!(u(q, "last_ns") - u(q, "first_ns"), 333 * 13);
@@ -414,25 +527,47 @@ fn corpus_metrics_cases() {
 #[test]
 fn max_qps_counts_untracked() {
     let d = tmp("maxqps");
-    let c = corpus::corpus().into_iter().find(|c| c.name == "clean").unwrap();
+    let c = corpus::corpus()
+        .into_iter()
+        .find(|c| c.name == "clean")
+        .unwrap();
     let p = c.write(&d).unwrap();
     let mut out = NoOutput;
-    let mut rp = Replay::new(ReplayOptions { max_qps: 2, ..ReplayOptions::default() }, &mut out);
+    let mut rp = Replay::new(
+        ReplayOptions {
+            max_qps: 2,
+            ..ReplayOptions::default()
+        },
+        &mut out,
+    );
     rp.feed_path(&p).unwrap();
     let snaps = rp.snapshots();
     assert_eq!(snaps[0].qps.len(), 2);
     let st = &snaps[0].iface_stats[0];
     assert!(st.roce_untracked > 0);
-    assert_eq!(st.roce_untracked, st.roce - snaps[0].qps.iter().map(|(_, v)| v.pkts).sum::<u64>());
+    assert_eq!(
+        st.roce_untracked,
+        st.roce - snaps[0].qps.iter().map(|(_, v)| v.pkts).sum::<u64>()
+    );
 }
 
 #[test]
 fn cli_table_summary() {
-    let out = Command::new(bin()).args(["replay", "--no-out", "--profile", "none", OFERBY]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(bin())
+        .args(["replay", "--no-out", "--profile", "none", OFERBY])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let t = String::from_utf8_lossy(&out.stdout);
     assert!(t.contains("== QPs (2)"), "{t}");
-    assert!(t.contains("192.168.70.6") && t.contains("0x45") && t.contains("68/0/0"), "{t}");
+    assert!(
+        t.contains("192.168.70.6") && t.contains("0x45") && t.contains("68/0/0"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -445,21 +580,31 @@ fn in_memory_reader_equals_streaming_reader() {
         let data = std::fs::read(p).unwrap();
         let mut o1 = NoOutput;
         let mut a = Replay::new(ReplayOptions::default(), &mut o1);
-        a.feed("x", "x", std::fs::File::open(p).unwrap(), None).unwrap();
+        a.feed("x", "x", std::fs::File::open(p).unwrap(), None)
+            .unwrap();
         let mut o2 = NoOutput;
         let mut b = Replay::new(ReplayOptions::default(), &mut o2);
         b.feed_slice("x", "x", &data).unwrap();
-        let (sa, sb) = (observer::summary::summary_json(&a.snapshots()), observer::summary::summary_json(&b.snapshots()));
+        let (sa, sb) = (
+            observer::summary::summary_json(&a.snapshots()),
+            observer::summary::summary_json(&b.snapshots()),
+        );
         assert_eq!(sa, sb, "{}", p.display());
         assert!(a.frames > 0);
         // Damage: the same error at the same offset.
         let cut = &data[..data.len() - 3];
         let mut o3 = NoOutput;
-        let e1 = Replay::new(ReplayOptions::default(), &mut o3).feed("x", "x", cut, None).unwrap_err();
+        let e1 = Replay::new(ReplayOptions::default(), &mut o3)
+            .feed("x", "x", cut, None)
+            .unwrap_err();
         let mut o4 = NoOutput;
-        let e2 = Replay::new(ReplayOptions::default(), &mut o4).feed_slice("x", "x", cut).unwrap_err();
+        let e2 = Replay::new(ReplayOptions::default(), &mut o4)
+            .feed_slice("x", "x", cut)
+            .unwrap_err();
         match (&e1, &e2) {
-            (ReplayError::Corrupt { offset: a, .. }, ReplayError::Corrupt { offset: b, .. }) => assert_eq!(a, b),
+            (ReplayError::Corrupt { offset: a, .. }, ReplayError::Corrupt { offset: b, .. }) => {
+                assert_eq!(a, b)
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -472,7 +617,17 @@ fn cli_writes_flow_logs_and_alerts_in_capture_time() {
     let d = tmp("collector");
     let mut paths = Vec::new();
     for c in corpus::corpus() {
-        if ["not_ect", "bleached", "pfc_storm", "pause_8023x", "go_back_n", "pfc", "clean"].contains(&c.name) {
+        if [
+            "not_ect",
+            "bleached",
+            "pfc_storm",
+            "pause_8023x",
+            "go_back_n",
+            "pfc",
+            "clean",
+        ]
+        .contains(&c.name)
+        {
             paths.push(c.write(&d).unwrap());
         }
     }
@@ -483,10 +638,25 @@ fn cli_writes_flow_logs_and_alerts_in_capture_time() {
         .args(&paths)
         .output()
         .unwrap();
-    assert!(res.status.success(), "{}", String::from_utf8_lossy(&res.stderr));
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
     let s: Value = serde_json::from_slice(&res.stdout).unwrap();
-    for rule in ["not_ect", "dscp_mismatch", "pfc_storm", "pause_802_3x", "go_back_n", "pfc_wrong_priority"] {
-        assert!(s["alerts"][rule].as_u64().unwrap_or(0) >= 1, "alert {rule} missing: {}", s["alerts"]);
+    for rule in [
+        "not_ect",
+        "dscp_mismatch",
+        "pfc_storm",
+        "pause_802_3x",
+        "go_back_n",
+        "pfc_wrong_priority",
+    ] {
+        assert!(
+            s["alerts"][rule].as_u64().unwrap_or(0) >= 1,
+            "alert {rule} missing: {}",
+            s["alerts"]
+        );
     }
     assert_eq!(s["source"], "replay");
     // alerts.jsonl: every alert stamped with capture time (the corpus starts at T0 and lasts
@@ -497,13 +667,21 @@ fn cli_writes_flow_logs_and_alerts_in_capture_time() {
     for line in jl.lines() {
         let a: Value = serde_json::from_str(line).unwrap();
         let t = a["time_ns"].as_u64().unwrap();
-        assert!((t0..t0 + 2_000_000_000).contains(&t), "alert time {t}: {line}");
+        assert!(
+            (t0..t0 + 2_000_000_000).contains(&t),
+            "alert time {t}: {line}"
+        );
         n += 1;
     }
     assert!(n >= 6);
     assert!(out.join("summary.json").exists());
     // Flow rows summed by pyarrow equal replay's per-QP packet totals.
-    let want: u64 = s["qps"].as_array().unwrap().iter().map(|q| u(q, "pkts")).sum();
+    let want: u64 = s["qps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| u(q, "pkts"))
+        .sum();
     let py = format!(
         "import glob, pyarrow.parquet as pq, pyarrow.compute as pc\n\
          fs = glob.glob('{}/flows/date=2023-11-14/**/*.parquet', recursive=True)\n\
@@ -511,7 +689,11 @@ fn cli_writes_flow_logs_and_alerts_in_capture_time() {
         out.display()
     );
     let got = Command::new("python3").args(["-c", &py]).output().unwrap();
-    assert!(got.status.success(), "{}", String::from_utf8_lossy(&got.stderr));
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
     let got: u64 = String::from_utf8_lossy(&got.stdout).trim().parse().unwrap();
     assert_eq!(got, want);
     assert!(want > 100);

@@ -58,7 +58,10 @@ fn through_kernel(t: &mut ProgTester, path: &Path, name: &str) -> Vec<Snapshot> 
                 t.run_xdp(f).expect("xdp test run");
             }
         }
-        out.push(t.snapshot(&format!("{name}#{i}"), 0).expect("read the maps"));
+        out.push(
+            t.snapshot(&format!("{name}#{i}"), 0)
+                .expect("read the maps"),
+        );
     }
     out
 }
@@ -90,8 +93,16 @@ fn compare(t: &mut ProgTester, name: &str, path: &Path, cut: bool) -> usize {
     assert_eq!(ks.len(), rs.len(), "{name}: interfaces");
     let mut n = 0;
     for (k, r) in ks.iter().zip(&rs) {
-        let mut kq: Vec<(QpKey, QpValue)> = k.qps.iter().map(|(a, b)| (*a, comparable(b, !cut))).collect();
-        let mut rq: Vec<(QpKey, QpValue)> = r.qps.iter().map(|(a, b)| (*a, comparable(b, !cut))).collect();
+        let mut kq: Vec<(QpKey, QpValue)> = k
+            .qps
+            .iter()
+            .map(|(a, b)| (*a, comparable(b, !cut)))
+            .collect();
+        let mut rq: Vec<(QpKey, QpValue)> = r
+            .qps
+            .iter()
+            .map(|(a, b)| (*a, comparable(b, !cut)))
+            .collect();
         kq.sort_by_key(|a| a.0);
         rq.sort_by_key(|a| a.0);
         assert_eq!(
@@ -104,8 +115,14 @@ fn compare(t: &mut ProgTester, name: &str, path: &Path, cut: bool) -> usize {
             assert_eq!(a, b, "{name} {}: QP {key:?}: kernel vs replay", r.iface);
         }
         for d in 0..dir::COUNT {
-            assert_eq!(k.iface_stats[d].pfc, r.iface_stats[d].pfc, "{name}: PFC totals, dir {d}");
-            assert_eq!(k.iface_stats[d].roce, r.iface_stats[d].roce, "{name}: RoCE packets, dir {d}");
+            assert_eq!(
+                k.iface_stats[d].pfc, r.iface_stats[d].pfc,
+                "{name}: PFC totals, dir {d}"
+            );
+            assert_eq!(
+                k.iface_stats[d].roce, r.iface_stats[d].roce,
+                "{name}: RoCE packets, dir {d}"
+            );
         }
         n += kq.len();
     }
@@ -117,7 +134,8 @@ fn corpus_per_qp_totals_equal_through_xdp_and_replay() {
     if !observer::testutil::require_root("corpus_per_qp_totals_equal_through_xdp_and_replay") {
         return;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("replay-xdp-{}", std::process::id()));
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("replay-xdp-{}", std::process::id()));
     let files = corpus::write_corpus(&dir).unwrap();
     let mut t = ProgTester::load(65536, &Policy::NONE).expect("load the eBPF programs");
     let mut keys = 0;

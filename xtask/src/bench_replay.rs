@@ -115,10 +115,26 @@ fn median(v: &[Run]) -> Run {
 
 /// Fields tshark extracts (the tshark comparison test's set).
 const TSHARK_FIELDS: &[&str] = &[
-    "frame.len", "frame.cap_len", "frame.time_epoch", "vlan.priority", "ip.src", "ip.dst",
-    "ip.len", "ip.flags.mf", "ip.frag_offset", "ip.dsfield.dscp", "ip.dsfield.ecn",
-    "udp.srcport", "udp.dstport", "udp.length", "infiniband.bth.opcode", "infiniband.bth.tver",
-    "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.aeth.syndrome", "macc.opcode",
+    "frame.len",
+    "frame.cap_len",
+    "frame.time_epoch",
+    "vlan.priority",
+    "ip.src",
+    "ip.dst",
+    "ip.len",
+    "ip.flags.mf",
+    "ip.frag_offset",
+    "ip.dsfield.dscp",
+    "ip.dsfield.ecn",
+    "udp.srcport",
+    "udp.dstport",
+    "udp.length",
+    "infiniband.bth.opcode",
+    "infiniband.bth.tver",
+    "infiniband.bth.destqp",
+    "infiniband.bth.psn",
+    "infiniband.aeth.syndrome",
+    "macc.opcode",
     "macc.cbfc.enbv",
 ];
 
@@ -141,7 +157,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     eprintln!("building roce-observe (release)...");
     let st = Command::new(&cargo)
         .current_dir(&root)
-        .args(["build", "--release", "-p", "observer", "--bin", "roce-observe"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "observer",
+            "--bin",
+            "roce-observe",
+        ])
         .status()?;
     if !st.success() {
         bail!("cargo build failed");
@@ -206,7 +229,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     println!(
         "replay benchmark: {packets} packets, 64 QP keys, release build, median of 3 runs \
          (tshark: 1 run); {} cores, load average {load:.1} at the end",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
     );
     println!("Mpps(wall) = packets / elapsed time; Mpps(cpu) = packets / (user + system CPU time)");
     println!(
@@ -223,11 +248,36 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             r.rss_kib as f64 / 1024.0
         );
     };
-    row("replay, full frames, ICRC verified", packets, big_bytes, r_big);
-    row("replay, full frames, --no-icrc", packets, big_bytes, r_noicrc);
-    row("replay, snaplen 128 (mirror-truncated)", packets, cut_bytes, r_cut);
-    row("replay, 1/10 of the packets", packets / 10, small_bytes, r_small);
-    row("tshark -T fields (same fields), once", packets, big_bytes, t_big);
+    row(
+        "replay, full frames, ICRC verified",
+        packets,
+        big_bytes,
+        r_big,
+    );
+    row(
+        "replay, full frames, --no-icrc",
+        packets,
+        big_bytes,
+        r_noicrc,
+    );
+    row(
+        "replay, snaplen 128 (mirror-truncated)",
+        packets,
+        cut_bytes,
+        r_cut,
+    );
+    row(
+        "replay, 1/10 of the packets",
+        packets / 10,
+        small_bytes,
+        r_small,
+    );
+    row(
+        "tshark -T fields (same fields), once",
+        packets,
+        big_bytes,
+        t_big,
+    );
     println!();
     println!(
         "replay vs tshark on the same file: {:.0}x faster by wall time, {:.0}x by CPU time",

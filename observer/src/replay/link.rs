@@ -106,7 +106,9 @@ pub fn to_ethernet<'a>(
     scratch.extend_from_slice(&data[hlen..]);
     View {
         bytes: scratch.as_slice(),
-        wire_len: (orig_len as usize).saturating_sub(hlen).saturating_add(ETH_HLEN) as u32,
+        wire_len: (orig_len as usize)
+            .saturating_sub(hlen)
+            .saturating_add(ETH_HLEN) as u32,
         direction: if pkttype == PACKET_OUTGOING {
             dir::EGRESS
         } else {
@@ -143,7 +145,9 @@ mod tests {
 
     #[test]
     fn sll2_becomes_ethernet() {
-        let mut f = vec![0x86, 0xdd, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6, 9, 9, 9, 9, 9, 9, 0, 0];
+        let mut f = vec![
+            0x86, 0xdd, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6, 9, 9, 9, 9, 9, 9, 0, 0,
+        ];
         f.extend_from_slice(&[0x60, 0, 0, 0]);
         let mut s = Vec::new();
         let v = to_ethernet(LinkType::Sll2, &f, 24, &mut s);

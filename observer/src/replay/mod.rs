@@ -133,8 +133,14 @@ pub enum ReplayError {
         offset: u64,
         source: std::io::Error,
     },
-    #[error("{file}: corrupt or truncated at byte offset {offset}: {what} (everything before it was processed)")]
-    Corrupt { file: String, offset: u64, what: String },
+    #[error(
+        "{file}: corrupt or truncated at byte offset {offset}: {what} (everything before it was processed)"
+    )]
+    Corrupt {
+        file: String,
+        offset: u64,
+        what: String,
+    },
     #[error(
         "{file}: unsupported link type {linktype} ({}) on capture interface {iface}; supported: 1 (Ethernet), 113 (Linux SLL), 276 (Linux SLL2)",
         linktype_name(*linktype)
@@ -285,19 +291,32 @@ impl<'o> Replay<'o> {
         input: R,
         size: Option<u64>,
     ) -> Result<InputStats, ReplayError> {
-        self.feed_with(label, stem, size, |sink| reader::read_capture(label, input, sink))
+        self.feed_with(label, stem, size, |sink| {
+            reader::read_capture(label, input, sink)
+        })
     }
 
     /// Replays a capture held in memory. (Files are streamed, not memory-mapped: a mapping was
     /// measured no faster, and its pages count in the resident set, so memory would appear to
     /// grow with the file.)
-    pub fn feed_slice(&mut self, label: &str, stem: &str, data: &[u8]) -> Result<InputStats, ReplayError> {
+    pub fn feed_slice(
+        &mut self,
+        label: &str,
+        stem: &str,
+        data: &[u8],
+    ) -> Result<InputStats, ReplayError> {
         self.feed_with(label, stem, Some(data.len() as u64), |sink| {
             reader::read_capture_slice(label, data, sink)
         })
     }
 
-    fn feed_with<G>(&mut self, label: &str, stem: &str, size: Option<u64>, read: G) -> Result<InputStats, ReplayError>
+    fn feed_with<G>(
+        &mut self,
+        label: &str,
+        stem: &str,
+        size: Option<u64>,
+        read: G,
+    ) -> Result<InputStats, ReplayError>
     where
         G: FnOnce(&mut dyn FnMut(Item<'_>) -> Result<(), ReplayError>) -> Result<u64, ReplayError>,
     {
@@ -386,7 +405,12 @@ impl<'o> Replay<'o> {
         if stats.frames > 0 {
             stats.snapshots += self.emit(&used, last_ts)?;
         }
-        tracing::info!(input = label, frames = stats.frames, snapshots = stats.snapshots, "input done");
+        tracing::info!(
+            input = label,
+            frames = stats.frames,
+            snapshots = stats.snapshots,
+            "input done"
+        );
         stats.bytes_read = res?;
         Ok(stats)
     }
@@ -454,7 +478,12 @@ impl Progress {
                     rate
                 )
             }
-            _ => format!("\r{} {:.1} Mframes {:.2} Mfps", self.label, frames as f64 / 1e6, rate),
+            _ => format!(
+                "\r{} {:.1} Mframes {:.2} Mfps",
+                self.label,
+                frames as f64 / 1e6,
+                rate
+            ),
         };
         eprint!("{line}");
         self.drawn = true;
@@ -470,7 +499,9 @@ impl Progress {
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let none = args.policy.is_none() && args.profile == "none";
     let policy_cfg: Option<PolicyConfig> = match (&args.policy, none) {
-        (Some(p), _) => Some(PolicyConfig::from_file(p).map_err(|e| ReplayError::Policy(e.to_string()))?),
+        (Some(p), _) => {
+            Some(PolicyConfig::from_file(p).map_err(|e| ReplayError::Policy(e.to_string()))?)
+        }
         (None, true) => None,
         (None, false) => Some(
             PolicyConfig::profile(&args.profile).map_err(|e| ReplayError::Policy(e.to_string()))?,
@@ -491,13 +522,17 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         let cfg = match &policy_cfg {
             Some(c) => c.clone(),
             None => {
-                let mut c = PolicyConfig::profile("nvidia").map_err(|e| ReplayError::Policy(e.to_string()))?;
+                let mut c = PolicyConfig::profile("nvidia")
+                    .map_err(|e| ReplayError::Policy(e.to_string()))?;
                 c.expected = Policy::NONE;
                 c
             }
         };
         std::fs::create_dir_all(&args.out)?;
-        let host = args.host.clone().unwrap_or_else(crate::collector::host_name);
+        let host = args
+            .host
+            .clone()
+            .unwrap_or_else(crate::collector::host_name);
         let mut cc = CollectorConfig::new(args.out.clone(), &host, "replay", cfg);
         cc.rotate_secs = (args.rotate / 1_000_000_000).max(1);
         cc.rotate_bytes = args.rotate_mb.max(1) << 20;
@@ -548,7 +583,11 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         ev.sort();
         m.insert(
             "first_events".into(),
-            Value::Object(ev.into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect()),
+            Value::Object(
+                ev.into_iter()
+                    .map(|(k, v)| (k.to_string(), json!(v)))
+                    .collect(),
+            ),
         );
         m.insert(
             "replay".into(),

@@ -13,8 +13,8 @@ use pcap_parser::traits::PcapNGPacketBlock;
 use pcap_parser::traits::PcapReaderIterator;
 use pcap_parser::{LegacyPcapReader, PcapBlockOwned, PcapError, PcapNGReader};
 
-use super::link::LinkType;
 use super::ReplayError;
+use super::link::LinkType;
 
 /// Initial buffer; grown up to [`MAX_RECORD`] for a larger record.
 const BUF_CAPACITY: usize = 1 << 20;
@@ -136,16 +136,33 @@ where
         }
         let le = prefix[8..12] == [0x4d, 0x3c, 0x2b, 0x1a];
         let b = [prefix[4], prefix[5], prefix[6], prefix[7]];
-        let len = if le { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) } as usize;
+        let len = if le {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        } as usize;
         if !(28..=MAX_RECORD).contains(&len) {
-            return Err(corrupt(0, format!("pcapng section header block length {len} is invalid")));
+            return Err(corrupt(
+                0,
+                format!("pcapng section header block length {len} is invalid"),
+            ));
         }
         fill_to(&mut input, &mut prefix, len).map_err(|e| io_err(0, e))?;
     } else {
         fill_to(&mut input, &mut prefix, 24).map_err(|e| io_err(0, e))?;
-        let magic = u32::from_le_bytes([prefix[0], prefix.get(1).copied().unwrap_or(0),
-            prefix.get(2).copied().unwrap_or(0), prefix.get(3).copied().unwrap_or(0)]);
-        let known = [0xa1b2_c3d4u32, 0xa1b2_3c4d, 0xa1b2_cd34, 0xd4c3_b2a1, 0x4d3c_b2a1];
+        let magic = u32::from_le_bytes([
+            prefix[0],
+            prefix.get(1).copied().unwrap_or(0),
+            prefix.get(2).copied().unwrap_or(0),
+            prefix.get(3).copied().unwrap_or(0),
+        ]);
+        let known = [
+            0xa1b2_c3d4u32,
+            0xa1b2_3c4d,
+            0xa1b2_cd34,
+            0xd4c3_b2a1,
+            0x4d3c_b2a1,
+        ];
         if prefix.len() < 4 || !known.contains(&magic) {
             return Err(corrupt(
                 0,
@@ -220,14 +237,22 @@ where
                             index: 0,
                             section: 0,
                             snaplen: h.snaplen,
-                            units_per_s: if legacy_ts_ns { 1_000_000_000 } else { 1_000_000 },
+                            units_per_s: if legacy_ts_ns {
+                                1_000_000_000
+                            } else {
+                                1_000_000
+                            },
                             offset_s: 0,
                         });
                         sink(Item::Iface(&ifaces[0]))?;
                     }
                     PcapBlockOwned::Legacy(b) => {
                         let ts_ns = (b.ts_sec as u64) * 1_000_000_000
-                            + if legacy_ts_ns { b.ts_usec as u64 } else { b.ts_usec as u64 * 1000 };
+                            + if legacy_ts_ns {
+                                b.ts_usec as u64
+                            } else {
+                                b.ts_usec as u64 * 1000
+                            };
                         let data = &b.data[..(b.caplen as usize).min(b.data.len())];
                         sink(Item::Record(Record {
                             iface: 0,
@@ -255,7 +280,13 @@ where
                             }
                         })?;
                         let units_per_s = ts_resolution(idb.if_tsresol).ok_or_else(|| {
-                            corrupt(offset, format!("interface {index}: invalid if_tsresol {:#04x}", idb.if_tsresol))
+                            corrupt(
+                                offset,
+                                format!(
+                                    "interface {index}: invalid if_tsresol {:#04x}",
+                                    idb.if_tsresol
+                                ),
+                            )
                         })?;
                         let name = idb.if_name().and_then(|n| n.ok()).map(str::to_string);
                         ifaces.push(Iface {
@@ -274,7 +305,10 @@ where
                         let Some(&i) = section_ifaces.get(epb.if_id as usize) else {
                             return Err(corrupt(
                                 offset,
-                                format!("packet block names interface {} which has no description block", epb.if_id),
+                                format!(
+                                    "packet block names interface {} which has no description block",
+                                    epb.if_id
+                                ),
                             ));
                         };
                         let ifc = &ifaces[i];
@@ -310,7 +344,10 @@ where
                     }
                     PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
                         let Some(&i) = section_ifaces.first() else {
-                            return Err(corrupt(offset, "simple packet block before any interface description block".into()));
+                            return Err(corrupt(
+                                offset,
+                                "simple packet block before any interface description block".into(),
+                            ));
                         };
                         let snap = ifaces[i].snaplen;
                         let mut data = spb.packet_data();
@@ -337,7 +374,10 @@ where
                 r.refill().map_err(|_| ReplayError::Io {
                     file: file.to_string(),
                     offset,
-                    source: err.borrow_mut().take().unwrap_or_else(|| io::Error::other("read failed")),
+                    source: err
+                        .borrow_mut()
+                        .take()
+                        .unwrap_or_else(|| io::Error::other("read failed")),
                 })?;
                 // A read that brings nothing new (and is not the end, which the next call
                 // reports) repeated many times means the reader cannot make progress.
@@ -354,7 +394,10 @@ where
                 if capacity >= MAX_RECORD {
                     return Err(corrupt(
                         offset,
-                        format!("record longer than {} MiB: corrupt length field", MAX_RECORD >> 20),
+                        format!(
+                            "record longer than {} MiB: corrupt length field",
+                            MAX_RECORD >> 20
+                        ),
                     ));
                 }
                 capacity = (capacity * 4).min(MAX_RECORD);
@@ -362,7 +405,10 @@ where
                 r.refill().map_err(|_| ReplayError::Io {
                     file: file.to_string(),
                     offset,
-                    source: err.borrow_mut().take().unwrap_or_else(|| io::Error::other("read failed")),
+                    source: err
+                        .borrow_mut()
+                        .take()
+                        .unwrap_or_else(|| io::Error::other("read failed")),
                 })?;
             }
             Err(PcapError::UnexpectedEof) => {
@@ -379,13 +425,20 @@ where
                 return Err(ReplayError::Io {
                     file: file.to_string(),
                     offset,
-                    source: err.borrow_mut().take().unwrap_or_else(|| io::Error::other("read failed")),
+                    source: err
+                        .borrow_mut()
+                        .take()
+                        .unwrap_or_else(|| io::Error::other("read failed")),
                 });
             }
             Err(e) => {
                 let what = match &e {
-                    PcapError::NomError(_, k) => format!("invalid {} ({k:?})", if ng { "block" } else { "record" }),
-                    PcapError::OwnedNomError(_, k) => format!("invalid {} ({k:?})", if ng { "block" } else { "record" }),
+                    PcapError::NomError(_, k) => {
+                        format!("invalid {} ({k:?})", if ng { "block" } else { "record" })
+                    }
+                    PcapError::OwnedNomError(_, k) => {
+                        format!("invalid {} ({k:?})", if ng { "block" } else { "record" })
+                    }
                     PcapError::HeaderNotRecognized => "header not recognized".into(),
                     other => format!("{other:?}"),
                 };
@@ -417,9 +470,11 @@ struct SliceReader<'a> {
     big_endian: bool,
 }
 
-type LegacyParse = for<'b> fn(
-    &'b [u8],
-) -> nom::IResult<&'b [u8], pcap_parser::LegacyPcapBlock<'b>, PcapError<&'b [u8]>>;
+type LegacyParse =
+    for<'b> fn(
+        &'b [u8],
+    )
+        -> nom::IResult<&'b [u8], pcap_parser::LegacyPcapBlock<'b>, PcapError<&'b [u8]>>;
 
 use pcap_parser::nom;
 
