@@ -13,12 +13,18 @@ use observer::snapshot::Snapshot;
 use observer_common::maps::Event;
 use serde_json::Value;
 
-const OFERBY: &str = "/work/shared/captures/oferby_proxy_roce.pcap";
-const ERF: &str = "/work/shared/captures/srinivaskoritala_infiniband_erf.pcap";
+const OFERBY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/captures/oferby_proxy_roce.pcap"
+);
+const ERF: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/captures/srinivaskoritala_infiniband_erf.pcap"
+);
 
+/// The public captures (copied unmodified, see SOURCES.md there).
 fn captures_dir() -> PathBuf {
-    // The repository keeps no copy; the shared directory is where the brief's captures live.
-    PathBuf::from("/work/shared/captures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/captures")
 }
 
 fn tmp(name: &str) -> PathBuf {

@@ -524,7 +524,10 @@ fn corpus_matches_tshark_field_by_field() {
 
 #[test]
 fn oferby_matches_tshark_field_by_field() {
-    let p = Path::new("/work/shared/captures/oferby_proxy_roce.pcap");
+    let p = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/captures/oferby_proxy_roce.pcap"
+    ));
     let n = compare("oferby", p, corpus::LINKTYPE_ETHERNET, Some(69));
     assert!(n > 50);
 }

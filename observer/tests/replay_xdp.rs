@@ -145,7 +145,10 @@ fn corpus_per_qp_totals_equal_through_xdp_and_replay() {
     keys += compare(
         &mut t,
         "oferby",
-        Path::new("/work/shared/captures/oferby_proxy_roce.pcap"),
+        Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/captures/oferby_proxy_roce.pcap"
+        )),
         false,
     );
     assert!(keys > 40, "compared {keys} QP keys");
