@@ -704,3 +704,74 @@ fn cli_writes_flow_logs_and_alerts_in_capture_time() {
     assert_eq!(got, want);
     assert!(want > 100);
 }
+
+/// A stream is processed as it arrives: by the time the reader has been asked for the bytes
+/// of the last intervals, snapshots of the earlier intervals have already gone out (nothing
+/// waits for the end of the input).
+#[test]
+fn stream_emits_intervals_before_the_input_ends() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    struct Shared(Rc<RefCell<Vec<u64>>>);
+    impl Output for Shared {
+        fn events(&mut self, _: &str, _: &[Event]) -> Result<(), ReplayError> {
+            Ok(())
+        }
+        fn snapshot(&mut self, s: &Snapshot) -> Result<(), ReplayError> {
+            self.0.borrow_mut().push(s.time_ns);
+            Ok(())
+        }
+    }
+    /// Hands out the capture in 1000-byte pieces and records how many snapshots existed when
+    /// each piece was asked for.
+    struct Trickle {
+        data: Vec<u8>,
+        pos: usize,
+        seen: Rc<RefCell<Vec<u64>>>,
+        at: Vec<(usize, usize)>,
+    }
+    impl std::io::Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.at.push((self.pos, self.seen.borrow().len()));
+            let n = buf.len().min(1000).min(self.data.len() - self.pos);
+            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+    let d = tmp("trickle");
+    let c = corpus::corpus()
+        .into_iter()
+        .find(|c| c.name == "pfc_storm")
+        .unwrap();
+    let p = c.write(&d).unwrap();
+    let data = std::fs::read(&p).unwrap();
+    let len = data.len();
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let mut out = Shared(seen.clone());
+    let mut t = Trickle {
+        data,
+        pos: 0,
+        seen: seen.clone(),
+        at: Vec::new(),
+    };
+    let mut rp = Replay::new(
+        ReplayOptions {
+            interval_ns: 100_000_000,
+            ..ReplayOptions::default()
+        },
+        &mut out,
+    );
+    rp.feed("stdin", "stdin", &mut t, None).unwrap();
+    drop(rp);
+    // When the last tenth of the capture was requested, at least 8 of the 9 interval
+    // snapshots were already out.
+    let (_, before_last) =
+        t.at.iter()
+            .find(|(pos, _)| *pos >= len * 9 / 10)
+            .copied()
+            .unwrap();
+    assert!(before_last >= 8, "{:?}", t.at);
+    assert_eq!(seen.borrow().len(), 10);
+}
