@@ -525,6 +525,15 @@ fn corpus_metrics_cases() {
     let s = corpus_summary("nanos");
     let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
     assert_eq!(u(q, "last_ns") - u(q, "first_ns"), 333 * 13);
+    // pcapng epb_flags: outbound requests are egress, inbound ACKs ingress.
+    let s = corpus_summary("pcapng_direction");
+    let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
+    assert_eq!(
+        (q["dir"].as_str(), q["iface"].as_str()),
+        (Some("egress"), Some("pcapng_direction:mlx5_0"))
+    );
+    assert_eq!(u(q, "pkts"), 10);
+    assert_eq!(qp(&s, "10.77.1.2", "10.77.1.1", 0x22)["dir"], "ingress");
     // Suspect.
     let s = corpus_summary("suspect");
     assert_eq!(u(qp(&s, "10.77.1.1", "10.77.1.2", 0x11), "suspect"), 2);

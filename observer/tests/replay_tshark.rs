@@ -14,6 +14,8 @@
 //!   Ethernet length (frame.len - 16 + 14 for SLL, - 20 + 14 for SLL2); for mirrored (ERSPAN/GRE)
 //!   frames the inner frame's length is 14 + 4 per inner tag + the inner IP length (tshark has no
 //!   field for the inner frame's length; corpus RoCE frames are never Ethernet-padded).
+//! - Direction: egress when the Linux cooked packet type is OUTGOING (`sll.pkttype` 4) or the
+//!   pcapng `epb_flags` say outbound (`frame.packet_flags_direction` 2), as replay decides.
 //! - The 802.1ad S-tag priority is `ieee8021ad.priority`, 802.1Q (and 0x9100) is
 //!   `vlan.priority`; the outermost wins.
 //! - ICRC verdicts are not compared (tshark does not verify the ICRC); they are tested against
@@ -34,6 +36,7 @@ const FIELDS: &[&str] = &[
     "frame.cap_len",
     "frame.time_epoch",
     "frame.interface_name",
+    "frame.packet_flags_direction",
     "sll.pkttype",
     "ieee8021ad.priority",
     "vlan.priority",
@@ -270,11 +273,9 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
             Some(n) if linktype == 0 => format!("{stem}:{n}"),
             _ => stem.to_string(),
         };
-        let dir = if r.num("sll.pkttype") == Some(4) {
-            "egress"
-        } else {
-            "ingress"
-        };
+        let outbound =
+            r.num("sll.pkttype") == Some(4) || r.num("frame.packet_flags_direction") == Some(2);
+        let dir = if outbound { "egress" } else { "ingress" };
         let q = qps
             .entry((
                 iface,

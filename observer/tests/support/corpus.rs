@@ -25,6 +25,8 @@ pub struct Rec {
     pub data: Vec<u8>,
     /// pcapng interface (0 for pcap).
     pub iface: u32,
+    /// pcapng `epb_flags` (bits 0-1: 1 inbound, 2 outbound); 0 writes no option.
+    pub epb_flags: u32,
 }
 
 pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
@@ -483,6 +485,10 @@ pub fn write_pcapng<W: Write>(
         epb.extend_from_slice(&(r.data.len() as u32).to_le_bytes());
         epb.extend_from_slice(&r.data);
         epb.resize(epb.len() + (4 - r.data.len() % 4) % 4, 0);
+        if r.epb_flags != 0 {
+            opt(&mut epb, 2, &r.epb_flags.to_le_bytes());
+            opt(&mut epb, 0, &[]);
+        }
         block(w, 6, &epb)?;
     }
     Ok(())
@@ -538,6 +544,7 @@ fn seq(frames: Vec<Vec<u8>>, step_ns: u64) -> Vec<Rec> {
             ts_ns: T0 + i as u64 * step_ns,
             data,
             iface: 0,
+            epb_flags: 0,
         })
         .collect()
 }
@@ -843,11 +850,13 @@ pub fn corpus() -> Vec<Case> {
             ts_ns: T0 + p as u64 * 1000,
             data: Roce::v4(A, B, 0x11, p).frame(),
             iface: 0,
+            epb_flags: 0,
         });
         recs.push(Rec {
             ts_ns: T0 + p as u64 * 1000 + 500,
             data: Roce::v4(B, A, 0x22, p).ack(0x1f).frame(),
             iface: 1,
+            epb_flags: 0,
         });
     }
     v.push(Case {
@@ -858,6 +867,21 @@ pub fn corpus() -> Vec<Case> {
             (LINKTYPE_ETHERNET, "swp1", 9),
             (LINKTYPE_ETHERNET, "swp2", 0x80 | 20),
         ]),
+        nanos: false,
+        recs,
+        decode_as_port: None,
+    });
+    // pcapng with epb_flags: what this host sent (outbound) and received (inbound).
+    let mut recs = seq(exchange(&(0..10).collect::<Vec<_>>(), 2), 1000);
+    for r in &mut recs {
+        // Requests A->B leave this host, ACKs B->A arrive.
+        r.epb_flags = if r.data.len() > 100 { 2 } else { 1 };
+    }
+    v.push(Case {
+        name: "pcapng_direction",
+        linktype: LINKTYPE_ETHERNET,
+        snaplen: 65535,
+        pcapng: Some(vec![(LINKTYPE_ETHERNET, "mlx5_0", 6)]),
         nanos: false,
         recs,
         decode_as_port: None,
