@@ -784,3 +784,53 @@ fn stream_emits_intervals_before_the_input_ends() {
     assert!(before_last >= 8, "{:?}", t.at);
     assert_eq!(seen.borrow().len(), 10);
 }
+
+/// Random damage anywhere in pcap, pcapng and cooked captures: never a panic; either a result or
+/// an error that names the file and an offset inside it.
+#[test]
+fn random_corruption_never_panics() {
+    let d = tmp("mutate");
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut errors = 0;
+    let mut runs = 0;
+    let cases = corpus::corpus();
+    let n = cases.len();
+    for c in cases {
+        let orig = std::fs::read(c.write(&d).unwrap()).unwrap();
+        for _ in 0..60 {
+            let mut m = orig.clone();
+            for _ in 0..1 + rnd() % 8 {
+                let i = (rnd() as usize) % m.len();
+                m[i] = rnd() as u8;
+            }
+            let mut out = NoOutput;
+            let mut rp = Replay::new(ReplayOptions::default(), &mut out);
+            match rp.feed_slice("m.pcap", "m", &m) {
+                Ok(_) => {}
+                Err(ReplayError::Corrupt { file, offset, .. }) => {
+                    assert_eq!(file, "m.pcap");
+                    assert!(offset <= m.len() as u64);
+                    errors += 1;
+                }
+                Err(ReplayError::UnsupportedLinkType { .. }) => errors += 1,
+                Err(e) => panic!("unexpected error {e}"),
+            }
+            let mut out = NoOutput;
+            let mut rp = Replay::new(ReplayOptions::default(), &mut out);
+            let _ = rp.feed("m.pcap", "m", &m[..], None);
+            let _ = rp.snapshots();
+            runs += 1;
+        }
+    }
+    assert_eq!(runs, n * 60);
+    assert!(
+        errors > 0,
+        "some mutations must hit a header or length field"
+    );
+}

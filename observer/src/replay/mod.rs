@@ -354,10 +354,10 @@ impl<'o> Replay<'o> {
                     };
                     let ts = if r.ts_ns == 0 { last_ts } else { r.ts_ns };
                     match next_boundary {
-                        None => next_boundary = Some((ts / interval + 1) * interval),
+                        None => next_boundary = Some(boundary_after(ts, interval)),
                         Some(b) if ts >= b => {
                             stats.snapshots += self.emit(&used, b)?;
-                            next_boundary = Some((ts / interval + 1) * interval);
+                            next_boundary = Some(boundary_after(ts, interval));
                         }
                         _ => {}
                     }
@@ -441,6 +441,12 @@ impl<'o> Replay<'o> {
             .map(|d| d.dp.snapshot(&d.name, d.last_ns, self.opts.link_speed_bps))
             .collect()
     }
+}
+
+/// The first multiple of `interval` after `ts` (saturating: a corrupt timestamp near the end
+/// of time must not overflow).
+fn boundary_after(ts: u64, interval: u64) -> u64 {
+    (ts / interval).saturating_add(1).saturating_mul(interval)
 }
 
 /// A tiny progress bar on stderr.
