@@ -5,8 +5,9 @@
 //! Ethernet header: replay synthesises one (destination 00:00:00:00:00:00, source = the SLL
 //! link-layer address when it is 6 bytes long, ethertype = the SLL protocol field) in front of the
 //! payload. L2 byte counts of such captures are therefore *reconstructed Ethernet lengths*:
-//! original length - SLL header (16, or 20 for SLL2) + 14. VLAN tags the kernel stripped before
-//! the capture point are not in the capture, so such frames count as untagged (PCP `none`).
+//! original length - SLL header (16, or 20 for SLL2) + 14. A VLAN tag the capture holds (protocol
+//! 0x8100 followed by the tag) is parsed as usual; a tag stripped before the capture point is not
+//! in the capture, so such frames count as untagged (PCP `none`).
 
 use observer_common::maps::dir;
 
