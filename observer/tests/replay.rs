@@ -507,6 +507,14 @@ fn corpus_metrics_cases() {
             "{name}"
         );
         assert_eq!(qp(&s, "10.77.1.2", "10.77.1.1", 0x22)["dir"], "ingress");
+        // The tag kept inside the cooked capture is parsed: PCP 5, 4 more L2 bytes.
+        let t = qp(&s, "10.77.1.1", "10.77.1.3", 0x77);
+        assert_eq!(t["pcp"]["data"]["5"], 10, "{name}");
+        assert_eq!(
+            u(t, "bytes_l2"),
+            10 * (14 + 4 + 20 + 8 + 12 + 16 + 64 + 4),
+            "{name}"
+        );
     }
     // pcapng: one datapath per named interface, both time resolutions decoded.
     let s = corpus_summary("pcapng_two_ifaces");

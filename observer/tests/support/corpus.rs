@@ -827,11 +827,19 @@ pub fn corpus() -> Vec<Case> {
     v.push(case("suspect", f));
 
     // Linux cooked captures (SLL and SLL2), untagged, one direction outgoing.
+    // A->C frames keep their 802.1Q tag inside the cooked capture (protocol 0x8100).
     let frames: Vec<(Vec<u8>, bool)> = (0..10u32)
         .flat_map(|p| {
             [
                 (Roce::v4(A, B, 0x11, p).tags(&[]).frame(), true),
                 (Roce::v4(B, A, 0x22, p).tags(&[]).ack(0x1f).frame(), false),
+                (
+                    Roce::v4(A, C, 0x77, p)
+                        .tags(&[(0x8100, 5)])
+                        .payload(64)
+                        .frame(),
+                    false,
+                ),
             ]
         })
         .collect();
