@@ -14,6 +14,8 @@
 //!   Ethernet length (frame.len - 16 + 14 for SLL, - 20 + 14 for SLL2); for mirrored (ERSPAN/GRE)
 //!   frames the inner frame's length is 14 + 4 per inner tag + the inner IP length (tshark has no
 //!   field for the inner frame's length; corpus RoCE frames are never Ethernet-padded).
+//! - Direction: egress when the Linux cooked packet type is OUTGOING (`sll.pkttype` 4) or the
+//!   pcapng `epb_flags` say outbound (`frame.packet_flags_direction` 2), as replay decides.
 //! - The 802.1ad S-tag priority is `ieee8021ad.priority`, 802.1Q (and 0x9100) is
 //!   `vlan.priority`; the outermost wins.
 //! - ICRC verdicts are not compared (tshark does not verify the ICRC); they are tested against
@@ -34,6 +36,7 @@ const FIELDS: &[&str] = &[
     "frame.cap_len",
     "frame.time_epoch",
     "frame.interface_name",
+    "frame.packet_flags_direction",
     "sll.pkttype",
     "ieee8021ad.priority",
     "vlan.priority",
@@ -116,19 +119,40 @@ fn tshark(path: &Path, decode_as: Option<u16>) -> Vec<Row> {
     if let Some(p) = decode_as {
         cmd.args(["-d", &format!("udp.port=={p},infiniband")]);
     }
-    cmd.args(["-T", "fields", "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,"]);
+    cmd.args([
+        "-T",
+        "fields",
+        "-E",
+        "separator=/t",
+        "-E",
+        "occurrence=a",
+        "-E",
+        "aggregator=,",
+    ]);
     for f in FIELDS {
         cmd.args(["-e", f]);
     }
-    let out = cmd.output().expect("tshark is installed by scripts/setup.sh");
-    assert!(out.status.success(), "tshark failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = cmd
+        .output()
+        .expect("tshark is installed by scripts/setup.sh");
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| {
             let cols: Vec<Vec<String>> = l
                 .split('\t')
-                .map(|c| if c.is_empty() { vec![] } else { c.split(',').map(str::to_string).collect() })
+                .map(|c| {
+                    if c.is_empty() {
+                        vec![]
+                    } else {
+                        c.split(',').map(str::to_string).collect()
+                    }
+                })
                 .collect();
             assert_eq!(cols.len(), FIELDS.len(), "row {l:?}");
             Row(cols)
@@ -193,7 +217,8 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
     let mut xoff = [0u64; 8];
     let mut xon = [0u64; 8];
     let mut quanta = [0u64; 8];
-    let (mut pfc_frames, mut pause, mut pause_xon, mut pause_quanta, mut other) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut pfc_frames, mut pause, mut pause_xon, mut pause_quanta, mut other) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut roce = 0u64;
     for r in rows {
         if let Some(op) = r.num("macc.opcode") {
@@ -248,10 +273,24 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
             Some(n) if linktype == 0 => format!("{stem}:{n}"),
             _ => stem.to_string(),
         };
-        let dir = if r.num("sll.pkttype") == Some(4) { "egress" } else { "ingress" };
-        let q = qps.entry((iface, dir.to_string(), src.to_string(), dst.to_string(), qpn)).or_default();
+        let outbound =
+            r.num("sll.pkttype") == Some(4) || r.num("frame.packet_flags_direction") == Some(2);
+        let dir = if outbound { "egress" } else { "ingress" };
+        let q = qps
+            .entry((
+                iface,
+                dir.to_string(),
+                src.to_string(),
+                dst.to_string(),
+                qpn,
+            ))
+            .or_default();
         let frame_len = r.num("frame.len").unwrap();
-        let ip_len = if v6 { r.num("ipv6.plen").unwrap() + 40 } else { r.num("ip.len").unwrap() };
+        let ip_len = if v6 {
+            r.num("ipv6.plen").unwrap() + 40
+        } else {
+            r.num("ip.len").unwrap()
+        };
         let tags = r.all("ieee8021ad.priority").len() + r.all("vlan.priority").len();
         let l2 = if r.all("ip.src").len() > 1 {
             14 + 4 * tags as u64 + ip_len
@@ -268,7 +307,10 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
             let tc = r.num("ipv6.tclass").unwrap();
             (tc >> 2, tc & 3)
         } else {
-            (r.num("ip.dsfield.dscp").unwrap(), r.num("ip.dsfield.ecn").unwrap())
+            (
+                r.num("ip.dsfield.dscp").unwrap(),
+                r.num("ip.dsfield.ecn").unwrap(),
+            )
         };
         let pcp = r
             .first("ieee8021ad.priority")
@@ -336,10 +378,22 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
         }
         q.max_udp_payload = q.max_udp_payload.max(udp_payload);
         q.last_udp_sport = r.num("udp.srcport").unwrap();
-        let name = if defined(op) { format!("0x{op:02x}") } else { "other".into() };
+        let name = if defined(op) {
+            format!("0x{op:02x}")
+        } else {
+            "other".into()
+        };
         *q.opcodes.entry(name).or_default() += 1;
-        *q.dscp.entry(c).or_default().entry(dscp.to_string()).or_default() += 1;
-        *q.ecn.entry(c).or_default().entry(ecn.to_string()).or_default() += 1;
+        *q.dscp
+            .entry(c)
+            .or_default()
+            .entry(dscp.to_string())
+            .or_default() += 1;
+        *q.ecn
+            .entry(c)
+            .or_default()
+            .entry(ecn.to_string())
+            .or_default() += 1;
         *q.pcp.entry(c).or_default().entry(pcp).or_default() += 1;
     }
     let mut out = BTreeMap::new();
@@ -374,7 +428,8 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
 fn replay_json(path: &Path) -> Value {
     let mut out = NoOutput;
     let mut rp = Replay::new(ReplayOptions::default(), &mut out);
-    rp.feed_path(path).unwrap_or_else(|e| panic!("replay {}: {e}", path.display()));
+    rp.feed_path(path)
+        .unwrap_or_else(|e| panic!("replay {}: {e}", path.display()));
     observer::summary::summary_json(&rp.snapshots())
 }
 
@@ -384,7 +439,8 @@ fn replay_pfc(s: &Value) -> (Value, u64) {
     let mut xoff = [0u64; 8];
     let mut xon = [0u64; 8];
     let mut quanta = [0u64; 8];
-    let (mut frames, mut pause, mut pause_xon, mut pause_quanta, mut other, mut roce) = (0, 0, 0, 0, 0, 0);
+    let (mut frames, mut pause, mut pause_xon, mut pause_quanta, mut other, mut roce) =
+        (0, 0, 0, 0, 0, 0);
     for i in s["interfaces"].as_array().unwrap() {
         let p = &i["pfc"];
         frames += p["frames"].as_u64().unwrap();
@@ -438,7 +494,10 @@ fn compare(name: &str, path: &Path, linktype: u32, decode_as: Option<u16>) -> us
         for (f, wv) in w.as_object().unwrap() {
             // replay's histograms list only non-zero buckets, as derived here.
             let gv = &g[f];
-            assert_eq!(gv, wv, "{name}: QP {k}: field {f}: replay {gv} vs tshark {wv}");
+            assert_eq!(
+                gv, wv,
+                "{name}: QP {k}: field {f}: replay {gv} vs tshark {wv}"
+            );
             fields += 1;
         }
     }
@@ -450,7 +509,8 @@ fn compare(name: &str, path: &Path, linktype: u32, decode_as: Option<u16>) -> us
 
 #[test]
 fn corpus_matches_tshark_field_by_field() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("replay-tshark-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("replay-tshark-{}", std::process::id()));
     let files = corpus::write_corpus(&dir).unwrap();
     let mut total = 0;
     for (c, p) in &files {
@@ -465,7 +525,10 @@ fn corpus_matches_tshark_field_by_field() {
 
 #[test]
 fn oferby_matches_tshark_field_by_field() {
-    let p = Path::new("/work/shared/captures/oferby_proxy_roce.pcap");
+    let p = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/captures/oferby_proxy_roce.pcap"
+    ));
     let n = compare("oferby", p, corpus::LINKTYPE_ETHERNET, Some(69));
     assert!(n > 50);
 }

@@ -4,7 +4,10 @@
 //!   BPF_PROG_TEST_RUN (needs root), as a table.
 //! - `bench-collector [--intervals N] [--sizes 10000,100000]`: collector CPU time per interval
 //!   and Parquet bytes per QP row (release build of observer's `bench_collector` example).
+//! - `bench-replay [--packets N] [--keep]`: replay packets per second beside tshark on a
+//!   generated capture, peak RSS.
 mod bench_ebpf;
+mod bench_replay;
 
 fn bench_collector(args: &[String]) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -30,11 +33,10 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("bench-ebpf") => bench_ebpf::main(&args[1..]),
         Some("bench-collector") => bench_collector(&args[1..]),
-        Some(other) => {
-            anyhow::bail!("unknown xtask command {other:?} (known: bench-ebpf, bench-collector)")
-        }
-        None => {
-            anyhow::bail!("usage: cargo xtask <command>; commands: bench-ebpf, bench-collector")
-        }
+        Some("bench-replay") => bench_replay::run(&args[1..]),
+        Some(other) => anyhow::bail!(
+            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-replay)"
+        ),
+        None => anyhow::bail!("usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-replay"),
     }
 }

@@ -5,8 +5,9 @@
 //! Ethernet header: replay synthesises one (destination 00:00:00:00:00:00, source = the SLL
 //! link-layer address when it is 6 bytes long, ethertype = the SLL protocol field) in front of the
 //! payload. L2 byte counts of such captures are therefore *reconstructed Ethernet lengths*:
-//! original length - SLL header (16, or 20 for SLL2) + 14. VLAN tags the kernel stripped before
-//! the capture point are not in the capture, so such frames count as untagged (PCP `none`).
+//! original length - SLL header (16, or 20 for SLL2) + 14. A VLAN tag the capture holds (protocol
+//! 0x8100 followed by the tag) is parsed as usual; a tag stripped before the capture point is not
+//! in the capture, so such frames count as untagged (PCP `none`).
 
 use observer_common::maps::dir;
 
@@ -106,7 +107,9 @@ pub fn to_ethernet<'a>(
     scratch.extend_from_slice(&data[hlen..]);
     View {
         bytes: scratch.as_slice(),
-        wire_len: (orig_len as usize).saturating_sub(hlen).saturating_add(ETH_HLEN) as u32,
+        wire_len: (orig_len as usize)
+            .saturating_sub(hlen)
+            .saturating_add(ETH_HLEN) as u32,
         direction: if pkttype == PACKET_OUTGOING {
             dir::EGRESS
         } else {
@@ -143,7 +146,9 @@ mod tests {
 
     #[test]
     fn sll2_becomes_ethernet() {
-        let mut f = vec![0x86, 0xdd, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6, 9, 9, 9, 9, 9, 9, 0, 0];
+        let mut f = vec![
+            0x86, 0xdd, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6, 9, 9, 9, 9, 9, 9, 0, 0,
+        ];
         f.extend_from_slice(&[0x60, 0, 0, 0]);
         let mut s = Vec::new();
         let v = to_ethernet(LinkType::Sll2, &f, 24, &mut s);

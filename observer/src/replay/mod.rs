@@ -31,15 +31,18 @@ pub struct ReplayArgs {
     /// Capture files (pcap or pcapng), or `-` for standard input (read as a stream).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// Output directory for Parquet flow logs, alerts and summary.json (the collector). Without
-    /// it, replay only prints the summary.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+    /// Output directory, as for live capture: Parquet tables flows/, interfaces/, alerts/,
+    /// alerts.jsonl and summary.json (the collector, with capture timestamps).
+    #[arg(long, value_name = "DIR", default_value = "./roce-flows")]
+    pub out: PathBuf,
+    /// Write no files: only print the summary (no alert rules run).
+    #[arg(long, conflicts_with = "out")]
+    pub no_out: bool,
     /// Snapshot interval in capture time: `1s`, `500ms`, `10` (seconds).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: u64,
     /// Expected marking profile: nvidia, broadcom, or `none` (count only, check no marking).
-    #[arg(long, default_value = "nvidia")]
+    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = ["nvidia", "broadcom", "none"])]
     pub profile: String,
     /// Policy TOML file (overrides --profile).
     #[arg(long)]
@@ -47,9 +50,16 @@ pub struct ReplayArgs {
     /// Largest number of QP keys per interface (as the kernel map's size).
     #[arg(long, default_value_t = 65536)]
     pub max_qps: u32,
-    /// Link speed for turning PFC quanta into seconds: bit/s, or with a suffix (`100G`, `400g`).
-    #[arg(long, value_parser = parse_speed)]
+    /// Link speed for turning PFC quanta into seconds: Gb/s as for live (`100`), or bit/s, or
+    /// with a suffix (`100G`, `400g`, `25000000000`).
+    #[arg(long, value_name = "SPEED", value_parser = parse_speed)]
     pub link_speed: Option<u64>,
+    /// Close a Parquet file after this much capture time (seconds; suffixes accepted) ...
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_interval)]
+    pub rotate: u64,
+    /// ... or this many MiB, whichever comes first.
+    #[arg(long, value_name = "MIB", default_value_t = 128)]
+    pub rotate_mb: u64,
     /// Do not verify ICRCs (faster; ICRC counts stay 0).
     #[arg(long)]
     pub no_icrc: bool,
@@ -61,10 +71,12 @@ pub struct ReplayArgs {
     pub host: Option<String>,
 }
 
-/// `1s`, `250ms`, `100us`, `2` (seconds) to nanoseconds.
+/// `1s`, `250ms`, `100us`, `2m`, `1h`, `2` (seconds) to nanoseconds.
 pub fn parse_interval(s: &str) -> Result<u64, String> {
     let s = s.trim();
-    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
+    let (num, mul) = if let Some(n) = s.strip_suffix('h') {
+        (n, 3600e9)
+    } else if let Some(n) = s.strip_suffix("ms") {
         (n, 1e6)
     } else if let Some(n) = s.strip_suffix("us") {
         (n, 1e3)
@@ -80,25 +92,29 @@ pub fn parse_interval(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("invalid interval {s:?} (examples: 1s, 500ms, 10)"))?;
     let ns = v * mul;
-    if !(ns >= 1e3 && ns < 1e15) {
+    if !(1e3..1e15).contains(&ns) {
         return Err(format!("interval {s:?} out of range (1us .. 11 days)"));
     }
     Ok(ns as u64)
 }
 
-/// `100G`, `25g`, `400000000000` to bit/s.
+/// `100G`, `25g`, `400000000000` to bit/s; a plain number under 100000 is Gb/s (as the live
+/// command's `--link-speed 100`).
 pub fn parse_speed(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, mul) = match s.char_indices().last() {
         Some((i, 'G' | 'g')) => (&s[..i], 1e9),
         Some((i, 'M' | 'm')) => (&s[..i], 1e6),
         Some((i, 'T' | 't')) => (&s[..i], 1e12),
-        _ => (s, 1.0),
+        _ => match s.parse::<f64>() {
+            Ok(v) if v < 1e5 => (s, 1e9),
+            _ => (s, 1.0),
+        },
     };
     let v: f64 = num
         .parse()
         .map_err(|_| format!("invalid link speed {s:?} (examples: 100G, 400g, 25000000000)"))?;
-    if !(v * mul >= 1e6) {
+    if v.is_nan() || v * mul < 1e6 {
         return Err(format!("link speed {s:?} too small (bit/s)"));
     }
     Ok((v * mul) as u64)
@@ -117,8 +133,14 @@ pub enum ReplayError {
         offset: u64,
         source: std::io::Error,
     },
-    #[error("{file}: corrupt or truncated at byte offset {offset}: {what} (everything before it was processed)")]
-    Corrupt { file: String, offset: u64, what: String },
+    #[error(
+        "{file}: corrupt or truncated at byte offset {offset}: {what} (everything before it was processed)"
+    )]
+    Corrupt {
+        file: String,
+        offset: u64,
+        what: String,
+    },
     #[error(
         "{file}: unsupported link type {linktype} ({}) on capture interface {iface}; supported: 1 (Ethernet), 113 (Linux SLL), 276 (Linux SLL2)",
         linktype_name(*linktype)
@@ -136,11 +158,16 @@ pub enum ReplayError {
 
 /// Where snapshots and events go (the collector; a recorder in tests).
 pub trait Output {
+    /// The first frame of `iface` arrived at `start_ns` (the first interval's start).
+    fn begin(&mut self, _iface: &str, _start_ns: u64, _link_speed_bps: Option<u64>) {}
     fn events(&mut self, iface: &str, events: &[Event]) -> Result<(), ReplayError>;
     fn snapshot(&mut self, snap: &Snapshot) -> Result<(), ReplayError>;
 }
 
 impl Output for Collector {
+    fn begin(&mut self, iface: &str, start_ns: u64, link_speed_bps: Option<u64>) {
+        Collector::begin(self, iface, start_ns, link_speed_bps);
+    }
     fn events(&mut self, iface: &str, events: &[Event]) -> Result<(), ReplayError> {
         self.on_events(iface, events);
         Ok(())
@@ -191,6 +218,8 @@ struct Dp {
     name: String,
     dp: Datapath,
     last_ns: u64,
+    /// The output was told when this interface's first frame arrived.
+    begun: bool,
 }
 
 /// Totals of one input.
@@ -234,6 +263,7 @@ impl<'o> Replay<'o> {
             name: name.clone(),
             dp,
             last_ns: 0,
+            begun: false,
         });
         self.by_name.insert(name, self.dps.len() - 1);
         self.dps.len() - 1
@@ -261,6 +291,35 @@ impl<'o> Replay<'o> {
         input: R,
         size: Option<u64>,
     ) -> Result<InputStats, ReplayError> {
+        self.feed_with(label, stem, size, |sink| {
+            reader::read_capture(label, input, sink)
+        })
+    }
+
+    /// Replays a capture held in memory. (Files are streamed, not memory-mapped: a mapping was
+    /// measured no faster, and its pages count in the resident set, so memory would appear to
+    /// grow with the file.)
+    pub fn feed_slice(
+        &mut self,
+        label: &str,
+        stem: &str,
+        data: &[u8],
+    ) -> Result<InputStats, ReplayError> {
+        self.feed_with(label, stem, Some(data.len() as u64), |sink| {
+            reader::read_capture_slice(label, data, sink)
+        })
+    }
+
+    fn feed_with<G>(
+        &mut self,
+        label: &str,
+        stem: &str,
+        size: Option<u64>,
+        read: G,
+    ) -> Result<InputStats, ReplayError>
+    where
+        G: FnOnce(&mut dyn FnMut(Item<'_>) -> Result<(), ReplayError>) -> Result<u64, ReplayError>,
+    {
         let mut stats = InputStats::default();
         // Reader interface index -> (datapath index, link type).
         let mut ifmap: Vec<(usize, LinkType)> = Vec::new();
@@ -274,7 +333,7 @@ impl<'o> Replay<'o> {
         } else {
             None
         };
-        let res = reader::read_capture(label, input, |item| {
+        let res = read(&mut |item| {
             match item {
                 Item::Iface(ifc) => {
                     let name = match (&ifc.name, ifc.index, ifc.section) {
@@ -295,10 +354,10 @@ impl<'o> Replay<'o> {
                     };
                     let ts = if r.ts_ns == 0 { last_ts } else { r.ts_ns };
                     match next_boundary {
-                        None => next_boundary = Some((ts / interval + 1) * interval),
+                        None => next_boundary = Some(boundary_after(ts, interval)),
                         Some(b) if ts >= b => {
                             stats.snapshots += self.emit(&used, b)?;
-                            next_boundary = Some((ts / interval + 1) * interval);
+                            next_boundary = Some(boundary_after(ts, interval));
                         }
                         _ => {}
                     }
@@ -310,6 +369,10 @@ impl<'o> Replay<'o> {
                         None => view.direction,
                     };
                     let d = &mut self.dps[di];
+                    if !d.begun {
+                        d.begun = true;
+                        self.out.begin(&d.name, ts, self.opts.link_speed_bps);
+                    }
                     d.dp.process(view.bytes, view.wire_len, ts, direction);
                     d.last_ns = d.last_ns.max(ts);
                     if !d.dp.events.is_empty() {
@@ -342,7 +405,12 @@ impl<'o> Replay<'o> {
         if stats.frames > 0 {
             stats.snapshots += self.emit(&used, last_ts)?;
         }
-        tracing::info!(input = label, frames = stats.frames, snapshots = stats.snapshots, "input done");
+        tracing::info!(
+            input = label,
+            frames = stats.frames,
+            snapshots = stats.snapshots,
+            "input done"
+        );
         stats.bytes_read = res?;
         Ok(stats)
     }
@@ -373,6 +441,12 @@ impl<'o> Replay<'o> {
             .map(|d| d.dp.snapshot(&d.name, d.last_ns, self.opts.link_speed_bps))
             .collect()
     }
+}
+
+/// The first multiple of `interval` after `ts` (saturating: a corrupt timestamp near the end
+/// of time must not overflow).
+fn boundary_after(ts: u64, interval: u64) -> u64 {
+    (ts / interval).saturating_add(1).saturating_mul(interval)
 }
 
 /// A tiny progress bar on stderr.
@@ -410,7 +484,12 @@ impl Progress {
                     rate
                 )
             }
-            _ => format!("\r{} {:.1} Mframes {:.2} Mfps", self.label, frames as f64 / 1e6, rate),
+            _ => format!(
+                "\r{} {:.1} Mframes {:.2} Mfps",
+                self.label,
+                frames as f64 / 1e6,
+                rate
+            ),
         };
         eprint!("{line}");
         self.drawn = true;
@@ -422,22 +501,13 @@ impl Progress {
     }
 }
 
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is valid for its length; gethostname NUL-terminates on success.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..n]).into_owned()
-}
-
 /// The `replay` subcommand (CLI entry; errors are reported by main).
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let none = args.policy.is_none() && args.profile == "none";
     let policy_cfg: Option<PolicyConfig> = match (&args.policy, none) {
-        (Some(p), _) => Some(PolicyConfig::from_file(p).map_err(|e| ReplayError::Policy(e.to_string()))?),
+        (Some(p), _) => {
+            Some(PolicyConfig::from_file(p).map_err(|e| ReplayError::Policy(e.to_string()))?)
+        }
         (None, true) => None,
         (None, false) => Some(
             PolicyConfig::profile(&args.profile).map_err(|e| ReplayError::Policy(e.to_string()))?,
@@ -450,31 +520,29 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     if policy_cfg.is_some() {
         dp_policy.flags |= policy_flags::ENABLED;
     }
-    let mut collector = match &args.out {
-        Some(out) => {
-            // The collector needs a policy for its interval rules: with `--profile none` it
-            // gets nvidia's thresholds with nothing expected of the marking.
-            let cfg = match &policy_cfg {
-                Some(c) => c.clone(),
-                None => {
-                    let mut c = PolicyConfig::profile("nvidia")
-                        .map_err(|e| ReplayError::Policy(e.to_string()))?;
-                    c.expected = Policy::NONE;
-                    c
-                }
-            };
-            std::fs::create_dir_all(out)?;
-            Some(Collector::new(CollectorConfig {
-                out_dir: out.clone(),
-                host: args.host.clone().unwrap_or_else(hostname),
-                source: "replay",
-                policy: cfg,
-                rotate_secs: 3600,
-                rotate_bytes: 256 << 20,
-                terminal: false,
-            })?)
-        }
-        None => None,
+    let mut collector = if args.no_out {
+        None
+    } else {
+        // The collector needs a policy for its interval rules: with `--profile none` it gets
+        // nvidia's thresholds with nothing expected of the marking.
+        let cfg = match &policy_cfg {
+            Some(c) => c.clone(),
+            None => {
+                let mut c = PolicyConfig::profile("nvidia")
+                    .map_err(|e| ReplayError::Policy(e.to_string()))?;
+                c.expected = Policy::NONE;
+                c
+            }
+        };
+        std::fs::create_dir_all(&args.out)?;
+        let host = args
+            .host
+            .clone()
+            .unwrap_or_else(crate::collector::host_name);
+        let mut cc = CollectorConfig::new(args.out.clone(), &host, "replay", cfg);
+        cc.rotate_secs = (args.rotate / 1_000_000_000).max(1);
+        cc.rotate_bytes = args.rotate_mb.max(1) << 20;
+        Some(Collector::new(cc)?)
     };
     let opts = ReplayOptions {
         policy: dp_policy,
@@ -506,21 +574,26 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         Some(c) => Some(c.finish()?),
         None => None,
     };
-    let alerts = collector_summary
-        .as_ref()
-        .and_then(|s| s.get("alerts"))
-        .cloned()
-        .filter(|a| !a.is_null());
     let mut summary = crate::summary::summary_json(&snaps);
     if let Value::Object(m) = &mut summary {
-        if let Some(a) = &alerts {
-            m.insert("alerts".into(), a.clone());
+        // The collector's own additions (alerts, alert occurrences, PFC storm figures, output
+        // files): the per-QP and interface totals stay replay's (the same numbers).
+        if let Some(Value::Object(c)) = &collector_summary {
+            for (k, v) in c {
+                if k != "interfaces" && k != "qps" {
+                    m.insert(k.clone(), v.clone());
+                }
+            }
         }
         let mut ev: Vec<_> = event_counts.into_iter().collect();
         ev.sort();
         m.insert(
             "first_events".into(),
-            Value::Object(ev.into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect()),
+            Value::Object(
+                ev.into_iter()
+                    .map(|(k, v)| (k.to_string(), json!(v)))
+                    .collect(),
+            ),
         );
         m.insert(
             "replay".into(),
@@ -529,7 +602,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
                 "frames": frames,
                 "seconds": elapsed,
                 "errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-                "out": args.out.as_ref().map(|p| p.display().to_string()),
+                "out": (!args.no_out).then(|| args.out.display().to_string()),
             }),
         );
     }
@@ -547,5 +620,27 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             }
             anyhow::bail!("{n} inputs failed")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_and_speeds() {
+        assert_eq!(parse_interval("1s"), Ok(1_000_000_000));
+        assert_eq!(parse_interval("250ms"), Ok(250_000_000));
+        assert_eq!(parse_interval("2"), Ok(2_000_000_000));
+        assert_eq!(parse_interval("1h"), Ok(3_600_000_000_000));
+        assert!(parse_interval("0").is_err());
+        assert!(parse_interval("NaN").is_err());
+        assert!(parse_interval("fast").is_err());
+        assert_eq!(parse_speed("100G"), Ok(100_000_000_000));
+        assert_eq!(parse_speed("100"), Ok(100_000_000_000));
+        assert_eq!(parse_speed("25000000000"), Ok(25_000_000_000));
+        assert_eq!(parse_speed("400g"), Ok(400_000_000_000));
+        assert!(parse_speed("0").is_err());
+        assert!(parse_speed("x").is_err());
     }
 }

@@ -13,8 +13,8 @@ use pcap_parser::traits::PcapNGPacketBlock;
 use pcap_parser::traits::PcapReaderIterator;
 use pcap_parser::{LegacyPcapReader, PcapBlockOwned, PcapError, PcapNGReader};
 
-use super::link::LinkType;
 use super::ReplayError;
+use super::link::LinkType;
 
 /// Initial buffer; grown up to [`MAX_RECORD`] for a larger record.
 const BUF_CAPACITY: usize = 1 << 20;
@@ -136,16 +136,33 @@ where
         }
         let le = prefix[8..12] == [0x4d, 0x3c, 0x2b, 0x1a];
         let b = [prefix[4], prefix[5], prefix[6], prefix[7]];
-        let len = if le { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) } as usize;
+        let len = if le {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        } as usize;
         if !(28..=MAX_RECORD).contains(&len) {
-            return Err(corrupt(0, format!("pcapng section header block length {len} is invalid")));
+            return Err(corrupt(
+                0,
+                format!("pcapng section header block length {len} is invalid"),
+            ));
         }
         fill_to(&mut input, &mut prefix, len).map_err(|e| io_err(0, e))?;
     } else {
         fill_to(&mut input, &mut prefix, 24).map_err(|e| io_err(0, e))?;
-        let magic = u32::from_le_bytes([prefix[0], prefix.get(1).copied().unwrap_or(0),
-            prefix.get(2).copied().unwrap_or(0), prefix.get(3).copied().unwrap_or(0)]);
-        let known = [0xa1b2_c3d4u32, 0xa1b2_3c4d, 0xa1b2_cd34, 0xd4c3_b2a1, 0x4d3c_b2a1];
+        let magic = u32::from_le_bytes([
+            prefix[0],
+            prefix.get(1).copied().unwrap_or(0),
+            prefix.get(2).copied().unwrap_or(0),
+            prefix.get(3).copied().unwrap_or(0),
+        ]);
+        let known = [
+            0xa1b2_c3d4u32,
+            0xa1b2_3c4d,
+            0xa1b2_cd34,
+            0xd4c3_b2a1,
+            0x4d3c_b2a1,
+        ];
         if prefix.len() < 4 || !known.contains(&magic) {
             return Err(corrupt(
                 0,
@@ -220,14 +237,22 @@ where
                             index: 0,
                             section: 0,
                             snaplen: h.snaplen,
-                            units_per_s: if legacy_ts_ns { 1_000_000_000 } else { 1_000_000 },
+                            units_per_s: if legacy_ts_ns {
+                                1_000_000_000
+                            } else {
+                                1_000_000
+                            },
                             offset_s: 0,
                         });
                         sink(Item::Iface(&ifaces[0]))?;
                     }
                     PcapBlockOwned::Legacy(b) => {
                         let ts_ns = (b.ts_sec as u64) * 1_000_000_000
-                            + if legacy_ts_ns { b.ts_usec as u64 } else { b.ts_usec as u64 * 1000 };
+                            + if legacy_ts_ns {
+                                b.ts_usec as u64
+                            } else {
+                                b.ts_usec as u64 * 1000
+                            };
                         let data = &b.data[..(b.caplen as usize).min(b.data.len())];
                         sink(Item::Record(Record {
                             iface: 0,
@@ -255,7 +280,13 @@ where
                             }
                         })?;
                         let units_per_s = ts_resolution(idb.if_tsresol).ok_or_else(|| {
-                            corrupt(offset, format!("interface {index}: invalid if_tsresol {:#04x}", idb.if_tsresol))
+                            corrupt(
+                                offset,
+                                format!(
+                                    "interface {index}: invalid if_tsresol {:#04x}",
+                                    idb.if_tsresol
+                                ),
+                            )
                         })?;
                         let name = idb.if_name().and_then(|n| n.ok()).map(str::to_string);
                         ifaces.push(Iface {
@@ -274,7 +305,10 @@ where
                         let Some(&i) = section_ifaces.get(epb.if_id as usize) else {
                             return Err(corrupt(
                                 offset,
-                                format!("packet block names interface {} which has no description block", epb.if_id),
+                                format!(
+                                    "packet block names interface {} which has no description block",
+                                    epb.if_id
+                                ),
                             ));
                         };
                         let ifc = &ifaces[i];
@@ -310,7 +344,10 @@ where
                     }
                     PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
                         let Some(&i) = section_ifaces.first() else {
-                            return Err(corrupt(offset, "simple packet block before any interface description block".into()));
+                            return Err(corrupt(
+                                offset,
+                                "simple packet block before any interface description block".into(),
+                            ));
                         };
                         let snap = ifaces[i].snaplen;
                         let mut data = spb.packet_data();
@@ -333,21 +370,34 @@ where
             }
             Err(PcapError::Eof) => break,
             Err(PcapError::Incomplete(_)) => {
-                stalls += 1;
-                if stalls > 1_000_000 {
-                    return Err(corrupt(offset, "input makes no progress".into()));
-                }
+                let before = r.data().len();
                 r.refill().map_err(|_| ReplayError::Io {
                     file: file.to_string(),
                     offset,
-                    source: err.borrow_mut().take().unwrap_or_else(|| io::Error::other("read failed")),
+                    source: err
+                        .borrow_mut()
+                        .take()
+                        .unwrap_or_else(|| io::Error::other("read failed")),
                 })?;
+                // A read that brings nothing new (and is not the end, which the next call
+                // reports) repeated many times means the reader cannot make progress.
+                if r.data().len() == before && !r.reader_exhausted() {
+                    stalls += 1;
+                    if stalls > 1000 {
+                        return Err(corrupt(offset, "input makes no progress".into()));
+                    }
+                } else {
+                    stalls = 0;
+                }
             }
             Err(PcapError::BufferTooSmall) => {
                 if capacity >= MAX_RECORD {
                     return Err(corrupt(
                         offset,
-                        format!("record longer than {} MiB: corrupt length field", MAX_RECORD >> 20),
+                        format!(
+                            "record longer than {} MiB: corrupt length field",
+                            MAX_RECORD >> 20
+                        ),
                     ));
                 }
                 capacity = (capacity * 4).min(MAX_RECORD);
@@ -355,7 +405,10 @@ where
                 r.refill().map_err(|_| ReplayError::Io {
                     file: file.to_string(),
                     offset,
-                    source: err.borrow_mut().take().unwrap_or_else(|| io::Error::other("read failed")),
+                    source: err
+                        .borrow_mut()
+                        .take()
+                        .unwrap_or_else(|| io::Error::other("read failed")),
                 })?;
             }
             Err(PcapError::UnexpectedEof) => {
@@ -372,13 +425,20 @@ where
                 return Err(ReplayError::Io {
                     file: file.to_string(),
                     offset,
-                    source: err.borrow_mut().take().unwrap_or_else(|| io::Error::other("read failed")),
+                    source: err
+                        .borrow_mut()
+                        .take()
+                        .unwrap_or_else(|| io::Error::other("read failed")),
                 });
             }
             Err(e) => {
                 let what = match &e {
-                    PcapError::NomError(_, k) => format!("invalid {} ({k:?})", if ng { "block" } else { "record" }),
-                    PcapError::OwnedNomError(_, k) => format!("invalid {} ({k:?})", if ng { "block" } else { "record" }),
+                    PcapError::NomError(_, k) => {
+                        format!("invalid {} ({k:?})", if ng { "block" } else { "record" })
+                    }
+                    PcapError::OwnedNomError(_, k) => {
+                        format!("invalid {} ({k:?})", if ng { "block" } else { "record" })
+                    }
                     PcapError::HeaderNotRecognized => "header not recognized".into(),
                     other => format!("{other:?}"),
                 };
@@ -398,6 +458,137 @@ fn ts_resolution(r: u8) -> Option<u64> {
     } else {
         (r <= 19).then(|| 10u64.pow(r as u32))
     }
+}
+
+/// A capture already in memory (a memory-mapped file): the same block parsers as the streaming
+/// readers, without copying the data through a buffer.
+struct SliceReader<'a> {
+    data: &'a [u8],
+    pos: usize,
+    /// Legacy pcap: the header and the record parser for its byte order / variant.
+    legacy: Option<(pcap_parser::PcapHeader, LegacyParse)>,
+    big_endian: bool,
+}
+
+type LegacyParse =
+    for<'b> fn(
+        &'b [u8],
+    )
+        -> nom::IResult<&'b [u8], pcap_parser::LegacyPcapBlock<'b>, PcapError<&'b [u8]>>;
+
+use pcap_parser::nom;
+
+impl PcapReaderIterator for SliceReader<'_> {
+    fn next(&mut self) -> Result<(usize, PcapBlockOwned<'_>), PcapError<&[u8]>> {
+        let data = &self.data[self.pos..];
+        if let Some((h, parse)) = &self.legacy {
+            if self.pos == 0 {
+                return Ok((h.size(), PcapBlockOwned::from(h.clone())));
+            }
+            if data.is_empty() {
+                return Err(PcapError::Eof);
+            }
+            return match parse(data) {
+                Ok((rem, b)) => Ok((data.len() - rem.len(), PcapBlockOwned::from(b))),
+                Err(nom::Err::Incomplete(_)) => Err(PcapError::UnexpectedEof),
+                Err(nom::Err::Error(e)) | Err(nom::Err::Failure(e)) => Err(e),
+            };
+        }
+        if data.is_empty() {
+            return Err(PcapError::Eof);
+        }
+        let parse = if self.big_endian {
+            pcap_parser::pcapng::parse_block_be
+        } else {
+            pcap_parser::pcapng::parse_block_le
+        };
+        match parse(data) {
+            Ok((rem, b)) => {
+                if let Block::SectionHeader(ref shb) = b {
+                    self.big_endian = shb.big_endian();
+                }
+                Ok((data.len() - rem.len(), PcapBlockOwned::from(b)))
+            }
+            Err(nom::Err::Incomplete(_)) => Err(PcapError::UnexpectedEof),
+            Err(nom::Err::Error(e)) | Err(nom::Err::Failure(e)) => Err(e),
+        }
+    }
+    fn consume(&mut self, offset: usize) {
+        self.pos = (self.pos + offset).min(self.data.len());
+    }
+    fn consume_noshift(&mut self, offset: usize) {
+        self.consume(offset)
+    }
+    fn consumed(&self) -> usize {
+        self.pos
+    }
+    fn refill(&mut self) -> Result<(), PcapError<&[u8]>> {
+        Ok(())
+    }
+    fn position(&self) -> usize {
+        self.pos
+    }
+    fn grow(&mut self, _new_size: usize) -> bool {
+        true
+    }
+    fn data(&self) -> &[u8] {
+        &self.data[self.pos..]
+    }
+    fn reader_exhausted(&self) -> bool {
+        true
+    }
+}
+
+/// Like [`read_capture`], over a capture held in memory.
+pub fn read_capture_slice<F>(file: &str, data: &[u8], mut sink: F) -> Result<u64, ReplayError>
+where
+    F: FnMut(Item<'_>) -> Result<(), ReplayError>,
+{
+    let corrupt = |what: String| ReplayError::Corrupt {
+        file: file.to_string(),
+        offset: 0,
+        what,
+    };
+    if data.is_empty() {
+        return Err(corrupt("empty input: no pcap or pcapng header".into()));
+    }
+    let err = Rc::new(RefCell::new(None));
+    if data.len() >= 4 && data[..4] == PCAPNG_SHB {
+        let r = SliceReader {
+            data,
+            pos: 0,
+            legacy: None,
+            big_endian: false,
+        };
+        return drive(file, r, true, &err, &mut sink);
+    }
+    let h = match pcap_parser::parse_pcap_header(data) {
+        Ok((_, h)) => h,
+        Err(nom::Err::Incomplete(_)) => return Err(corrupt("pcap file header cut short".into())),
+        Err(_) => {
+            let mut m = [0u8; 4];
+            let n = data.len().min(4);
+            m[..n].copy_from_slice(&data[..n]);
+            return Err(corrupt(format!(
+                "not a pcap or pcapng file (magic {:#010x})",
+                u32::from_le_bytes(m)
+            )));
+        }
+    };
+    let parse: LegacyParse = if h.is_modified_format() {
+        pcap_parser::parse_pcap_frame_modified
+    } else if h.is_bigendian() {
+        pcap_parser::parse_pcap_frame_be
+    } else {
+        pcap_parser::parse_pcap_frame
+    };
+    let r = SliceReader {
+        data,
+        pos: 0,
+        legacy: Some((h, parse)),
+        big_endian: false,
+    };
+    drive(file, r, false, &err, &mut sink)
 }
 
 /// Timestamp in interface units to nanoseconds since the epoch.

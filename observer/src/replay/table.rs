@@ -17,12 +17,18 @@ fn hist(v: Option<&Value>) -> String {
     let Some(Value::Object(m)) = v else {
         return "-".into();
     };
-    let mut e: Vec<(&String, u64)> = m.iter().map(|(k, v)| (k, v.as_u64().unwrap_or(0))).collect();
+    let mut e: Vec<(&String, u64)> = m
+        .iter()
+        .map(|(k, v)| (k, v.as_u64().unwrap_or(0)))
+        .collect();
     e.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     if e.is_empty() {
         return "-".into();
     }
-    e.iter().map(|(k, n)| format!("{k}:{n}")).collect::<Vec<_>>().join(" ")
+    e.iter()
+        .map(|(k, n)| format!("{k}:{n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Merges a per-class histogram ({data: {..}, ack: {..}, cnp: {..}}) for display.
@@ -44,7 +50,10 @@ fn merged(v: Option<&Value>) -> Value {
 pub fn render(s: &Value, link_speed: Option<u64>) -> String {
     let mut o = String::new();
     let empty = Vec::new();
-    let ifaces = s.get("interfaces").and_then(Value::as_array).unwrap_or(&empty);
+    let ifaces = s
+        .get("interfaces")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
     let qps = s.get("qps").and_then(Value::as_array).unwrap_or(&empty);
 
     let _ = writeln!(o, "== Interfaces");
@@ -83,7 +92,11 @@ pub fn render(s: &Value, link_speed: Option<u64>) -> String {
             u(i, "bytes"),
             u(i, "roce"),
             u(i, "not_roce"),
-            if notes.is_empty() { "-".into() } else { notes.join(" ") }
+            if notes.is_empty() {
+                "-".into()
+            } else {
+                notes.join(" ")
+            }
         );
     }
 
@@ -142,8 +155,23 @@ pub fn render(s: &Value, link_speed: Option<u64>) -> String {
     let _ = writeln!(
         o,
         "{:<16} {:<15} {:<15} {:>8} {:>9} {:>12} {:>7} {:>6} {:>5} {:>5} {:>5} {:>4} {:>5} {:>7} {:>7} {:>6} {:>14}  dscp / ecn / pcp",
-        "iface", "src", "dst", "qp", "pkts", "bytes_l2", "data", "ack", "cnp", "ce", "naks", "rnr",
-        "gaps", "missing", "retrans", "mtu", "icrc ok/bad/u"
+        "iface",
+        "src",
+        "dst",
+        "qp",
+        "pkts",
+        "bytes_l2",
+        "data",
+        "ack",
+        "cnp",
+        "ce",
+        "naks",
+        "rnr",
+        "gaps",
+        "missing",
+        "retrans",
+        "mtu",
+        "icrc ok/bad/u"
     );
     let mut sorted: Vec<&Value> = qps.iter().collect();
     sorted.sort_by_key(|q| std::cmp::Reverse(u(q, "pkts")));
@@ -171,14 +199,23 @@ pub fn render(s: &Value, link_speed: Option<u64>) -> String {
             u(q, "psn_missing"),
             u(q, "psn_retrans"),
             u(q, "max_udp_payload"),
-            format!("{}/{}/{}", u(q, "icrc_ok"), u(q, "icrc_bad"), u(q, "icrc_unverifiable")),
+            format!(
+                "{}/{}/{}",
+                u(q, "icrc_ok"),
+                u(q, "icrc_bad"),
+                u(q, "icrc_unverifiable")
+            ),
             hist(Some(&merged(q.get("dscp")))),
             hist(Some(&merged(q.get("ecn")))),
             hist(Some(&merged(q.get("pcp")))),
         );
     }
     if sorted.len() > MAX_QP_ROWS {
-        let _ = writeln!(o, "... {} more QPs (all of them with --json)", sorted.len() - MAX_QP_ROWS);
+        let _ = writeln!(
+            o,
+            "... {} more QPs (all of them with --json)",
+            sorted.len() - MAX_QP_ROWS
+        );
     }
 
     let _ = writeln!(o, "\n== Alerts");
@@ -192,7 +229,25 @@ pub fn render(s: &Value, link_speed: Option<u64>) -> String {
             let _ = writeln!(o, "none");
         }
         _ => {
-            let _ = writeln!(o, "(alert rules run in the collector: pass --out DIR)");
+            let _ = writeln!(o, "(--no-out: alert rules not run)");
+        }
+    }
+    if let Some(Value::Object(st)) = s.get("pfc_storm_figures") {
+        for (iface, f) in st {
+            if let Some(Value::Object(dirs)) = f.get("max_xoff_per_s") {
+                for (d, arr) in dirs {
+                    let v: Vec<u64> = arr
+                        .as_array()
+                        .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(0)).collect())
+                        .unwrap_or_default();
+                    if v.iter().any(|&x| x > 0) {
+                        let _ = writeln!(
+                            o,
+                            "largest XOFF frames per second per priority, {iface} {d}: {v:?}"
+                        );
+                    }
+                }
+            }
         }
     }
     if let Some(Value::Object(ev)) = s.get("first_events")
@@ -201,7 +256,10 @@ pub fn render(s: &Value, link_speed: Option<u64>) -> String {
         let _ = writeln!(
             o,
             "first occurrences per QP: {}",
-            ev.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(" ")
+            ev.iter()
+                .map(|(k, n)| format!("{k}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
         );
     }
     if let Some(r) = s.get("replay") {
@@ -211,6 +269,9 @@ pub fn render(s: &Value, link_speed: Option<u64>) -> String {
             u(r, "frames"),
             r.get("seconds").and_then(Value::as_f64).unwrap_or(0.0)
         );
+        if let Some(out) = r.get("out").and_then(Value::as_str) {
+            let _ = writeln!(o, "flow logs, alerts and summary.json in {out}");
+        }
         if let Some(Value::Array(e)) = r.get("errors") {
             for x in e {
                 let _ = writeln!(o, "ERROR: {}", x.as_str().unwrap_or("?"));

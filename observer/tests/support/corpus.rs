@@ -25,6 +25,8 @@ pub struct Rec {
     pub data: Vec<u8>,
     /// pcapng interface (0 for pcap).
     pub iface: u32,
+    /// pcapng `epb_flags` (bits 0-1: 1 inbound, 2 outbound); 0 writes no option.
+    pub epb_flags: u32,
 }
 
 pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
@@ -166,7 +168,13 @@ impl Roce {
             icrc ^= 0xdead_beef;
         }
         l3[n - 4..].copy_from_slice(&icrc.to_le_bytes());
-        eth(MAC_A, MAC_B, &self.tags, if v6 { 0x86dd } else { 0x0800 }, &l3)
+        eth(
+            MAC_A,
+            MAC_B,
+            &self.tags,
+            if v6 { 0x86dd } else { 0x0800 },
+            &l3,
+        )
     }
 }
 
@@ -192,7 +200,9 @@ pub fn ip_udp(
             h.dscp = IpDscp::try_new(dscp).expect("dscp");
             h.ecn = IpEcn::try_new(ecn).expect("ecn");
             if ip_options > 0 {
-                let opts: Vec<u8> = (0..ip_options).map(|i| if i + 1 == ip_options { 0 } else { 1 }).collect();
+                let opts: Vec<u8> = (0..ip_options)
+                    .map(|i| if i + 1 == ip_options { 0 } else { 1 })
+                    .collect();
                 h.options = Ipv4Options::try_from(opts.as_slice()).expect("options");
                 h.total_len = h.header_len() as u16 + udp_len;
             }
@@ -268,7 +278,17 @@ fn pad(mut f: Vec<u8>) -> Vec<u8> {
 
 /// A plain UDP frame (not RoCE, garbage on 4791, short BTH, ...).
 pub fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let (l3, _, _) = ip_udp(IpAddr::from(src), IpAddr::from(dst), sport, dport, payload, 0, 0, 0, None);
+    let (l3, _, _) = ip_udp(
+        IpAddr::from(src),
+        IpAddr::from(dst),
+        sport,
+        dport,
+        payload,
+        0,
+        0,
+        0,
+        None,
+    );
     eth(MAC_A, MAC_B, &[], 0x0800, &l3)
 }
 
@@ -311,13 +331,25 @@ pub fn erspan(inner: &[u8], v3: bool) -> Vec<u8> {
         gre.extend_from_slice(&[0, 0, 0, 0]);
     }
     gre.extend_from_slice(inner);
-    let mut h = Ipv4Header::new(gre.len() as u16, 64, IpNumber(47), [10, 99, 0, 1], [10, 99, 0, 2])
-        .expect("ipv4");
+    let mut h = Ipv4Header::new(
+        gre.len() as u16,
+        64,
+        IpNumber(47),
+        [10, 99, 0, 1],
+        [10, 99, 0, 2],
+    )
+    .expect("ipv4");
     h.header_checksum = h.calc_header_checksum();
     let mut l3 = Vec::new();
     h.write(&mut l3).expect("write");
     l3.extend_from_slice(&gre);
-    eth([0x02, 0, 0, 0, 0, 0x99], [0x02, 0, 0, 0, 0, 0x98], &[], 0x0800, &l3)
+    eth(
+        [0x02, 0, 0, 0, 0, 0x99],
+        [0x02, 0, 0, 0, 0, 0x98],
+        &[],
+        0x0800,
+        &l3,
+    )
 }
 
 /// Linux cooked (SLL) form of an untagged Ethernet frame.
@@ -349,7 +381,13 @@ pub fn to_sll2(eth: &[u8], outgoing: bool) -> Vec<u8> {
 }
 
 /// Writes a classic pcap file (little-endian; nanosecond magic when `nanos`).
-pub fn write_pcap<W: Write>(w: &mut W, linktype: u32, snaplen: u32, nanos: bool, recs: &[Rec]) -> std::io::Result<()> {
+pub fn write_pcap<W: Write>(
+    w: &mut W,
+    linktype: u32,
+    snaplen: u32,
+    nanos: bool,
+    recs: &[Rec],
+) -> std::io::Result<()> {
     write_pcap_header(w, linktype, snaplen, nanos)?;
     for r in recs {
         write_pcap_record(w, snaplen, nanos, r.ts_ns, &r.data)?;
@@ -357,7 +395,12 @@ pub fn write_pcap<W: Write>(w: &mut W, linktype: u32, snaplen: u32, nanos: bool,
     Ok(())
 }
 
-pub fn write_pcap_header<W: Write>(w: &mut W, linktype: u32, snaplen: u32, nanos: bool) -> std::io::Result<()> {
+pub fn write_pcap_header<W: Write>(
+    w: &mut W,
+    linktype: u32,
+    snaplen: u32,
+    nanos: bool,
+) -> std::io::Result<()> {
     let magic: u32 = if nanos { 0xa1b2_3c4d } else { 0xa1b2_c3d4 };
     w.write_all(&magic.to_le_bytes())?;
     w.write_all(&2u16.to_le_bytes())?;
@@ -368,10 +411,20 @@ pub fn write_pcap_header<W: Write>(w: &mut W, linktype: u32, snaplen: u32, nanos
     w.write_all(&linktype.to_le_bytes())
 }
 
-pub fn write_pcap_record<W: Write>(w: &mut W, snaplen: u32, nanos: bool, ts_ns: u64, data: &[u8]) -> std::io::Result<()> {
+pub fn write_pcap_record<W: Write>(
+    w: &mut W,
+    snaplen: u32,
+    nanos: bool,
+    ts_ns: u64,
+    data: &[u8],
+) -> std::io::Result<()> {
     let cap = data.len().min(snaplen as usize);
     let sec = (ts_ns / 1_000_000_000) as u32;
-    let frac = if nanos { ts_ns % 1_000_000_000 } else { (ts_ns % 1_000_000_000) / 1000 } as u32;
+    let frac = if nanos {
+        ts_ns % 1_000_000_000
+    } else {
+        (ts_ns % 1_000_000_000) / 1000
+    } as u32;
     w.write_all(&sec.to_le_bytes())?;
     w.write_all(&frac.to_le_bytes())?;
     w.write_all(&(cap as u32).to_le_bytes())?;
@@ -380,7 +433,11 @@ pub fn write_pcap_record<W: Write>(w: &mut W, snaplen: u32, nanos: bool, ts_ns: 
 }
 
 /// Writes a pcapng file: one section, interfaces (linktype, name, if_tsresol), EPBs.
-pub fn write_pcapng<W: Write>(w: &mut W, ifaces: &[(u32, &str, u8)], recs: &[Rec]) -> std::io::Result<()> {
+pub fn write_pcapng<W: Write>(
+    w: &mut W,
+    ifaces: &[(u32, &str, u8)],
+    recs: &[Rec],
+) -> std::io::Result<()> {
     fn block<W: Write>(w: &mut W, ty: u32, body: &[u8]) -> std::io::Result<()> {
         let pad = (4 - body.len() % 4) % 4;
         let len = (12 + body.len() + pad) as u32;
@@ -414,7 +471,11 @@ pub fn write_pcapng<W: Write>(w: &mut W, ifaces: &[(u32, &str, u8)], recs: &[Rec
     }
     for r in recs {
         let resol = ifaces[r.iface as usize].2;
-        let units: u128 = if resol & 0x80 != 0 { 1u128 << (resol & 0x7f) } else { 10u128.pow(resol as u32) };
+        let units: u128 = if resol & 0x80 != 0 {
+            1u128 << (resol & 0x7f)
+        } else {
+            10u128.pow(resol as u32)
+        };
         let ts = (r.ts_ns as u128 * units / 1_000_000_000) as u64;
         let mut epb = Vec::with_capacity(r.data.len() + 24);
         epb.extend_from_slice(&r.iface.to_le_bytes());
@@ -424,6 +485,10 @@ pub fn write_pcapng<W: Write>(w: &mut W, ifaces: &[(u32, &str, u8)], recs: &[Rec
         epb.extend_from_slice(&(r.data.len() as u32).to_le_bytes());
         epb.extend_from_slice(&r.data);
         epb.resize(epb.len() + (4 - r.data.len() % 4) % 4, 0);
+        if r.epb_flags != 0 {
+            opt(&mut epb, 2, &r.epb_flags.to_le_bytes());
+            opt(&mut epb, 0, &[]);
+        }
         block(w, 6, &epb)?;
     }
     Ok(())
@@ -444,7 +509,15 @@ pub struct Case {
 
 impl Case {
     pub fn file_name(&self) -> String {
-        format!("{}.{}", self.name, if self.pcapng.is_some() { "pcapng" } else { "pcap" })
+        format!(
+            "{}.{}",
+            self.name,
+            if self.pcapng.is_some() {
+                "pcapng"
+            } else {
+                "pcap"
+            }
+        )
     }
     pub fn write(&self, dir: &Path) -> std::io::Result<PathBuf> {
         let p = dir.join(self.file_name());
@@ -471,6 +544,7 @@ fn seq(frames: Vec<Vec<u8>>, step_ns: u64) -> Vec<Rec> {
             ts_ns: T0 + i as u64 * step_ns,
             data,
             iface: 0,
+            epb_flags: 0,
         })
         .collect()
 }
@@ -506,7 +580,12 @@ pub fn corpus() -> Vec<Case> {
     // Clean traffic, two connections, mixed opcodes and sizes.
     let mut f = exchange(&(0..40).collect::<Vec<_>>(), 4);
     for p in 100..120u32 {
-        f.push(Roce::v4(C, B, 0x33, p).opcode(0x04).payload(256 + (p as usize % 7) * 100).frame());
+        f.push(
+            Roce::v4(C, B, 0x33, p)
+                .opcode(0x04)
+                .payload(256 + (p as usize % 7) * 100)
+                .frame(),
+        );
         f.push(Roce::v4(B, C, 0x44, p).ack(0x1f).frame());
     }
     v.push(case("clean", f));
@@ -558,16 +637,33 @@ pub fn corpus() -> Vec<Case> {
     // Not-ECT data.
     v.push(case(
         "not_ect",
-        (0..10).map(|p| Roce::v4(A, B, 0x11, p).mark(26, 0).frame()).collect(),
+        (0..10)
+            .map(|p| Roce::v4(A, B, 0x11, p).mark(26, 0).frame())
+            .collect(),
     ));
 
     // DSCP and PCP bleached (DSCP 0, priority 0) and untagged.
-    let mut f: Vec<Vec<u8>> = (0..10).map(|p| Roce::v4(A, B, 0x11, p).mark(0, 2).tags(&[(0x8100, 0)]).frame()).collect();
+    let mut f: Vec<Vec<u8>> = (0..10)
+        .map(|p| {
+            Roce::v4(A, B, 0x11, p)
+                .mark(0, 2)
+                .tags(&[(0x8100, 0)])
+                .frame()
+        })
+        .collect();
     f.extend((10..15).map(|p| Roce::v4(A, B, 0x11, p).mark(0, 2).tags(&[]).frame()));
     v.push(case("bleached", f));
 
     // CNPs on the data class (DSCP 26, priority 3).
-    let f = (0..6).map(|_| Roce::v4(B, A, 0x22, 0).cnp().mark(26, 2).tags(&[(0x8100, 3)]).frame()).collect();
+    let f = (0..6)
+        .map(|_| {
+            Roce::v4(B, A, 0x22, 0)
+                .cnp()
+                .mark(26, 2)
+                .tags(&[(0x8100, 3)])
+                .frame()
+        })
+        .collect();
     v.push(case("cnp_on_data_class", f));
 
     // PFC: XOFF/XON on priority 3, quanta on disabled priorities, XOFF on priority 0, other
@@ -585,12 +681,20 @@ pub fn corpus() -> Vec<Case> {
     v.push(case("pfc", f));
 
     // PFC storm: 2000 XOFF frames on priority 3 at 1 per 0.5 ms.
-    let mut c = case("pfc_storm", (0..2000).map(|_| pfc(MAC_B, 1 << 3, [0, 0, 0, 0xffff, 0, 0, 0, 0])).collect());
+    let mut c = case(
+        "pfc_storm",
+        (0..2000)
+            .map(|_| pfc(MAC_B, 1 << 3, [0, 0, 0, 0xffff, 0, 0, 0, 0]))
+            .collect(),
+    );
     c.recs = seq(c.recs.into_iter().map(|r| r.data).collect(), 500_000);
     v.push(c);
 
     // 802.3x PAUSE.
-    v.push(case("pause_8023x", vec![pause(MAC_A, 0xffff), pause(MAC_A, 0), pause(MAC_B, 300)]));
+    v.push(case(
+        "pause_8023x",
+        vec![pause(MAC_A, 0xffff), pause(MAC_A, 0), pause(MAC_B, 300)],
+    ));
 
     // IPv6 RoCE.
     let a6: IpAddr = "fd77::1".parse().unwrap();
@@ -612,8 +716,18 @@ pub fn corpus() -> Vec<Case> {
     v.push(case("ipv6", f));
 
     // QinQ: 802.1ad S-tag priority 5 over a C-tag priority 3; and 0x9100.
-    let mut f: Vec<Vec<u8>> = (0..8).map(|p| Roce::v4(A, B, 0x11, p).tags(&[(0x88a8, 5), (0x8100, 3)]).frame()).collect();
-    f.extend((8..12).map(|p| Roce::v4(A, B, 0x11, p).tags(&[(0x9100, 1), (0x8100, 3)]).frame()));
+    let mut f: Vec<Vec<u8>> = (0..8)
+        .map(|p| {
+            Roce::v4(A, B, 0x11, p)
+                .tags(&[(0x88a8, 5), (0x8100, 3)])
+                .frame()
+        })
+        .collect();
+    f.extend((8..12).map(|p| {
+        Roce::v4(A, B, 0x11, p)
+            .tags(&[(0x9100, 1), (0x8100, 3)])
+            .frame()
+    }));
     v.push(case("qinq", f));
 
     // IPv4 options.
@@ -656,7 +770,13 @@ pub fn corpus() -> Vec<Case> {
             .collect();
         f.push(udp_frame(A, B, 50000, 4791, &g));
     }
-    f.push(udp_frame(A, B, 50000, 53, b"not roce at all, a dns-ish payload"));
+    f.push(udp_frame(
+        A,
+        B,
+        50000,
+        53,
+        b"not roce at all, a dns-ish payload",
+    ));
     v.push(case("garbage_short_bth", f));
 
     // Snaplen cuts: 128-byte snaplen (as switch mirrors truncate) and one cut inside the BTH.
@@ -671,7 +791,12 @@ pub fn corpus() -> Vec<Case> {
     let mut c = case(
         "low_sport",
         (0..10u32)
-            .flat_map(|p| [Roce::v4(A, B, 0x11, p).sport(69).frame(), Roce::v4(B, A, 0x22, p).sport(69).ack(0x1f).frame()])
+            .flat_map(|p| {
+                [
+                    Roce::v4(A, B, 0x11, p).sport(69).frame(),
+                    Roce::v4(B, A, 0x22, p).sport(69).ack(0x1f).frame(),
+                ]
+            })
             .collect(),
     );
     c.decode_as_port = Some(69);
@@ -702,11 +827,19 @@ pub fn corpus() -> Vec<Case> {
     v.push(case("suspect", f));
 
     // Linux cooked captures (SLL and SLL2), untagged, one direction outgoing.
+    // A->C frames keep their 802.1Q tag inside the cooked capture (protocol 0x8100).
     let frames: Vec<(Vec<u8>, bool)> = (0..10u32)
         .flat_map(|p| {
             [
                 (Roce::v4(A, B, 0x11, p).tags(&[]).frame(), true),
                 (Roce::v4(B, A, 0x22, p).tags(&[]).ack(0x1f).frame(), false),
+                (
+                    Roce::v4(A, C, 0x77, p)
+                        .tags(&[(0x8100, 5)])
+                        .payload(64)
+                        .frame(),
+                    false,
+                ),
             ]
         })
         .collect();
@@ -721,14 +854,42 @@ pub fn corpus() -> Vec<Case> {
     // pcap.
     let mut recs = Vec::new();
     for p in 0..10u32 {
-        recs.push(Rec { ts_ns: T0 + p as u64 * 1000, data: Roce::v4(A, B, 0x11, p).frame(), iface: 0 });
-        recs.push(Rec { ts_ns: T0 + p as u64 * 1000 + 500, data: Roce::v4(B, A, 0x22, p).ack(0x1f).frame(), iface: 1 });
+        recs.push(Rec {
+            ts_ns: T0 + p as u64 * 1000,
+            data: Roce::v4(A, B, 0x11, p).frame(),
+            iface: 0,
+            epb_flags: 0,
+        });
+        recs.push(Rec {
+            ts_ns: T0 + p as u64 * 1000 + 500,
+            data: Roce::v4(B, A, 0x22, p).ack(0x1f).frame(),
+            iface: 1,
+            epb_flags: 0,
+        });
     }
     v.push(Case {
         name: "pcapng_two_ifaces",
         linktype: LINKTYPE_ETHERNET,
         snaplen: 65535,
-        pcapng: Some(vec![(LINKTYPE_ETHERNET, "swp1", 9), (LINKTYPE_ETHERNET, "swp2", 0x80 | 20)]),
+        pcapng: Some(vec![
+            (LINKTYPE_ETHERNET, "swp1", 9),
+            (LINKTYPE_ETHERNET, "swp2", 0x80 | 20),
+        ]),
+        nanos: false,
+        recs,
+        decode_as_port: None,
+    });
+    // pcapng with epb_flags: what this host sent (outbound) and received (inbound).
+    let mut recs = seq(exchange(&(0..10).collect::<Vec<_>>(), 2), 1000);
+    for r in &mut recs {
+        // Requests A->B leave this host, ACKs B->A arrive.
+        r.epb_flags = if r.data.len() > 100 { 2 } else { 1 };
+    }
+    v.push(Case {
+        name: "pcapng_direction",
+        linktype: LINKTYPE_ETHERNET,
+        snaplen: 65535,
+        pcapng: Some(vec![(LINKTYPE_ETHERNET, "mlx5_0", 6)]),
         nanos: false,
         recs,
         decode_as_port: None,
