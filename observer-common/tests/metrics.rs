@@ -392,9 +392,11 @@ fn iface_accounting_counts_every_outcome() {
 #[test]
 fn real_softroce_capture_icrc_and_keys() {
     // 105 RoCEv2 frames of a real rxe session, all with valid ICRCs (SOURCES.md).
-    let d = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/captures/oferby_proxy_roce.pcap"))
-        .or_else(|_| std::fs::read("/work/shared/captures/oferby_proxy_roce.pcap"))
-        .expect("shared/captures/oferby_proxy_roce.pcap next to the repository");
+    let d = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../observer/tests/data/captures/oferby_proxy_roce.pcap"
+    ))
+    .expect("the golden capture observer/tests/data/captures/oferby_proxy_roce.pcap");
     assert_eq!(&d[..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
     let mut off = 24;
     let (mut roce, mut ok) = (0, 0);
