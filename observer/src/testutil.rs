@@ -126,3 +126,42 @@ impl VethPair {
         Ok(VethPair { a, b, a_if, b_if })
     }
 }
+
+/// Sends raw Ethernet frames out of `iface` from inside namespace `ns` (AF_PACKET, SOCK_RAW).
+/// Every frame must be sent whole.
+pub fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) -> Result<(), String> {
+    let _in_ns = ns.enter()?;
+    let name = std::ffi::CString::new(iface).map_err(|e| e.to_string())?;
+    // SAFETY: plain socket calls on a socket owned here, closed before returning.
+    unsafe {
+        let ifindex = libc::if_nametoindex(name.as_ptr());
+        if ifindex == 0 {
+            return Err(format!("{iface} not found in {}", ns.name));
+        }
+        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        if fd < 0 {
+            return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()));
+        }
+        let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_ifindex = ifindex as i32;
+        sll.sll_halen = 6;
+        let mut res = Ok(());
+        for f in frames {
+            let n = libc::sendto(
+                fd,
+                f.as_ptr() as *const _,
+                f.len(),
+                0,
+                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            if n != f.len() as isize {
+                res = Err(format!("sendto {iface}: {}", std::io::Error::last_os_error()));
+                break;
+            }
+        }
+        libc::close(fd);
+        res
+    }
+}

@@ -16,40 +16,7 @@ use observer_common::qp::ev;
 
 /// Sends raw frames out of `iface` from inside namespace `ns` (AF_PACKET, SOCK_RAW).
 fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
-    let _in_ns = ns.enter().unwrap();
-    let name = std::ffi::CString::new(iface).unwrap();
-    // SAFETY: plain socket calls on a socket owned here, closed before returning.
-    unsafe {
-        let ifindex = libc::if_nametoindex(name.as_ptr());
-        assert!(ifindex != 0, "{iface} not found in {}", ns.name);
-        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
-        assert!(
-            fd >= 0,
-            "AF_PACKET socket: {}",
-            std::io::Error::last_os_error()
-        );
-        let mut sll: libc::sockaddr_ll = std::mem::zeroed();
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_ifindex = ifindex as i32;
-        sll.sll_halen = 6;
-        for f in frames {
-            let n = libc::sendto(
-                fd,
-                f.as_ptr() as *const _,
-                f.len(),
-                0,
-                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
-                size_of::<libc::sockaddr_ll>() as u32,
-            );
-            assert_eq!(
-                n,
-                f.len() as isize,
-                "sendto: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        libc::close(fd);
-    }
+    observer::testutil::send_raw(ns, iface, frames).unwrap();
 }
 
 /// Polls until `done` holds (bounded: 5 s), returning the last snapshot.
