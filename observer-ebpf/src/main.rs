@@ -136,7 +136,9 @@ impl Bytes for XdpBytes {
 }
 
 /// tc frame bytes: direct access to the linear part (see [`parse_skb`], which pulls the headers
-/// into it first); bytes past the linear part read as truncated.
+/// into it first); bytes past the linear part read as truncated. Kept apart from [`XdpBytes`]
+/// on purpose: one shared struct for both changed LLVM's code enough for the verifier to reject
+/// `roce_xdp` ("pointer arithmetic with <<= operator prohibited"; tried).
 struct SkbBytes {
     data: usize,
     end: usize,
