@@ -206,6 +206,8 @@ struct Loaded {
     events: RingBuf<MapData>,
     /// Whether BPF_MAP_LOOKUP_BATCH works on this kernel (cleared on EINVAL/ENOTSUPP).
     batch_ok: bool,
+    /// Keys in the last per-QP map read (the next read's allocation size).
+    last_qps: usize,
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, LiveError>
@@ -260,6 +262,7 @@ impl Loaded {
             policy: policy_map,
             events,
             batch_ok: true,
+            last_qps: 0,
         };
         l.set_policy(policy)?;
         Ok(l)
@@ -293,8 +296,11 @@ impl Loaded {
     fn read_qps(&mut self) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
         let fd = self.qps_data()?.fd().as_fd().as_raw_fd();
         if self.batch_ok {
-            match sys::lookup_batch::<QpKey, QpValue>(fd, 256) {
-                Ok(v) => return Ok(v),
+            match sys::lookup_batch::<QpKey, QpValue>(fd, 256, self.last_qps) {
+                Ok(v) => {
+                    self.last_qps = v.len();
+                    return Ok(v);
+                }
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOTSUP | 524)) => {
                     tracing::info!(error = %e, "BPF_MAP_LOOKUP_BATCH unavailable, iterating keys");
                     self.batch_ok = false;
