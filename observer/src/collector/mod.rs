@@ -152,6 +152,9 @@ pub enum CollectorError {
 
 /// (source IP, destination IP).
 type IpPair = ([u8; 16], [u8; 16]);
+
+/// Keys ahead of the scan whose current and previous values are prefetched.
+const PREFETCH_AHEAD: usize = 1;
 /// CE-marked data packets, CNPs, all packets of one IP pair in one interval.
 type PairCounts = (u64, u64, u64);
 
@@ -503,6 +506,10 @@ impl Collector {
         }
         st.prev.begin_scan(snap.qps.len());
         for (pos, (k, v)) in snap.qps.iter().enumerate() {
+            if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_AHEAD) {
+                delta::prefetch(nv);
+                st.prev.prefetch_hint(pos + PREFETCH_AHEAD);
+            }
             let di = (k.dir as usize).min(dir::COUNT - 1);
             tracked[di] += 1;
             match st.prev.find(pos, k) {

@@ -52,6 +52,16 @@ impl PrevStore {
         Some(slot)
     }
 
+    /// Prefetches the value the key at position `pos` most likely has (the position hint).
+    #[inline]
+    pub fn prefetch_hint(&self, pos: usize) {
+        if let Some(&h) = self.hint.get(pos)
+            && let Some(v) = self.vals.get(h as usize)
+        {
+            crate::collector::delta::prefetch(v);
+        }
+    }
+
     pub fn value(&self, slot: usize) -> &QpValue {
         &self.vals[slot]
     }
