@@ -49,10 +49,12 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<()> {
 /// how many keys the caller expects (the last read's count): the output is allocated once at
 /// that size (plus room to grow) instead of doubling through ~140 MB of reallocations at 100k
 /// keys, and the per-syscall key/value buffers are allocated once and reused.
+/// `each` is applied to every value as it is copied out (while it is in the cache).
 pub fn lookup_batch<K: Copy, V: Copy>(
     fd: RawFd,
     chunk: u32,
     expect: usize,
+    mut each: impl FnMut(&mut V),
 ) -> io::Result<Vec<(K, V)>> {
     let mut chunk = chunk.max(1);
     let mut out = Vec::with_capacity(expect + expect / 16 + chunk as usize);
@@ -94,7 +96,9 @@ pub fn lookup_batch<K: Copy, V: Copy>(
         };
         for i in 0..n {
             // SAFETY: the kernel wrote `n` keys and values.
-            out.push(unsafe { (keys[i].assume_init(), vals[i].assume_init()) });
+            let (k, mut v) = unsafe { (keys[i].assume_init(), vals[i].assume_init()) };
+            each(&mut v);
+            out.push((k, v));
         }
         if done {
             return Ok(out);
