@@ -153,8 +153,8 @@ pub enum CollectorError {
 /// (source IP, destination IP).
 type IpPair = ([u8; 16], [u8; 16]);
 
-/// Keys ahead of the scan whose current and previous values are prefetched.
-const PREFETCH_AHEAD: usize = 1;
+/// Keys ahead of the scan whose `pkts` lines (current and previous value) are prefetched.
+const PREFETCH_HEAD: usize = 4;
 /// CE-marked data packets, CNPs, all packets of one IP pair in one interval.
 type PairCounts = (u64, u64, u64);
 
@@ -506,9 +506,20 @@ impl Collector {
         }
         st.prev.begin_scan(snap.qps.len());
         for (pos, (k, v)) in snap.qps.iter().enumerate() {
-            if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_AHEAD) {
-                delta::prefetch(nv);
-                st.prev.prefetch_hint(pos + PREFETCH_AHEAD);
+            // Prefetch: the `pkts` line of both values PREFETCH_HEAD keys ahead; all lines of
+            // the next key's values when it is active (most keys idle: read one line each).
+            if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_HEAD) {
+                delta::prefetch(nv, 1);
+                if let Some(pv) = st.prev.hinted(pos + PREFETCH_HEAD) {
+                    delta::prefetch(pv, 1);
+                }
+            }
+            if let Some((_, nv)) = snap.qps.get(pos + 1)
+                && let Some(pv) = st.prev.hinted(pos + 1)
+                && nv.pkts != pv.pkts
+            {
+                delta::prefetch(nv, usize::MAX);
+                delta::prefetch(pv, usize::MAX);
             }
             let di = (k.dir as usize).min(dir::COUNT - 1);
             tracked[di] += 1;

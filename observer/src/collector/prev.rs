@@ -52,14 +52,12 @@ impl PrevStore {
         Some(slot)
     }
 
-    /// Prefetches the value the key at position `pos` most likely has (the position hint).
+    /// The previous value the key at position `pos` most likely has (the position hint), for
+    /// prefetching: it may belong to another key.
     #[inline]
-    pub fn prefetch_hint(&self, pos: usize) {
-        if let Some(&h) = self.hint.get(pos)
-            && let Some(v) = self.vals.get(h as usize)
-        {
-            crate::collector::delta::prefetch(v);
-        }
+    pub fn hinted(&self, pos: usize) -> Option<&QpValue> {
+        let h = *self.hint.get(pos)? as usize;
+        self.vals.get(h)
     }
 
     pub fn value(&self, slot: usize) -> &QpValue {
