@@ -52,6 +52,14 @@ impl PrevStore {
         Some(slot)
     }
 
+    /// The previous value the key at position `pos` most likely has (the position hint), for
+    /// prefetching: it may belong to another key.
+    #[inline]
+    pub fn hinted(&self, pos: usize) -> Option<&QpValue> {
+        let h = *self.hint.get(pos)? as usize;
+        self.vals.get(h)
+    }
+
     pub fn value(&self, slot: usize) -> &QpValue {
         &self.vals[slot]
     }
