@@ -116,6 +116,13 @@ pub fn qp_delta_into(cur: &QpValue, prev: &QpValue, d: &mut QpValue, nz: &mut Ve
     d.last_udp_sport = cur.last_udp_sport;
     d.first_ns = cur.first_ns;
     d.last_ns = cur.last_ns;
+    sub_counts(d, cur, prev);
+    nonzero_buckets(d, nz);
+}
+
+/// The counting fields of `d` = `cur - prev` (wrapping: the u32 histograms wrap between reads
+/// of a busy key); gauges (times, PSN state, largest payload, source port) are left to callers.
+fn sub_counts(d: &mut QpValue, cur: &QpValue, prev: &QpValue) {
     d.pkts = cur.pkts.wrapping_sub(prev.pkts);
     d.bytes_l2 = cur.bytes_l2.wrapping_sub(prev.bytes_l2);
     d.bytes_ip = cur.bytes_ip.wrapping_sub(prev.bytes_ip);
@@ -138,7 +145,6 @@ pub fn qp_delta_into(cur: &QpValue, prev: &QpValue, d: &mut QpValue, nz: &mut Ve
         sub32(&mut d.ecn_hist[c], &cur.ecn_hist[c], &prev.ecn_hist[c]);
         sub32(&mut d.pcp_hist[c], &cur.pcp_hist[c], &prev.pcp_hist[c]);
     }
-    nonzero_buckets(d, nz);
 }
 
 /// `cur - prev` for one key. `prev` = [`QpValue::ZERO`] for a key new in this interval. A key
@@ -149,28 +155,7 @@ pub fn qp_delta(cur: &QpValue, prev: &QpValue) -> QpValue {
         return *cur;
     }
     let mut d = *cur;
-    d.pkts = cur.pkts.wrapping_sub(prev.pkts);
-    d.bytes_l2 = cur.bytes_l2.wrapping_sub(prev.bytes_l2);
-    d.bytes_ip = cur.bytes_ip.wrapping_sub(prev.bytes_ip);
-    d.bytes_udp = cur.bytes_udp.wrapping_sub(prev.bytes_udp);
-    d.naks = cur.naks.wrapping_sub(prev.naks);
-    d.nak_psn_seq_err = cur.nak_psn_seq_err.wrapping_sub(prev.nak_psn_seq_err);
-    d.rnr_naks = cur.rnr_naks.wrapping_sub(prev.rnr_naks);
-    d.suspect = cur.suspect.wrapping_sub(prev.suspect);
-    d.psn_gaps = cur.psn_gaps.wrapping_sub(prev.psn_gaps);
-    d.psn_missing = cur.psn_missing.wrapping_sub(prev.psn_missing);
-    d.psn_retrans = cur.psn_retrans.wrapping_sub(prev.psn_retrans);
-    d.psn_behind = cur.psn_behind.wrapping_sub(prev.psn_behind);
-    d.icrc_ok = cur.icrc_ok.wrapping_sub(prev.icrc_ok);
-    d.icrc_bad = cur.icrc_bad.wrapping_sub(prev.icrc_bad);
-    d.icrc_unverifiable = cur.icrc_unverifiable.wrapping_sub(prev.icrc_unverifiable);
-    d.event_flags = cur.event_flags & !prev.event_flags;
-    sub32(&mut d.opcode_hist, &cur.opcode_hist, &prev.opcode_hist);
-    for c in 0..d.dscp_hist.len() {
-        sub32(&mut d.dscp_hist[c], &cur.dscp_hist[c], &prev.dscp_hist[c]);
-        sub32(&mut d.ecn_hist[c], &cur.ecn_hist[c], &prev.ecn_hist[c]);
-        sub32(&mut d.pcp_hist[c], &cur.pcp_hist[c], &prev.pcp_hist[c]);
-    }
+    sub_counts(&mut d, cur, prev);
     d
 }
 
