@@ -31,46 +31,7 @@ use std::process::Command;
 use observer::replay::{NoOutput, Replay, ReplayOptions};
 use serde_json::{Map, Value, json};
 
-const FIELDS: &[&str] = &[
-    "frame.len",
-    "frame.cap_len",
-    "frame.time_epoch",
-    "frame.interface_name",
-    "frame.packet_flags_direction",
-    "sll.pkttype",
-    "ieee8021ad.priority",
-    "vlan.priority",
-    "ip.src",
-    "ip.dst",
-    "ipv6.src",
-    "ipv6.dst",
-    "ip.len",
-    "ipv6.plen",
-    "ip.flags.mf",
-    "ip.frag_offset",
-    "ip.dsfield.dscp",
-    "ip.dsfield.ecn",
-    "ipv6.tclass",
-    "udp.srcport",
-    "udp.dstport",
-    "udp.length",
-    "infiniband.bth.opcode",
-    "infiniband.bth.tver",
-    "infiniband.bth.destqp",
-    "infiniband.bth.psn",
-    "infiniband.aeth.syndrome",
-    "macc.opcode",
-    "macc.cbfc.enbv",
-    "macc.cbfc.pause_time.c0",
-    "macc.cbfc.pause_time.c1",
-    "macc.cbfc.pause_time.c2",
-    "macc.cbfc.pause_time.c3",
-    "macc.cbfc.pause_time.c4",
-    "macc.cbfc.pause_time.c5",
-    "macc.cbfc.pause_time.c6",
-    "macc.cbfc.pause_time.c7",
-    "macc.pause_time",
-];
+use corpus::TSHARK_FIELDS as FIELDS;
 
 fn col(name: &str) -> usize {
     FIELDS.iter().position(|f| *f == name).unwrap()

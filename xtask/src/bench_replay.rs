@@ -113,30 +113,8 @@ fn median(v: &[Run]) -> Run {
     }
 }
 
-/// Fields tshark extracts (the tshark comparison test's set).
-const TSHARK_FIELDS: &[&str] = &[
-    "frame.len",
-    "frame.cap_len",
-    "frame.time_epoch",
-    "vlan.priority",
-    "ip.src",
-    "ip.dst",
-    "ip.len",
-    "ip.flags.mf",
-    "ip.frag_offset",
-    "ip.dsfield.dscp",
-    "ip.dsfield.ecn",
-    "udp.srcport",
-    "udp.dstport",
-    "udp.length",
-    "infiniband.bth.opcode",
-    "infiniband.bth.tver",
-    "infiniband.bth.destqp",
-    "infiniband.bth.psn",
-    "infiniband.aeth.syndrome",
-    "macc.opcode",
-    "macc.cbfc.enbv",
-];
+/// Fields tshark extracts: the tshark comparison test's set.
+use corpus::TSHARK_FIELDS;
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let mut packets: u64 = 2_000_000;

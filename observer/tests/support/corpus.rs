@@ -911,3 +911,46 @@ pub fn write_corpus(dir: &Path) -> std::io::Result<Vec<(Case, PathBuf)>> {
     }
     Ok(out)
 }
+
+/// The fields tshark extracts for the tshark comparison test, and the same set the replay
+/// benchmark times tshark on.
+pub const TSHARK_FIELDS: &[&str] = &[
+    "frame.len",
+    "frame.cap_len",
+    "frame.time_epoch",
+    "frame.interface_name",
+    "frame.packet_flags_direction",
+    "sll.pkttype",
+    "ieee8021ad.priority",
+    "vlan.priority",
+    "ip.src",
+    "ip.dst",
+    "ipv6.src",
+    "ipv6.dst",
+    "ip.len",
+    "ipv6.plen",
+    "ip.flags.mf",
+    "ip.frag_offset",
+    "ip.dsfield.dscp",
+    "ip.dsfield.ecn",
+    "ipv6.tclass",
+    "udp.srcport",
+    "udp.dstport",
+    "udp.length",
+    "infiniband.bth.opcode",
+    "infiniband.bth.tver",
+    "infiniband.bth.destqp",
+    "infiniband.bth.psn",
+    "infiniband.aeth.syndrome",
+    "macc.opcode",
+    "macc.cbfc.enbv",
+    "macc.cbfc.pause_time.c0",
+    "macc.cbfc.pause_time.c1",
+    "macc.cbfc.pause_time.c2",
+    "macc.cbfc.pause_time.c3",
+    "macc.cbfc.pause_time.c4",
+    "macc.cbfc.pause_time.c5",
+    "macc.cbfc.pause_time.c6",
+    "macc.cbfc.pause_time.c7",
+    "macc.pause_time",
+];
