@@ -435,11 +435,7 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
     assert_eq!(alt["sums"]["count"], jsum);
 
     // every file final-named, none left as .tmp
-    let files = all_files(&out);
-    assert!(
-        files.iter().all(|f| !f.to_string_lossy().ends_with(".tmp")),
-        "{files:?}"
-    );
+    assert_no_tmp_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
 

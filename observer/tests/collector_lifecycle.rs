@@ -92,11 +92,7 @@ fn sigterm_flushes_closes_and_exits_cleanly() {
     let flows = pyarrow_read(&out, "flows", &["pkts"], false);
     assert_eq!(flows["sums"]["pkts"], total);
     assert_eq!(summary["output"]["flows"]["rows"], flows["rows"]);
-    let files = all_files(&out);
-    assert!(
-        files.iter().all(|f| !f.to_string_lossy().ends_with(".tmp")),
-        "{files:?}"
-    );
+    assert_no_tmp_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
 
