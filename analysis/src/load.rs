@@ -89,7 +89,10 @@ fn parquet_files(root: &Path) -> Result<Vec<PathBuf>, LoadError> {
             Err(err) => return Err(LoadError::Io { path: d, err }),
         };
         for e in rd {
-            let e = e.map_err(|err| LoadError::Io { path: d.clone(), err })?;
+            let e = e.map_err(|err| LoadError::Io {
+                path: d.clone(),
+                err,
+            })?;
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
@@ -103,16 +106,32 @@ fn parquet_files(root: &Path) -> Result<Vec<PathBuf>, LoadError> {
 }
 
 fn batches(path: &Path) -> Result<Vec<RecordBatch>, LoadError> {
-    let f = File::open(path).map_err(|err| LoadError::Io { path: path.into(), err })?;
-    let perr = |e: &dyn std::fmt::Display| LoadError::Parquet { path: path.into(), err: e.to_string() };
-    let r = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| perr(&e))?.build().map_err(|e| perr(&e))?;
+    let f = File::open(path).map_err(|err| LoadError::Io {
+        path: path.into(),
+        err,
+    })?;
+    let perr = |e: &dyn std::fmt::Display| LoadError::Parquet {
+        path: path.into(),
+        err: e.to_string(),
+    };
+    let r = ParquetRecordBatchReaderBuilder::try_new(f)
+        .map_err(|e| perr(&e))?
+        .build()
+        .map_err(|e| perr(&e))?;
     r.map(|b| b.map_err(|e| perr(&e))).collect()
 }
 
-fn col_str<'a>(b: &'a RecordBatch, name: &str, path: &Path) -> Result<&'a arrow::array::StringArray, LoadError> {
+fn col_str<'a>(
+    b: &'a RecordBatch,
+    name: &str,
+    path: &Path,
+) -> Result<&'a arrow::array::StringArray, LoadError> {
     b.column_by_name(name)
         .and_then(|c| c.as_string_opt::<i32>())
-        .ok_or_else(|| LoadError::Column { path: path.into(), column: name.into() })
+        .ok_or_else(|| LoadError::Column {
+            path: path.into(),
+            column: name.into(),
+        })
 }
 
 /// Reads `<dir>/flows`, `<dir>/interfaces` and `<dir>/alerts`.
@@ -125,12 +144,19 @@ pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
     for path in &flows {
         ds.files += 1;
         for b in batches(path)? {
-            let (host, iface, dirc) = (col_str(&b, "host", path)?, col_str(&b, "iface", path)?, col_str(&b, "dir", path)?);
+            let (host, iface, dirc) = (
+                col_str(&b, "host", path)?,
+                col_str(&b, "iface", path)?,
+                col_str(&b, "dir", path)?,
+            );
             let (src, dst) = (col_str(&b, "src", path)?, col_str(&b, "dst", path)?);
             let qp = b
                 .column_by_name("qp")
                 .and_then(|c| c.as_primitive_opt::<Int32Type>())
-                .ok_or_else(|| LoadError::Column { path: path.clone(), column: "qp".into() })?;
+                .ok_or_else(|| LoadError::Column {
+                    path: path.clone(),
+                    column: "qp".into(),
+                })?;
             for row in 0..b.num_rows() {
                 let id = QpId {
                     host: host.value(row).into(),
@@ -152,10 +178,14 @@ pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
                         }
                     } else if let Some(l) = c.as_list_opt::<i32>() {
                         let items = l.value(row);
-                        let Some(st) = items.as_struct_opt() else { continue };
+                        let Some(st) = items.as_struct_opt() else {
+                            continue;
+                        };
                         let (Some(v), Some(n)) = (
-                            st.column_by_name("value").and_then(|x| x.as_primitive_opt::<Int16Type>()),
-                            st.column_by_name("pkts").and_then(|x| x.as_primitive_opt::<Int64Type>()),
+                            st.column_by_name("value")
+                                .and_then(|x| x.as_primitive_opt::<Int16Type>()),
+                            st.column_by_name("pkts")
+                                .and_then(|x| x.as_primitive_opt::<Int64Type>()),
                         ) else {
                             continue;
                         };
@@ -171,9 +201,17 @@ pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
     for path in parquet_files(&dir.join("interfaces"))? {
         ds.files += 1;
         for b in batches(&path)? {
-            let (host, iface, dirc) = (col_str(&b, "host", &path)?, col_str(&b, "iface", &path)?, col_str(&b, "dir", &path)?);
+            let (host, iface, dirc) = (
+                col_str(&b, "host", &path)?,
+                col_str(&b, "iface", &path)?,
+                col_str(&b, "dir", &path)?,
+            );
             for row in 0..b.num_rows() {
-                let key = (host.value(row).to_string(), iface.value(row).to_string(), dirc.value(row).to_string());
+                let key = (
+                    host.value(row).to_string(),
+                    iface.value(row).to_string(),
+                    dirc.value(row).to_string(),
+                );
                 let t = ds.ifaces.entry(key).or_default();
                 t.rows += 1;
                 for (i, field) in b.schema().fields().iter().enumerate() {
@@ -189,7 +227,10 @@ pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
                             *t.counts.entry(name.clone()).or_default() += a.value(row);
                         }
                     } else if let Some(p) = name.strip_prefix("pfc_xoff_per_s_p") {
-                        let (Ok(p), Some(a)) = (p.parse::<usize>(), c.as_primitive_opt::<arrow::datatypes::Float64Type>()) else {
+                        let (Ok(p), Some(a)) = (
+                            p.parse::<usize>(),
+                            c.as_primitive_opt::<arrow::datatypes::Float64Type>(),
+                        ) else {
                             continue;
                         };
                         if p < 8 && !a.is_null(row) {

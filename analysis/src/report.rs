@@ -19,7 +19,12 @@ pub struct Expect {
 impl Expect {
     pub fn profile(name: &str) -> Option<Expect> {
         match name {
-            "nvidia" | "broadcom" => Some(Expect { data_dscp: 26, cnp_dscp: 48, rdma_priority: 3, storm_xoff_per_s: 1000.0 }),
+            "nvidia" | "broadcom" => Some(Expect {
+                data_dscp: 26,
+                cnp_dscp: 48,
+                rdma_priority: 3,
+                storm_xoff_per_s: 1000.0,
+            }),
             _ => None,
         }
     }
@@ -67,7 +72,10 @@ pub struct Figures {
 
 impl Figures {
     pub fn of(ds: &Dataset, e: &Expect) -> Figures {
-        let mut f = Figures { alerts: ds.alerts.clone(), ..Figures::default() };
+        let mut f = Figures {
+            alerts: ds.alerts.clone(),
+            ..Figures::default()
+        };
         for t in ds.qps.values() {
             f.qps += 1;
             f.data_pkts += t.count("data_pkts");
@@ -79,8 +87,18 @@ impl Figures {
             f.psn_retrans += t.count("psn_retrans");
             f.naks += t.count("naks");
             f.rnr_naks += t.count("rnr_naks");
-            f.data_off_dscp += t.hist("dscp_data").iter().filter(|(v, _)| **v != e.data_dscp).map(|(_, n)| n).sum::<i64>();
-            f.cnp_off_dscp += t.hist("dscp_cnp").iter().filter(|(v, _)| **v != e.cnp_dscp).map(|(_, n)| n).sum::<i64>();
+            f.data_off_dscp += t
+                .hist("dscp_data")
+                .iter()
+                .filter(|(v, _)| **v != e.data_dscp)
+                .map(|(_, n)| n)
+                .sum::<i64>();
+            f.cnp_off_dscp += t
+                .hist("dscp_cnp")
+                .iter()
+                .filter(|(v, _)| **v != e.cnp_dscp)
+                .map(|(_, n)| n)
+                .sum::<i64>();
             if t.count("data_pkts") > 0 {
                 *f.max_payloads.entry(t.max_udp_payload).or_default() += 1;
             }
@@ -90,7 +108,10 @@ impl Figures {
                 *x += t.count(&format!("pfc_xoff_p{p}"));
             }
             f.pause_frames += t.count("pause_frames");
-            f.max_xoff_per_s = t.max_xoff_per_s.iter().fold(f.max_xoff_per_s, |a, b| a.max(*b));
+            f.max_xoff_per_s = t
+                .max_xoff_per_s
+                .iter()
+                .fold(f.max_xoff_per_s, |a, b| a.max(*b));
             for (k, v) in &t.counts {
                 if let Some(r) = k.strip_prefix("excluded_") {
                     *f.excluded.entry(r.to_string()).or_default() += v;
@@ -102,71 +123,153 @@ impl Figures {
 }
 
 fn pct(n: i64, of: i64) -> String {
-    if of == 0 { "-".into() } else { format!("{:.3}%", 100.0 * n as f64 / of as f64) }
+    if of == 0 {
+        "-".into()
+    } else {
+        format!("{:.3}%", 100.0 * n as f64 / of as f64)
+    }
 }
 
 /// The bring-up checks, worst first within their order of importance.
 pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
     let mut c = Vec::new();
-    let mut add = |name, verdict, detail: String| c.push(Check { name, verdict, detail });
+    let mut add = |name, verdict, detail: String| {
+        c.push(Check {
+            name,
+            verdict,
+            detail,
+        })
+    };
     add(
         "data marking",
-        if f.data_off_dscp > 0 { Verdict::Fail } else { Verdict::Pass },
-        format!("{} of {} data packets not at DSCP {} ({})", f.data_off_dscp, f.data_pkts, e.data_dscp, pct(f.data_off_dscp, f.data_pkts)),
+        if f.data_off_dscp > 0 {
+            Verdict::Fail
+        } else {
+            Verdict::Pass
+        },
+        format!(
+            "{} of {} data packets not at DSCP {} ({})",
+            f.data_off_dscp,
+            f.data_pkts,
+            e.data_dscp,
+            pct(f.data_off_dscp, f.data_pkts)
+        ),
     );
     add(
         "CNP marking",
-        if f.cnp_off_dscp > 0 { Verdict::Fail } else { Verdict::Pass },
-        format!("{} of {} CNPs not at DSCP {}", f.cnp_off_dscp, f.cnp_pkts, e.cnp_dscp),
+        if f.cnp_off_dscp > 0 {
+            Verdict::Fail
+        } else {
+            Verdict::Pass
+        },
+        format!(
+            "{} of {} CNPs not at DSCP {}",
+            f.cnp_off_dscp, f.cnp_pkts, e.cnp_dscp
+        ),
     );
     add(
         "ECN-capable data",
-        if f.not_ect_data > 0 { Verdict::Fail } else { Verdict::Pass },
-        format!("{} Not-ECT data packets: DCQCN cannot react to them", f.not_ect_data),
+        if f.not_ect_data > 0 {
+            Verdict::Fail
+        } else {
+            Verdict::Pass
+        },
+        format!(
+            "{} Not-ECT data packets: DCQCN cannot react to them",
+            f.not_ect_data
+        ),
     );
     add(
         "CE answered by CNPs",
-        if f.ce > 0 && f.cnp_pkts == 0 { Verdict::Fail } else if f.ce == 0 { Verdict::Info } else { Verdict::Pass },
+        if f.ce > 0 && f.cnp_pkts == 0 {
+            Verdict::Fail
+        } else if f.ce == 0 {
+            Verdict::Info
+        } else {
+            Verdict::Pass
+        },
         format!("{} CE-marked packets, {} CNPs", f.ce, f.cnp_pkts),
     );
     add(
         "no go-back-N",
-        if f.psn_gaps > 0 || f.psn_retrans > 0 { Verdict::Fail } else { Verdict::Pass },
+        if f.psn_gaps > 0 || f.psn_retrans > 0 {
+            Verdict::Fail
+        } else {
+            Verdict::Pass
+        },
         format!(
             "{} PSN gaps ({} missing), {} retransmitted, {} NAKs, {} RNR NAKs",
             f.psn_gaps, f.psn_missing, f.psn_retrans, f.naks, f.rnr_naks
         ),
     );
-    let other: i64 = f.pfc_xoff.iter().enumerate().filter(|(p, _)| *p != e.rdma_priority).map(|(_, n)| n).sum();
+    let other: i64 = f
+        .pfc_xoff
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| *p != e.rdma_priority)
+        .map(|(_, n)| n)
+        .sum();
     add(
         "PFC only on the RDMA priority",
-        if other > 0 { Verdict::Fail } else { Verdict::Pass },
-        format!("XOFF per priority {:?} (RDMA priority {})", f.pfc_xoff, e.rdma_priority),
+        if other > 0 {
+            Verdict::Fail
+        } else {
+            Verdict::Pass
+        },
+        format!(
+            "XOFF per priority {:?} (RDMA priority {})",
+            f.pfc_xoff, e.rdma_priority
+        ),
     );
     add(
         "no PFC storm",
-        if f.max_xoff_per_s > e.storm_xoff_per_s { Verdict::Fail } else { Verdict::Pass },
-        format!("largest XOFF rate {:.0}/s on one priority (threshold {:.0}/s)", f.max_xoff_per_s, e.storm_xoff_per_s),
+        if f.max_xoff_per_s > e.storm_xoff_per_s {
+            Verdict::Fail
+        } else {
+            Verdict::Pass
+        },
+        format!(
+            "largest XOFF rate {:.0}/s on one priority (threshold {:.0}/s)",
+            f.max_xoff_per_s, e.storm_xoff_per_s
+        ),
     );
     add(
         "no 802.3x PAUSE",
-        if f.pause_frames > 0 { Verdict::Fail } else { Verdict::Pass },
+        if f.pause_frames > 0 {
+            Verdict::Fail
+        } else {
+            Verdict::Pass
+        },
         format!("{} PAUSE frames", f.pause_frames),
     );
     add(
         "PFC with ECN",
-        if f.pfc_xoff.iter().sum::<i64>() > 0 && f.ce == 0 { Verdict::Warn } else { Verdict::Pass },
+        if f.pfc_xoff.iter().sum::<i64>() > 0 && f.ce == 0 {
+            Verdict::Warn
+        } else {
+            Verdict::Pass
+        },
         "congestion handled by pauses alone when XOFF > 0 and CE = 0".into(),
     );
     add(
         "one MTU",
-        if f.max_payloads.len() > 1 { Verdict::Warn } else { Verdict::Info },
+        if f.max_payloads.len() > 1 {
+            Verdict::Warn
+        } else {
+            Verdict::Info
+        },
         format!("largest UDP payload per QP -> QPs: {:?}", f.max_payloads),
     );
     add(
         "exclusions",
         Verdict::Info,
-        format!("{:?}", f.excluded.iter().filter(|(_, n)| **n > 0).collect::<BTreeMap<_, _>>()),
+        format!(
+            "{:?}",
+            f.excluded
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .collect::<BTreeMap<_, _>>()
+        ),
     );
     c
 }
@@ -181,7 +284,13 @@ pub struct Regression {
 
 /// Figures that must not get worse, as rates per million data packets (or absolute for PFC).
 fn rates(f: &Figures) -> Vec<(&'static str, f64)> {
-    let per_m = |n: i64| if f.data_pkts == 0 { 0.0 } else { n as f64 * 1e6 / f.data_pkts as f64 };
+    let per_m = |n: i64| {
+        if f.data_pkts == 0 {
+            0.0
+        } else {
+            n as f64 * 1e6 / f.data_pkts as f64
+        }
+    };
     vec![
         ("data off-DSCP per M", per_m(f.data_off_dscp)),
         ("CNP off-DSCP", f.cnp_off_dscp as f64),
@@ -192,7 +301,10 @@ fn rates(f: &Figures) -> Vec<(&'static str, f64)> {
         ("RNR NAKs per M", per_m(f.rnr_naks)),
         ("PAUSE frames", f.pause_frames as f64),
         ("max XOFF/s", f.max_xoff_per_s),
-        ("XOFF off the RDMA priority", f.pfc_xoff.iter().sum::<i64>() as f64 - f.pfc_xoff[3] as f64),
+        (
+            "XOFF off the RDMA priority",
+            f.pfc_xoff.iter().sum::<i64>() as f64 - f.pfc_xoff[3] as f64,
+        ),
     ]
 }
 
@@ -202,6 +314,10 @@ pub fn compare(base: &Figures, now: &Figures, tolerance: f64, slack: f64) -> Vec
         .into_iter()
         .zip(rates(now))
         .filter(|((_, b), (_, n))| *n > b * (1.0 + tolerance) + slack)
-        .map(|((figure, b), (_, n))| Regression { figure, baseline: b, now: n })
+        .map(|((figure, b), (_, n))| Regression {
+            figure,
+            baseline: b,
+            now: n,
+        })
         .collect()
 }

@@ -14,34 +14,57 @@ use observer::datapath::Datapath;
 /// collector's summary JSON.
 fn write_logs(out: &std::path::Path, names: &[&str]) -> serde_json::Value {
     let policy = PolicyConfig::profile("nvidia").unwrap();
-    let mut col = Collector::new(CollectorConfig::new(out.to_path_buf(), "t", "replay", policy.clone())).unwrap();
+    let mut col = Collector::new(CollectorConfig::new(
+        out.to_path_buf(),
+        "t",
+        "replay",
+        policy.clone(),
+    ))
+    .unwrap();
     let t0 = 1_700_000_000_000_000_000u64;
     // One interface per case: cases reuse keys and PSNs.
-    for c in corpus::corpus().into_iter().filter(|c| names.contains(&c.name)) {
+    for c in corpus::corpus()
+        .into_iter()
+        .filter(|c| names.contains(&c.name))
+    {
         assert_eq!(c.linktype, corpus::LINKTYPE_ETHERNET, "{}", c.name);
         let mut dp = Datapath::new(policy.expected, 10_000);
         for (i, r) in c.recs.iter().enumerate() {
             dp.process(&r.data, r.data.len() as u32, t0 + r.ts_ns, 0);
             col.on_events(c.name, &dp.take_events());
             if i % 7 == 6 {
-                col.on_snapshot(&dp.snapshot(c.name, t0 + r.ts_ns, Some(100_000_000_000))).unwrap();
+                col.on_snapshot(&dp.snapshot(c.name, t0 + r.ts_ns, Some(100_000_000_000)))
+                    .unwrap();
             }
         }
         let end = c.recs.last().map(|r| r.ts_ns).unwrap_or(0) + 1_000_000_000;
-        col.on_snapshot(&dp.snapshot(c.name, t0 + end, Some(100_000_000_000))).unwrap();
+        col.on_snapshot(&dp.snapshot(c.name, t0 + end, Some(100_000_000_000)))
+            .unwrap();
     }
     col.finish().unwrap()
 }
 
 fn sum(summary: &serde_json::Value, field: &str) -> i64 {
-    summary["qps"].as_array().unwrap().iter().map(|q| q[field].as_i64().unwrap()).sum()
+    summary["qps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q[field].as_i64().unwrap())
+        .sum()
 }
 
 #[test]
 fn figures_equal_the_collectors_summary() {
     let dir = std::env::temp_dir().join(format!("roce-analyze-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let names = ["clean", "go_back_n", "ecn_ce_cnp", "bleached", "pfc", "pause_8023x"];
+    let names = [
+        "clean",
+        "go_back_n",
+        "ecn_ce_cnp",
+        "bleached",
+        "pfc",
+        "pause_8023x",
+    ];
     let summary = write_logs(&dir, &names);
     let ds = load(&dir).unwrap();
     let e = Expect::profile("nvidia").unwrap();
@@ -56,19 +79,33 @@ fn figures_equal_the_collectors_summary() {
     assert_eq!(f.naks, sum(&summary, "naks"));
     assert!(f.psn_gaps > 0 && f.ce > 0 && f.cnp_pkts > 0, "{f:?}");
     let iface_sum = |k: &str, i: usize| -> i64 {
-        summary["interfaces"].as_array().unwrap().iter().map(|x| x["pfc"][k][i].as_i64().unwrap()).sum()
+        summary["interfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["pfc"][k][i].as_i64().unwrap())
+            .sum()
     };
     for p in 0..8 {
         assert_eq!(f.pfc_xoff[p], iface_sum("xoff", p), "priority {p}");
     }
-    let pause: i64 = summary["interfaces"].as_array().unwrap().iter().map(|x| x["pause"]["frames"].as_i64().unwrap()).sum();
+    let pause: i64 = summary["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["pause"]["frames"].as_i64().unwrap())
+        .sum();
     assert_eq!(f.pause_frames, pause);
     assert!(f.pause_frames > 0);
     let c = checks(&f, &e);
     let verdict = |n: &str| c.iter().find(|x| x.name == n).unwrap().verdict;
     assert_eq!(verdict("no go-back-N"), Verdict::Fail);
     assert_eq!(verdict("no 802.3x PAUSE"), Verdict::Fail);
-    assert_eq!(verdict("data marking"), Verdict::Fail, "the bleached case has DSCP 0 data");
+    assert_eq!(
+        verdict("data marking"),
+        Verdict::Fail,
+        "the bleached case has DSCP 0 data"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -84,11 +121,18 @@ fn baseline_flags_a_lossy_run_and_not_a_clean_one() {
     let base = Figures::of(&load(&base_dir).unwrap(), &e);
     let same = Figures::of(&load(&base_dir).unwrap(), &e);
     assert!(compare(&base, &same, 0.1, 0.0).is_empty());
-    assert!(checks(&base, &e).iter().all(|c| c.verdict != Verdict::Fail), "{:?}", checks(&base, &e));
+    assert!(
+        checks(&base, &e).iter().all(|c| c.verdict != Verdict::Fail),
+        "{:?}",
+        checks(&base, &e)
+    );
     let now = Figures::of(&load(&run_dir).unwrap(), &e);
     let r = compare(&base, &now, 0.1, 0.0);
     let names: Vec<_> = r.iter().map(|x| x.figure).collect();
-    assert!(names.contains(&"PSN gaps per M") && names.contains(&"retransmits per M"), "{names:?}");
+    assert!(
+        names.contains(&"PSN gaps per M") && names.contains(&"retransmits per M"),
+        "{names:?}"
+    );
     // A missing directory is a clear error, not a panic.
     let err = load(&run_dir.join("nope")).unwrap_err().to_string();
     assert!(err.contains("no flow logs"), "{err}");
@@ -106,19 +150,46 @@ fn command_line_exit_codes_and_json() {
     write_logs(&base, &["clean"]);
     write_logs(&run, &["clean", "go_back_n"]);
     let bin = env!("CARGO_BIN_EXE_roce-analyze");
-    let out = std::process::Command::new(bin).args(["report", "--json"]).arg(&run).output().unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["report", "--json"])
+        .arg(&run)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "a failing check exits 1");
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(j["figures"]["psn_gaps"].as_i64().unwrap() >= 1);
-    let ok = std::process::Command::new(bin).arg("report").arg(&base).output().unwrap();
-    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stdout));
+    let ok = std::process::Command::new(bin)
+        .arg("report")
+        .arg(&base)
+        .output()
+        .unwrap();
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
     let bl = base.join("baseline.json");
-    let st = std::process::Command::new(bin).args(["baseline", "-o"]).arg(&bl).arg(&base).status().unwrap();
+    let st = std::process::Command::new(bin)
+        .args(["baseline", "-o"])
+        .arg(&bl)
+        .arg(&base)
+        .status()
+        .unwrap();
     assert!(st.success());
-    let cmp = std::process::Command::new(bin).arg("compare").arg(&bl).arg(&run).output().unwrap();
+    let cmp = std::process::Command::new(bin)
+        .arg("compare")
+        .arg(&bl)
+        .arg(&run)
+        .output()
+        .unwrap();
     assert_eq!(cmp.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&cmp.stdout).contains("WORSE PSN gaps per M"));
-    let missing = std::process::Command::new(bin).arg("report").arg(run.join("missing")).output().unwrap();
+    let missing = std::process::Command::new(bin)
+        .arg("report")
+        .arg(run.join("missing"))
+        .output()
+        .unwrap();
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no flow logs"));
     for d in [&base, &run] {

@@ -28,8 +28,9 @@ pub const PCP_BUCKETS: usize = 9;
 pub const OPCODE_BUCKETS: usize = 64;
 
 /// Per-QP map key: the QP key of metrics.md (source IP, destination IP, BTH destination QP),
-/// plus the direction it was seen in. IPv4 addresses are IPv4-mapped IPv6.
-#[repr(C)]
+/// plus the direction it was seen in. IPv4 addresses are IPv4-mapped IPv6. 8-aligned: the
+/// per-QP table hashes and compares it as five 64-bit words.
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QpKey {
     pub src_ip: [u8; 16],

@@ -131,7 +131,8 @@ pub struct MacControl {
 }
 
 /// Result of [`classify`]. Raw integers, not enums: it is built on the eBPF stack.
-#[repr(C)]
+/// 8-aligned, so the addresses (offset 24) are copied into the QP key as 64-bit words.
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Frame {
     /// One of [`kind`].
@@ -272,8 +273,12 @@ fn ipv4<B: Bytes + ?Sized>(b: &B, off: usize, f: &mut Frame) -> Result<L3, u8> {
     f.dscp = h[1] >> 2;
     f.ecn = h[1] & 3;
     f.ip_len = total as u32;
-    f.src_ip = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, h[12], h[13], h[14], h[15]];
-    f.dst_ip = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, h[16], h[17], h[18], h[19]];
+    f.src_ip = [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, h[12], h[13], h[14], h[15],
+    ];
+    f.dst_ip = [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, h[16], h[17], h[18], h[19],
+    ];
     Ok(L3 {
         proto: h[9],
         l4_off: off + ihl,

@@ -8,7 +8,7 @@
 //! that keeps losing gives up after [`CAS_TRIES`] attempts and the caller counts it
 //! (`IfaceStats::psn_contended`), so nothing is lost silently.
 
-use crate::maps::{Policy, QpValue, class, policy_flags, ANY, OPCODE_BUCKETS, PCP_BUCKETS};
+use crate::maps::{ANY, OPCODE_BUCKETS, PCP_BUCKETS, Policy, QpValue, class, policy_flags};
 use crate::parse::{Frame, PCP_NONE};
 use core::ptr::addr_of_mut;
 
@@ -199,11 +199,15 @@ pub struct Outcome {
     /// [`ev`] bits that occurred for the first time for this key with this packet.
     pub new_events: u32,
     pub psn: PsnStep,
+    /// PSNs missing when `psn` is a gap (`Ahead(d)`, d > 1: d - 1), else 0. A plain integer
+    /// beside the enum: the eBPF programs read it instead of matching `psn`, whose payload is
+    /// undefined on the other variants and once let LLVM hand the verifier a pointer to shift.
+    pub gap: u32,
 }
 
 /// Marking and PSN facts of one packet that are event-worthy, as [`ev`] bits.
 #[inline(always)]
-fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep) -> u32 {
+fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep, d: i32) -> u32 {
     let mut bits = 1u32 << ev::NEW_QP;
     if policy.flags & policy_flags::ENABLED != 0 {
         let (d, p, e) = match c {
@@ -222,7 +226,7 @@ fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep) -> u32 {
         }
     }
     match step {
-        PsnStep::Ahead(d) if d > 1 => bits |= 1 << ev::PSN_GAP,
+        PsnStep::Ahead(_) if d > 1 => bits |= 1 << ev::PSN_GAP,
         PsnStep::NotAhead(_) => bits |= 1 << ev::RETRANS,
         _ => {}
     }
@@ -252,29 +256,32 @@ pub fn is_suspect(f: &Frame) -> bool {
     f.bth.tver() != 0 || opcode_bucket(f.bth.opcode) == OPCODE_OTHER
 }
 
-/// PSN analysis step for one packet of a key (metrics.md "PSN analysis").
+/// PSN analysis step for one packet of a key (metrics.md "PSN analysis"), and its d (0 for
+/// `First` and `Contended`). The d beside the enum is what the accounting reads: an enum's
+/// payload is undefined on its other variants, and LLVM computing with it speculatively once
+/// handed the eBPF verifier a pointer to shift.
 #[inline(always)]
-unsafe fn psn_update<O: Ops>(v: *mut QpValue, psn: u32) -> PsnStep {
+unsafe fn psn_update<O: Ops>(v: *mut QpValue, psn: u32) -> (PsnStep, i32) {
     let p = unsafe { addr_of_mut!((*v).psn_max_p1) };
     let psn = psn & 0x00ff_ffff;
     for _ in 0..CAS_TRIES {
         let cur = unsafe { O::load32(p) };
         if cur == 0 {
             if unsafe { O::cas32(p, 0, psn + 1) } == 0 {
-                return PsnStep::First;
+                return (PsnStep::First, 0);
             }
             continue;
         }
         let max = cur - 1;
         let d = psn_diff(psn, max);
         if d <= 0 {
-            return PsnStep::NotAhead(d);
+            return (PsnStep::NotAhead(d), d);
         }
         if unsafe { O::cas32(p, cur, psn + 1) } == cur {
-            return PsnStep::Ahead(d);
+            return (PsnStep::Ahead(d), d);
         }
     }
-    PsnStep::Contended
+    (PsnStep::Contended, 0)
 }
 
 /// Accounts one RoCE packet (`f.kind == ROCE`) to its key's value.
@@ -297,7 +304,11 @@ pub unsafe fn update<O: Ops>(
     let l2 = wire_len.saturating_sub(f.l2_off as u32) as u64;
     let dscp = (f.dscp & 63) as usize;
     let ecn = (f.ecn & 3) as usize;
-    let pcp = if f.pcp >= PCP_NONE { PCP_BUCKETS - 1 } else { f.pcp as usize };
+    let pcp = if f.pcp >= PCP_NONE {
+        PCP_BUCKETS - 1
+    } else {
+        f.pcp as usize
+    };
     let ob = O::index(opcode_bucket(op), OPCODE_BUCKETS);
     unsafe {
         O::add64(addr_of_mut!((*v).pkts), 1);
@@ -324,23 +335,24 @@ pub unsafe fn update<O: Ops>(
         if is_suspect(f) {
             O::add64(addr_of_mut!((*v).suspect), 1);
         }
-        let step = if c == class::DATA {
+        let (step, d) = if c == class::DATA {
             psn_update::<O>(v, f.bth.psn)
         } else {
-            PsnStep::None
+            (PsnStep::None, 0)
         };
-        match step {
-            PsnStep::Ahead(d) if d > 1 => {
-                O::add64(addr_of_mut!((*v).psn_gaps), 1);
-                O::add64(addr_of_mut!((*v).psn_missing), (d - 1) as u64);
+        let gap = if matches!(step, PsnStep::Ahead(_)) && d > 1 {
+            (d - 1) as u32
+        } else {
+            0
+        };
+        if gap > 0 {
+            O::add64(addr_of_mut!((*v).psn_gaps), 1);
+            O::add64(addr_of_mut!((*v).psn_missing), gap as u64);
+        } else if matches!(step, PsnStep::NotAhead(_)) {
+            O::add64(addr_of_mut!((*v).psn_retrans), 1);
+            if d < 0 {
+                O::add64(addr_of_mut!((*v).psn_behind), 1);
             }
-            PsnStep::NotAhead(d) => {
-                O::add64(addr_of_mut!((*v).psn_retrans), 1);
-                if d < 0 {
-                    O::add64(addr_of_mut!((*v).psn_behind), 1);
-                }
-            }
-            _ => {}
         }
         // Largest UDP payload: a bounded CAS loop that only writes when larger.
         let mp = addr_of_mut!((*v).max_udp_payload);
@@ -359,7 +371,7 @@ pub unsafe fn update<O: Ops>(
         core::ptr::write_volatile(addr_of_mut!((*v).last_ns), now_ns);
         core::ptr::write_volatile(addr_of_mut!((*v).last_udp_sport), f.udp_sport);
 
-        let bits = event_bits(f, c, policy, step);
+        let bits = event_bits(f, c, policy, step, d);
         let fp = addr_of_mut!((*v).event_flags);
         let seen = O::load32(fp);
         let mut new = bits & !seen;
@@ -371,6 +383,7 @@ pub unsafe fn update<O: Ops>(
         Outcome {
             new_events: new,
             psn: step,
+            gap,
         }
     }
 }

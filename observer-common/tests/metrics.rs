@@ -135,7 +135,10 @@ fn rule6_source_port_only_and_rule7_other() {
     let mut p = Pkt::roce(0x0a, 1, 1, 8);
     p.sport = 4791;
     p.dport = 5000;
-    assert_eq!(excluded(&classify(&p.build()[..])), Some("udp_src_port_only"));
+    assert_eq!(
+        excluded(&classify(&p.build()[..])),
+        Some("udp_src_port_only")
+    );
     let mut p = Pkt::roce(0x0a, 1, 1, 8);
     p.dport = 5000;
     assert_eq!(classify(&p.build()[..]).kind, kind::NOT_ROCE);
@@ -150,7 +153,10 @@ fn ipv4_options_vlan_qinq_ipv6() {
     let mut p = Pkt::roce(0x04, 9, 3, 32);
     p.ip_options = vec![1, 1, 1, 0]; // NOP NOP NOP EOL: IHL 6
     let f = classify(&p.build()[..]);
-    assert_eq!((f.kind, f.bth.dest_qp, f.ip_off, f.udp_off), (kind::ROCE, 9, 14, 14 + 24));
+    assert_eq!(
+        (f.kind, f.bth.dest_qp, f.ip_off, f.udp_off),
+        (kind::ROCE, 9, 14, 14 + 24)
+    );
     assert_eq!(icrc::verify(&p.build(), &f), icrc::Verdict::Ok);
 
     // QinQ: the outermost (S-tag) priority counts.
@@ -169,7 +175,10 @@ fn ipv4_options_vlan_qinq_ipv6() {
     p.ecn = 3;
     let fr = p.build();
     let f = classify(&fr[..]);
-    assert_eq!((f.kind, f.ip_version, f.dscp, f.ecn), (kind::ROCE, 6, 48, 3));
+    assert_eq!(
+        (f.kind, f.ip_version, f.dscp, f.ecn),
+        (kind::ROCE, 6, 48, 3)
+    );
     assert_eq!(f.ip_len as usize, fr.len() - 14);
     assert_eq!(icrc::verify(&fr, &f), icrc::Verdict::Ok);
 }
@@ -182,21 +191,40 @@ fn mirror_encapsulations_are_opened() {
     let cases = [
         (gre_wrap(&inner, 0, 0x6558, &[], &[]), encap::GRE_TEB),
         (gre_wrap(&inner, 0, 0x88be, &[], &[]), encap::ERSPAN1),
-        (gre_wrap(&inner, 0x1000, 0x88be, &[0, 0, 0, 9], &erspan2_hdr()), encap::ERSPAN2),
-        (gre_wrap(&inner, 0x1000, 0x22eb, &[0, 0, 0, 9], &erspan3_hdr(false)), encap::ERSPAN3),
-        (gre_wrap(&inner, 0x1000, 0x22eb, &[0, 0, 0, 9], &erspan3_hdr(true)), encap::ERSPAN3),
+        (
+            gre_wrap(&inner, 0x1000, 0x88be, &[0, 0, 0, 9], &erspan2_hdr()),
+            encap::ERSPAN2,
+        ),
+        (
+            gre_wrap(&inner, 0x1000, 0x22eb, &[0, 0, 0, 9], &erspan3_hdr(false)),
+            encap::ERSPAN3,
+        ),
+        (
+            gre_wrap(&inner, 0x1000, 0x22eb, &[0, 0, 0, 9], &erspan3_hdr(true)),
+            encap::ERSPAN3,
+        ),
         // Key and checksum present.
-        (gre_wrap(&inner, 0xa000, 0x6558, &[0; 8], &[]), encap::GRE_TEB),
+        (
+            gre_wrap(&inner, 0xa000, 0x6558, &[0; 8], &[]),
+            encap::GRE_TEB,
+        ),
     ];
     for (fr, e) in cases {
         let f = classify(&fr[..]);
         assert_eq!((f.kind, f.encap), (kind::ROCE, e), "{f:?}");
-        assert_eq!((f.bth.dest_qp, f.bth.psn, f.pcp, f.dscp), (0x42, 100, 3, 26));
+        assert_eq!(
+            (f.bth.dest_qp, f.bth.psn, f.pcp, f.dscp),
+            (0x42, 100, 3, 26)
+        );
         assert_eq!(fr.len() - f.l2_off as usize, inner.len());
         assert_eq!(icrc::verify(&fr, &f), icrc::Verdict::Ok);
         let mut v = QpValue::ZERO;
         unsafe { qp::update::<Plain>(&mut v, &f, fr.len() as u32, 1, &Policy::NONE) };
-        assert_eq!(v.bytes_l2 as usize, inner.len(), "L2 bytes are the mirrored frame's");
+        assert_eq!(
+            v.bytes_l2 as usize,
+            inner.len(),
+            "L2 bytes are the mirrored frame's"
+        );
         // Cut inside the ERSPAN/GRE header, or inside the mirrored Ethernet header.
         let cut = &fr[..14 + 20 + 6];
         assert_eq!(excluded(&classify(cut)), Some("truncated"));
@@ -207,8 +235,14 @@ fn mirror_encapsulations_are_opened() {
     let runt = gre_wrap(&[0x02; 10], 0, 0x6558, &[], &[]);
     assert_eq!(excluded(&classify(&runt[..])), Some("runt"));
     // GRE carrying something else is not RoCE; version 1 (PPTP) neither.
-    assert_eq!(classify(&gre_wrap(&inner, 0, 0x0800, &[], &[])[..]).kind, kind::NOT_ROCE);
-    assert_eq!(classify(&gre_wrap(&inner, 1, 0x6558, &[], &[])[..]).kind, kind::NOT_ROCE);
+    assert_eq!(
+        classify(&gre_wrap(&inner, 0, 0x0800, &[], &[])[..]).kind,
+        kind::NOT_ROCE
+    );
+    assert_eq!(
+        classify(&gre_wrap(&inner, 1, 0x6558, &[], &[])[..]).kind,
+        kind::NOT_ROCE
+    );
 }
 
 #[test]
@@ -234,7 +268,10 @@ fn per_qp_counts_bytes_and_histograms() {
     assert_eq!(v.bytes_ip, l2 - 4 * 14 - 4);
     assert_eq!(v.bytes_udp, v.bytes_ip - 4 * 28);
     assert_eq!(v.max_udp_payload as usize, 12 + 1000 + 4);
-    assert_eq!((v.class_pkts(class::DATA), v.class_pkts(class::ACK), v.cnp()), (2, 1, 1));
+    assert_eq!(
+        (v.class_pkts(class::DATA), v.class_pkts(class::ACK), v.cnp()),
+        (2, 1, 1)
+    );
     assert_eq!((v.acks(), v.ce(), v.naks), (1, 1, 0));
     assert_eq!(v.dscp_hist[class::DATA][26], 2);
     assert_eq!(v.dscp_hist[class::CNP][48], 1);
@@ -264,7 +301,10 @@ fn aeth_syndromes() {
         mk(0x11, 0x3f), // RNR NAK (timer field)
         mk(0x10, 0x00), // READ RESPONSE ONLY with AETH
     ]);
-    assert_eq!((v.acks(), v.naks, v.nak_psn_seq_err, v.rnr_naks), (5, 2, 1, 2));
+    assert_eq!(
+        (v.acks(), v.naks, v.nak_psn_seq_err, v.rnr_naks),
+        (5, 2, 1, 2)
+    );
     // An AETH cut off by the UDP length is not read.
     let mut p = Pkt::roce(0x11, 7, 1, 0);
     p.payload.extend_from_slice(&[0x60, 0]);
@@ -293,7 +333,10 @@ fn psn_wrap_is_a_step_not_a_gap() {
     assert_eq!((v.psn_gaps, v.psn_missing), (1, 2));
     // Behind across the wrap.
     let v = run(&[0xffffff, 1, 0xfffffe].map(data));
-    assert_eq!((v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind), (1, 1, 1, 1));
+    assert_eq!(
+        (v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind),
+        (1, 1, 1, 1)
+    );
 }
 
 #[test]
@@ -386,7 +429,15 @@ fn iface_accounting_counts_every_outcome() {
     assert_eq!((s.frames, s.bytes, s.roce, s.not_roce), (6, bytes, 2, 1));
     assert_eq!(s.excluded[reason::RUNT as usize], 1);
     assert_eq!(s.encap[encap::ERSPAN2 as usize], 1);
-    assert_eq!((s.pfc.pfc_frames, s.pfc.xoff[3], s.pfc.quanta[3], s.pfc.pause), (1, 1, 5, 1));
+    assert_eq!(
+        (
+            s.pfc.pfc_frames,
+            s.pfc.xoff[3],
+            s.pfc.quanta[3],
+            s.pfc.pause
+        ),
+        (1, 1, 5, 1)
+    );
 }
 
 #[test]
@@ -413,5 +464,9 @@ fn real_softroce_capture_icrc_and_keys() {
         }
     }
     assert_eq!((roce, ok), (105, 105));
-    assert_eq!(keys.len(), 2, "one key per direction of the one RC connection");
+    assert_eq!(
+        keys.len(),
+        2,
+        "one key per direction of the one RC connection"
+    );
 }

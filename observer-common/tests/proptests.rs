@@ -38,7 +38,13 @@ fn frame_strategy() -> impl Strategy<Value = Vec<u8>> {
                 2 => pfc(psn as u16, [psn as u16; 8]),
                 3 => pause(psn as u16),
                 4 => gre_wrap(&p.build(), 0x1000, 0x88be, &[0, 0, 0, 1], &erspan2_hdr()),
-                5 => gre_wrap(&p.build(), 0x1000, 0x22eb, &[0, 0, 0, 1], &erspan3_hdr(op & 1 == 1)),
+                5 => gre_wrap(
+                    &p.build(),
+                    0x1000,
+                    0x22eb,
+                    &[0, 0, 0, 1],
+                    &erspan3_hdr(op & 1 == 1),
+                ),
                 6 => gre_wrap(&p.build(), 0x2000, 0x6558, &[1, 2, 3, 4], &[]),
                 _ => {
                     p.dport = 4000;

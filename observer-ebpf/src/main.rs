@@ -11,7 +11,7 @@
 // The aya `#[classifier]` macro generates the public entry points that take the raw context.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_or, atomic_xadd};
+use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_or, atomic_xadd, atomic_xchg};
 
 use aya_ebpf::EbpfContext;
 use aya_ebpf::bindings::{__sk_buff, xdp_action, xdp_md};
@@ -19,7 +19,7 @@ use aya_ebpf::helpers::generated::{
     bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_skb_pull_data, bpf_xdp_get_buff_len,
 };
 use aya_ebpf::macros::{classifier, map, xdp};
-use aya_ebpf::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya_ebpf::maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya_ebpf::programs::{TcContext, XdpContext};
 use observer_common::cursor::Bytes;
 use observer_common::maps::{
@@ -27,6 +27,7 @@ use observer_common::maps::{
 };
 use observer_common::parse::{self, Frame, kind};
 use observer_common::qp::{self, Ops, PsnStep};
+use observer_common::table::{self, Bucket, QpSlot, WAYS};
 
 const TC_ACT_OK: i32 = 0;
 const TC_ACT_SHOT: i32 = 2;
@@ -39,9 +40,51 @@ const MAX_OFF: usize = 1024;
 /// Bytes tc makes linear before parsing (every header the parser reads, mirrored ones too).
 const PULL_LEN: u32 = 256;
 
-/// Per-QP state (`max_entries` set at load by userspace).
+/// `BPF_F_MMAPABLE`: userspace maps the array's values into its address space.
+const BPF_F_MMAPABLE: u32 = 1 << 10;
+
+/// Per-QP table (`observer_common::table`): slots of keys and values, `QP_BUCKETS * WAYS`
+/// entries (set at load by userspace), memory-mapped by userspace.
 #[map]
-static QPS: HashMap<QpKey, QpValue> = HashMap::with_max_entries(1024, 0);
+static QPS: Array<QpSlot> = Array::with_max_entries(1024, BPF_F_MMAPABLE);
+
+/// Per-QP table: the buckets' state words and insert locks (`QP_BUCKETS` entries).
+#[map]
+static QPIDX: Array<Bucket> = Array::with_max_entries(64, BPF_F_MMAPABLE);
+
+/// Per-QP table: keys in it (index 0); inserts stop at `QP_LIMIT`, evictions decrement it.
+#[map]
+static QPCOUNT: Array<u64> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+
+/// Per-CPU scratch words: values the verifier must not track go through them (see
+/// [`launder`]).
+#[map]
+static SCRATCH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// `v`, written to and read back from map memory, whose contents the verifier does not track:
+/// afterwards it is an unknown scalar. For values that differ between many paths that should
+/// continue as one state (otherwise the code after them is verified once per path). -1 only
+/// if the scratch map were missing (a plain integer, not an `Option`: LLVM spilled the
+/// undefined payload of a `None` from a clobbered register, which the verifier rejects).
+#[inline(always)]
+fn launder(v: u32) -> i64 {
+    match SCRATCH.get_ptr_mut(0) {
+        // SAFETY: this CPU's scratch word.
+        Some(p) => unsafe {
+            core::ptr::write_volatile(p, v);
+            core::ptr::read_volatile(p) as i64
+        },
+        None => -1,
+    }
+}
+
+/// Buckets of the per-QP table, set at load (read-only data: a constant to the verifier).
+#[unsafe(no_mangle)]
+static QP_BUCKETS: u32 = 64;
+
+/// Most keys in the per-QP table (`--max-qps`), set at load.
+#[unsafe(no_mangle)]
+static QP_LIMIT: u32 = 1024;
 
 /// Per-direction counters of this interface (one loaded object per interface).
 #[map]
@@ -70,10 +113,10 @@ static FRAME: PerCpuArray<Frame> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static CLOCK: Array<u64> = Array::with_max_entries(1, 0);
 
-/// One all-zero value, never written: the source of new keys' initial values (a `QpValue` is
-/// too large for the 512-byte stack).
+/// One all-zero value, never written: the source of new MAC keys' initial values (too large
+/// for the 512-byte stack).
 #[map]
-static ZERO: Array<QpValue> = Array::with_max_entries(1, 0);
+static ZERO: Array<PfcCounters> = Array::with_max_entries(1, 0);
 
 /// `qp::Ops` with BPF atomic instructions (BPF_ATOMIC ADD, OR | FETCH and CMPXCHG, which need
 /// the ALU32 feature of cpu v3 for their 32-bit forms, see build.rs).
@@ -176,10 +219,7 @@ fn count(s: *mut IfaceStats, f: impl FnOnce(&mut IfaceStats)) {
 #[inline(always)]
 fn emit(s: *mut IfaceStats, key: &QpKey, f: &Frame, out: &qp::Outcome) {
     let bits = out.new_events;
-    let gap = match out.psn {
-        PsnStep::Ahead(d) if d > 1 => (d - 1) as u32,
-        _ => 0,
-    };
+    let gap = out.gap;
     for b in 0..qp::ev::COUNT {
         if bits & (1 << b) != 0 {
             let detail = if b == qp::ev::PSN_GAP {
@@ -234,6 +274,194 @@ fn packet_time() -> u64 {
     }
 }
 
+/// Slot index of `key` in bucket `b` (its state word equal to the key's tag and the key equal).
+#[inline(always)]
+fn find_in(b: u32, tag: u32, key: &QpKey) -> Option<u32> {
+    let bk = QPIDX.get_ptr(b)?;
+    let mut w = 0;
+    while w < WAYS {
+        // SAFETY: `bk` points into the QPIDX array; the state word is read once.
+        let st = unsafe { core::ptr::read_volatile(&(*bk).st[w]) };
+        if st == tag {
+            let i = b * WAYS as u32 + w as u32;
+            let sl = QPS.get_ptr(i)?;
+            // SAFETY: a QPS slot; its key was written before its tag was published.
+            if table::key_eq(unsafe { &(*sl).key }, key) {
+                return Some(i);
+            }
+        }
+        w += 1;
+    }
+    None
+}
+
+/// The value of `key`'s slot, inserting the key when new; `None` (counted) when it cannot be
+/// inserted.
+#[inline(always)]
+fn qp_value(s: *mut IfaceStats, key: &QpKey) -> Option<*mut QpValue> {
+    // SAFETY: read-only data set at load.
+    let n = unsafe { core::ptr::read_volatile(&QP_BUCKETS) };
+    let h = table::hash(key);
+    let (b1, b2) = table::buckets(h, n);
+    let tag = table::tag(h);
+    let mut r = match find_in(b1, tag, key) {
+        Some(i) => i as i64,
+        None => -1,
+    };
+    if r < 0
+        && b2 != b1
+        && let Some(i) = find_in(b2, tag, key)
+    {
+        r = i as i64;
+    }
+    if r < 0 {
+        r = insert(key, h);
+        if r < 0 {
+            count(s, |s| {
+                s.qp_insert_failed += 1;
+                s.roce_untracked += 1;
+            });
+            return None;
+        }
+    }
+    // The slot index arrives on ~30 paths (one per bucket and way, each with its own known
+    // range): laundered, they continue as one state and the per-QP update is verified once,
+    // not once per path.
+    let i = launder(r as u32);
+    if i < 0 {
+        return None;
+    }
+    let sl = QPS.get_ptr_mut(i as u32)?;
+    // SAFETY: a live slot of QPS.
+    Some(unsafe { core::ptr::addr_of_mut!((*sl).value) })
+}
+
+/// Inserts `key` (hash `h`) under the insert lock of its first bucket; returns its slot, or -1
+/// when the table holds `QP_LIMIT` keys, both buckets are full or the lock stayed taken.
+/// A BPF-to-BPF call: rare, and kept out of the packet path's code.
+#[inline(never)]
+fn insert(key: &QpKey, h: u64) -> i64 {
+    // SAFETY: read-only data set at load.
+    let (n, limit) = unsafe {
+        (
+            core::ptr::read_volatile(&QP_BUCKETS),
+            core::ptr::read_volatile(&QP_LIMIT),
+        )
+    };
+    let (b1, b2) = table::buckets(h, n);
+    let tag = table::tag(h);
+    let (Some(bk1), Some(bk2), Some(cnt)) = (
+        QPIDX.get_ptr_mut(b1),
+        QPIDX.get_ptr_mut(b2),
+        QPCOUNT.get_ptr_mut(0),
+    ) else {
+        return -1;
+    };
+    // SAFETY: pointers into QPIDX / QPCOUNT; every shared word is accessed atomically.
+    unsafe {
+        let lock = core::ptr::addr_of_mut!((*bk1).lock);
+        let mut locked = false;
+        for _ in 0..table::LOCK_TRIES {
+            if Atomic::cas32(lock, 0, 1) == 0 {
+                locked = true;
+                break;
+            }
+        }
+        if !locked {
+            return -1;
+        }
+        // Inserted by another CPU since our lookup?
+        let mut found = find_in(b1, tag, key);
+        if found.is_none() && b2 != b1 {
+            found = find_in(b2, tag, key);
+        }
+        let r = match found {
+            Some(i) => i as i64,
+            None => {
+                if atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(cnt, 1) >= limit as u64 {
+                    atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(cnt, u64::MAX);
+                    -1
+                } else {
+                    let r = claim(bk1, bk2, b1, b2, key, tag);
+                    if r < 0 {
+                        atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(cnt, u64::MAX);
+                    }
+                    r
+                }
+            }
+        };
+        atomic_xchg::<u32, { AtomicOrdering::SeqCst }>(lock, 0);
+        r
+    }
+}
+
+/// Claims a free way of the emptier of the two buckets (the first on a tie), writes the key and
+/// publishes its tag. -1 when both are full.
+///
+/// # Safety
+/// `bk1`, `bk2` point to buckets `b1`, `b2` of QPIDX.
+#[inline(always)]
+unsafe fn claim(
+    bk1: *mut Bucket,
+    bk2: *mut Bucket,
+    b1: u32,
+    b2: u32,
+    key: &QpKey,
+    tag: u32,
+) -> i64 {
+    let used = |bk: *mut Bucket| {
+        let mut u = 0;
+        let mut w = 0;
+        while w < WAYS {
+            // SAFETY: inside the bucket.
+            if unsafe { core::ptr::read_volatile(&(*bk).st[w]) } != table::EMPTY {
+                u += 1;
+            }
+            w += 1;
+        }
+        u
+    };
+    // Laundered: counted along each path the counts are constants, and comparing constants
+    // would make the verifier keep apart all 2^15 ways of reaching each count.
+    let (u1, u2) = (launder(used(bk1)), launder(used(bk2)));
+    let (first, fb, second, sb) = if b2 != b1 && u2 < u1 {
+        (bk2, b2, bk1, b1)
+    } else {
+        (bk1, b1, bk2, b2)
+    };
+    for (bk, b) in [(first, fb), (second, sb)] {
+        let mut w = 0;
+        while w < WAYS {
+            // SAFETY: inside the bucket; the claim is a compare-and-swap (another key's insert,
+            // under another bucket's lock, may claim the same way).
+            let st = unsafe { core::ptr::addr_of_mut!((*bk).st[w]) };
+            if unsafe { core::ptr::read_volatile(st) } == table::EMPTY
+                && unsafe { Atomic::cas32(st, table::EMPTY, table::BUSY) } == table::EMPTY
+            {
+                let i = b * WAYS as u32 + w as u32;
+                let Some(sl) = QPS.get_ptr_mut(i) else {
+                    // Unreachable (i < QP_BUCKETS * WAYS): give the way back.
+                    unsafe { atomic_xchg::<u32, { AtomicOrdering::SeqCst }>(st, table::EMPTY) };
+                    return -1;
+                };
+                // SAFETY: the slot is ours (BUSY); its value is zero (a freed slot is zeroed
+                // by userspace before it is marked EMPTY). The exchange is a full barrier:
+                // the key is visible before the tag.
+                unsafe {
+                    (*sl).key = *key;
+                    atomic_xchg::<u32, { AtomicOrdering::SeqCst }>(st, tag);
+                }
+                return i as i64;
+            }
+            w += 1;
+        }
+        if b2 == b1 {
+            break;
+        }
+    }
+    -1
+}
+
 #[inline(always)]
 fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     let now = packet_time();
@@ -244,28 +472,7 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
         dir: d,
         _pad: [0; 3],
     };
-    let mut v = QPS.get_ptr_mut(&key);
-    if v.is_none() {
-        let Some(zero) = ZERO.get(0) else {
-            return;
-        };
-        match QPS.insert(&key, zero, BPF_NOEXIST) {
-            Ok(()) => {}
-            // A racing CPU inserted it first: use theirs.
-            Err(e) if e == -EEXIST => {}
-            Err(_) => {
-                count(s, |s| {
-                    s.qp_insert_failed += 1;
-                    s.roce_untracked += 1;
-                });
-                return;
-            }
-        }
-        v = QPS.get_ptr_mut(&key);
-    }
-    let Some(v) = v else {
-        // Inserted, then evicted by userspace before we looked it up again.
-        count(s, |s| s.roce_untracked += 1);
+    let Some(v) = qp_value(s, &key) else {
         return;
     };
     // SAFETY: `v` points to a live map value; every write goes through `Atomic`.
@@ -287,12 +494,9 @@ fn mac_control(s: *mut IfaceStats, f: &Frame, d: u8) {
     };
     let mut c = MACS.get_ptr_mut(&key);
     if c.is_none() {
-        let Some(zero) = ZERO.get_ptr(0) else {
+        let Some(zero) = ZERO.get(0) else {
             return;
         };
-        // SAFETY: ZERO holds a zeroed QpValue, larger than PfcCounters; all-zero is a valid
-        // PfcCounters.
-        let zero = unsafe { &*(zero as *const PfcCounters) };
         match MACS.insert(&key, zero, BPF_NOEXIST) {
             Ok(()) => {}
             Err(e) if e == -EEXIST => {}

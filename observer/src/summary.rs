@@ -26,7 +26,10 @@ fn hist<const N: usize>(h: &[u32; N], name: impl Fn(usize) -> String) -> Value {
     Value::Object(m)
 }
 
-fn per_class<const N: usize>(h: &[[u32; N]; class::COUNT], name: impl Fn(usize) -> String + Copy) -> Value {
+fn per_class<const N: usize>(
+    h: &[[u32; N]; class::COUNT],
+    name: impl Fn(usize) -> String + Copy,
+) -> Value {
     let mut m = Map::new();
     for (c, row) in h.iter().enumerate() {
         m.insert(class::NAMES[c].to_string(), hist(row, name));

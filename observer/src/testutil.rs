@@ -73,7 +73,11 @@ impl Netns {
             .map_err(|e| format!("open netns {}: {e}", self.name))?;
         // SAFETY: setns on valid namespace fds affects only this thread.
         if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(format!("setns {}: {}", self.name, std::io::Error::last_os_error()));
+            return Err(format!(
+                "setns {}: {}",
+                self.name,
+                std::io::Error::last_os_error()
+            ));
         }
         Ok(NetnsEnter { orig })
     }
@@ -117,10 +121,18 @@ impl VethPair {
         let b_if = "veth-b".to_string();
         a.exec(
             "ip",
-            &["link", "add", &a_if, "type", "veth", "peer", "name", &b_if, "netns", &b.name],
+            &[
+                "link", "add", &a_if, "type", "veth", "peer", "name", &b_if, "netns", &b.name,
+            ],
         )?;
-        a.exec("ip", &["addr", "add", &format!("{a_addr}/24"), "dev", &a_if])?;
-        b.exec("ip", &["addr", "add", &format!("{b_addr}/24"), "dev", &b_if])?;
+        a.exec(
+            "ip",
+            &["addr", "add", &format!("{a_addr}/24"), "dev", &a_if],
+        )?;
+        b.exec(
+            "ip",
+            &["addr", "add", &format!("{b_addr}/24"), "dev", &b_if],
+        )?;
         a.exec("ip", &["link", "set", &a_if, "up"])?;
         b.exec("ip", &["link", "set", &b_if, "up"])?;
         Ok(VethPair { a, b, a_if, b_if })
@@ -140,7 +152,10 @@ pub fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) -> Result<(), Strin
         }
         let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
         if fd < 0 {
-            return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "AF_PACKET socket: {}",
+                std::io::Error::last_os_error()
+            ));
         }
         let mut sll: libc::sockaddr_ll = std::mem::zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
@@ -157,7 +172,10 @@ pub fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) -> Result<(), Strin
                 std::mem::size_of::<libc::sockaddr_ll>() as u32,
             );
             if n != f.len() as isize {
-                res = Err(format!("sendto {iface}: {}", std::io::Error::last_os_error()));
+                res = Err(format!(
+                    "sendto {iface}: {}",
+                    std::io::Error::last_os_error()
+                ));
                 break;
             }
         }

@@ -58,7 +58,10 @@ fn check_mode(pair: &VethPair, hook: IngressHook, want_ingress: &str) {
     assert_eq!(live.attached().ingress, want_ingress);
     assert_eq!(live.attached().egress.as_deref(), Some("tc-egress"));
     assert!(live.events_fd().is_some());
-    assert!(live.clock_running(), "{want_ingress}: the packet clock ticker runs while attached");
+    assert!(
+        live.clock_running(),
+        "{want_ingress}: the packet clock ticker runs while attached"
+    );
 
     // From the peer namespace: 5 VLAN-tagged (PCP 3) RoCE data packets, 2 CNPs, 3 PFC
     // frames (XOFF on priority 3), 1 PAUSE frame.

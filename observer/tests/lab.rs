@@ -21,13 +21,21 @@ fn scenario(name: &str, mode: ObserverMode, run_no: usize) -> lab::report::Scena
         quiet_observer: true,
         ..LabArgs::default()
     };
-    let r = lab::run_scenario(&args, name, run_no).unwrap_or_else(|e| panic!("scenario {name}: {e}"));
+    let r =
+        lab::run_scenario(&args, name, run_no).unwrap_or_else(|e| panic!("scenario {name}: {e}"));
     println!("{}", r.render());
     // Torn down: no namespace of this run is left.
     let list = run("ip", &["netns", "list"]).unwrap();
     let tag = format!("-{}-{run_no}", std::process::id());
-    assert!(!list.lines().any(|l| l.contains(&tag)), "namespaces left behind:\n{list}");
-    assert!(r.ok(), "scenario {name}: injected and observed disagree:\n{}", r.disagreements().join("\n"));
+    assert!(
+        !list.lines().any(|l| l.contains(&tag)),
+        "namespaces left behind:\n{list}"
+    );
+    assert!(
+        r.ok(),
+        "scenario {name}: injected and observed disagree:\n{}",
+        r.disagreements().join("\n")
+    );
     r
 }
 
@@ -101,8 +109,20 @@ lab_tests! {
 }
 
 fn tshark_count(pcap: &std::path::Path, filter: &str) -> u64 {
-    let out = run("tshark", &["-r", &pcap.to_string_lossy(), "-Y", filter, "-T", "fields", "-e", "frame.number"])
-        .unwrap_or_else(|e| panic!("tshark: {e}"));
+    let out = run(
+        "tshark",
+        &[
+            "-r",
+            &pcap.to_string_lossy(),
+            "-Y",
+            filter,
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("tshark: {e}"));
     out.lines().filter(|l| !l.trim().is_empty()).count() as u64
 }
 
@@ -138,13 +158,25 @@ fn userspace_congested_capture_decodes_in_tshark_as_the_table_says() {
     assert!(r.ok(), "{}", r.disagreements().join("\n"));
     let p = dir.join("congested-h2-eth0.pcap");
     let from_h1 = "ip.src==10.77.0.1 && infiniband.bth.opcode < 0x11";
-    assert_eq!(tshark_count(&p, from_h1), row(&r, "RoCE data packets sent") - row(&r, "data packets dropped"));
-    assert_eq!(tshark_count(&p, &format!("{from_h1} && ip.dsfield.ecn == 3")), row(&r, "CE-marked"));
     assert_eq!(
-        tshark_count(&p, "ip.src==10.77.0.2 && infiniband.bth.opcode == 0x81 && ip.dsfield.dscp == 48"),
+        tshark_count(&p, from_h1),
+        row(&r, "RoCE data packets sent") - row(&r, "data packets dropped")
+    );
+    assert_eq!(
+        tshark_count(&p, &format!("{from_h1} && ip.dsfield.ecn == 3")),
+        row(&r, "CE-marked")
+    );
+    assert_eq!(
+        tshark_count(
+            &p,
+            "ip.src==10.77.0.2 && infiniband.bth.opcode == 0x81 && ip.dsfield.dscp == 48"
+        ),
         row(&r, "CNPs")
     );
-    assert_eq!(tshark_count(&p, "infiniband.aeth.syndrome == 0x2e"), row(&r, "RNR NAKs"));
+    assert_eq!(
+        tshark_count(&p, "infiniband.aeth.syndrome == 0x2e"),
+        row(&r, "RNR NAKs")
+    );
     assert!(row(&r, "RNR NAKs") > 0);
 }
 
@@ -170,7 +202,10 @@ fn a_failing_run_leaves_no_namespace() {
     assert!(e.contains("roce-observe"), "error names the observer: {e}");
     let list = run("ip", &["netns", "list"]).unwrap();
     let tag = format!("-{}-60", std::process::id());
-    assert!(!list.lines().any(|l| l.contains(&tag)), "namespaces left behind:\n{list}");
+    assert!(
+        !list.lines().any(|l| l.contains(&tag)),
+        "namespaces left behind:\n{list}"
+    );
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM in the middle of a run: the lab stops, exits non-zero, and leaves
@@ -179,7 +214,16 @@ fn interrupted(mode: &str, sig: i32, after: std::time::Duration) {
     use std::process::{Command, Stdio};
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut child = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
-        .args(["lab", "--scenario", "lossy", "--rounds", "1000", "--quiet-observer", "--observer", mode])
+        .args([
+            "lab",
+            "--scenario",
+            "lossy",
+            "--rounds",
+            "1000",
+            "--quiet-observer",
+            "--observer",
+            mode,
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -187,7 +231,10 @@ fn interrupted(mode: &str, sig: i32, after: std::time::Duration) {
     let pid = child.id();
     std::thread::sleep(after);
     let before = run("ip", &["netns", "list"]).unwrap();
-    assert!(before.contains(&format!("ro-lab-h1-{pid}-0")), "the fabric was up:\n{before}");
+    assert!(
+        before.contains(&format!("ro-lab-h1-{pid}-0")),
+        "the fabric was up:\n{before}"
+    );
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, sig) };
     let t0 = std::time::Instant::now();
@@ -195,19 +242,31 @@ fn interrupted(mode: &str, sig: i32, after: std::time::Duration) {
         if let Some(st) = child.try_wait().unwrap() {
             break st;
         }
-        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "the lab did not stop within 30 s");
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "the lab did not stop within 30 s"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     let mut err = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(!status.success(), "an interrupted lab must exit non-zero");
-    assert!(err.contains("interrupted"), "says it was interrupted: {err}");
+    assert!(
+        err.contains("interrupted"),
+        "says it was interrupted: {err}"
+    );
     let after_list = run("ip", &["netns", "list"]).unwrap();
-    assert!(!after_list.contains(&format!("-{pid}-")), "namespaces left behind:\n{after_list}");
+    assert!(
+        !after_list.contains(&format!("-{pid}-")),
+        "namespaces left behind:\n{after_list}"
+    );
     let out = std::env::temp_dir().join(format!("ro-lab-out-{pid}"));
     assert!(!out.exists(), "{} left behind", out.display());
     let ps = run("ps", &["-eo", "args"]).unwrap();
-    assert!(!ps.lines().any(|l| l.contains(&format!("ro-lab-out-{pid}"))), "an observer is still running:\n{ps}");
+    assert!(
+        !ps.lines().any(|l| l.contains(&format!("ro-lab-out-{pid}"))),
+        "an observer is still running:\n{ps}"
+    );
 }
 
 #[test]
@@ -215,7 +274,11 @@ fn sigint_tears_the_fabric_down() {
     if !require_root("sigint_tears_the_fabric_down") {
         return;
     }
-    interrupted("userspace", libc::SIGINT, std::time::Duration::from_millis(1500));
+    interrupted(
+        "userspace",
+        libc::SIGINT,
+        std::time::Duration::from_millis(1500),
+    );
 }
 
 #[test]

@@ -37,6 +37,8 @@ fn main() -> anyhow::Result<()> {
         Some(other) => anyhow::bail!(
             "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-replay)"
         ),
-        None => anyhow::bail!("usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-replay"),
+        None => anyhow::bail!(
+            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-replay"
+        ),
     }
 }

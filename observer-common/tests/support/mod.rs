@@ -15,7 +15,9 @@ pub const IP_B: [u8; 4] = [10, 77, 0, 2];
 pub fn bth(opcode: u8, dest_qp: u32, psn: u32) -> Vec<u8> {
     let q = dest_qp.to_be_bytes();
     let p = psn.to_be_bytes();
-    vec![opcode, 0, 0xff, 0xff, 0, q[1], q[2], q[3], 0x80, p[1], p[2], p[3]]
+    vec![
+        opcode, 0, 0xff, 0xff, 0, q[1], q[2], q[3], 0x80, p[1], p[2], p[3],
+    ]
 }
 
 /// Description of one RoCE (or other UDP) packet.
@@ -172,8 +174,14 @@ pub fn gre_wrap(inner: &[u8], gre_flags: u16, proto: u16, extra: &[u8], erspan: 
     gre.extend_from_slice(extra);
     gre.extend_from_slice(erspan);
     gre.extend_from_slice(inner);
-    let mut h = Ipv4Header::new(gre.len() as u16, 64, IpNumber::GRE, [192, 0, 2, 1], [192, 0, 2, 2])
-        .unwrap();
+    let mut h = Ipv4Header::new(
+        gre.len() as u16,
+        64,
+        IpNumber::GRE,
+        [192, 0, 2, 1],
+        [192, 0, 2, 2],
+    )
+    .unwrap();
     h.dscp = IpDscp::try_new(0).unwrap();
     h.header_checksum = h.calc_header_checksum();
     let mut out = Vec::new();
@@ -190,7 +198,20 @@ pub fn erspan2_hdr() -> Vec<u8> {
 
 /// ERSPAN type III header (version 2), with the optional 8-byte platform subheader when `o`.
 pub fn erspan3_hdr(o: bool) -> Vec<u8> {
-    let mut h = vec![0x20, 0x64, 0x00, 0x07, 0, 0, 0, 1, 0, 0, 0, if o { 1 } else { 0 }];
+    let mut h = vec![
+        0x20,
+        0x64,
+        0x00,
+        0x07,
+        0,
+        0,
+        0,
+        1,
+        0,
+        0,
+        0,
+        if o { 1 } else { 0 },
+    ];
     if o {
         h.extend_from_slice(&[0; 8]);
     }

@@ -715,8 +715,7 @@ impl Collector {
         }
         // foldhash: a 32-byte key per active QP, 100k inserts and lookups per interval at scale
         // (SipHash took 6-12 ms of them); iteration order was already unspecified
-        let mut pairs: HashMap<IpPair, PairCounts, crate::datapath::FastHash> =
-            HashMap::default();
+        let mut pairs: HashMap<IpPair, PairCounts, crate::datapath::FastHash> = HashMap::default();
         if ce_data_max > 0 {
             pairs.reserve(pair_rows.len());
             for (p, (ce, cnp, n)) in pair_rows {

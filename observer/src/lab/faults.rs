@@ -41,10 +41,15 @@ impl NftFaults {
         let m = format!("iifname \"{SW_P1}\" udp dport {}", wire::ROCE_PORT);
         let mut rules = vec![format!("{m} counter name \"seen\"")];
         if self.loss_pct > 0 {
-            rules.push(format!("{m} numgen random mod 100 < {} counter name \"loss\" drop", self.loss_pct));
+            rules.push(format!(
+                "{m} numgen random mod 100 < {} counter name \"loss\" drop",
+                self.loss_pct
+            ));
         }
         if let Some(sp) = self.bleach_sport {
-            rules.push(format!("{m} udp sport {sp} ip dscp set 0 counter name \"bleach\""));
+            rules.push(format!(
+                "{m} udp sport {sp} ip dscp set 0 counter name \"bleach\""
+            ));
             if self.bleach_pct > 0 {
                 rules.push(format!(
                     "{m} udp sport != {sp} numgen random mod 100 < {} ip dscp set 0 counter name \"bleach\"",
@@ -58,7 +63,10 @@ impl NftFaults {
             ));
         }
         if self.ce_pct > 0 {
-            rules.push(format!("{m} numgen random mod 100 < {} ip ecn set ce counter name \"ce\"", self.ce_pct));
+            rules.push(format!(
+                "{m} numgen random mod 100 < {} ip ecn set ce counter name \"ce\"",
+                self.ce_pct
+            ));
         }
         let mut s = String::from(
             "table bridge rolab {\n  counter seen {}\n  counter loss {}\n  counter bleach {}\n  counter ce {}\n  chain faults {\n    type filter hook forward priority 0; policy accept;\n",
@@ -74,7 +82,8 @@ impl NftFaults {
 
     pub fn install(&self, sw: &Netns) -> Result<(), LabError> {
         let path = std::env::temp_dir().join(format!("ro-lab-nft-{}.nft", sw.name));
-        std::fs::write(&path, self.ruleset()).map_err(|e| LabError::Io(format!("{}: {e}", path.display())))?;
+        std::fs::write(&path, self.ruleset())
+            .map_err(|e| LabError::Io(format!("{}: {e}", path.display())))?;
         let r = sw.exec("nft", &["-f", &path.to_string_lossy()]);
         let _ = std::fs::remove_file(&path);
         r.map_err(|m| LabError::Faults(format!("nft -f in {}: {m}", sw.name)))?;
@@ -85,7 +94,10 @@ impl NftFaults {
 /// Reads the named counters (`nft -j list counters`).
 pub fn read_counters(sw: &Netns) -> Result<NftCounts, LabError> {
     let out = sw
-        .exec("nft", &["-j", "list", "counters", "table", "bridge", "rolab"])
+        .exec(
+            "nft",
+            &["-j", "list", "counters", "table", "bridge", "rolab"],
+        )
         .map_err(|m| LabError::Faults(format!("nft list counters: {m}")))?;
     parse_counters(&out)
 }
@@ -98,7 +110,9 @@ pub fn parse_counters(json: &str) -> Result<NftCounts, LabError> {
         .as_array()
         .ok_or_else(|| LabError::Faults("nft -j output has no \"nftables\" array".into()))?;
     for it in items {
-        let Some(ctr) = it.get("counter") else { continue };
+        let Some(ctr) = it.get("counter") else {
+            continue;
+        };
         let n = ctr["packets"].as_u64().unwrap_or(0);
         match ctr["name"].as_str() {
             Some("seen") => c.seen = n,

@@ -164,7 +164,12 @@ pub fn udp_sport(i: usize) -> u16 {
 /// The fault set of a named scenario, and the alerts it must and must not raise. Every rule of
 /// `collector::rule::ALL` that the scenario gives no cause for must stay silent.
 pub fn spec(name: &str) -> Result<ScenarioSpec, LabError> {
-    let pfc_rules = [rule::PFC_STORM, rule::PFC_WRONG_PRIORITY, rule::PAUSE_802_3X, rule::PFC_WITHOUT_ECN];
+    let pfc_rules = [
+        rule::PFC_STORM,
+        rule::PFC_WRONG_PRIORITY,
+        rule::PAUSE_802_3X,
+        rule::PFC_WITHOUT_ECN,
+    ];
     let mut s = ScenarioSpec {
         name: name.to_string(),
         ..Default::default()
@@ -220,17 +225,29 @@ pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabErr
     };
     // Start PSNs: one QP crosses the 24-bit wrap during the run.
     let starts = [0x000000u32, 0xfffe80, 0x123456, 0x7fff00];
-    let round: Vec<Msg> = [(MsgKind::Write, 64), (MsgKind::Write, 1024), (MsgKind::Write, 4096), (MsgKind::Write, 8192), (MsgKind::Write, 65536), (MsgKind::Send, 256), (MsgKind::Send, 4096), (MsgKind::Send, 16384)]
-        .into_iter()
-        .map(|(kind, len)| Msg { kind, len })
-        .collect();
+    let round: Vec<Msg> = [
+        (MsgKind::Write, 64),
+        (MsgKind::Write, 1024),
+        (MsgKind::Write, 4096),
+        (MsgKind::Write, 8192),
+        (MsgKind::Write, 65536),
+        (MsgKind::Send, 256),
+        (MsgKind::Send, 4096),
+        (MsgKind::Send, 16384),
+    ]
+    .into_iter()
+    .map(|(kind, len)| Msg { kind, len })
+    .collect();
     let qps = (0..args.qps as usize)
         .map(|i| QpPlan {
             req_qpn: 0x000100 + i as u32 + 1,
             resp_qpn: 0x000200 + i as u32 + 1,
-            start_psn: starts[i % starts.len()].wrapping_add((i / starts.len()) as u32 * 0x10000) & wire::PSN_MASK,
+            start_psn: starts[i % starts.len()].wrapping_add((i / starts.len()) as u32 * 0x10000)
+                & wire::PSN_MASK,
             udp_sport: udp_sport(i),
-            msgs: (0..args.rounds).flat_map(|_| round.iter().copied()).collect(),
+            msgs: (0..args.rounds)
+                .flat_map(|_| round.iter().copied())
+                .collect(),
             rq: (spec.rnr_qp == Some(i)).then_some((2, Duration::from_millis(6))),
         })
         .collect();
@@ -246,8 +263,14 @@ pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabErr
         cnp_interval: Duration::from_micros(args.cnp_interval_us),
         marking,
         deadline: Duration::from_secs(30),
-        h1: Endpoint { mac: H1_MAC, ip: H1_IP },
-        h2: Endpoint { mac: H2_MAC, ip: H2_IP },
+        h1: Endpoint {
+            mac: H1_MAC,
+            ip: H1_IP,
+        },
+        h2: Endpoint {
+            mac: H2_MAC,
+            ip: H2_IP,
+        },
     })
 }
 
@@ -277,7 +300,8 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
     let kept = args.out.is_some() || args.keep_out;
     // Removes this scenario's temporary observer output on every exit path unless it is kept.
     let _out_guard = RemoveOnDrop((!kept).then(|| out_root.join(name)));
-    let policy = PolicyConfig::profile(&args.profile).map_err(|e| LabError::UnknownProfile(e.to_string()))?;
+    let policy = PolicyConfig::profile(&args.profile)
+        .map_err(|e| LabError::UnknownProfile(e.to_string()))?;
     let done = AtomicBool::new(false);
     let cap_ready = [AtomicBool::new(false), AtomicBool::new(false)];
     let resp_ready = AtomicBool::new(false);
@@ -287,14 +311,29 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
     if args.observer == ObserverMode::Live {
         let exe = match &args.observer_bin {
             Some(p) => p.clone(),
-            None => std::env::current_exe().map_err(|e| LabError::Io(format!("current_exe: {e}")))?,
+            None => {
+                std::env::current_exe().map_err(|e| LabError::Io(format!("current_exe: {e}")))?
+            }
         };
         for (ns, iface, host) in [(&topo.h2, H2_IF, "h2"), (&topo.h1, H1_IF, "h1")] {
-            let mut extra = vec!["--profile".to_string(), args.profile.clone(), "--host".into(), format!("lab-{host}")];
+            let mut extra = vec![
+                "--profile".to_string(),
+                args.profile.clone(),
+                "--host".into(),
+                format!("lab-{host}"),
+            ];
             extra.extend(args.observer_args.iter().cloned());
             let dir = out_root.join(name).join(host);
             let _ = std::fs::remove_dir_all(&dir);
-            live.push(observe::start_live(&exe, ns, iface, &dir, 120, &extra, !args.quiet_observer)?);
+            live.push(observe::start_live(
+                &exe,
+                ns,
+                iface,
+                &dir,
+                120,
+                &extra,
+                !args.quiet_observer,
+            )?);
         }
         // Both start in parallel; traffic begins once both are attached.
         for o in live.iter_mut() {
@@ -302,61 +341,76 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         }
     }
 
-    let (truth, captured) = std::thread::scope(|s| -> Result<(Truth, Vec<(serde_json::Value, u64)>), LabError> {
-        let mut caps = Vec::new();
-        if args.observer == ObserverMode::Userspace || args.pcap.is_some() {
-            for (i, (ns, iface, host)) in [(&topo.h2, H2_IF, "h2"), (&topo.h1, H1_IF, "h1")].into_iter().enumerate() {
-                let (done, ready) = (&done, &cap_ready[i]);
-                let pcap = args.pcap.as_ref().map(|d| d.join(format!("{name}-{iface}.pcap")));
-                let col = (args.observer == ObserverMode::Userspace).then(|| observe::FallbackCollector {
-                    out_dir: out_root.join(name).join(host),
-                    host: format!("lab-{host}"),
-                    policy: policy.clone(),
-                });
-                caps.push(s.spawn(move || observe::userspace_capture(ns, iface, done, ready, pcap.as_deref(), col)));
+    let (truth, captured) = std::thread::scope(
+        |s| -> Result<(Truth, Vec<(serde_json::Value, u64)>), LabError> {
+            let mut caps = Vec::new();
+            if args.observer == ObserverMode::Userspace || args.pcap.is_some() {
+                for (i, (ns, iface, host)) in [(&topo.h2, H2_IF, "h2"), (&topo.h1, H1_IF, "h1")]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let (done, ready) = (&done, &cap_ready[i]);
+                    let pcap = args
+                        .pcap
+                        .as_ref()
+                        .map(|d| d.join(format!("{name}-{iface}.pcap")));
+                    let col = (args.observer == ObserverMode::Userspace).then(|| {
+                        observe::FallbackCollector {
+                            out_dir: out_root.join(name).join(host),
+                            host: format!("lab-{host}"),
+                            policy: policy.clone(),
+                        }
+                    });
+                    caps.push(s.spawn(move || {
+                        observe::userspace_capture(ns, iface, done, ready, pcap.as_deref(), col)
+                    }));
+                }
+                wait_flags(&cap_ready[..], &caps)?;
             }
-            wait_flags(&cap_ready[..], &caps)?;
-        }
-        let resp = {
-            let (cfg, done, ready, h2) = (&cfg, &done, &resp_ready, &topo.h2);
-            s.spawn(move || -> Result<Responder, LabError> {
-                let _in = h2.enter().map_err(LabError::Topology)?;
-                rc::run_responder(cfg, H2_IF, done, ready)
-            })
-        };
-        wait_flags(std::slice::from_ref(&resp_ready), std::slice::from_ref(&resp))?;
-        let pfc = spec.pfc.map(|plan| {
-            let sw = &topo.sw;
-            s.spawn(move || faults::send_pfc(sw, plan))
-        });
-        let req = {
-            let (cfg, h1) = (&cfg, &topo.h1);
-            s.spawn(move || -> Result<Vec<ReqStats>, LabError> {
-                let _in = h1.enter().map_err(LabError::Topology)?;
-                rc::run_requester(cfg, H1_IF)
-            })
-        };
-        let req = join(req);
-        let pfc = pfc.map(join).transpose();
-        // Stragglers (last ACKs) reach the observers before they stop.
-        std::thread::sleep(Duration::from_millis(50));
-        done.store(true, Ordering::SeqCst);
-        let resp = join(resp);
-        let caps: Vec<_> = caps.into_iter().map(join).collect();
-        let req = req?;
-        let pfc = pfc?.unwrap_or_default();
-        let resp = resp?;
-        let caps = caps.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Ok((
-            Truth {
-                req,
-                resp,
-                nft: NftCounts::default(),
-                pfc,
-            },
-            caps,
-        ))
-    })?;
+            let resp = {
+                let (cfg, done, ready, h2) = (&cfg, &done, &resp_ready, &topo.h2);
+                s.spawn(move || -> Result<Responder, LabError> {
+                    let _in = h2.enter().map_err(LabError::Topology)?;
+                    rc::run_responder(cfg, H2_IF, done, ready)
+                })
+            };
+            wait_flags(
+                std::slice::from_ref(&resp_ready),
+                std::slice::from_ref(&resp),
+            )?;
+            let pfc = spec.pfc.map(|plan| {
+                let sw = &topo.sw;
+                s.spawn(move || faults::send_pfc(sw, plan))
+            });
+            let req = {
+                let (cfg, h1) = (&cfg, &topo.h1);
+                s.spawn(move || -> Result<Vec<ReqStats>, LabError> {
+                    let _in = h1.enter().map_err(LabError::Topology)?;
+                    rc::run_requester(cfg, H1_IF)
+                })
+            };
+            let req = join(req);
+            let pfc = pfc.map(join).transpose();
+            // Stragglers (last ACKs) reach the observers before they stop.
+            std::thread::sleep(Duration::from_millis(50));
+            done.store(true, Ordering::SeqCst);
+            let resp = join(resp);
+            let caps: Vec<_> = caps.into_iter().map(join).collect();
+            let req = req?;
+            let pfc = pfc?.unwrap_or_default();
+            let resp = resp?;
+            let caps = caps.into_iter().collect::<Result<Vec<_>, _>>()?;
+            Ok((
+                Truth {
+                    req,
+                    resp,
+                    nft: NftCounts::default(),
+                    pfc,
+                },
+                caps,
+            ))
+        },
+    )?;
     let mut truth = truth;
     truth.nft = faults::read_counters(&topo.sw)?;
 
@@ -393,7 +447,10 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
     drop(topo);
     let mut r = build_report(args, &spec, &cfg, &truth, &observed);
     if kept {
-        r.info.push(("roce-observe output kept in".into(), out_root.join(name).display().to_string()));
+        r.info.push((
+            "roce-observe output kept in".into(),
+            out_root.join(name).display().to_string(),
+        ));
     }
     r.secs = t0.elapsed().as_secs_f64();
     Ok(r)
@@ -421,17 +478,24 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-fn wait_flags<T>(flags: &[AtomicBool], handles: &[std::thread::ScopedJoinHandle<'_, Result<T, LabError>>]) -> Result<(), LabError> {
+fn wait_flags<T>(
+    flags: &[AtomicBool],
+    handles: &[std::thread::ScopedJoinHandle<'_, Result<T, LabError>>],
+) -> Result<(), LabError> {
     let t0 = Instant::now();
     while !flags.iter().all(|f| f.load(Ordering::SeqCst)) {
         if handles.iter().any(|h| h.is_finished()) {
-            return Err(LabError::Traffic("a lab thread failed at start (see the error below)".into()));
+            return Err(LabError::Traffic(
+                "a lab thread failed at start (see the error below)".into(),
+            ));
         }
         if stop_requested() {
             return Err(LabError::Interrupted);
         }
         if t0.elapsed() > Duration::from_secs(10) {
-            return Err(LabError::Traffic("lab threads did not start within 10 s".into()));
+            return Err(LabError::Traffic(
+                "lab threads did not start within 10 s".into(),
+            ));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -444,13 +508,23 @@ fn join<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, LabError>>) -> Result<
 }
 
 /// The table: ground truth beside roce-observe's summary, plus the lab's self-checks.
-pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Truth, o: &observe::Observed) -> ScenarioReport {
+pub fn build_report(
+    args: &LabArgs,
+    spec: &ScenarioSpec,
+    cfg: &RcConfig,
+    t: &Truth,
+    o: &observe::Observed,
+) -> ScenarioReport {
     let s = Summaries { docs: &o.summaries };
     let (h1, h2) = (ip_str(&H1_IP), ip_str(&H2_IP));
     let sum_req = |f: fn(&ReqStats) -> u64| t.req.iter().map(f).sum::<u64>();
     let sum_resp = |f: fn(&rc::RespStats) -> u64| t.resp.qps.iter().map(f).sum::<u64>();
     // ACK-direction packets: the receiver's tc egress when it has one, else the sender's ingress.
-    let (ack_if, ack_dir) = if s.has(H2_IF, "egress") { (H2_IF, "egress") } else { (H1_IF, "ingress") };
+    let (ack_if, ack_dir) = if s.has(H2_IF, "egress") {
+        (H2_IF, "egress")
+    } else {
+        (H1_IF, "ingress")
+    };
     let data_in = |f: &str| s.qp_sum(H2_IF, "ingress", &h1, &h2, f);
     let data_out = |f: &str| s.qp_sum(H1_IF, "egress", &h1, &h2, f);
     let acks = |f: &str| s.qp_sum(ack_if, ack_dir, &h2, &h1, f);
@@ -467,7 +541,13 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
     let sent_obs = data_out("data_pkts");
     let rcvd_obs = data_in("data_pkts");
     let mut rows = vec![
-        row("RoCE data packets sent", sum_req(|r| r.data_sent), "requester log", sent_obs, &at_out),
+        row(
+            "RoCE data packets sent",
+            sum_req(|r| r.data_sent),
+            "requester log",
+            sent_obs,
+            &at_out,
+        ),
         row(
             "data packets dropped in switch",
             t.nft.dropped,
@@ -475,14 +555,62 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
             sent_obs.zip(rcvd_obs).map(|(a, b)| a.saturating_sub(b)),
             &format!("{at_out} - {at_in}"),
         ),
-        row("resent (go-back-N, RNR, timeout)", sum_req(|r| r.resent()), "requester log", data_out("psn_retrans"), &format!("{at_out} psn_retrans")),
-        row("PSN gaps at the receiver", sum_resp(|r| r.stream.gaps), "responder arrivals", data_in("psn_gaps"), &at_in),
-        row("PSNs missing at the receiver", sum_resp(|r| r.stream.missing), "responder arrivals", data_in("psn_missing"), &at_in),
-        row("retransmits at the receiver", sum_resp(|r| r.stream.retrans), "responder arrivals", data_in("psn_retrans"), &at_in),
-        row("NAKs (PSN sequence error)", sum_resp(|r| r.naks_sent), "responder log", acks("nak_psn_seq_err"), &at_ack),
-        row("RNR NAKs", sum_resp(|r| r.rnr_naks_sent), "responder log", acks("rnr_naks"), &at_ack),
-        row("CE-marked data packets", t.nft.ce_marked, "nft counter ce", data_in("ce"), &at_in),
-        row("CNPs (<= 1 per QP per interval)", sum_resp(|r| r.cnps_sent), "responder log", acks("cnp"), &at_ack),
+        row(
+            "resent (go-back-N, RNR, timeout)",
+            sum_req(|r| r.resent()),
+            "requester log",
+            data_out("psn_retrans"),
+            &format!("{at_out} psn_retrans"),
+        ),
+        row(
+            "PSN gaps at the receiver",
+            sum_resp(|r| r.stream.gaps),
+            "responder arrivals",
+            data_in("psn_gaps"),
+            &at_in,
+        ),
+        row(
+            "PSNs missing at the receiver",
+            sum_resp(|r| r.stream.missing),
+            "responder arrivals",
+            data_in("psn_missing"),
+            &at_in,
+        ),
+        row(
+            "retransmits at the receiver",
+            sum_resp(|r| r.stream.retrans),
+            "responder arrivals",
+            data_in("psn_retrans"),
+            &at_in,
+        ),
+        row(
+            "NAKs (PSN sequence error)",
+            sum_resp(|r| r.naks_sent),
+            "responder log",
+            acks("nak_psn_seq_err"),
+            &at_ack,
+        ),
+        row(
+            "RNR NAKs",
+            sum_resp(|r| r.rnr_naks_sent),
+            "responder log",
+            acks("rnr_naks"),
+            &at_ack,
+        ),
+        row(
+            "CE-marked data packets",
+            t.nft.ce_marked,
+            "nft counter ce",
+            data_in("ce"),
+            &at_in,
+        ),
+        row(
+            "CNPs (<= 1 per QP per interval)",
+            sum_resp(|r| r.cnps_sent),
+            "responder log",
+            acks("cnp"),
+            &at_ack,
+        ),
         row(
             &format!("data not at DSCP {DATA_DSCP} (re-marked)"),
             t.nft.bleached,
@@ -493,19 +621,57 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
     ];
     let pfc_at = format!("{H2_IF} ingress");
     for p in [3usize, 5] {
-        rows.push(row(&format!("PFC XOFF on priority {p}"), t.pfc.xoff[p], "frames sent from sw-p2", s.iface(H2_IF, "ingress", &["pfc", "xoff", &p.to_string()]), &pfc_at));
-        rows.push(row(&format!("PFC XON on priority {p}"), t.pfc.xon[p], "frames sent from sw-p2", s.iface(H2_IF, "ingress", &["pfc", "xon", &p.to_string()]), &pfc_at));
+        rows.push(row(
+            &format!("PFC XOFF on priority {p}"),
+            t.pfc.xoff[p],
+            "frames sent from sw-p2",
+            s.iface(H2_IF, "ingress", &["pfc", "xoff", &p.to_string()]),
+            &pfc_at,
+        ));
+        rows.push(row(
+            &format!("PFC XON on priority {p}"),
+            t.pfc.xon[p],
+            "frames sent from sw-p2",
+            s.iface(H2_IF, "ingress", &["pfc", "xon", &p.to_string()]),
+            &pfc_at,
+        ));
     }
-    rows.push(row("802.3x PAUSE frames", t.pfc.pause, "frames sent from sw-p2", s.iface(H2_IF, "ingress", &["pause", "frames"]), &pfc_at));
+    rows.push(row(
+        "802.3x PAUSE frames",
+        t.pfc.pause,
+        "frames sent from sw-p2",
+        s.iface(H2_IF, "ingress", &["pause", "frames"]),
+        &pfc_at,
+    ));
     if args.observer == ObserverMode::Userspace {
-        rows.push(row("ICRC failures", 0, "every frame built with a valid ICRC", data_in("icrc_bad"), &at_in));
+        rows.push(row(
+            "ICRC failures",
+            0,
+            "every frame built with a valid ICRC",
+            data_in("icrc_bad"),
+            &at_in,
+        ));
     }
 
     // The lab's own ground truth must hold together before it can judge the observer.
     let mut checks = Vec::new();
-    let mut check = |what: &str, ok: bool, detail: String| checks.push(SelfCheck { what: what.into(), ok, detail });
+    let mut check = |what: &str, ok: bool, detail: String| {
+        checks.push(SelfCheck {
+            what: what.into(),
+            ok,
+            detail,
+        })
+    };
     let done = t.req.iter().all(|r| r.completed);
-    check("every message completed", done, format!("{} QPs, {} messages each", t.req.len(), t.req.first().map_or(0, |r| r.msgs)));
+    check(
+        "every message completed",
+        done,
+        format!(
+            "{} QPs, {} messages each",
+            t.req.len(),
+            t.req.first().map_or(0, |r| r.msgs)
+        ),
+    );
     let rcvd = sum_resp(|r| r.data_rcvd);
     let sent = sum_req(|r| r.data_sent);
     check(
@@ -513,48 +679,110 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
         rcvd + t.nft.dropped == sent,
         format!("sent {sent}, dropped {}, received {rcvd}", t.nft.dropped),
     );
-    check("switch saw every data packet", t.nft.seen == sent, format!("nft seen {}, sent {sent}", t.nft.seen));
-    check("responder lost no frame", t.resp.socket_drops == 0, format!("AF_PACKET drops {}", t.resp.socket_drops));
+    check(
+        "switch saw every data packet",
+        t.nft.seen == sent,
+        format!("nft seen {}, sent {sent}", t.nft.seen),
+    );
+    check(
+        "responder lost no frame",
+        t.resp.socket_drops == 0,
+        format!("AF_PACKET drops {}", t.resp.socket_drops),
+    );
     let ce_rcvd = sum_resp(|r| r.ce_rcvd);
-    check("responder saw every CE mark", ce_rcvd == t.nft.ce_marked, format!("CE received {ce_rcvd}, nft ce {}", t.nft.ce_marked));
-    let dscp_off: u64 = t.resp.qps.iter().map(|r| r.data_rcvd - r.dscp_rcvd[DATA_DSCP as usize]).sum();
-    check("responder saw every re-marking", dscp_off == t.nft.bleached, format!("data not at DSCP {DATA_DSCP}: {dscp_off}, nft bleach {}", t.nft.bleached));
+    check(
+        "responder saw every CE mark",
+        ce_rcvd == t.nft.ce_marked,
+        format!("CE received {ce_rcvd}, nft ce {}", t.nft.ce_marked),
+    );
+    let dscp_off: u64 = t
+        .resp
+        .qps
+        .iter()
+        .map(|r| r.data_rcvd - r.dscp_rcvd[DATA_DSCP as usize])
+        .sum();
+    check(
+        "responder saw every re-marking",
+        dscp_off == t.nft.bleached,
+        format!(
+            "data not at DSCP {DATA_DSCP}: {dscp_off}, nft bleach {}",
+            t.nft.bleached
+        ),
+    );
     let spacing = t.resp.qps.iter().filter_map(|r| r.min_cnp_spacing).min();
     check(
         "CNP interval respected per QP",
         spacing.is_none_or(|d| d >= cfg.cnp_interval),
-        format!("interval {:?}, smallest spacing {:?}", cfg.cnp_interval, spacing),
+        format!(
+            "interval {:?}, smallest spacing {:?}",
+            cfg.cnp_interval, spacing
+        ),
     );
     let cnps = sum_resp(|r| r.cnps_sent);
     let cnps_rcvd = sum_req(|r| r.cnps_rcvd);
-    check("requester cut its rate on every CNP", cnps_rcvd == cnps && sum_req(|r| r.rate_cuts) == cnps, format!("CNPs sent {cnps}, received {cnps_rcvd}"));
+    check(
+        "requester cut its rate on every CNP",
+        cnps_rcvd == cnps && sum_req(|r| r.rate_cuts) == cnps,
+        format!("CNPs sent {cnps}, received {cnps_rcvd}"),
+    );
     let icrc_bad = sum_resp(|r| r.icrc_bad);
-    check("every ICRC valid at the responder", icrc_bad == 0, format!("bad {icrc_bad}"));
+    check(
+        "every ICRC valid at the responder",
+        icrc_bad == 0,
+        format!("bad {icrc_bad}"),
+    );
     if spec.nft.loss_pct > 0 {
-        check("loss scenario dropped something", t.nft.dropped > 0, format!("{} dropped", t.nft.dropped));
+        check(
+            "loss scenario dropped something",
+            t.nft.dropped > 0,
+            format!("{} dropped", t.nft.dropped),
+        );
     }
     if spec.nft.ce_pct > 0 {
-        check("congestion scenario marked CE", t.nft.ce_marked > 0 && cnps > 0, format!("{} CE, {cnps} CNPs", t.nft.ce_marked));
+        check(
+            "congestion scenario marked CE",
+            t.nft.ce_marked > 0 && cnps > 0,
+            format!("{} CE, {cnps} CNPs", t.nft.ce_marked),
+        );
     }
     if spec.rnr_qp.is_some() {
-        check("RNR scenario sent RNR NAKs", sum_resp(|r| r.rnr_naks_sent) > 0, String::new());
+        check(
+            "RNR scenario sent RNR NAKs",
+            sum_resp(|r| r.rnr_naks_sent) > 0,
+            String::new(),
+        );
     }
     if args.observer == ObserverMode::Userspace {
-        check("fallback capture lost no frame", o.capture_drops == 0, format!("AF_PACKET drops {}", o.capture_drops));
+        check(
+            "fallback capture lost no frame",
+            o.capture_drops == 0,
+            format!("AF_PACKET drops {}", o.capture_drops),
+        );
     }
     check(
         "roce-observe wrote Parquet flow logs",
         o.flow_rows > 0,
-        format!("{} Parquet files, {} flow rows", o.parquet_files, o.flow_rows),
+        format!(
+            "{} Parquet files, {} flow rows",
+            o.parquet_files, o.flow_rows
+        ),
     );
 
     let mut alerts = Vec::new();
     if let Some(a) = &o.alerts {
         for r in &spec.must_fire {
-            alerts.push(AlertCheck { rule: r.to_string(), must_fire: true, count: Some(*a.get(*r).unwrap_or(&0)) });
+            alerts.push(AlertCheck {
+                rule: r.to_string(),
+                must_fire: true,
+                count: Some(*a.get(*r).unwrap_or(&0)),
+            });
         }
         for r in &spec.must_not_fire {
-            alerts.push(AlertCheck { rule: r.to_string(), must_fire: false, count: Some(*a.get(*r).unwrap_or(&0)) });
+            alerts.push(AlertCheck {
+                rule: r.to_string(),
+                must_fire: false,
+                count: Some(*a.get(*r).unwrap_or(&0)),
+            });
         }
     }
     let mut info = vec![
@@ -568,7 +796,10 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
                 sum_req(|r| r.rnr_naks_rcvd),
                 sum_req(|r| r.timeouts),
                 sum_req(|r| r.rate_cuts),
-                t.req.iter().map(|r| r.min_rate_pps).fold(f64::INFINITY, f64::min)
+                t.req
+                    .iter()
+                    .map(|r| r.min_rate_pps)
+                    .fold(f64::INFINITY, f64::min)
             ),
         ),
         (
@@ -587,7 +818,10 @@ pub fn build_report(args: &LabArgs, spec: &ScenarioSpec, cfg: &RcConfig, t: &Tru
     {
         info.push((
             "roce-observe output".into(),
-            format!("{} Parquet files ({} flow rows), {} alert lines", o.parquet_files, o.flow_rows, o.alert_lines),
+            format!(
+                "{} Parquet files ({} flow rows), {} alert lines",
+                o.parquet_files, o.flow_rows, o.alert_lines
+            ),
         ));
     }
     ScenarioReport {
@@ -628,7 +862,12 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     println!("\n=== lab summary (observer: {})", args.observer.label());
     let mut bad = Vec::new();
     for r in &reports {
-        println!("  {:<10} {:>5.1} s  {}", r.scenario, r.secs, if r.ok() { "agree" } else { "DISAGREE" });
+        println!(
+            "  {:<10} {:>5.1} s  {}",
+            r.scenario,
+            r.secs,
+            if r.ok() { "agree" } else { "DISAGREE" }
+        );
         if !r.ok() {
             bad.push(format!("{}: {}", r.scenario, r.disagreements().join("; ")));
         }

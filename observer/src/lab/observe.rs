@@ -11,10 +11,10 @@
 //!   collector, which writes Parquet, alerts and `summary.json` as in live mode.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::sync::{Arc, Mutex};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use observer_common::maps::{Policy, dir};
@@ -39,7 +39,9 @@ pub enum ObserverMode {
 impl ObserverMode {
     pub fn label(self) -> &'static str {
         match self {
-            ObserverMode::Live => "live roce-observe (XDP ingress + tc egress, in each host namespace)",
+            ObserverMode::Live => {
+                "live roce-observe (XDP ingress + tc egress, in each host namespace)"
+            }
             ObserverMode::Userspace => {
                 "FALLBACK AF_PACKET capture -> userspace datapath -> collector (not the eBPF programs)"
             }
@@ -104,7 +106,8 @@ pub fn start_live(
     extra: &[String],
     echo: bool,
 ) -> Result<LiveObserver, LabError> {
-    std::fs::create_dir_all(out_dir).map_err(|e| LabError::Io(format!("{}: {e}", out_dir.display())))?;
+    std::fs::create_dir_all(out_dir)
+        .map_err(|e| LabError::Io(format!("{}: {e}", out_dir.display())))?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &ns.name])
         .arg(exe)
@@ -126,8 +129,14 @@ pub fn start_live(
     let mut readers = Vec::new();
     let prefix = format!("[roce-observe {iface}]");
     let streams: Vec<Box<dyn Read + Send>> = [
-        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
-        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
     ]
     .into_iter()
     .flatten()
@@ -179,7 +188,10 @@ impl LiveObserver {
                 )));
             }
             let log = self.log().to_lowercase();
-            if log.lines().any(|l| l.contains("attach") && l.contains(&self.iface.to_lowercase())) {
+            if log
+                .lines()
+                .any(|l| l.contains("attach") && l.contains(&self.iface.to_lowercase()))
+            {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -194,8 +206,14 @@ impl LiveObserver {
     /// Stops it with SIGINT, waits for it to write its files, and reads them.
     /// Returns (summary.json, its alerts, alerts.jsonl lines, Parquet files, flow-log rows, output).
     #[allow(clippy::type_complexity)]
-    pub fn finish(mut self, timeout: Duration) -> Result<(Value, Option<Value>, u64, u64, u64, String), LabError> {
-        let mut c = self.child.take().ok_or_else(|| LabError::Observer("observer already finished".into()))?;
+    pub fn finish(
+        mut self,
+        timeout: Duration,
+    ) -> Result<(Value, Option<Value>, u64, u64, u64, String), LabError> {
+        let mut c = self
+            .child
+            .take()
+            .ok_or_else(|| LabError::Observer("observer already finished".into()))?;
         // SAFETY: signalling our own child by its PID.
         unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
         let t0 = Instant::now();
@@ -228,7 +246,8 @@ impl LiveObserver {
                 tail(&log, 20)
             ))
         })?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| LabError::Observer(format!("{}: {e}", sp.display())))?;
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| LabError::Observer(format!("{}: {e}", sp.display())))?;
         let alerts = v.get("alerts").cloned();
         let lines = jsonl_lines(&self.out_dir.join("alerts.jsonl"));
         let parquet = count_ext(&self.out_dir, "parquet");
@@ -245,15 +264,19 @@ fn tail(s: &str, n: usize) -> String {
 /// Rows in the Parquet files under `d` (from their footers).
 pub fn parquet_rows(d: &Path) -> Result<u64, LabError> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
-    let Ok(rd) = std::fs::read_dir(d) else { return Ok(0) };
+    let Ok(rd) = std::fs::read_dir(d) else {
+        return Ok(0);
+    };
     let mut n = 0;
     for e in rd.flatten() {
         let p = e.path();
         if p.is_dir() {
             n += parquet_rows(&p)?;
         } else if p.extension().is_some_and(|x| x == "parquet") {
-            let f = std::fs::File::open(&p).map_err(|err| LabError::Observer(format!("{}: {err}", p.display())))?;
-            let r = SerializedFileReader::new(f).map_err(|err| LabError::Observer(format!("{}: {err}", p.display())))?;
+            let f = std::fs::File::open(&p)
+                .map_err(|err| LabError::Observer(format!("{}: {err}", p.display())))?;
+            let r = SerializedFileReader::new(f)
+                .map_err(|err| LabError::Observer(format!("{}: {err}", p.display())))?;
             n += r.metadata().file_metadata().num_rows().max(0) as u64;
         }
     }
@@ -268,7 +291,9 @@ pub fn jsonl_lines(p: &Path) -> u64 {
 }
 
 pub fn count_ext(d: &Path, ext: &str) -> u64 {
-    let Ok(rd) = std::fs::read_dir(d) else { return 0 };
+    let Ok(rd) = std::fs::read_dir(d) else {
+        return 0;
+    };
     let mut n = 0;
     for e in rd.flatten() {
         let p = e.path();
@@ -308,13 +333,28 @@ pub fn userspace_capture(
         Some(p) => Some(PcapWriter::create(p)?),
         None => None,
     };
-    let now_ns = || SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-    let policy = collector.as_ref().map_or(Policy::NONE, |c| c.policy.expected);
+    let now_ns = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    };
+    let policy = collector
+        .as_ref()
+        .map_or(Policy::NONE, |c| c.policy.expected);
     let mut dp = Datapath::new(policy, 65536);
-    let cerr = |e: crate::collector::CollectorError| LabError::Observer(format!("fallback collector on {iface}: {e}"));
+    let cerr = |e: crate::collector::CollectorError| {
+        LabError::Observer(format!("fallback collector on {iface}: {e}"))
+    };
     let mut col = match collector {
         Some(c) => {
-            let mut col = Collector::new(CollectorConfig::new(c.out_dir, &c.host, "lab-fallback", c.policy)).map_err(cerr)?;
+            let mut col = Collector::new(CollectorConfig::new(
+                c.out_dir,
+                &c.host,
+                "lab-fallback",
+                c.policy,
+            ))
+            .map_err(cerr)?;
             col.begin(iface, now_ns(), None);
             Some(col)
         }
@@ -331,7 +371,11 @@ pub fn userspace_capture(
         }
         sock.wait(5);
         while let Some((n, pkttype)) = sock.recv(&mut buf) {
-            let d = if pkttype == PACKET_OUTGOING { dir::EGRESS } else { dir::INGRESS };
+            let d = if pkttype == PACKET_OUTGOING {
+                dir::EGRESS
+            } else {
+                dir::INGRESS
+            };
             let ts = now_ns();
             if let Some(w) = pcap.as_mut() {
                 w.write(ts, &buf[..n])?;
@@ -346,7 +390,8 @@ pub fn userspace_capture(
             }
             if finishing || Instant::now() >= next_interval {
                 next_interval += Duration::from_secs(1);
-                c.on_snapshot(&dp.snapshot(iface, now_ns(), None)).map_err(cerr)?;
+                c.on_snapshot(&dp.snapshot(iface, now_ns(), None))
+                    .map_err(cerr)?;
             }
         }
         if finishing {
@@ -386,7 +431,10 @@ impl PcapWriter {
         h.extend_from_slice(&65535u32.to_le_bytes());
         h.extend_from_slice(&1u32.to_le_bytes());
         w.write_all(&h).map_err(e)?;
-        Ok(PcapWriter { w, path: path.to_path_buf() })
+        Ok(PcapWriter {
+            w,
+            path: path.to_path_buf(),
+        })
     }
 
     fn write(&mut self, ts_ns: u64, frame: &[u8]) -> Result<(), LabError> {
@@ -402,6 +450,8 @@ impl PcapWriter {
     }
 
     fn finish(mut self) -> Result<(), LabError> {
-        self.w.flush().map_err(|err| LabError::Io(format!("{}: {err}", self.path.display())))
+        self.w
+            .flush()
+            .map_err(|err| LabError::Io(format!("{}: {err}", self.path.display())))
     }
 }

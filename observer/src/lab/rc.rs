@@ -114,7 +114,11 @@ fn packetize(msgs: &[Msg], mtu: u32) -> Vec<Pkt> {
     for m in msgs {
         let n = m.len.div_ceil(mtu).max(1);
         for i in 0..n {
-            let len = if i + 1 == n { m.len - mtu * (n - 1) } else { mtu };
+            let len = if i + 1 == n {
+                m.len - mtu * (n - 1)
+            } else {
+                mtu
+            };
             let opcode = match (m.kind, n == 1, i == 0, i + 1 == n) {
                 (MsgKind::Write, true, _, _) => op::WRITE_ONLY,
                 (MsgKind::Write, _, true, _) => op::WRITE_FIRST,
@@ -257,7 +261,11 @@ pub fn run_requester(cfg: &RcConfig, iface: &str) -> Result<Vec<ReqStats>, LabEr
             }
         })
         .collect();
-    let by_qpn: HashMap<u32, usize> = qps.iter().enumerate().map(|(i, q)| (q.plan.req_qpn, i)).collect();
+    let by_qpn: HashMap<u32, usize> = qps
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.plan.req_qpn, i))
+        .collect();
     let mut ip_id: u16 = 0x1000;
     let mut buf = vec![0u8; 16384];
     const G: f64 = 1.0 / 16.0;
@@ -284,11 +292,15 @@ pub fn run_requester(cfg: &RcConfig, iface: &str) -> Result<Vec<ReqStats>, LabEr
             if pkttype == PACKET_OUTGOING {
                 continue;
             }
-            let Some(rx) = wire::parse(&buf[..n]) else { continue };
+            let Some(rx) = wire::parse(&buf[..n]) else {
+                continue;
+            };
             if rx.dst_ip != cfg.h1.ip {
                 continue;
             }
-            let Some(&i) = by_qpn.get(&rx.dest_qp) else { continue };
+            let Some(&i) = by_qpn.get(&rx.dest_qp) else {
+                continue;
+            };
             let q = &mut qps[i];
             let now = Instant::now();
             let idx = psn_diff(rx.psn, q.plan.start_psn);
@@ -355,7 +367,9 @@ pub fn run_requester(cfg: &RcConfig, iface: &str) -> Result<Vec<ReqStats>, LabEr
             // DCQCN-like recovery: alpha decays and the rate climbs back while no CNP comes.
             if now.duration_since(q.last_adjust) >= adjust_period {
                 q.last_adjust = now;
-                if q.last_cnp.is_some_and(|t| now.duration_since(t) >= adjust_period) {
+                if q.last_cnp
+                    .is_some_and(|t| now.duration_since(t) >= adjust_period)
+                {
                     q.alpha *= 1.0 - G;
                     q.rate = (q.rate + cfg.rate_pps) / 2.0;
                 }
@@ -425,7 +439,11 @@ pub fn run_requester(cfg: &RcConfig, iface: &str) -> Result<Vec<ReqStats>, LabEr
                 q.next += 1;
                 burst += 1;
                 let step = Duration::from_secs_f64(1.0 / q.rate.max(1.0));
-                q.next_tx = if q.next_tx + step < now { now } else { q.next_tx + step };
+                q.next_tx = if q.next_tx + step < now {
+                    now
+                } else {
+                    q.next_tx + step
+                };
             }
             if q.next < q.pkts.len() && q.next < q.una + cfg.window as usize {
                 next_wake = next_wake.min(q.next_tx);
@@ -516,7 +534,12 @@ pub struct Responder {
 
 /// The responder on h2 (call on a thread inside h2's namespace); runs until `done` is set and
 /// then 100 ms more for stragglers.
-pub fn run_responder(cfg: &RcConfig, iface: &str, done: &AtomicBool, ready: &AtomicBool) -> Result<Responder, LabError> {
+pub fn run_responder(
+    cfg: &RcConfig,
+    iface: &str,
+    done: &AtomicBool,
+    ready: &AtomicBool,
+) -> Result<Responder, LabError> {
     let sock = RawSock::open(iface)?;
     ready.store(true, Ordering::SeqCst);
     let start = Instant::now();
@@ -566,11 +589,15 @@ pub fn run_responder(cfg: &RcConfig, iface: &str, done: &AtomicBool, ready: &Ato
             if pkttype == PACKET_OUTGOING {
                 continue;
             }
-            let Some(rx) = wire::parse(&buf[..n]) else { continue };
+            let Some(rx) = wire::parse(&buf[..n]) else {
+                continue;
+            };
             if rx.dst_ip != cfg.h2.ip || rx.opcode > 0x17 || rx.opcode == op::ACK {
                 continue;
             }
-            let Some(q) = qps.get_mut(&rx.dest_qp) else { continue };
+            let Some(q) = qps.get_mut(&rx.dest_qp) else {
+                continue;
+            };
             let now = Instant::now();
             q.st.data_rcvd += 1;
             q.st.dscp_rcvd[rx.dscp as usize & 63] += 1;
@@ -582,7 +609,9 @@ pub fn run_responder(cfg: &RcConfig, iface: &str, done: &AtomicBool, ready: &Ato
             let mut out: Vec<(BthFields, Vec<u8>, Marking2)> = Vec::new();
             if rx.ecn == 3 {
                 q.st.ce_rcvd += 1;
-                if q.last_cnp.is_none_or(|t| now.duration_since(t) >= cfg.cnp_interval) {
+                if q.last_cnp
+                    .is_none_or(|t| now.duration_since(t) >= cfg.cnp_interval)
+                {
                     if let Some(t) = q.last_cnp {
                         let d = now.duration_since(t);
                         q.st.min_cnp_spacing = Some(q.st.min_cnp_spacing.map_or(d, |m| m.min(d)));
@@ -709,10 +738,22 @@ mod tests {
     fn packetize_cuts_messages_at_the_mtu_with_the_right_opcodes() {
         let p = packetize(
             &[
-                Msg { kind: MsgKind::Write, len: 64 },
-                Msg { kind: MsgKind::Write, len: 9000 },
-                Msg { kind: MsgKind::Send, len: 4096 },
-                Msg { kind: MsgKind::Send, len: 8193 },
+                Msg {
+                    kind: MsgKind::Write,
+                    len: 64,
+                },
+                Msg {
+                    kind: MsgKind::Write,
+                    len: 9000,
+                },
+                Msg {
+                    kind: MsgKind::Send,
+                    len: 4096,
+                },
+                Msg {
+                    kind: MsgKind::Send,
+                    len: 8193,
+                },
             ],
             4096,
         );
@@ -737,6 +778,12 @@ mod tests {
         for p in [0xfffffe, 0xffffff, 0, 1] {
             w.push(p);
         }
-        assert_eq!(w, PsnStream { max: Some(1), ..Default::default() });
+        assert_eq!(
+            w,
+            PsnStream {
+                max: Some(1),
+                ..Default::default()
+            }
+        );
     }
 }

@@ -99,8 +99,18 @@ impl ScenarioReport {
 
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "\n=== scenario {} ({:.1} s) — observer: {}", self.scenario, self.secs, self.observer);
-        let w = self.rows.iter().map(|r| r.what.len()).max().unwrap_or(10).max(10);
+        let _ = writeln!(
+            s,
+            "\n=== scenario {} ({:.1} s) — observer: {}",
+            self.scenario, self.secs, self.observer
+        );
+        let w = self
+            .rows
+            .iter()
+            .map(|r| r.what.len())
+            .max()
+            .unwrap_or(10)
+            .max(10);
         let _ = writeln!(
             s,
             "{:<w$}  {:>9}  {:>9}  {:<5}  injected from / observed at",
@@ -141,7 +151,13 @@ impl ScenarioReport {
             }
         }
         for c in &self.self_checks {
-            let _ = writeln!(s, "lab self-check {:<40} {}  {}", c.what, if c.ok { "ok" } else { "FAIL" }, c.detail);
+            let _ = writeln!(
+                s,
+                "lab self-check {:<40} {}  {}",
+                c.what,
+                if c.ok { "ok" } else { "FAIL" },
+                c.detail
+            );
         }
         for (k, v) in &self.info {
             let _ = writeln!(s, "  {k}: {v}");
@@ -149,7 +165,11 @@ impl ScenarioReport {
         let _ = writeln!(
             s,
             "=> {}",
-            if self.ok() { "injected and observed AGREE" } else { "injected and observed DISAGREE" }
+            if self.ok() {
+                "injected and observed AGREE"
+            } else {
+                "injected and observed DISAGREE"
+            }
         );
         s
     }
@@ -186,11 +206,22 @@ impl Summaries<'_> {
                 n += q[field].as_u64()?;
             }
         }
-        if any || self.has(iface, dir) { Some(n) } else { None }
+        if any || self.has(iface, dir) {
+            Some(n)
+        } else {
+            None
+        }
     }
 
     /// Data packets whose DSCP is not `expected` over the keys (iface, dir, src, dst).
-    pub fn data_dscp_not(&self, iface: &str, dir: &str, src: &str, dst: &str, expected: u8) -> Option<u64> {
+    pub fn data_dscp_not(
+        &self,
+        iface: &str,
+        dir: &str,
+        src: &str,
+        dst: &str,
+        expected: u8,
+    ) -> Option<u64> {
         if !self.has(iface, dir) {
             return None;
         }
@@ -244,11 +275,23 @@ mod tests {
             ]
         })];
         let s = Summaries { docs: &d };
-        assert_eq!(s.qp_sum("h2-eth0", "ingress", "10.77.0.1", "10.77.0.2", "psn_gaps"), Some(3));
-        assert_eq!(s.data_dscp_not("h2-eth0", "ingress", "10.77.0.1", "10.77.0.2", 26), Some(4));
-        assert_eq!(s.iface("h2-eth0", "ingress", &["pfc", "xoff", "3"]), Some(7));
+        assert_eq!(
+            s.qp_sum("h2-eth0", "ingress", "10.77.0.1", "10.77.0.2", "psn_gaps"),
+            Some(3)
+        );
+        assert_eq!(
+            s.data_dscp_not("h2-eth0", "ingress", "10.77.0.1", "10.77.0.2", 26),
+            Some(4)
+        );
+        assert_eq!(
+            s.iface("h2-eth0", "ingress", &["pfc", "xoff", "3"]),
+            Some(7)
+        );
         assert_eq!(s.iface("h2-eth0", "ingress", &["pause", "frames"]), Some(2));
-        assert_eq!(s.qp_sum("h1-eth0", "egress", "10.77.0.1", "10.77.0.2", "psn_gaps"), None);
+        assert_eq!(
+            s.qp_sum("h1-eth0", "egress", "10.77.0.1", "10.77.0.2", "psn_gaps"),
+            None
+        );
     }
 
     #[test]

@@ -22,7 +22,8 @@ fn os_err(what: &str) -> LabError {
 impl RawSock {
     /// Opens a socket on `iface` (in the current thread's namespace) receiving every frame.
     pub fn open(iface: &str) -> Result<RawSock, LabError> {
-        let name = CString::new(iface).map_err(|_| LabError::Io(format!("bad interface name {iface:?}")))?;
+        let name = CString::new(iface)
+            .map_err(|_| LabError::Io(format!("bad interface name {iface:?}")))?;
         // SAFETY: plain libc calls with valid arguments; the fd is owned right away.
         unsafe {
             let ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
@@ -80,19 +81,36 @@ impl RawSock {
     /// Sends one frame.
     pub fn send(&self, frame: &[u8]) -> Result<(), LabError> {
         // SAFETY: sending from a valid buffer; the socket is bound to its interface.
-        let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr() as *const libc::c_void, frame.len(), 0) };
+        let n = unsafe {
+            libc::send(
+                self.fd.as_raw_fd(),
+                frame.as_ptr() as *const libc::c_void,
+                frame.len(),
+                0,
+            )
+        };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::ENOBUFS) || e.raw_os_error() == Some(libc::EAGAIN) {
                 // Transient queue full: one retry after a short pause.
                 std::thread::sleep(std::time::Duration::from_micros(200));
                 // SAFETY: as above.
-                let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr() as *const libc::c_void, frame.len(), 0) };
+                let n = unsafe {
+                    libc::send(
+                        self.fd.as_raw_fd(),
+                        frame.as_ptr() as *const libc::c_void,
+                        frame.len(),
+                        0,
+                    )
+                };
                 if n >= 0 {
                     return Ok(());
                 }
             }
-            return Err(LabError::Io(format!("send on ifindex {}: {e}", self.ifindex)));
+            return Err(LabError::Io(format!(
+                "send on ifindex {}: {e}",
+                self.ifindex
+            )));
         }
         Ok(())
     }

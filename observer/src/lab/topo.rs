@@ -28,7 +28,10 @@ pub const H2_IP: [u8; 4] = [10, 77, 0, 2];
 pub const LINK_MTU: u32 = 9000;
 
 pub fn mac_str(m: &[u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 pub fn ip_str(a: &[u8; 4]) -> String {
@@ -64,30 +67,109 @@ impl Topology {
         for ns in [h1, sw, h2] {
             // Quiet links: no IPv6 router solicitations or MLD reports in the observed traffic.
             ns.exec("sysctl", &["-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])?;
-            ns.exec("sysctl", &["-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"])?;
+            ns.exec(
+                "sysctl",
+                &["-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"],
+            )?;
         }
-        sw.exec("ip", &["link", "add", "br0", "type", "bridge", "stp_state", "0"])?;
-        h1.exec("ip", &["link", "add", H1_IF, "type", "veth", "peer", "name", SW_P1, "netns", &sw.name])?;
-        h2.exec("ip", &["link", "add", H2_IF, "type", "veth", "peer", "name", SW_P2, "netns", &sw.name])?;
-        h1.exec("ip", &["link", "set", H1_IF, "address", &mac_str(&H1_MAC), "mtu", &mtu])?;
-        h2.exec("ip", &["link", "set", H2_IF, "address", &mac_str(&H2_MAC), "mtu", &mtu])?;
-        sw.exec("ip", &["link", "set", SW_P1, "address", &mac_str(&SW_P1_MAC), "mtu", &mtu])?;
-        sw.exec("ip", &["link", "set", SW_P2, "address", &mac_str(&SW_P2_MAC), "mtu", &mtu])?;
+        sw.exec(
+            "ip",
+            &["link", "add", "br0", "type", "bridge", "stp_state", "0"],
+        )?;
+        h1.exec(
+            "ip",
+            &[
+                "link", "add", H1_IF, "type", "veth", "peer", "name", SW_P1, "netns", &sw.name,
+            ],
+        )?;
+        h2.exec(
+            "ip",
+            &[
+                "link", "add", H2_IF, "type", "veth", "peer", "name", SW_P2, "netns", &sw.name,
+            ],
+        )?;
+        h1.exec(
+            "ip",
+            &[
+                "link",
+                "set",
+                H1_IF,
+                "address",
+                &mac_str(&H1_MAC),
+                "mtu",
+                &mtu,
+            ],
+        )?;
+        h2.exec(
+            "ip",
+            &[
+                "link",
+                "set",
+                H2_IF,
+                "address",
+                &mac_str(&H2_MAC),
+                "mtu",
+                &mtu,
+            ],
+        )?;
+        sw.exec(
+            "ip",
+            &[
+                "link",
+                "set",
+                SW_P1,
+                "address",
+                &mac_str(&SW_P1_MAC),
+                "mtu",
+                &mtu,
+            ],
+        )?;
+        sw.exec(
+            "ip",
+            &[
+                "link",
+                "set",
+                SW_P2,
+                "address",
+                &mac_str(&SW_P2_MAC),
+                "mtu",
+                &mtu,
+            ],
+        )?;
         sw.exec("ip", &["link", "set", "br0", "mtu", &mtu])?;
         for p in [SW_P1, SW_P2] {
             sw.exec("ip", &["link", "set", p, "master", "br0"])?;
             sw.exec("ip", &["link", "set", p, "up"])?;
         }
         sw.exec("ip", &["link", "set", "br0", "up"])?;
-        h1.exec("ip", &["addr", "add", &format!("{}/24", ip_str(&H1_IP)), "dev", H1_IF])?;
-        h2.exec("ip", &["addr", "add", &format!("{}/24", ip_str(&H2_IP)), "dev", H2_IF])?;
+        h1.exec(
+            "ip",
+            &[
+                "addr",
+                "add",
+                &format!("{}/24", ip_str(&H1_IP)),
+                "dev",
+                H1_IF,
+            ],
+        )?;
+        h2.exec(
+            "ip",
+            &[
+                "addr",
+                "add",
+                &format!("{}/24", ip_str(&H2_IP)),
+                "dev",
+                H2_IF,
+            ],
+        )?;
         h1.exec("ip", &["link", "set", H1_IF, "up"])?;
         h2.exec("ip", &["link", "set", H2_IF, "up"])?;
         // The emulated NICs own UDP 4791: the hosts' kernels must not answer it with ICMP
         // port-unreachable (AF_PACKET sockets and XDP/tc see the frames before this rule).
         let host_rules = "table inet rolab_host {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    udp dport 4791 drop\n  }\n}\n";
         let rules_path = std::env::temp_dir().join(format!("ro-lab-host-{}.nft", h1.name));
-        std::fs::write(&rules_path, host_rules).map_err(|e| format!("{}: {e}", rules_path.display()))?;
+        std::fs::write(&rules_path, host_rules)
+            .map_err(|e| format!("{}: {e}", rules_path.display()))?;
         for ns in [h1, h2] {
             let r = ns.exec("nft", &["-f", &rules_path.to_string_lossy()]);
             if r.is_err() {
@@ -102,7 +184,17 @@ impl Topology {
             };
             ns.exec(
                 "ip",
-                &["neigh", "replace", &ip_str(&peer_ip), "lladdr", &mac_str(&peer_mac), "dev", dev, "nud", "permanent"],
+                &[
+                    "neigh",
+                    "replace",
+                    &ip_str(&peer_ip),
+                    "lladdr",
+                    &mac_str(&peer_mac),
+                    "dev",
+                    dev,
+                    "nud",
+                    "permanent",
+                ],
             )?;
         }
         let _ = std::fs::remove_file(&rules_path);
@@ -126,15 +218,25 @@ fn wait_oper_up(ns: &Netns, dev: &str) -> Result<(), String> {
 
 /// Deletes `ro-lab-*-PID[-N]` namespaces whose PID no longer runs (a lab killed by SIGKILL).
 pub fn remove_stale() {
-    let Ok(list) = run("ip", &["netns", "list"]) else { return };
+    let Ok(list) = run("ip", &["netns", "list"]) else {
+        return;
+    };
     for line in list.lines() {
         let name = line.split_whitespace().next().unwrap_or("");
-        let Some(rest) = name.strip_prefix("ro-lab-") else { continue };
+        let Some(rest) = name.strip_prefix("ro-lab-") else {
+            continue;
+        };
         let mut parts = rest.split('-');
         let _role = parts.next();
-        let Some(pid) = parts.next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = parts.next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
         if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            tracing::info!(netns = name, pid, "removing a namespace left by a lab that is gone");
+            tracing::info!(
+                netns = name,
+                pid,
+                "removing a namespace left by a lab that is gone"
+            );
             let _ = run("ip", &["netns", "del", name]);
         }
     }

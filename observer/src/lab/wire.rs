@@ -289,10 +289,16 @@ mod tests {
         let f = frame(&addr(), &b, &reth(0x1000, 0x42, 9000), 4095);
         let rx = parse(&f).expect("parses");
         assert!(rx.icrc_ok);
-        assert_eq!((rx.opcode, rx.dest_qp, rx.psn, rx.dscp, rx.ecn), (0x06, 0x201, 0xfffffe, 26, 2));
+        assert_eq!(
+            (rx.opcode, rx.dest_qp, rx.psn, rx.dscp, rx.ecn),
+            (0x06, 0x201, 0xfffffe, 26, 2)
+        );
         let c = classify(f.as_slice());
         assert_eq!(c.kind, kind::ROCE);
-        assert_eq!((c.bth.dest_qp, c.bth.psn, c.dscp, c.ecn), (0x201, 0xfffffe, 26, 2));
+        assert_eq!(
+            (c.bth.dest_qp, c.bth.psn, c.dscp, c.ecn),
+            (0x201, 0xfffffe, 26, 2)
+        );
         assert_eq!(
             observer_common::icrc::verify(&f, &c),
             observer_common::icrc::Verdict::Ok

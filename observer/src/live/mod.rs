@@ -2,13 +2,13 @@
 //! the fallback) and tc egress, writes the policy, reads the maps into [`Snapshot`]s and drains
 //! the event ring buffer.
 //!
-//! One loaded object per interface: its maps (`QPS`, `IFACE`, `MACS`, `POLICY`, `EVENTS`, `CLOCK`) belong
-//! to that interface only. Map reads:
-//! - `QPS` (hash) is read with `BPF_MAP_LOOKUP_BATCH` (aya 0.16 does not expose it, so
-//!   [`sys`] issues the syscall); kernels without it fall back to key iteration.
+//! One loaded object per interface: its maps (the per-QP table `QPS`/`QPIDX`/`QPCOUNT`, `IFACE`,
+//! `MACS`, `POLICY`, `EVENTS`, `CLOCK`) belong to that interface only. Map reads:
+//! - The per-QP table (`observer_common::table`, BPF_F_MMAPABLE arrays) is mapped into this
+//!   process and read straight from shared memory (`table.rs`); eviction marks slots dead,
+//!   waits for an RCU grace period and then takes the final values, so the last increments of
+//!   an evicted key are returned, not lost.
 //! - `IFACE` (per-CPU array, 2 entries) and `MACS` (per-CPU hash) through aya, summed over CPUs.
-//! - [`LiveIface::evict`] uses `BPF_MAP_LOOKUP_AND_DELETE_ELEM` so the last increments of an
-//!   evicted key are returned, not lost.
 //!
 //! Times: the kernel stamps with CLOCK_MONOTONIC (`bpf_ktime_get_ns`); snapshots, evicted values
 //! and events come out converted to wall-clock UNIX ns (`first_ns`/`last_ns`, `Event::ts_ns`)
@@ -20,6 +20,7 @@
 
 mod clock;
 mod sys;
+mod table;
 
 pub use clock::TICK as CLOCK_TICK;
 
@@ -33,6 +34,7 @@ use aya::programs::{
 };
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, dir};
+use observer_common::table::buckets_for;
 
 use crate::snapshot::Snapshot;
 
@@ -199,13 +201,13 @@ struct Loaded {
     ticker: Option<clock::ClockTicker>,
     clock: Option<Array<MapData, u64>>,
     ebpf: Ebpf,
-    qps: Map,
+    /// The per-QP table, memory-mapped (its maps are kept open beside it).
+    table: table::QpTable,
+    _table_maps: [Map; 3],
     iface: PerCpuArray<MapData, IfaceStats>,
     macs: PerCpuHashMap<MapData, MacKey, PfcCounters>,
     policy: Array<MapData, Policy>,
     events: RingBuf<MapData>,
-    /// Whether BPF_MAP_LOOKUP_BATCH works on this kernel (cleared on EINVAL/ENOTSUPP).
-    batch_ok: bool,
     /// Keys in the last per-QP map read (the next read's allocation size).
     last_qps: usize,
 }
@@ -227,8 +229,12 @@ impl Loaded {
                 "the per-QP map needs at least one key".into(),
             ));
         }
+        let buckets = buckets_for(max_qps);
         let mut ebpf = EbpfLoader::new()
-            .map_max_entries("QPS", max_qps)
+            .map_max_entries("QPS", buckets * observer_common::table::WAYS as u32)
+            .map_max_entries("QPIDX", buckets)
+            .override_global("QP_BUCKETS", &buckets, true)
+            .override_global("QP_LIMIT", &max_qps, true)
             .map_max_entries("MACS", MAX_MACS)
             .map_max_entries("EVENTS", EVENTS_BYTES)
             .load(OBJECT)
@@ -244,9 +250,21 @@ impl Loaded {
             };
             r.map_err(|e| program_error(name, e))?;
         }
-        let qps = ebpf
-            .take_map("QPS")
-            .ok_or_else(|| LiveError::Other("map QPS missing from the eBPF object".into()))?;
+        let mut table_map = |name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| LiveError::Other(format!("map {name} missing from the eBPF object")))
+        };
+        let maps = [
+            table_map("QPIDX")?,
+            table_map("QPS")?,
+            table_map("QPCOUNT")?,
+        ];
+        let fd = |m: &Map| match m {
+            Map::Array(d) => Ok(d.fd().as_fd().as_raw_fd()),
+            _ => Err(LiveError::Other("per-QP table maps must be arrays".into())),
+        };
+        let table = table::QpTable::map(fd(&maps[0])?, fd(&maps[1])?, fd(&maps[2])?, buckets)
+            .map_err(|e| LiveError::Other(format!("mapping the per-QP table: {e}")))?;
         let iface = take(&mut ebpf, "IFACE")?;
         let macs = take(&mut ebpf, "MACS")?;
         let policy_map = take(&mut ebpf, "POLICY")?;
@@ -256,12 +274,12 @@ impl Loaded {
             ticker: None,
             clock: Some(clock),
             ebpf,
-            qps,
+            table,
+            _table_maps: maps,
             iface,
             macs,
             policy: policy_map,
             events,
-            batch_ok: true,
             last_qps: 0,
         };
         l.set_policy(policy)?;
@@ -280,60 +298,23 @@ impl Loaded {
         self.ticker.as_ref().is_some_and(|t| t.running())
     }
 
-    fn qps_data(&self) -> Result<&MapData, LiveError> {
-        match &self.qps {
-            Map::HashMap(d) => Ok(d),
-            _ => Err(LiveError::Other("map QPS is not a hash map".into())),
-        }
-    }
-
     fn set_policy(&mut self, p: &Policy) -> Result<(), LiveError> {
         self.policy
             .set(0, p, 0)
             .map_err(|e| LiveError::Other(format!("writing the policy: {e}")))
     }
 
-    /// Every (key, value) of the per-QP map, `each` applied to every value as it is read.
-    fn read_qps(
-        &mut self,
-        mut each: impl FnMut(&mut QpValue),
-    ) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
-        let fd = self.qps_data()?.fd().as_fd().as_raw_fd();
-        if self.batch_ok {
-            match sys::lookup_batch::<QpKey, QpValue>(fd, 256, self.last_qps, &mut each) {
-                Ok(v) => {
-                    self.last_qps = v.len();
-                    return Ok(v);
-                }
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOTSUP | 524)) => {
-                    tracing::info!(error = %e, "BPF_MAP_LOOKUP_BATCH unavailable, iterating keys");
-                    self.batch_ok = false;
-                }
-                Err(e) => return Err(LiveError::Other(format!("reading QPS: {e}"))),
-            }
-        }
-        let m: aya::maps::HashMap<&MapData, QpKey, QpValue> =
-            aya::maps::HashMap::try_from(&self.qps)
-                .map_err(|e| LiveError::Other(format!("map QPS: {e}")))?;
-        let mut out = Vec::new();
-        for kv in m.iter() {
-            match kv {
-                Ok((k, mut v)) => {
-                    each(&mut v);
-                    out.push((k, v));
-                }
-                // A key deleted between get_next_key and lookup: skip it.
-                Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(e) => return Err(LiveError::Other(format!("reading QPS: {e}"))),
-            }
-        }
-        Ok(out)
+    /// Every (key, value) of the per-QP table, `each` applied to every value as it is read.
+    fn read_qps(&mut self, each: impl FnMut(&mut QpValue)) -> Vec<(QpKey, QpValue)> {
+        let v = self.table.read(self.last_qps, each);
+        self.last_qps = v.len();
+        v
     }
 
     fn snapshot(&mut self, iface: &str, time_ns: u64) -> Result<Snapshot, LiveError> {
         let off = mono_to_wall_offset();
         // times converted while each value is in the cache (not a second pass over 140 MB)
-        let qps = self.read_qps(|v| value_to_wall(v, off))?;
+        let qps = self.read_qps(|v| value_to_wall(v, off));
         let mut iface_stats = [IfaceStats::default(); dir::COUNT];
         for (d, slot) in iface_stats.iter_mut().enumerate() {
             let per_cpu = self
@@ -369,24 +350,14 @@ impl Loaded {
 
     fn evict(&mut self, keys: &[QpKey]) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
         let off = mono_to_wall_offset();
-        let fd = self.qps_data()?.fd().as_fd().as_raw_fd();
-        let mut out = Vec::with_capacity(keys.len());
-        for k in keys {
-            match sys::lookup_and_delete::<QpKey, QpValue>(fd, k) {
-                Ok(Some(mut v)) => {
-                    value_to_wall(&mut v, off);
-                    out.push((*k, v));
-                }
-                Ok(None) => {}
-                Err(e) => return Err(LiveError::Other(format!("evicting from QPS: {e}"))),
-            }
-        }
-        Ok(out)
+        self.table
+            .evict(keys, |v| value_to_wall(v, off))
+            .map_err(|e| LiveError::Other(format!("evicting from the per-QP table: {e}")))
     }
 
     /// Empties every map (tests reuse one loaded object across cases).
     fn reset(&mut self) -> Result<(), LiveError> {
-        let keys: Vec<QpKey> = self.read_qps(|_| {})?.into_iter().map(|(k, _)| k).collect();
+        let keys: Vec<QpKey> = self.read_qps(|_| {}).into_iter().map(|(k, _)| k).collect();
         self.evict(&keys)?;
         let mac_keys: Vec<MacKey> = self.macs.keys().filter_map(Result::ok).collect();
         for k in mac_keys {
@@ -565,7 +536,7 @@ impl LiveIface {
     pub fn set_policy(&mut self, p: &Policy) -> Result<(), LiveError> {
         self.loaded.set_policy(p)
     }
-    /// Cumulative state of every map (batched reads); `time_ns` is wall-clock UNIX ns.
+    /// Cumulative state of every map; `time_ns` is wall-clock UNIX ns.
     pub fn snapshot(&mut self, time_ns: u64) -> Result<Snapshot, LiveError> {
         let name = self.attached.iface.clone();
         self.loaded.snapshot(&name, time_ns)
@@ -743,9 +714,9 @@ impl ProgTester {
     pub fn clock_running(&self) -> bool {
         self.loaded.clock_running()
     }
-    /// Whether the last snapshot read `QPS` with BPF_MAP_LOOKUP_BATCH (else key iteration).
-    pub fn batch_reads(&self) -> bool {
-        self.loaded.batch_ok
+    /// Keys in the per-QP table (the kernel's count, decremented by evictions).
+    pub fn table_len(&self) -> u64 {
+        self.loaded.table.keys()
     }
     /// Instructions the verifier processed to accept program `name` (its limit is 1,000,000).
     pub fn verified_insns(&self, name: &str) -> Result<Option<u32>, LiveError> {

@@ -110,5 +110,8 @@ pub fn alerts_jsonl(out: &Path) -> Vec<Value> {
 /// Every file under `dir` is final-named: none is left as `*.tmp`.
 pub fn assert_no_tmp_files(dir: &Path) {
     let files = all_files(dir);
-    assert!(files.iter().all(|f| !f.to_string_lossy().ends_with(".tmp")), "{files:?}");
+    assert!(
+        files.iter().all(|f| !f.to_string_lossy().ends_with(".tmp")),
+        "{files:?}"
+    );
 }

@@ -1,0 +1,207 @@
+//! Userspace side of the kernel's per-QP table (`observer_common::table`): the three
+//! `BPF_F_MMAPABLE` arrays mapped into this process. Reads copy the live slots straight out of
+//! shared memory (no syscall, no kernel-side copy); eviction marks slots dead, waits for an RCU
+//! grace period so no program run is still writing them, then takes the final values and frees
+//! the slots.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use observer_common::maps::{QpKey, QpValue};
+use observer_common::table::{self, Bucket, QpSlot, WAYS};
+
+/// `membarrier(MEMBARRIER_CMD_GLOBAL)`: returns after `synchronize_rcu()`, i.e. after every
+/// RCU read-side critical section that had begun, every XDP/tc program run among them, has
+/// ended.
+const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
+
+/// One shared mapping of a map's values.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every access to words the kernel writes
+// concurrently is atomic or volatile.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    fn new(fd: RawFd, bytes: usize) -> io::Result<Mapping> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let len = bytes.div_ceil(page) * page;
+        // SAFETY: maps `len` bytes of the map's value area (a BPF_F_MMAPABLE array of at least
+        // `bytes`), shared, at an address the kernel picks.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: ptr as *mut u8,
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// The mapped per-QP table of one loaded object.
+pub struct QpTable {
+    idx: Mapping,
+    slots: Mapping,
+    count: Mapping,
+    buckets: u32,
+}
+
+impl QpTable {
+    /// Maps the table's arrays (`QPIDX`, `QPS`, `QPCOUNT` fds) of `buckets` buckets.
+    pub fn map(idx_fd: RawFd, slots_fd: RawFd, count_fd: RawFd, buckets: u32) -> io::Result<Self> {
+        let n = buckets as usize;
+        Ok(QpTable {
+            idx: Mapping::new(idx_fd, n * size_of::<Bucket>())?,
+            slots: Mapping::new(slots_fd, n * WAYS * size_of::<QpSlot>())?,
+            count: Mapping::new(count_fd, 8)?,
+            buckets,
+        })
+    }
+
+    fn state(&self, slot: usize) -> &AtomicU32 {
+        let (b, w) = (slot / WAYS, slot % WAYS);
+        debug_assert!(b < self.buckets as usize);
+        // SAFETY: inside the mapping (b < buckets); a u32 of the bucket, 4-aligned; the kernel
+        // accesses it atomically or with single loads.
+        unsafe { &*(self.idx.ptr.add(b * size_of::<Bucket>() + w * 4) as *const AtomicU32) }
+    }
+
+    fn slot(&self, slot: usize) -> *mut QpSlot {
+        debug_assert!(slot < self.buckets as usize * WAYS);
+        // SAFETY: inside the mapping; slots are 8-aligned (the mapping is page-aligned and the
+        // slot size a multiple of 8).
+        unsafe { self.slots.ptr.add(slot * size_of::<QpSlot>()) as *mut QpSlot }
+    }
+
+    fn keys_in_table(&self) -> &AtomicU64 {
+        // SAFETY: the first (only) u64 of the QPCOUNT mapping.
+        unsafe { &*(self.count.ptr as *const AtomicU64) }
+    }
+
+    /// Keys in the table (inserted and not yet evicted).
+    pub fn keys(&self) -> u64 {
+        self.keys_in_table().load(Ordering::Relaxed)
+    }
+
+    /// Every live (key, value), `each` applied to every value as it is copied.
+    pub fn read(&self, expect: usize, mut each: impl FnMut(&mut QpValue)) -> Vec<(QpKey, QpValue)> {
+        let mut out = Vec::with_capacity(expect + expect / 16 + 16);
+        for i in 0..self.buckets as usize * WAYS {
+            if !table::is_live(self.state(i).load(Ordering::Acquire)) {
+                continue;
+            }
+            // SAFETY: a live slot (its key was published before its tag). The value changes
+            // under us (counters only grow): each word is read once, as a copy through the
+            // syscall would be.
+            let s = unsafe { std::ptr::read_volatile(self.slot(i)) };
+            let mut v = s.value;
+            each(&mut v);
+            out.push((s.key, v));
+        }
+        out
+    }
+
+    /// The slot holding `key`, if live.
+    fn find(&self, key: &QpKey) -> Option<(usize, u32)> {
+        let h = table::hash(key);
+        let (b1, b2) = table::buckets(h, self.buckets);
+        let tag = table::tag(h);
+        for b in [b1, b2] {
+            for w in 0..WAYS {
+                let i = b as usize * WAYS + w;
+                if self.state(i).load(Ordering::Acquire) == tag {
+                    // SAFETY: a live slot's key (written before the tag was published).
+                    let k = unsafe { std::ptr::read_volatile(&(*self.slot(i)).key) };
+                    if table::key_eq(&k, key) {
+                        return Some((i, tag));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Removes `keys` and returns their final values (absent keys are skipped): marks their
+    /// slots dead, so packets from now on insert the key afresh; waits for an RCU grace period,
+    /// after which no program run still writes the dead slots; copies them out; zeroes and
+    /// frees them.
+    pub fn evict(
+        &self,
+        keys: &[QpKey],
+        mut each: impl FnMut(&mut QpValue),
+    ) -> io::Result<Vec<(QpKey, QpValue)>> {
+        let mut dead = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Some((i, tag)) = self.find(k)
+                && self
+                    .state(i)
+                    .compare_exchange(tag, table::DEAD, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                dead.push(i);
+            }
+        }
+        if dead.is_empty() {
+            return Ok(Vec::new());
+        }
+        grace_period()?;
+        let mut out = Vec::with_capacity(dead.len());
+        for i in dead {
+            // SAFETY: a dead slot: no program run writes it any more (grace period above), and
+            // the kernel claims only EMPTY slots.
+            let s = unsafe {
+                let s = std::ptr::read_volatile(self.slot(i));
+                std::ptr::write_volatile(self.slot(i), QpSlot::ZERO);
+                s
+            };
+            // Release: the zeroes are visible before the slot can be claimed.
+            self.state(i).store(table::EMPTY, Ordering::Release);
+            self.keys_in_table().fetch_sub(1, Ordering::AcqRel);
+            let mut v = s.value;
+            each(&mut v);
+            out.push((s.key, v));
+        }
+        Ok(out)
+    }
+}
+
+/// Waits until every eBPF program run that began before the call has ended.
+fn grace_period() -> io::Result<()> {
+    // SAFETY: membarrier takes plain integers.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EINVAL) {
+        // nohz_full kernels refuse MEMBARRIER_CMD_GLOBAL. A program run takes microseconds and
+        // runs with preemption (or migration) disabled: 50 ms covers it with a wide margin,
+        // though it is not the guarantee a grace period is.
+        tracing::debug!("membarrier(GLOBAL) unavailable (nohz_full): waiting 50 ms instead");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        return Ok(());
+    }
+    Err(e)
+}
