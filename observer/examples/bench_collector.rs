@@ -155,7 +155,7 @@ fn run(qps: usize, active: usize, intervals: usize) -> Row {
     }
 }
 
-/// Median CPU time of one full read of a kernel per-QP map holding `n` keys (BPF_MAP_LOOKUP_BATCH
+/// Median CPU time of one full read of a kernel per-QP map holding `n` keys (the mapped table
 /// plus the per-CPU interface and MAC maps), filled through BPF_PROG_TEST_RUN. Needs root.
 fn kernel_read(n: u32, reads: usize) -> Result<(f64, f64), String> {
     use observer::collector::synth::Roce;
@@ -270,7 +270,7 @@ fn main() {
     if unsafe { libc::geteuid() } == 0 {
         println!();
         println!(
-            "kernel per-QP map read (BPF_MAP_LOOKUP_BATCH, IFACE and MACS per-CPU maps), median of 5 reads"
+            "kernel per-QP table read (memory-mapped, plus the IFACE and MACS per-CPU maps), median of 5 reads"
         );
         println!(
             "{:<26} {:>13} {:>12} {:>9}",
