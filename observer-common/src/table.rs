@@ -100,12 +100,35 @@ pub fn key_eq(a: &QpKey, b: &QpKey) -> bool {
     ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4])) == 0
 }
 
+/// The key of a RoCE packet's frame, seen in direction `dir`, as its five 64-bit words.
+#[inline(always)]
+pub fn key_words(f: &crate::parse::Frame, dir: u8) -> [u64; 5] {
+    let a = f.addr_words();
+    let q = f.bth.dest_qp.to_ne_bytes();
+    // dest_qp then dir then padding, in memory order (the key's layout)
+    let last = u64::from_ne_bytes([q[0], q[1], q[2], q[3], dir, 0, 0, 0]);
+    [a[0], a[1], a[2], a[3], last]
+}
+
+/// The key made of [`key_words`].
+#[inline(always)]
+pub fn key_of(w: &[u64; 5]) -> QpKey {
+    // SAFETY: QpKey is 40 bytes, align 8, every bit pattern valid (its padding is explicit
+    // and zero here: the fifth word holds dest_qp and dir only).
+    unsafe { core::mem::transmute::<[u64; 5], QpKey>(*w) }
+}
+
 /// 64-bit hash of a key: its five words, the destination's rotated so the two directions of a
 /// connection differ, folded with one multiply and finished with a second (the same on both
 /// sides, which run on the same machine). Cheap: it runs for every packet.
 #[inline(always)]
 pub fn hash(k: &QpKey) -> u64 {
-    let w = words(k);
+    hash_words(words(k))
+}
+
+/// [`hash`] of a key's [`key_words`] (in registers, not re-read from a just-written key).
+#[inline(always)]
+pub fn hash_words(w: &[u64; 5]) -> u64 {
     let x = w[0] ^ w[1].rotate_left(13) ^ w[2].rotate_left(29) ^ w[3].rotate_left(43) ^ w[4];
     let mut h = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     h ^= h >> 29;
@@ -185,6 +208,25 @@ mod tests {
             assert!(!key_eq(&a, &b), "byte {byte}");
             assert_ne!(hash(&a), hash(&b), "byte {byte}");
         }
+    }
+
+    #[test]
+    fn key_words_make_the_key() {
+        let mut f = crate::parse::Frame::default();
+        f.set_mapped_ipv4([10, 0, 0, 1], [10, 0, 0, 2]);
+        f.bth.dest_qp = 0x12_3456;
+        let w = key_words(&f, 1);
+        let k = key_of(&w);
+        let mut want = QpKey {
+            dest_qp: 0x12_3456,
+            dir: 1,
+            ..QpKey::default()
+        };
+        want.src_ip[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 0, 1]);
+        want.dst_ip[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 0, 2]);
+        assert_eq!(k, want);
+        assert_eq!(hash_words(&w), hash(&want));
+        assert_eq!((f.src_ip, f.dst_ip), (want.src_ip, want.dst_ip));
     }
 
     #[test]

@@ -295,13 +295,12 @@ fn find_in(b: u32, tag: u32, key: &QpKey) -> Option<u32> {
     None
 }
 
-/// The value of `key`'s slot, inserting the key when new; `None` (counted) when it cannot be
-/// inserted.
+/// The value of `key`'s slot (`h` its hash), inserting the key when new; `None` (counted)
+/// when it cannot be inserted.
 #[inline(always)]
-fn qp_value(s: *mut IfaceStats, key: &QpKey) -> Option<*mut QpValue> {
+fn qp_value(s: *mut IfaceStats, key: &QpKey, h: u64) -> Option<*mut QpValue> {
     // SAFETY: read-only data set at load.
     let n = unsafe { core::ptr::read_volatile(&QP_BUCKETS) };
-    let h = table::hash(key);
     let (b1, b2) = table::buckets(h, n);
     let tag = table::tag(h);
     let mut r = match find_in(b1, tag, key) {
@@ -465,14 +464,9 @@ unsafe fn claim(
 #[inline(always)]
 fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     let now = packet_time();
-    let key = QpKey {
-        src_ip: f.src_ip,
-        dst_ip: f.dst_ip,
-        dest_qp: f.bth.dest_qp,
-        dir: d,
-        _pad: [0; 3],
-    };
-    let Some(v) = qp_value(s, &key) else {
+    let w = table::key_words(f, d);
+    let key = table::key_of(&w);
+    let Some(v) = qp_value(s, &key, table::hash_words(&w)) else {
         return;
     };
     // SAFETY: `v` points to a live map value; every write goes through `Atomic`.

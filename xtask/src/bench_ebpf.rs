@@ -210,12 +210,14 @@ fn measure(t: &mut ProgTester, p: &str, frame: &[u8], runs: usize, repeat: u32) 
 pub fn main(args: &[String]) -> Result<()> {
     let mut repeat: u32 = 1_000_000;
     let mut runs: usize = 9;
+    let mut only: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--repeat" => repeat = it.next().context("--repeat N")?.parse()?,
             "--runs" => runs = it.next().context("--runs N")?.parse()?,
-            other => bail!("unknown argument {other:?} (--repeat N, --runs N)"),
+            "--only" => only = Some(it.next().context("--only TEXT")?.clone()),
+            other => bail!("unknown argument {other:?} (--repeat N, --runs N, --only TEXT)"),
         }
     }
     if runs == 0 || repeat == 0 {
@@ -240,6 +242,9 @@ pub fn main(args: &[String]) -> Result<()> {
         "case", "bytes", "ns/pkt", "empty ns", "ratio", "ns - empty"
     );
     for c in cases() {
+        if only.as_deref().is_some_and(|o| !c.name.contains(o)) {
+            continue;
+        }
         // Fresh maps per case.
         let mut t = ProgTester::load(65536, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
         if c.clock {

@@ -1,7 +1,8 @@
 //! `cargo xtask <command>`: project tasks that are not tests.
 //!
-//! - `bench-ebpf [--repeat N] [--runs N]`: ns per packet of the kernel programs under
-//!   BPF_PROG_TEST_RUN (needs root), as a table.
+//! - `bench-ebpf [--repeat N] [--runs N] [--only TEXT]`: ns per packet of the kernel programs
+//!   under BPF_PROG_TEST_RUN (needs root), as a table (`--only`: the cases whose name contains
+//!   TEXT).
 //! - `bench-collector [--intervals N] [--sizes 10000,100000]`: collector CPU time per interval
 //!   and Parquet bytes per QP row (release build of observer's `bench_collector` example).
 //! - `bench-replay [--packets N] [--keep]`: replay packets per second beside tshark on a
