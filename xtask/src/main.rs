@@ -5,10 +5,13 @@
 //!   TEXT).
 //! - `bench-collector [--intervals N] [--sizes 10000,100000]`: collector CPU time per interval
 //!   and Parquet bytes per QP row (release build of observer's `bench_collector` example).
+//! - `jit-dump [--out DIR] [--max-qps N]`: the loaded programs' JIT images and verifier-rewritten
+//!   instructions, for profiling the datapath with perf (needs root).
 //! - `bench-replay [--packets N] [--keep]`: replay packets per second beside tshark on a
 //!   generated capture, peak RSS.
 mod bench_ebpf;
 mod bench_replay;
+mod jit_dump;
 
 fn bench_collector(args: &[String]) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -35,11 +38,12 @@ fn main() -> anyhow::Result<()> {
         Some("bench-ebpf") => bench_ebpf::main(&args[1..]),
         Some("bench-collector") => bench_collector(&args[1..]),
         Some("bench-replay") => bench_replay::run(&args[1..]),
+        Some("jit-dump") => jit_dump::main(&args[1..]),
         Some(other) => anyhow::bail!(
-            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-replay)"
+            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-replay, jit-dump)"
         ),
         None => anyhow::bail!(
-            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-replay"
+            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-replay, jit-dump"
         ),
     }
 }
