@@ -254,25 +254,71 @@ mod tests {
         assert_eq!(buckets_for(2), 2);
     }
 
+    /// Structured key sets as fabrics make them: one host pair with consecutive QP numbers,
+    /// many host pairs with one QP number each, both directions of each connection.
+    fn families(n: u32) -> [Vec<QpKey>; 3] {
+        let v4 = |a: u32| {
+            let mut ip = [0u8; 16];
+            ip[10] = 0xff;
+            ip[11] = 0xff;
+            ip[12..].copy_from_slice(&a.to_be_bytes());
+            ip
+        };
+        let one_pair = (0..n)
+            .map(|q| QpKey {
+                src_ip: v4(0x0a00_0001),
+                dst_ip: v4(0x0a00_0002),
+                dest_qp: q,
+                ..QpKey::default()
+            })
+            .collect();
+        let many_pairs = (0..n)
+            .map(|i| QpKey {
+                src_ip: v4(0x0a00_0000 | (i >> 8)),
+                dst_ip: v4(0x0a01_0000 | (i & 0xff)),
+                dest_qp: 0x11,
+                ..QpKey::default()
+            })
+            .collect();
+        let both_dirs = (0..n)
+            .map(|i| {
+                let (a, b) = (v4(0x0a00_0000 | (i >> 1)), v4(0x0a02_0000 | (i >> 1)));
+                let (src_ip, dst_ip) = if i & 1 == 0 { (a, b) } else { (b, a) };
+                QpKey {
+                    src_ip,
+                    dst_ip,
+                    dest_qp: 0x40 + (i >> 1) % 16,
+                    dir: (i & 1) as u8,
+                    ..QpKey::default()
+                }
+            })
+            .collect();
+        [one_pair, many_pairs, both_dirs]
+    }
+
     /// The insert policy (emptier of two buckets) on the real hash: the limit's worth of keys
-    /// always fits.
+    /// always fits, for random-looking and for structured key sets.
     #[test]
     fn max_qps_keys_fit() {
-        for &max in &[2u32, 100, 20, 1024, 65536] {
+        for &max in &[2u32, 20, 100, 1024, 65536] {
             let n = buckets_for(max);
-            let mut occ = vec![0usize; n as usize];
-            for i in 0..max {
-                let (b1, b2) = buckets(hash(&key(i * 7919)), n);
-                let b = if occ[b2 as usize] < occ[b1 as usize] {
-                    b2
-                } else {
-                    b1
-                };
-                assert!(
-                    occ[b as usize] < WAYS,
-                    "max {max}: bucket pair full at key {i}"
-                );
-                occ[b as usize] += 1;
+            let mut sets: Vec<Vec<QpKey>> = families(max).into();
+            sets.push((0..max).map(|i| key(i * 7919)).collect());
+            for (f, keys) in sets.iter().enumerate() {
+                let mut occ = vec![0usize; n as usize];
+                for (i, k) in keys.iter().enumerate() {
+                    let (b1, b2) = buckets(hash(k), n);
+                    let b = if occ[b2 as usize] < occ[b1 as usize] {
+                        b2
+                    } else {
+                        b1
+                    };
+                    assert!(
+                        occ[b as usize] < WAYS,
+                        "max {max}, family {f}: bucket pair full at key {i}"
+                    );
+                    occ[b as usize] += 1;
+                }
             }
         }
     }
