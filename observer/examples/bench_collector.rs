@@ -172,7 +172,7 @@ fn kernel_read(n: u32, reads: usize) -> Result<(f64, f64), String> {
             0,
         )
         .frame();
-        t.run_xdp(&f).map_err(|e| e.to_string())?;
+        t.run_tc(&f, false).map_err(|e| e.to_string())?;
     }
     let mut cpu = Vec::new();
     let mut wall = Vec::new();
@@ -190,6 +190,68 @@ fn kernel_read(n: u32, reads: usize) -> Result<(f64, f64), String> {
         median(&mut cpu) as f64 / 1e6,
         median(&mut wall) as f64 / 1e6,
     ))
+}
+
+/// The whole live interval on a real kernel table: each interval every key receives its next
+/// data packet (next PSN, so no key alerts) through the tc ingress program (BPF_PROG_TEST_RUN,
+/// not timed; an XDP test run waits for two RCU grace periods to switch the XDP dispatcher),
+/// then the timed part drains the kernel's events into the collector, reads the mapped table
+/// and the per-CPU maps (`snapshot`) and runs `Collector::on_snapshot` (deltas, alert rules,
+/// Parquet encode and write), as the live loop does. Needs root. Median CPU ms per interval.
+fn live_interval(n: u32, intervals: usize) -> Result<(f64, f64), String> {
+    use observer::collector::synth::Roce;
+    use observer::live::{ProgTester, prog};
+    let policy = PolicyConfig::profile("nvidia").map_err(|e| e.to_string())?;
+    let mut t = ProgTester::load(n + 1024, &policy.expected).map_err(|e| e.to_string())?;
+    let frame = |i: u32, psn: u32| {
+        let mut r = Roce::data(
+            [10, 77, (i >> 16) as u8, (i >> 8) as u8],
+            [10, 78, 0, i as u8],
+            0x100 + i,
+            psn,
+        );
+        r.payload = 256;
+        r.frame()
+    };
+    let out = std::env::temp_dir().join(format!(
+        "ro-bench-collector-{}-live-{n}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut cfg = CollectorConfig::new(out.clone(), "bench", "live", policy);
+    cfg.rotate_secs = 3600;
+    cfg.rotate_bytes = 1 << 30;
+    let mut col = Collector::new(cfg).map_err(|e| e.to_string())?;
+    let t0 = 1_795_239_299_000_000_000u64;
+    col.begin("bench0", t0, Some(400_000_000_000));
+    let (mut cpu, mut rows, mut events) = (Vec::new(), 0usize, Vec::new());
+    for r in 0..=intervals as u32 {
+        for i in 0..n {
+            t.run(prog::TC_INGRESS, &frame(i, r), 1)
+                .map_err(|e| e.to_string())?;
+        }
+        let c0 = thread_cpu_ns();
+        events.clear();
+        t.drain_events(&mut events);
+        col.on_events("bench0", &events);
+        let s = t
+            .snapshot("bench0", t0 + (r as u64 + 1) * 1_000_000_000)
+            .map_err(|e| e.to_string())?;
+        col.on_snapshot(&s).map_err(|e| e.to_string())?;
+        let c = thread_cpu_ns() - c0;
+        // the first interval sees every key new: not measured
+        if r > 0 {
+            cpu.push(c);
+        }
+        rows = s.qps.len();
+    }
+    col.finish().map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&out);
+    if rows != n as usize {
+        return Err(format!("read {rows} keys, expected {n}"));
+    }
+    let ms = median(&mut cpu) as f64 / 1e6;
+    Ok((ms, ms / 10.0))
 }
 
 fn main() {
@@ -279,6 +341,20 @@ fn main() {
         for &n in &sizes {
             match kernel_read(n as u32, 5) {
                 Ok((c, w)) => println!("{:<26} {:>13.1} {:>12.1} {:>8.1}%", n, c, w, c / 10.0),
+                Err(e) => println!("{n:<26} unavailable: {e}"),
+            }
+        }
+        println!();
+        println!(
+            "live interval on the kernel table: every key gets its next data packet through tc ingress (untimed), then events + read + delta + rules + Parquet + write (timed), median of {intervals}"
+        );
+        println!(
+            "{:<26} {:>13} {:>9}",
+            "active keys", "cpu ms/intvl", "% core"
+        );
+        for &n in &sizes {
+            match live_interval(n as u32, intervals) {
+                Ok((c, pct)) => println!("{:<26} {:>13.1} {:>8.1}%", n, c, pct),
                 Err(e) => println!("{n:<26} unavailable: {e}"),
             }
         }
