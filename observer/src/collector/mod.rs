@@ -529,8 +529,7 @@ impl Collector {
                     if pv.pkts == v.pkts {
                         continue;
                     }
-                    delta::qp_delta_into(v, pv, d, nz);
-                    delta::copy_changed(pv, v);
+                    delta::delta_update(v, pv, d, nz);
                     active[di] += 1;
                     row(k, d, nz, false, false, &mut fb, &mut cands);
                 }
