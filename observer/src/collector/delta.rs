@@ -131,6 +131,12 @@ fn changed_blocks(a: &QpValue, b: &QpValue) -> u64 {
     m
 }
 
+/// [`hist_mut`] for other modules' tests.
+#[cfg(test)]
+pub(crate) fn hist_mut_for_tests(v: &mut QpValue) -> &mut [u32; HIST_WORDS] {
+    hist_mut(v)
+}
+
 /// One pass over an active key: `d` = `cur - prev` (as [`qp_delta`]), `nz` = the non-zero
 /// histogram buckets of `d` (as [`nonzero_buckets`]), then `*prev = *cur`. Histogram buckets
 /// are compared 8 at a time: a block equal in both values (most of them: a QP's traffic uses
