@@ -239,7 +239,8 @@ impl Collector {
             flows_schema.clone(),
             rs,
             rb,
-        );
+        )
+        .delta_ints_except(&tables::flows_dictionary_columns());
         let ifw = TableWriter::new(
             &cfg.out_dir,
             "interfaces",

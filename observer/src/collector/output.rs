@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
+use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 /// Completed files waiting for a writable disk, bytes, per table.
@@ -103,6 +103,34 @@ struct Finished {
     rows: u64,
 }
 
+/// zstd level 1, row groups of up to 128k rows, dictionary encoding (parquet's default) except
+/// for the integer columns [`TableWriter::delta_ints_except`] moves to DELTA_BINARY_PACKED.
+fn writer_props(schema: &SchemaRef, delta_ints_except: Option<&[String]>) -> WriterProperties {
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
+        .set_max_row_group_row_count(Some(128 * 1024))
+        .set_created_by(format!("roce-observe {}", env!("CARGO_PKG_VERSION")));
+    if let Some(keep) = delta_ints_except {
+        // the Parquet columns ArrowWriter derives from the schema (leaves, with list paths)
+        match ArrowSchemaConverter::new().convert(schema) {
+            Ok(desc) => {
+                for c in desc.columns() {
+                    let int = matches!(c.physical_type(), PhysicalType::INT32 | PhysicalType::INT64);
+                    if int && !keep.contains(&c.path().string()) {
+                        b = b
+                            .set_column_dictionary_enabled(c.path().clone(), false)
+                            .set_column_encoding(c.path().clone(), Encoding::DELTA_BINARY_PACKED);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Parquet schema not derived; default encodings");
+            }
+        }
+    }
+    b.build()
+}
+
 /// One table (`flows`, `interfaces`, `alerts`): `<root>/<table>/date=D/hour=H/<table>-<host>-<start>-<seq>.parquet`.
 pub struct TableWriter {
     root: PathBuf,
@@ -129,11 +157,7 @@ impl TableWriter {
         rotate_secs: u64,
         rotate_bytes: u64,
     ) -> TableWriter {
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
-            .set_max_row_group_row_count(Some(128 * 1024))
-            .set_created_by(format!("roce-observe {}", env!("CARGO_PKG_VERSION")))
-            .build();
+        let props = writer_props(&schema, None);
         TableWriter {
             root: root.to_path_buf(),
             table,
@@ -148,6 +172,16 @@ impl TableWriter {
             stats: WriterStats::default(),
             recent: VecDeque::new(),
         }
+    }
+
+    /// Integer and timestamp columns DELTA_BINARY_PACKED instead of dictionary-encoded, except
+    /// those named in `dictionary` (column paths, e.g. `pkts`, `opcodes.list.item.pkts`).
+    /// Dictionary encoding hashes every value: worth it where values repeat (traffic volumes
+    /// of QPs that move the same amounts), waste for identifiers, PSNs and times (nearly one
+    /// value per row) and for small or mostly zero counts (a few bits each when bit-packed).
+    pub fn delta_ints_except(mut self, dictionary: &[String]) -> TableWriter {
+        self.props = writer_props(&self.schema, Some(dictionary));
+        self
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -466,6 +500,66 @@ mod tests {
             .unwrap();
         let rows: usize = r.map(|b| b.unwrap().num_rows()).sum();
         assert_eq!(rows, 30);
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn flows_encodings_per_column_and_rows_read_back() {
+        use crate::collector::tables::{FlowsBuilder, flows_dictionary_columns, flows_schema};
+        use observer_common::maps::{QpKey, QpValue};
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let root = tmpdir("enc");
+        let schema = flows_schema();
+        let t = 1_795_238_400_000_000_000u64;
+        let mut b = FlowsBuilder::new("h", "live", "e0", t, t + 1_000_000_000);
+        for i in 0..5000u32 {
+            let k = QpKey {
+                dest_qp: i * 7919,
+                ..Default::default()
+            };
+            let mut v = QpValue::ZERO;
+            v.pkts = (i % 64) as u64 + 1;
+            v.bytes_l2 = v.pkts * 4158;
+            v.psn_max_p1 = i * 13 + 1;
+            v.last_ns = t + i as u64;
+            v.ecn_hist[0][2] = v.pkts as u32;
+            v.naks = (i % 1000 == 0) as u64;
+            b.push(&k, &v, i == 0, false, 0);
+        }
+        let batch = b.finish(&schema).unwrap();
+        let dict = flows_dictionary_columns();
+        let mut w = TableWriter::new(&root, "flows", "h", schema, 3600, 1 << 30)
+            .delta_ints_except(&dict);
+        w.write(&batch, t).unwrap();
+        w.finish().unwrap();
+        let path = w.recent[0].clone();
+        let rd = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        let rg = rd.metadata().row_group(0);
+        let enc = |name: &str| {
+            let c = (0..rg.num_columns())
+                .map(|i| rg.column(i))
+                .find(|c| c.column_path().string() == name)
+                .unwrap_or_else(|| panic!("no column {name}"));
+            c.encodings().collect::<Vec<_>>()
+        };
+        for d in &dict {
+            assert!(enc(d).contains(&Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
+        }
+        for d in ["qp", "psn_max", "last_pkt", "naks", "ecn_data.list.item.value"] {
+            assert!(enc(d).contains(&Encoding::DELTA_BINARY_PACKED), "{d}: {:?}", enc(d));
+            assert!(!enc(d).contains(&Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
+        }
+        assert!(enc("src").contains(&Encoding::RLE_DICTIONARY));
+        // the same rows and the same Arrow schema come back
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            File::open(&path).unwrap(),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        let back: Vec<RecordBatch> = r.map(|b| b.unwrap()).collect();
+        let back = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
+        assert_eq!(back, batch);
         let _ = fs::remove_dir_all(&root);
     }
 

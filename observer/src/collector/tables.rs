@@ -111,6 +111,17 @@ pub fn flows_schema() -> SchemaRef {
     Arc::new(Schema::new(f))
 }
 
+/// Integer columns of `flows` kept dictionary-encoded in Parquet (the rest are
+/// DELTA_BINARY_PACKED, see `output::TableWriter::delta_ints_except`): packet and byte volumes,
+/// which repeat across QPs moving the same amounts.
+pub fn flows_dictionary_columns() -> Vec<String> {
+    let mut v: Vec<String> = ["pkts", "bytes_l2", "bytes_ip", "bytes_udp", "data_pkts", "ack_pkts"]
+        .map(String::from)
+        .to_vec();
+    v.extend(hist_names().iter().map(|h| format!("{h}.list.item.pkts")));
+    v
+}
+
 /// One histogram column: a list per row of (value, pkts). `offsets` stays empty while every
 /// row so far has an empty list (CNP histograms of data QPs, ...), and is filled in when the
 /// first bucket arrives (or at the end).
