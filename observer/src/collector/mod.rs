@@ -153,7 +153,9 @@ pub enum CollectorError {
 }
 
 /// Keys ahead of the scan whose `pkts` lines (current and previous value) are prefetched.
-const PREFETCH_HEAD: usize = 4;
+const PREFETCH_HEAD: usize = 8;
+/// Keys ahead of the scan whose whole values are prefetched when active.
+const PREFETCH_FULL: usize = 2;
 
 /// Collector state of one interface.
 #[derive(Default)]
@@ -513,15 +515,16 @@ impl Collector {
         st.prev.begin_scan(snap.qps.len());
         for (pos, (k, v)) in snap.qps.iter().enumerate() {
             // Prefetch: the `pkts` line of both values PREFETCH_HEAD keys ahead; all lines of
-            // the next key's values when it is active (most keys idle: read one line each).
+            // the values PREFETCH_FULL keys ahead when that key is active (most keys idle: read
+            // one line each).
             if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_HEAD) {
                 delta::prefetch(nv, 1);
                 if let Some(pv) = st.prev.hinted(pos + PREFETCH_HEAD) {
                     delta::prefetch(pv, 1);
                 }
             }
-            if let Some((_, nv)) = snap.qps.get(pos + 1)
-                && let Some(pv) = st.prev.hinted(pos + 1)
+            if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_FULL)
+                && let Some(pv) = st.prev.hinted(pos + PREFETCH_FULL)
                 && nv.pkts != pv.pkts
             {
                 delta::prefetch(nv, usize::MAX);
