@@ -93,7 +93,7 @@ pub fn prefetch(v: &QpValue, lines: usize) {
 const HIST_OFFSET: usize = std::mem::offset_of!(QpValue, opcode_hist);
 /// `u32` words from [`HIST_OFFSET`] to the end of the value (the buckets and `_pad2`).
 const HIST_WORDS: usize = (size_of::<QpValue>() - HIST_OFFSET) / 4;
-/// Buckets compared at once by [`delta_update`] (32 bytes).
+/// Buckets compared at once by [`Scratch::update`] (32 bytes).
 const CHUNK: usize = 8;
 const _: () = {
     use std::mem::offset_of;
@@ -137,57 +137,96 @@ pub(crate) fn hist_mut_for_tests(v: &mut QpValue) -> &mut [u32; HIST_WORDS] {
     hist_mut(v)
 }
 
-/// One pass over an active key: `d` = `cur - prev` (as [`qp_delta`]), `nz` = the non-zero
-/// histogram buckets of `d` (as [`nonzero_buckets`]), then `*prev = *cur`. Histogram buckets
-/// are compared 8 at a time: a block equal in both values (most of them: a QP's traffic uses
-/// a few DSCP, ECN, PCP and opcode buckets) is zero in `d`, and is neither subtracted, scanned
-/// again nor copied.
-pub fn delta_update(cur: &QpValue, prev: &mut QpValue, d: &mut QpValue, nz: &mut Vec<u16>) {
-    if cur.pkts < prev.pkts {
-        qp_delta_into(cur, prev, d, nz);
-        *prev = *cur;
-        return;
-    }
-    nz.clear();
-    d.max_udp_payload = cur.max_udp_payload;
-    d.psn_max_p1 = cur.psn_max_p1;
-    d.last_udp_sport = cur.last_udp_sport;
-    d._pad = cur._pad;
-    d.first_ns = cur.first_ns;
-    d.last_ns = cur.last_ns;
-    sub_scalars(d, cur, prev);
-    // pass 1 (reads only, vectorised): which 8-bucket blocks differ
-    let changed = changed_blocks(cur, prev);
-    // pass 2: subtract, list and copy only those (few: a QP's traffic uses a few DSCP, ECN, PCP
-    // and opcode buckets)
-    let (c, p, o) = (hist(cur), hist_mut(prev), hist_mut(d));
-    o.fill(0);
-    let mut m = changed;
-    while m != 0 {
-        let base = m.trailing_zeros() as usize * CHUNK;
-        m &= m - 1;
-        let blk = base..base + CHUNK;
-        for (k, ((o, &x), &y)) in o[blk.clone()]
-            .iter_mut()
-            .zip(&c[blk.clone()])
-            .zip(&p[blk.clone()])
-            .enumerate()
-        {
-            *o = x.wrapping_sub(y);
-            if x != y {
-                nz.push((base + k) as u16);
-            }
+/// All 8-bucket blocks of the histograms.
+const ALL_BLOCKS: u64 = (1 << (HIST_WORDS / CHUNK)) - 1;
+
+/// The delta of one key, reused from key to key (the collector's hot path, no 1.4 KiB
+/// temporaries): the value, its non-zero histogram buckets, and which 8-bucket blocks of its
+/// histograms may hold non-zero counts from an earlier key (cleared when the next delta is
+/// written, instead of clearing all 37 blocks every time).
+pub struct Scratch {
+    pub d: QpValue,
+    pub nz: Vec<u16>,
+    dirty: u64,
+}
+
+impl Default for Scratch {
+    fn default() -> Scratch {
+        Scratch {
+            d: QpValue::ZERO,
+            nz: Vec::with_capacity(HIST_BUCKETS),
+            dirty: 0,
         }
-        p[blk.clone()].copy_from_slice(&c[blk]);
     }
-    // `_pad2` is not a bucket; `d` carries the current one, as `qp_delta` does
-    if nz.last() == Some(&(HIST_BUCKETS as u16)) {
-        nz.pop();
+}
+
+impl Scratch {
+    /// `d` = `cur - prev` and its non-zero buckets ([`qp_delta_into`]).
+    pub fn delta(&mut self, cur: &QpValue, prev: &QpValue) {
+        qp_delta_into(cur, prev, &mut self.d, &mut self.nz);
+        self.dirty = ALL_BLOCKS;
     }
-    d._pad2 = cur._pad2;
-    // the scalar part of `prev`, copied whole (the packet count always differs)
-    let n = HIST_OFFSET / 8;
-    words_mut(prev)[..n].copy_from_slice(&words(cur)[..n]);
+
+    /// One pass over an active key: `d` = `cur - prev` (as [`qp_delta`]), `nz` = the non-zero
+    /// histogram buckets of `d` (as [`nonzero_buckets`]), then `*prev = *cur`. Histogram
+    /// buckets are compared 8 at a time: a block equal in both values (most of them: a QP's
+    /// traffic uses a few DSCP, ECN, PCP and opcode buckets) is zero in `d`, and is neither
+    /// subtracted, scanned again nor copied.
+    pub fn update(&mut self, cur: &QpValue, prev: &mut QpValue) {
+        let (d, nz) = (&mut self.d, &mut self.nz);
+        if cur.pkts < prev.pkts {
+            qp_delta_into(cur, prev, d, nz);
+            self.dirty = ALL_BLOCKS;
+            *prev = *cur;
+            return;
+        }
+        nz.clear();
+        d.max_udp_payload = cur.max_udp_payload;
+        d.psn_max_p1 = cur.psn_max_p1;
+        d.last_udp_sport = cur.last_udp_sport;
+        d._pad = cur._pad;
+        d.first_ns = cur.first_ns;
+        d.last_ns = cur.last_ns;
+        sub_scalars(d, cur, prev);
+        // pass 1 (reads only, vectorised): which 8-bucket blocks differ
+        let changed = changed_blocks(cur, prev);
+        // pass 2: subtract, list and copy only those (few: a QP's traffic uses a few DSCP, ECN,
+        // PCP and opcode buckets); blocks an earlier key left non-zero are cleared
+        let (c, p, o) = (hist(cur), hist_mut(prev), hist_mut(d));
+        let mut stale = self.dirty & !changed;
+        while stale != 0 {
+            let base = stale.trailing_zeros() as usize * CHUNK;
+            stale &= stale - 1;
+            o[base..base + CHUNK].fill(0);
+        }
+        self.dirty = changed;
+        let mut m = changed;
+        while m != 0 {
+            let base = m.trailing_zeros() as usize * CHUNK;
+            m &= m - 1;
+            let blk = base..base + CHUNK;
+            for (k, ((o, &x), &y)) in o[blk.clone()]
+                .iter_mut()
+                .zip(&c[blk.clone()])
+                .zip(&p[blk.clone()])
+                .enumerate()
+            {
+                *o = x.wrapping_sub(y);
+                if x != y {
+                    nz.push((base + k) as u16);
+                }
+            }
+            p[blk.clone()].copy_from_slice(&c[blk]);
+        }
+        // `_pad2` is not a bucket; `d` carries the current one, as `qp_delta` does
+        if nz.last() == Some(&(HIST_BUCKETS as u16)) {
+            nz.pop();
+        }
+        d._pad2 = cur._pad2;
+        // the scalar part of `prev`, copied whole (the packet count always differs)
+        let n = HIST_OFFSET / 8;
+        words_mut(prev)[..n].copy_from_slice(&words(cur)[..n]);
+    }
 }
 
 /// [`qp_delta`] into a caller-owned scratch value, plus the non-zero histogram buckets of the
@@ -204,6 +243,9 @@ pub fn qp_delta_into(cur: &QpValue, prev: &QpValue, d: &mut QpValue, nz: &mut Ve
     d.last_udp_sport = cur.last_udp_sport;
     d.first_ns = cur.first_ns;
     d.last_ns = cur.last_ns;
+    // padding as in `qp_delta` (never read; keeps the two equal)
+    d._pad = cur._pad;
+    d._pad2 = cur._pad2;
     sub_counts(d, cur, prev);
     nonzero_buckets(d, nz);
 }
@@ -381,10 +423,10 @@ mod tests {
     }
 
     #[test]
-    fn delta_update_matches_delta_scan_and_copy() {
+    fn scratch_update_matches_delta_scan_and_copy() {
         let mut seed = 0x1234_5678_9abc_def1u64;
-        let mut d = QpValue::ZERO;
-        let mut nz = Vec::new();
+        // one scratch for all rounds: what a round leaves in it must not leak into the next
+        let mut sc = Scratch::default();
         for round in 0..20_000 {
             let prev = random_value(&mut seed, None);
             let mut cur = random_value(&mut seed, Some(&prev));
@@ -393,12 +435,17 @@ mod tests {
                 cur.pkts = prev.pkts.wrapping_add(round);
             }
             let mut p = prev;
-            delta_update(&cur, &mut p, &mut d, &mut nz);
+            if round % 7 == 0 {
+                sc.delta(&cur, &prev);
+                p = cur;
+            } else {
+                sc.update(&cur, &mut p);
+            }
             let want = qp_delta(&cur, &prev);
-            assert_eq!(d, want, "round {round}");
+            assert_eq!(sc.d, want, "round {round}");
             let mut want_nz = Vec::new();
             nonzero_buckets(&want, &mut want_nz);
-            assert_eq!(nz, want_nz, "round {round}");
+            assert_eq!(sc.nz, want_nz, "round {round}");
             assert_eq!(p, cur, "round {round}");
         }
     }

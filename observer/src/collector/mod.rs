@@ -214,8 +214,7 @@ pub struct Collector {
     human_shown: BTreeMap<&'static str, u64>,
     human_held: BTreeMap<&'static str, u64>,
     /// Scratch delta and its non-zero buckets (hot path, reused every key).
-    scratch: Box<QpValue>,
-    nz: Vec<u16>,
+    scratch: Box<delta::Scratch>,
     pub view: view::ViewState,
     pub last: IntervalStats,
 }
@@ -279,8 +278,7 @@ impl Collector {
             startup_err,
             human_shown: BTreeMap::new(),
             human_held: BTreeMap::new(),
-            scratch: Box::new(QpValue::ZERO),
-            nz: Vec::with_capacity(delta::HIST_BUCKETS),
+            scratch: Box::default(),
             view: view::ViewState::default(),
             last: IntervalStats::default(),
             cfg,
@@ -493,21 +491,20 @@ impl Collector {
         };
 
         // Keys the source evicted, with their final values.
-        let d = &mut *self.scratch;
-        let nz = &mut self.nz;
+        let sc = &mut *self.scratch;
         for (k, v) in std::mem::take(&mut st.evicted) {
             let (prev, pair) = match st.prev.remove(&k) {
                 Some((p, pair)) => (p, pair),
                 None => (QpValue::ZERO, st.pairs.acquire((k.src_ip, k.dst_ip))),
             };
             st.pairs.release(pair);
-            delta::qp_delta_into(&v, &prev, d, nz);
+            sc.delta(&v, &prev);
             let di = (k.dir as usize).min(dir::COUNT - 1);
             evictions[di] += 1;
             st.evictions_total += 1;
-            if d.pkts > 0 {
+            if sc.d.pkts > 0 {
                 active[di] += 1;
-                let new = prev.pkts == 0;
+                let (d, nz, new) = (&sc.d, &sc.nz, prev.pkts == 0);
                 row(&k, pair, d, nz, new, true, &mut fb, &mut cands, &mut st.pairs);
             }
             st.retired.insert(k, v);
@@ -538,9 +535,10 @@ impl Collector {
                     if pv.pkts == v.pkts {
                         continue;
                     }
-                    delta::delta_update(v, pv, d, nz);
+                    sc.update(v, pv);
                     active[di] += 1;
                     let pair = st.prev.tag(slot);
+                    let (d, nz) = (&sc.d, &sc.nz);
                     row(k, pair, d, nz, false, false, &mut fb, &mut cands, &mut st.pairs);
                 }
                 None => {
@@ -550,8 +548,9 @@ impl Collector {
                     new_qps[di] += 1;
                     if v.pkts > 0 {
                         active[di] += 1;
-                        nz.clear();
-                        delta::nonzero_buckets(v, nz);
+                        sc.nz.clear();
+                        delta::nonzero_buckets(v, &mut sc.nz);
+                        let nz = &sc.nz;
                         row(k, pair, v, nz, true, false, &mut fb, &mut cands, &mut st.pairs);
                     }
                 }

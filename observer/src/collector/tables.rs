@@ -192,10 +192,12 @@ impl Hist {
 struct Count(Vec<i64>);
 
 impl Count {
+    /// Appends row `row`'s value; `cap`: the rows expected (sizes the column when it appears).
     #[inline]
-    fn push(&mut self, row: usize, x: i64) {
+    fn push(&mut self, row: usize, x: i64, cap: usize) {
         if x != 0 || !self.0.is_empty() {
             if self.0.len() < row {
+                self.0.reserve(cap.max(row + 1));
                 self.0.resize(row, 0);
             }
             self.0.push(x);
@@ -298,6 +300,8 @@ pub struct FlowsBuilder {
     start_us: i64,
     end_us: i64,
     rows: usize,
+    /// Rows expected (capacity of columns that appear mid-batch).
+    cap: usize,
     dir: Vec<u8>,
     src: IpColumn,
     dst: IpColumn,
@@ -341,6 +345,7 @@ impl FlowsBuilder {
             start_us: (start_ns / 1000) as i64,
             end_us: (end_ns / 1000) as i64,
             rows: 0,
+            cap: rows,
             dir: v(rows),
             src: IpColumn::with_capacity(rows),
             dst: IpColumn::with_capacity(rows),
@@ -403,7 +408,7 @@ impl FlowsBuilder {
         self.new_qp.push(new_qp);
         self.evicted.push(evicted);
         for (c, x) in self.counts.iter_mut().zip(qp_counts(d)) {
-            c.push(row, x as i64);
+            c.push(row, x as i64, self.cap);
         }
         self.max_pl.push(d.max_udp_payload as i32);
         self.psn_max.push(d.psn_max().unwrap_or(0) as i32);
@@ -420,6 +425,10 @@ impl FlowsBuilder {
             let h = &mut self.hists[c as usize];
             if h.offsets.is_empty() {
                 // first bucket of this column: every earlier row has an empty list
+                let cap = self.cap.max(row + 1);
+                h.offsets.reserve(cap + 1);
+                h.values.reserve(cap * 2);
+                h.pkts.reserve(cap * 2);
                 h.offsets.resize(row + 1, 0);
             }
             h.values.push(value);
