@@ -240,7 +240,7 @@ impl Collector {
             rs,
             rb,
         )
-        .delta_ints_except(&tables::flows_dictionary_columns());
+        .with_encodings(tables::flows_encoding);
         let ifw = TableWriter::new(
             &cfg.out_dir,
             "interfaces",

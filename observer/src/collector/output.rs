@@ -103,23 +103,25 @@ struct Finished {
     rows: u64,
 }
 
+/// Encoding of a column without a dictionary, by path and physical type (`None`: dictionary).
+type EncodingOf<'a> = &'a dyn Fn(&str, PhysicalType) -> Option<Encoding>;
+
 /// zstd level 1, row groups of up to 128k rows, dictionary encoding (parquet's default) except
-/// for the integer columns [`TableWriter::delta_ints_except`] moves to DELTA_BINARY_PACKED.
-fn writer_props(schema: &SchemaRef, delta_ints_except: Option<&[String]>) -> WriterProperties {
+/// where `encodings` ([`TableWriter::with_encodings`]) says otherwise.
+fn writer_props(schema: &SchemaRef, encodings: Option<EncodingOf>) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
         .set_max_row_group_row_count(Some(128 * 1024))
         .set_created_by(format!("roce-observe {}", env!("CARGO_PKG_VERSION")));
-    if let Some(keep) = delta_ints_except {
+    if let Some(encoding) = encodings {
         // the Parquet columns ArrowWriter derives from the schema (leaves, with list paths)
         match ArrowSchemaConverter::new().convert(schema) {
             Ok(desc) => {
                 for c in desc.columns() {
-                    let int = matches!(c.physical_type(), PhysicalType::INT32 | PhysicalType::INT64);
-                    if int && !keep.contains(&c.path().string()) {
+                    if let Some(e) = encoding(&c.path().string(), c.physical_type()) {
                         b = b
                             .set_column_dictionary_enabled(c.path().clone(), false)
-                            .set_column_encoding(c.path().clone(), Encoding::DELTA_BINARY_PACKED);
+                            .set_column_encoding(c.path().clone(), e);
                     }
                 }
             }
@@ -174,13 +176,14 @@ impl TableWriter {
         }
     }
 
-    /// Integer and timestamp columns DELTA_BINARY_PACKED instead of dictionary-encoded, except
-    /// those named in `dictionary` (column paths, e.g. `pkts`, `opcodes.list.item.pkts`).
-    /// Dictionary encoding hashes every value: worth it where values repeat (traffic volumes
-    /// of QPs that move the same amounts), waste for identifiers, PSNs and times (nearly one
-    /// value per row) and for small or mostly zero counts (a few bits each when bit-packed).
-    pub fn delta_ints_except(mut self, dictionary: &[String]) -> TableWriter {
-        self.props = writer_props(&self.schema, Some(dictionary));
+    /// Per-column encodings: `encoding(path, physical type)` (the Parquet column path, e.g.
+    /// `pkts`, `opcodes.list.item.pkts`) gives the encoding of a column written without a
+    /// dictionary, `None` keeps dictionary encoding (parquet's default).
+    pub fn with_encodings(
+        mut self,
+        encoding: impl Fn(&str, PhysicalType) -> Option<Encoding>,
+    ) -> TableWriter {
+        self.props = writer_props(&self.schema, Some(&encoding));
         self
     }
 
@@ -505,7 +508,7 @@ mod tests {
 
     #[test]
     fn flows_encodings_per_column_and_rows_read_back() {
-        use crate::collector::tables::{FlowsBuilder, flows_dictionary_columns, flows_schema};
+        use crate::collector::tables::{FlowsBuilder, flows_encoding, flows_schema};
         use observer_common::maps::{QpKey, QpValue};
         use parquet::file::reader::{FileReader, SerializedFileReader};
         let root = tmpdir("enc");
@@ -527,9 +530,8 @@ mod tests {
             b.push(&k, &v, i == 0, false, 0);
         }
         let batch = b.finish(&schema).unwrap();
-        let dict = flows_dictionary_columns();
         let mut w = TableWriter::new(&root, "flows", "h", schema, 3600, 1 << 30)
-            .delta_ints_except(&dict);
+            .with_encodings(flows_encoding);
         w.write(&batch, t).unwrap();
         w.finish().unwrap();
         let path = w.recent[0].clone();
@@ -542,14 +544,17 @@ mod tests {
                 .unwrap_or_else(|| panic!("no column {name}"));
             c.encodings().collect::<Vec<_>>()
         };
-        for d in &dict {
+        for d in ["pkts", "bytes_udp", "ack_pkts", "opcodes.list.item.pkts", "src", "dst"] {
             assert!(enc(d).contains(&Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
         }
         for d in ["qp", "psn_max", "last_pkt", "naks", "ecn_data.list.item.value"] {
             assert!(enc(d).contains(&Encoding::DELTA_BINARY_PACKED), "{d}: {:?}", enc(d));
             assert!(!enc(d).contains(&Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
         }
-        assert!(enc("src").contains(&Encoding::RLE_DICTIONARY));
+        for d in ["host", "source", "iface", "dir"] {
+            assert!(enc(d).contains(&Encoding::PLAIN), "{d}: {:?}", enc(d));
+            assert!(!enc(d).contains(&Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
+        }
         // the same rows and the same Arrow schema come back
         let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
             File::open(&path).unwrap(),

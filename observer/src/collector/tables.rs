@@ -18,6 +18,7 @@ use arrow::array::builder::NullBufferBuilder;
 use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
+use parquet::basic::Encoding;
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::parse::{encap, reason};
 use observer_common::qp::{OPCODE_OTHER, bucket_opcode};
@@ -141,15 +142,33 @@ pub fn flows_schema() -> SchemaRef {
     Arc::new(Schema::new(f))
 }
 
-/// Integer columns of `flows` kept dictionary-encoded in Parquet (the rest are
-/// DELTA_BINARY_PACKED, see `output::TableWriter::delta_ints_except`): packet and byte volumes,
-/// which repeat across QPs moving the same amounts.
-pub fn flows_dictionary_columns() -> Vec<String> {
-    let mut v: Vec<String> = ["pkts", "bytes_l2", "bytes_ip", "bytes_udp", "data_pkts", "ack_pkts"]
-        .map(String::from)
-        .to_vec();
-    v.extend(hist_names().iter().map(|h| format!("{h}.list.item.pkts")));
-    v
+/// Parquet encoding of a `flows` column (`path` as in the Parquet schema, e.g. `pkts`,
+/// `opcodes.list.item.pkts`); `None`: dictionary encoding (parquet's default). A dictionary
+/// hashes every value; it pays where values repeat and are not constant:
+/// - packet and byte volumes (`pkts`, `bytes_*`, `data_pkts`, `ack_pkts`, histogram `pkts`):
+///   dictionary (QPs moving the same amounts repeat values);
+/// - every other integer (QP numbers, PSNs, times, histogram values, small or mostly zero
+///   counters): DELTA_BINARY_PACKED (nearly one dictionary entry per row for identifiers and
+///   times; a few bits per value bit-packed for small counts);
+/// - `host`, `source`, `iface`, `dir`: PLAIN (one or two values per batch, which zstd
+///   compresses away);
+/// - `src`, `dst`: dictionary (a fabric's hosts).
+pub fn flows_encoding(path: &str, physical: parquet::basic::Type) -> Option<Encoding> {
+    use parquet::basic::Type;
+    const VOLUMES: [&str; 6] = ["pkts", "bytes_l2", "bytes_ip", "bytes_udp", "data_pkts", "ack_pkts"];
+    match physical {
+        Type::INT32 | Type::INT64 => {
+            let volume = VOLUMES.contains(&path)
+                || hist_names()
+                    .iter()
+                    .any(|h| path.strip_prefix(h.as_str()) == Some(".list.item.pkts"));
+            (!volume).then_some(Encoding::DELTA_BINARY_PACKED)
+        }
+        Type::BYTE_ARRAY if ["host", "source", "iface", "dir"].contains(&path) => {
+            Some(Encoding::PLAIN)
+        }
+        _ => None,
+    }
 }
 
 /// One histogram column: a list per row of (value, pkts). `offsets` stays empty while every
