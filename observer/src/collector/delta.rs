@@ -102,7 +102,7 @@ const _: () = {
     assert!(offset_of!(QpValue, pcp_hist) == HIST_OFFSET + 268 * 4);
     assert!(offset_of!(QpValue, _pad2) == HIST_OFFSET + HIST_BUCKETS * 4);
     assert!(HIST_WORDS == HIST_BUCKETS + 1);
-    assert!(HIST_WORDS % CHUNK == 0 && HIST_OFFSET % 8 == 0);
+    assert!(HIST_WORDS.is_multiple_of(CHUNK) && HIST_OFFSET.is_multiple_of(8));
 };
 
 /// The histogram buckets of a value in flat numbering (plus `_pad2` at [`HIST_BUCKETS`]).
@@ -121,10 +121,10 @@ fn hist_mut(v: &mut QpValue) -> &mut [u32; HIST_WORDS] {
 fn changed_blocks(a: &QpValue, b: &QpValue) -> u64 {
     const _: () = assert!(HIST_WORDS / CHUNK <= 64);
     // as u64 words: the XOR-OR of a block is 4 word pairs, vectorised and branch-free
-    let wa = &words(a)[HIST_OFFSET / 8..];
-    let wb = &words(b)[HIST_OFFSET / 8..];
+    let (wa, _) = words(a)[HIST_OFFSET / 8..].as_chunks::<{ CHUNK / 2 }>();
+    let (wb, _) = words(b)[HIST_OFFSET / 8..].as_chunks::<{ CHUNK / 2 }>();
     let mut m = 0u64;
-    for (j, (x, y)) in wa.chunks_exact(CHUNK / 2).zip(wb.chunks_exact(CHUNK / 2)).enumerate() {
+    for (j, (x, y)) in wa.iter().zip(wb).enumerate() {
         let diff = x.iter().zip(y).fold(0u64, |acc, (p, q)| acc | (p ^ q));
         m |= ((diff != 0) as u64) << j;
     }

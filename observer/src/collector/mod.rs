@@ -470,17 +470,16 @@ impl Collector {
         let mut ce_total = 0u64;
         let mut top: Vec<view::TopRow> = Vec::new();
 
+        // one flows row, the key's interval rules, its pair's sums
         let mut row = |k: &QpKey,
-                       pair: u32,
                        d: &QpValue,
                        nz: &[u16],
                        new: bool,
                        evicted: bool,
-                       fb: &mut FlowsBuilder,
-                       cands: &mut Vec<Alert>,
-                       pairs: &mut PairIndex| {
+                       pairs: &mut PairIndex,
+                       pair: u32| {
             fb.push_nz(k, d, nz, new, evicted, off);
-            alerts::qp_interval_nz(iface, k, d, nz, &pol, mtu, end, cands);
+            alerts::qp_interval_nz(iface, k, d, nz, &pol, mtu, end, &mut cands);
             let ce = d.ecn_hist[class::DATA][3] as u64;
             pairs.add(pair, (ce, d.cnp(), d.pkts));
             ce_data_max = ce_data_max.max(ce);
@@ -505,7 +504,7 @@ impl Collector {
             if sc.d.pkts > 0 {
                 active[di] += 1;
                 let (d, nz, new) = (&sc.d, &sc.nz, prev.pkts == 0);
-                row(&k, pair, d, nz, new, true, &mut fb, &mut cands, &mut st.pairs);
+                row(&k, d, nz, new, true, &mut st.pairs, pair);
             }
             st.retired.insert(k, v);
         }
@@ -539,7 +538,7 @@ impl Collector {
                     active[di] += 1;
                     let pair = st.prev.tag(slot);
                     let (d, nz) = (&sc.d, &sc.nz);
-                    row(k, pair, d, nz, false, false, &mut fb, &mut cands, &mut st.pairs);
+                    row(k, d, nz, false, false, &mut st.pairs, pair);
                 }
                 None => {
                     let pair = st.pairs.acquire((k.src_ip, k.dst_ip));
@@ -551,7 +550,7 @@ impl Collector {
                         sc.nz.clear();
                         delta::nonzero_buckets(v, &mut sc.nz);
                         let nz = &sc.nz;
-                        row(k, pair, v, nz, true, false, &mut fb, &mut cands, &mut st.pairs);
+                        row(k, v, nz, true, false, &mut st.pairs, pair);
                     }
                 }
             }

@@ -149,7 +149,11 @@ mod tests {
         ix.end_interval();
         assert_eq!(ix.len(), 2);
         ix.begin_interval();
-        assert_eq!(ix.sums_of(&p(1, 2)), (0, 0, 0), "a new interval starts at zero");
+        assert_eq!(
+            ix.sums_of(&p(1, 2)),
+            (0, 0, 0),
+            "a new interval starts at zero"
+        );
         assert_eq!(ix.acquire(p(5, 6)), b, "freed id reused");
         ix.release(a);
         ix.release(a2);

@@ -165,6 +165,9 @@ mod tests {
         assert_eq!(p.len(), 3);
         assert_eq!(p.iter().count(), 3);
         p.begin_scan(1);
-        assert_eq!(p.find(0, &k(4)).map(|s| (p.value(s).pkts, p.tag(s))), Some((0, 40)));
+        assert_eq!(
+            p.find(0, &k(4)).map(|s| (p.value(s).pkts, p.tag(s))),
+            Some((0, 40))
+        );
     }
 }

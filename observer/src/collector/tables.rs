@@ -10,18 +10,18 @@
 
 use std::sync::Arc;
 
+use arrow::array::builder::NullBufferBuilder;
 use arrow::array::{
     ArrayRef, BooleanArray, Float64Array, Int16Array, Int32Array, Int64Array, ListArray,
     StringArray, StructArray, TimestampMicrosecondArray,
 };
-use arrow::array::builder::NullBufferBuilder;
 use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
-use parquet::basic::Encoding;
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::parse::{encap, reason};
 use observer_common::qp::{OPCODE_OTHER, bucket_opcode};
+use parquet::basic::Encoding;
 
 use crate::collector::delta::{HIST_BUCKETS, bucket_col};
 use crate::summary::ip_of;
@@ -155,7 +155,14 @@ pub fn flows_schema() -> SchemaRef {
 /// - `src`, `dst`: dictionary (a fabric's hosts).
 pub fn flows_encoding(path: &str, physical: parquet::basic::Type) -> Option<Encoding> {
     use parquet::basic::Type;
-    const VOLUMES: [&str; 6] = ["pkts", "bytes_l2", "bytes_ip", "bytes_udp", "data_pkts", "ack_pkts"];
+    const VOLUMES: [&str; 6] = [
+        "pkts",
+        "bytes_l2",
+        "bytes_ip",
+        "bytes_udp",
+        "data_pkts",
+        "ack_pkts",
+    ];
     match physical {
         Type::INT32 | Type::INT64 => {
             let volume = VOLUMES.contains(&path)
@@ -434,9 +441,11 @@ impl FlowsBuilder {
         self.psn_valid.append(d.psn_max_p1 != 0);
         self.sport.push(d.last_udp_sport as i32);
         let t = |ns: u64| (ns as i64).saturating_add(clock_offset_ns) / 1000;
-        self.first.push(if d.first_ns != 0 { t(d.first_ns) } else { 0 });
+        self.first
+            .push(if d.first_ns != 0 { t(d.first_ns) } else { 0 });
         self.first_valid.append(d.first_ns != 0);
-        self.last.push(if d.last_ns != 0 { t(d.last_ns) } else { 0 });
+        self.last
+            .push(if d.last_ns != 0 { t(d.last_ns) } else { 0 });
         self.last_valid.append(d.last_ns != 0);
         let counts = crate::collector::delta::hist(d);
         for &b in nz {
@@ -845,7 +854,11 @@ mod tests {
                 v.icrc_bad = 1;
             }
             v.psn_retrans = if r == 2999 { 5 } else { 0 };
-            v.psn_max_p1 = if next() % 3 == 0 { 0 } else { next() as u32 & 0xff_ffff };
+            v.psn_max_p1 = if next() % 3 == 0 {
+                0
+            } else {
+                next() as u32 & 0xff_ffff
+            };
             v.first_ns = if next() % 5 == 0 { 0 } else { next() >> 4 };
             v.last_ns = if next() % 5 == 0 { 0 } else { next() >> 4 };
             v.max_udp_payload = next() as u32 % 5000;
@@ -874,7 +887,10 @@ mod tests {
             assert_eq!(s("dir", i), dir::NAMES[(k.dir as usize).min(1)]);
             assert_eq!(s("src", i), ip_of(&k.src_ip).to_string());
             assert_eq!(s("dst", i), ip_of(&k.dst_ip).to_string());
-            assert_eq!(col("qp").as_primitive::<Int32Type>().value(i), k.dest_qp as i32);
+            assert_eq!(
+                col("qp").as_primitive::<Int32Type>().value(i),
+                k.dest_qp as i32
+            );
             assert_eq!(ts("interval_start").value(i), 1_000_000);
             assert_eq!(ts("interval_end").value(i), 2_000_123);
             assert_eq!(col("new_qp").as_boolean().value(i), *new_qp);
@@ -928,8 +944,9 @@ mod tests {
                 let st = st.as_struct();
                 let vals = st.column(0).as_primitive::<Int16Type>();
                 let pk = st.column(1).as_primitive::<Int64Type>();
-                let got: Vec<(i16, i64)> =
-                    (0..st.len()).map(|x| (vals.value(x), pk.value(x))).collect();
+                let got: Vec<(i16, i64)> = (0..st.len())
+                    .map(|x| (vals.value(x), pk.value(x)))
+                    .collect();
                 assert_eq!(got, want[h], "{name} row {i}");
             }
         }
