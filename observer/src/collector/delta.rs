@@ -87,18 +87,145 @@ pub fn prefetch(v: &QpValue, lines: usize) {
     let _ = (v, lines);
 }
 
-/// `*dst = *src`, writing only the 64-byte blocks that differ (keeps untouched cache lines
-/// clean: a QP's interval changes a few of its 23 blocks).
-pub fn copy_changed(dst: &mut QpValue, src: &QpValue) {
-    let s = words(src);
-    let d = words_mut(dst);
-    for (dc, sc) in d.chunks_mut(8).zip(s.chunks(8)) {
-        // branch-free XOR-OR of the block (vectorised, inlined) rather than a memcmp call per
-        // 64-byte block
-        let diff = dc.iter().zip(sc).fold(0u64, |a, (x, y)| a | (x ^ y));
-        if diff != 0 {
-            dc.copy_from_slice(sc);
+/// Byte offset of the histograms in a [`QpValue`]: `opcode_hist`, `dscp_hist`, `ecn_hist` and
+/// `pcp_hist` follow each other as one run of `u32` buckets in the flat numbering of
+/// [`HIST_BUCKETS`], then `_pad2` ends the value.
+const HIST_OFFSET: usize = std::mem::offset_of!(QpValue, opcode_hist);
+/// `u32` words from [`HIST_OFFSET`] to the end of the value (the buckets and `_pad2`).
+const HIST_WORDS: usize = (size_of::<QpValue>() - HIST_OFFSET) / 4;
+/// Buckets compared at once by [`Scratch::update`] (32 bytes).
+const CHUNK: usize = 8;
+const _: () = {
+    use std::mem::offset_of;
+    assert!(offset_of!(QpValue, dscp_hist) == HIST_OFFSET + 64 * 4);
+    assert!(offset_of!(QpValue, ecn_hist) == HIST_OFFSET + 256 * 4);
+    assert!(offset_of!(QpValue, pcp_hist) == HIST_OFFSET + 268 * 4);
+    assert!(offset_of!(QpValue, _pad2) == HIST_OFFSET + HIST_BUCKETS * 4);
+    assert!(HIST_WORDS == HIST_BUCKETS + 1);
+    assert!(HIST_WORDS.is_multiple_of(CHUNK) && HIST_OFFSET.is_multiple_of(8));
+};
+
+/// The histogram buckets of a value in flat numbering (plus `_pad2` at [`HIST_BUCKETS`]).
+pub(crate) fn hist(v: &QpValue) -> &[u32; HIST_WORDS] {
+    // SAFETY: the const assertions above: HIST_WORDS u32 from HIST_OFFSET are the four
+    // histogram arrays and `_pad2`, all u32 fields of the #[repr(C)] value, in order, no padding.
+    unsafe { &*((v as *const QpValue as *const u8).add(HIST_OFFSET) as *const [u32; HIST_WORDS]) }
+}
+
+fn hist_mut(v: &mut QpValue) -> &mut [u32; HIST_WORDS] {
+    // SAFETY: as in `hist`; any u32 written there is a valid bucket (or padding) value.
+    unsafe { &mut *((v as *mut QpValue as *mut u8).add(HIST_OFFSET) as *mut [u32; HIST_WORDS]) }
+}
+
+/// Bit `j` set: buckets `8j..8j+8` (flat numbering) differ between `a` and `b`.
+fn changed_blocks(a: &QpValue, b: &QpValue) -> u64 {
+    const _: () = assert!(HIST_WORDS / CHUNK <= 64);
+    // as u64 words: the XOR-OR of a block is 4 word pairs, vectorised and branch-free
+    let (wa, _) = words(a)[HIST_OFFSET / 8..].as_chunks::<{ CHUNK / 2 }>();
+    let (wb, _) = words(b)[HIST_OFFSET / 8..].as_chunks::<{ CHUNK / 2 }>();
+    let mut m = 0u64;
+    for (j, (x, y)) in wa.iter().zip(wb).enumerate() {
+        let diff = x.iter().zip(y).fold(0u64, |acc, (p, q)| acc | (p ^ q));
+        m |= ((diff != 0) as u64) << j;
+    }
+    m
+}
+
+/// [`hist_mut`] for other modules' tests.
+#[cfg(test)]
+pub(crate) fn hist_mut_for_tests(v: &mut QpValue) -> &mut [u32; HIST_WORDS] {
+    hist_mut(v)
+}
+
+/// All 8-bucket blocks of the histograms.
+const ALL_BLOCKS: u64 = (1 << (HIST_WORDS / CHUNK)) - 1;
+
+/// The delta of one key, reused from key to key (the collector's hot path, no 1.4 KiB
+/// temporaries): the value, its non-zero histogram buckets, and which 8-bucket blocks of its
+/// histograms may hold non-zero counts from an earlier key (cleared when the next delta is
+/// written, instead of clearing all 37 blocks every time).
+pub struct Scratch {
+    pub d: QpValue,
+    pub nz: Vec<u16>,
+    dirty: u64,
+}
+
+impl Default for Scratch {
+    fn default() -> Scratch {
+        Scratch {
+            d: QpValue::ZERO,
+            nz: Vec::with_capacity(HIST_BUCKETS),
+            dirty: 0,
         }
+    }
+}
+
+impl Scratch {
+    /// `d` = `cur - prev` and its non-zero buckets ([`qp_delta_into`]).
+    pub fn delta(&mut self, cur: &QpValue, prev: &QpValue) {
+        qp_delta_into(cur, prev, &mut self.d, &mut self.nz);
+        self.dirty = ALL_BLOCKS;
+    }
+
+    /// One pass over an active key: `d` = `cur - prev` (as [`qp_delta`]), `nz` = the non-zero
+    /// histogram buckets of `d` (as [`nonzero_buckets`]), then `*prev = *cur`. Histogram
+    /// buckets are compared 8 at a time: a block equal in both values (most of them: a QP's
+    /// traffic uses a few DSCP, ECN, PCP and opcode buckets) is zero in `d`, and is neither
+    /// subtracted, scanned again nor copied.
+    pub fn update(&mut self, cur: &QpValue, prev: &mut QpValue) {
+        let (d, nz) = (&mut self.d, &mut self.nz);
+        if cur.pkts < prev.pkts {
+            qp_delta_into(cur, prev, d, nz);
+            self.dirty = ALL_BLOCKS;
+            *prev = *cur;
+            return;
+        }
+        nz.clear();
+        d.max_udp_payload = cur.max_udp_payload;
+        d.psn_max_p1 = cur.psn_max_p1;
+        d.last_udp_sport = cur.last_udp_sport;
+        d._pad = cur._pad;
+        d.first_ns = cur.first_ns;
+        d.last_ns = cur.last_ns;
+        sub_scalars(d, cur, prev);
+        // pass 1 (reads only, vectorised): which 8-bucket blocks differ
+        let changed = changed_blocks(cur, prev);
+        // pass 2: subtract, list and copy only those (few: a QP's traffic uses a few DSCP, ECN,
+        // PCP and opcode buckets); blocks an earlier key left non-zero are cleared
+        let (c, p, o) = (hist(cur), hist_mut(prev), hist_mut(d));
+        let mut stale = self.dirty & !changed;
+        while stale != 0 {
+            let base = stale.trailing_zeros() as usize * CHUNK;
+            stale &= stale - 1;
+            o[base..base + CHUNK].fill(0);
+        }
+        self.dirty = changed;
+        let mut m = changed;
+        while m != 0 {
+            let base = m.trailing_zeros() as usize * CHUNK;
+            m &= m - 1;
+            let blk = base..base + CHUNK;
+            for (k, ((o, &x), &y)) in o[blk.clone()]
+                .iter_mut()
+                .zip(&c[blk.clone()])
+                .zip(&p[blk.clone()])
+                .enumerate()
+            {
+                *o = x.wrapping_sub(y);
+                if x != y {
+                    nz.push((base + k) as u16);
+                }
+            }
+            p[blk.clone()].copy_from_slice(&c[blk]);
+        }
+        // `_pad2` is not a bucket; `d` carries the current one, as `qp_delta` does
+        if nz.last() == Some(&(HIST_BUCKETS as u16)) {
+            nz.pop();
+        }
+        d._pad2 = cur._pad2;
+        // the scalar part of `prev`, copied whole (the packet count always differs)
+        let n = HIST_OFFSET / 8;
+        words_mut(prev)[..n].copy_from_slice(&words(cur)[..n]);
     }
 }
 
@@ -116,6 +243,9 @@ pub fn qp_delta_into(cur: &QpValue, prev: &QpValue, d: &mut QpValue, nz: &mut Ve
     d.last_udp_sport = cur.last_udp_sport;
     d.first_ns = cur.first_ns;
     d.last_ns = cur.last_ns;
+    // padding as in `qp_delta` (never read; keeps the two equal)
+    d._pad = cur._pad;
+    d._pad2 = cur._pad2;
     sub_counts(d, cur, prev);
     nonzero_buckets(d, nz);
 }
@@ -123,6 +253,17 @@ pub fn qp_delta_into(cur: &QpValue, prev: &QpValue, d: &mut QpValue, nz: &mut Ve
 /// The counting fields of `d` = `cur - prev` (wrapping: the u32 histograms wrap between reads
 /// of a busy key); gauges (times, PSN state, largest payload, source port) are left to callers.
 fn sub_counts(d: &mut QpValue, cur: &QpValue, prev: &QpValue) {
+    sub_scalars(d, cur, prev);
+    sub32(&mut d.opcode_hist, &cur.opcode_hist, &prev.opcode_hist);
+    for c in 0..d.dscp_hist.len() {
+        sub32(&mut d.dscp_hist[c], &cur.dscp_hist[c], &prev.dscp_hist[c]);
+        sub32(&mut d.ecn_hist[c], &cur.ecn_hist[c], &prev.ecn_hist[c]);
+        sub32(&mut d.pcp_hist[c], &cur.pcp_hist[c], &prev.pcp_hist[c]);
+    }
+}
+
+/// The counting fields before the histograms (`sub_counts` without the histograms).
+fn sub_scalars(d: &mut QpValue, cur: &QpValue, prev: &QpValue) {
     d.pkts = cur.pkts.wrapping_sub(prev.pkts);
     d.bytes_l2 = cur.bytes_l2.wrapping_sub(prev.bytes_l2);
     d.bytes_ip = cur.bytes_ip.wrapping_sub(prev.bytes_ip);
@@ -139,12 +280,6 @@ fn sub_counts(d: &mut QpValue, cur: &QpValue, prev: &QpValue) {
     d.icrc_bad = cur.icrc_bad.wrapping_sub(prev.icrc_bad);
     d.icrc_unverifiable = cur.icrc_unverifiable.wrapping_sub(prev.icrc_unverifiable);
     d.event_flags = cur.event_flags & !prev.event_flags;
-    sub32(&mut d.opcode_hist, &cur.opcode_hist, &prev.opcode_hist);
-    for c in 0..d.dscp_hist.len() {
-        sub32(&mut d.dscp_hist[c], &cur.dscp_hist[c], &prev.dscp_hist[c]);
-        sub32(&mut d.ecn_hist[c], &cur.ecn_hist[c], &prev.ecn_hist[c]);
-        sub32(&mut d.pcp_hist[c], &cur.pcp_hist[c], &prev.pcp_hist[c]);
-    }
 }
 
 /// `cur - prev` for one key. `prev` = [`QpValue::ZERO`] for a key new in this interval. A key
@@ -261,9 +396,58 @@ mod tests {
         assert_eq!(bucket_col(256 + 4 + 3), (5, 3));
         assert_eq!(bucket_col(268 + 18 + 8), (9, 8));
         assert_eq!(HIST_BUCKETS, 295);
-        let mut p2 = prev;
-        copy_changed(&mut p2, &cur);
-        assert_eq!(p2, cur);
+    }
+
+    /// Deterministic pseudo-random values (xorshift), sparse like real histograms.
+    fn random_value(seed: &mut u64, like: Option<&QpValue>) -> QpValue {
+        let mut next = || {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            *seed
+        };
+        let mut v = like.copied().unwrap_or(QpValue::ZERO);
+        let w = words_mut(&mut v);
+        for _ in 0..(next() % 24) {
+            let i = (next() % w.len() as u64) as usize;
+            let r = next();
+            // small increments, sometimes a wrap of a u32 half or a whole new word
+            w[i] = match r % 4 {
+                0 => w[i].wrapping_add(r >> 60),
+                1 => w[i].wrapping_add((r >> 40) << 32),
+                2 => w[i] | (u32::MAX as u64),
+                _ => r,
+            };
+        }
+        v
+    }
+
+    #[test]
+    fn scratch_update_matches_delta_scan_and_copy() {
+        let mut seed = 0x1234_5678_9abc_def1u64;
+        // one scratch for all rounds: what a round leaves in it must not leak into the next
+        let mut sc = Scratch::default();
+        for round in 0..20_000 {
+            let prev = random_value(&mut seed, None);
+            let mut cur = random_value(&mut seed, Some(&prev));
+            if round % 3 == 0 {
+                // the usual case: more packets (other rounds may see fewer: a re-created key)
+                cur.pkts = prev.pkts.wrapping_add(round);
+            }
+            let mut p = prev;
+            if round % 7 == 0 {
+                sc.delta(&cur, &prev);
+                p = cur;
+            } else {
+                sc.update(&cur, &mut p);
+            }
+            let want = qp_delta(&cur, &prev);
+            assert_eq!(sc.d, want, "round {round}");
+            let mut want_nz = Vec::new();
+            nonzero_buckets(&want, &mut want_nz);
+            assert_eq!(sc.nz, want_nz, "round {round}");
+            assert_eq!(p, cur, "round {round}");
+        }
     }
 
     #[test]

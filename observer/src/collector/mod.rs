@@ -8,6 +8,7 @@ pub mod cli;
 pub mod delta;
 pub mod diag;
 pub mod output;
+pub mod pairs;
 pub mod policy;
 pub mod prev;
 pub mod synth;
@@ -28,6 +29,7 @@ use alerts::{Alert, AlertKey, Dedup, severity_of};
 /// Human (stderr) alert lines per rule per interval; the rest are summarised in one line.
 pub const HUMAN_LINES_PER_RULE: u64 = 20;
 use output::{JsonlWriter, TableWriter};
+use pairs::PairIndex;
 pub use policy::PolicyConfig;
 use tables::{Cell, FlowsBuilder, IfaceExtra};
 
@@ -150,18 +152,17 @@ pub enum CollectorError {
     Other(String),
 }
 
-/// (source IP, destination IP).
-type IpPair = ([u8; 16], [u8; 16]);
-
 /// Keys ahead of the scan whose `pkts` lines (current and previous value) are prefetched.
-const PREFETCH_HEAD: usize = 4;
-/// CE-marked data packets, CNPs, all packets of one IP pair in one interval.
-type PairCounts = (u64, u64, u64);
+const PREFETCH_HEAD: usize = 8;
+/// Keys ahead of the scan whose whole values are prefetched when active.
+const PREFETCH_FULL: usize = 2;
 
 /// Collector state of one interface.
 #[derive(Default)]
 struct IfaceState {
     prev: prev::PrevStore,
+    /// IP pair ids of the tracked keys (their `prev` tags) and the interval's pair sums.
+    pairs: PairIndex,
     prev_iface: [IfaceStats; dir::COUNT],
     prev_macs: HashMap<MacKey, PfcCounters>,
     prev_time: Option<u64>,
@@ -213,8 +214,7 @@ pub struct Collector {
     human_shown: BTreeMap<&'static str, u64>,
     human_held: BTreeMap<&'static str, u64>,
     /// Scratch delta and its non-zero buckets (hot path, reused every key).
-    scratch: Box<QpValue>,
-    nz: Vec<u16>,
+    scratch: Box<delta::Scratch>,
     pub view: view::ViewState,
     pub last: IntervalStats,
 }
@@ -239,7 +239,8 @@ impl Collector {
             flows_schema.clone(),
             rs,
             rb,
-        );
+        )
+        .with_encodings(tables::flows_encoding);
         let ifw = TableWriter::new(
             &cfg.out_dir,
             "interfaces",
@@ -277,8 +278,7 @@ impl Collector {
             startup_err,
             human_shown: BTreeMap::new(),
             human_held: BTreeMap::new(),
-            scratch: Box::new(QpValue::ZERO),
-            nz: Vec::with_capacity(delta::HIST_BUCKETS),
+            scratch: Box::default(),
             view: view::ViewState::default(),
             last: IntervalStats::default(),
             cfg,
@@ -465,23 +465,23 @@ impl Collector {
         let mut evictions = [0u64; dir::COUNT];
         let mut tracked = [0u64; dir::COUNT];
         // (src, dst) -> (CE on data, CNPs, packets) in this interval, for ce_without_cnp
-        // (pair, counts) per active key; aggregated only when some key saw CE
-        let mut pair_rows: Vec<(IpPair, PairCounts)> = Vec::with_capacity(cap);
+        st.pairs.begin_interval();
         let mut ce_data_max = 0u64;
         let mut ce_total = 0u64;
         let mut top: Vec<view::TopRow> = Vec::new();
 
+        // one flows row, the key's interval rules, its pair's sums
         let mut row = |k: &QpKey,
                        d: &QpValue,
                        nz: &[u16],
                        new: bool,
                        evicted: bool,
-                       fb: &mut FlowsBuilder,
-                       cands: &mut Vec<Alert>| {
+                       pairs: &mut PairIndex,
+                       pair: u32| {
             fb.push_nz(k, d, nz, new, evicted, off);
-            alerts::qp_interval_nz(iface, k, d, nz, &pol, mtu, end, cands);
+            alerts::qp_interval_nz(iface, k, d, nz, &pol, mtu, end, &mut cands);
             let ce = d.ecn_hist[class::DATA][3] as u64;
-            pair_rows.push(((k.src_ip, k.dst_ip), (ce, d.cnp(), d.pkts)));
+            pairs.add(pair, (ce, d.cnp(), d.pkts));
             ce_data_max = ce_data_max.max(ce);
             ce_total += d.ce();
             if want_top {
@@ -490,32 +490,37 @@ impl Collector {
         };
 
         // Keys the source evicted, with their final values.
-        let d = &mut *self.scratch;
-        let nz = &mut self.nz;
+        let sc = &mut *self.scratch;
         for (k, v) in std::mem::take(&mut st.evicted) {
-            let prev = st.prev.remove(&k).unwrap_or(QpValue::ZERO);
-            delta::qp_delta_into(&v, &prev, d, nz);
+            let (prev, pair) = match st.prev.remove(&k) {
+                Some((p, pair)) => (p, pair),
+                None => (QpValue::ZERO, st.pairs.acquire((k.src_ip, k.dst_ip))),
+            };
+            st.pairs.release(pair);
+            sc.delta(&v, &prev);
             let di = (k.dir as usize).min(dir::COUNT - 1);
             evictions[di] += 1;
             st.evictions_total += 1;
-            if d.pkts > 0 {
+            if sc.d.pkts > 0 {
                 active[di] += 1;
-                row(&k, d, nz, prev.pkts == 0, true, &mut fb, &mut cands);
+                let (d, nz, new) = (&sc.d, &sc.nz, prev.pkts == 0);
+                row(&k, d, nz, new, true, &mut st.pairs, pair);
             }
             st.retired.insert(k, v);
         }
         st.prev.begin_scan(snap.qps.len());
         for (pos, (k, v)) in snap.qps.iter().enumerate() {
             // Prefetch: the `pkts` line of both values PREFETCH_HEAD keys ahead; all lines of
-            // the next key's values when it is active (most keys idle: read one line each).
+            // the values PREFETCH_FULL keys ahead when that key is active (most keys idle: read
+            // one line each).
             if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_HEAD) {
                 delta::prefetch(nv, 1);
                 if let Some(pv) = st.prev.hinted(pos + PREFETCH_HEAD) {
                     delta::prefetch(pv, 1);
                 }
             }
-            if let Some((_, nv)) = snap.qps.get(pos + 1)
-                && let Some(pv) = st.prev.hinted(pos + 1)
+            if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_FULL)
+                && let Some(pv) = st.prev.hinted(pos + PREFETCH_FULL)
                 && nv.pkts != pv.pkts
             {
                 delta::prefetch(nv, usize::MAX);
@@ -529,20 +534,23 @@ impl Collector {
                     if pv.pkts == v.pkts {
                         continue;
                     }
-                    delta::qp_delta_into(v, pv, d, nz);
-                    delta::copy_changed(pv, v);
+                    sc.update(v, pv);
                     active[di] += 1;
-                    row(k, d, nz, false, false, &mut fb, &mut cands);
+                    let pair = st.prev.tag(slot);
+                    let (d, nz) = (&sc.d, &sc.nz);
+                    row(k, d, nz, false, false, &mut st.pairs, pair);
                 }
                 None => {
-                    st.prev.insert(pos, *k, *v);
+                    let pair = st.pairs.acquire((k.src_ip, k.dst_ip));
+                    st.prev.insert(pos, *k, *v, pair);
                     st.retired.remove(k);
                     new_qps[di] += 1;
                     if v.pkts > 0 {
                         active[di] += 1;
-                        nz.clear();
-                        delta::nonzero_buckets(v, nz);
-                        row(k, v, nz, true, false, &mut fb, &mut cands);
+                        sc.nz.clear();
+                        delta::nonzero_buckets(v, &mut sc.nz);
+                        let nz = &sc.nz;
+                        row(k, v, nz, true, false, &mut st.pairs, pair);
                     }
                 }
             }
@@ -551,7 +559,8 @@ impl Collector {
         // (a scan of two flat arrays: cheap; also right when a read returned a key twice)
         {
             for k in st.prev.vanished() {
-                if let Some(v) = st.prev.remove(&k) {
+                if let Some((v, pair)) = st.prev.remove(&k) {
+                    st.pairs.release(pair);
                     evictions[(k.dir as usize).min(dir::COUNT - 1)] += 1;
                     st.evictions_total += 1;
                     st.retired.insert(k, v);
@@ -713,21 +722,11 @@ impl Collector {
                 "interval",
             ));
         }
-        // foldhash: a 32-byte key per active QP, 100k inserts and lookups per interval at scale
-        // (SipHash took 6-12 ms of them); iteration order was already unspecified
-        let mut pairs: HashMap<IpPair, PairCounts, crate::datapath::FastHash> = HashMap::default();
-        if ce_data_max > 0 {
-            pairs.reserve(pair_rows.len());
-            for (p, (ce, cnp, n)) in pair_rows {
-                let e = pairs.entry(p).or_default();
-                e.0 += ce;
-                e.1 += cnp;
-                e.2 += n;
-            }
-        }
-        for (&(a, b), &(ce, _, _)) in &pairs {
+        // pairs only matter when some key saw CE
+        let pair_sums = st.pairs.touched().filter(|_| ce_data_max > 0);
+        for (&(a, b), (ce, _, _)) in pair_sums {
             if ce >= th.ce_without_cnp_min_ce {
-                let (_, cnp_back, pkts_back) = pairs.get(&(b, a)).copied().unwrap_or_default();
+                let (_, cnp_back, pkts_back) = st.pairs.sums_of(&(b, a));
                 if cnp_back == 0 && pkts_back > 0 {
                     cands.push(Alert::candidate(
                         rule::CE_WITHOUT_CNP,
@@ -748,6 +747,7 @@ impl Collector {
                 }
             }
         }
+        st.pairs.end_interval();
         st.prev_time = Some(end);
         st.last_active = active.iter().sum::<u64>() as usize;
         let tracked_all: u64 = tracked.iter().sum();
@@ -943,5 +943,134 @@ impl Collector {
             Some(e) => Err(e),
             None => Ok(v),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(last: u8) -> [u8; 16] {
+        let mut a = [0u8; 16];
+        a[10] = 0xff;
+        a[11] = 0xff;
+        a[12..].copy_from_slice(&[10, 0, 0, last]);
+        a
+    }
+
+    fn key(src: u8, dst: u8, qp: u32) -> QpKey {
+        QpKey {
+            src_ip: ip(src),
+            dst_ip: ip(dst),
+            dest_qp: qp,
+            ..Default::default()
+        }
+    }
+
+    /// Adds `pkts` data packets, `ce` of them CE-marked, and `cnp` CNPs to a cumulative value.
+    fn add(v: &mut QpValue, pkts: u32, ce: u32, cnp: u32) {
+        v.pkts += (pkts + cnp) as u64;
+        v.ecn_hist[class::DATA][3] += ce;
+        v.ecn_hist[class::DATA][2] += pkts - ce;
+        v.ecn_hist[class::CNP][2] += cnp;
+        v.dscp_hist[class::DATA][26] += pkts;
+        v.dscp_hist[class::CNP][48] += cnp;
+        v.pcp_hist[class::DATA][3] += pkts;
+        v.pcp_hist[class::CNP][3] += cnp;
+    }
+
+    /// ce_without_cnp sums CE over all keys of an IP pair, evicted keys included, and looks
+    /// at the reverse pair's CNPs and packets of the same interval; pair ids survive keys
+    /// coming and going.
+    #[test]
+    fn ce_without_cnp_per_ip_pair_over_intervals() {
+        let out = std::env::temp_dir().join(format!("ro-col-pairs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let policy = PolicyConfig::profile("nvidia").unwrap();
+        let mut cfg = CollectorConfig::new(out.clone(), "h", "replay", policy);
+        cfg.policy.thresholds.hold_down_ns = 1; // every interval's alert is emitted
+        let mut col = Collector::new(cfg).unwrap();
+        col.human_alerts = false;
+        let t0 = 1_795_239_299_000_000_000u64;
+        col.begin("e0", t0, None);
+        // pair 1->2: two keys with 6 CE each (12 >= 10), reverse 2->1 sends packets, no CNP
+        // pair 3->4: 12 CE on one key, reverse 4->3 sends CNPs: no alert
+        // pair 5->6: 12 CE, no reverse key: no alert
+        // pair 7->8: 5 CE now + 5 CE on an evicted key of the same pair
+        let keys = [
+            key(1, 2, 1),
+            key(1, 2, 2),
+            key(2, 1, 3),
+            key(3, 4, 4),
+            key(4, 3, 5),
+            key(5, 6, 6),
+            key(7, 8, 7),
+            key(8, 7, 8),
+        ];
+        let mut vals = [QpValue::ZERO; 8];
+        let mut snap = Snapshot {
+            iface: "e0".into(),
+            time_ns: t0,
+            link_speed_bps: None,
+            qps: Vec::new(),
+            iface_stats: [IfaceStats::default(); dir::COUNT],
+            macs: Vec::new(),
+        };
+        let mut ce_alerts = Vec::new();
+        let mut seen_lines = 0;
+        for round in 1..=3u64 {
+            add(&mut vals[0], 100, 6, 0);
+            add(&mut vals[1], 100, 6, 0);
+            add(&mut vals[2], 50, 0, 0);
+            add(&mut vals[3], 100, 12, 0);
+            add(&mut vals[4], 10, 0, 3);
+            add(&mut vals[5], 100, 12, 0);
+            add(&mut vals[6], 100, 5, 0);
+            add(&mut vals[7], 20, 0, 0);
+            let mut gone = key(7, 8, 70 + round as u32);
+            let mut last = QpValue::ZERO;
+            add(&mut last, 9, 5, 0);
+            gone.dir = 0;
+            col.on_evicted("e0", &[(gone, last)]);
+            // the key order changes between intervals, and round 2 drops 1->2's second key
+            let mut qps: Vec<(QpKey, QpValue)> =
+                keys.iter().copied().zip(vals.iter().copied()).collect();
+            qps.rotate_left(round as usize);
+            if round == 2 {
+                qps.retain(|(k, _)| *k != keys[1]);
+            }
+            snap.qps = qps;
+            snap.time_ns = t0 + round * 1_000_000_000;
+            col.on_snapshot(&snap).unwrap();
+            let text = std::fs::read_to_string(out.join("alerts.jsonl")).unwrap_or_default();
+            let lines: Vec<Value> = text
+                .lines()
+                .skip(seen_lines)
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            seen_lines += lines.len();
+            let mut got: Vec<(String, String, u64)> = lines
+                .iter()
+                .filter(|a| a["rule"] == rule::CE_WITHOUT_CNP)
+                .map(|a| {
+                    let s = |f: &str| a[f].as_str().unwrap().to_string();
+                    (s("src"), s("dst"), a["count"].as_u64().unwrap())
+                })
+                .collect();
+            got.sort();
+            ce_alerts.push(got);
+        }
+        let a = |s: &str, d: &str, n| (s.to_string(), d.to_string(), n);
+        assert_eq!(
+            ce_alerts,
+            vec![
+                vec![a("10.0.0.1", "10.0.0.2", 12), a("10.0.0.7", "10.0.0.8", 10)],
+                // key 1->2 #2 vanished (its last values stand: no delta), 6 CE left
+                vec![a("10.0.0.7", "10.0.0.8", 10)],
+                // it is back as a new key: its whole cumulative value is the delta (18 CE)
+                vec![a("10.0.0.1", "10.0.0.2", 24), a("10.0.0.7", "10.0.0.8", 10)],
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&out);
     }
 }

@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
+use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 /// Completed files waiting for a writable disk, bytes, per table.
@@ -103,6 +103,36 @@ struct Finished {
     rows: u64,
 }
 
+/// Encoding of a column without a dictionary, by path and physical type (`None`: dictionary).
+type EncodingOf<'a> = &'a dyn Fn(&str, PhysicalType) -> Option<Encoding>;
+
+/// zstd level 1, row groups of up to 128k rows, dictionary encoding (parquet's default) except
+/// where `encodings` ([`TableWriter::with_encodings`]) says otherwise.
+fn writer_props(schema: &SchemaRef, encodings: Option<EncodingOf>) -> WriterProperties {
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
+        .set_max_row_group_row_count(Some(128 * 1024))
+        .set_created_by(format!("roce-observe {}", env!("CARGO_PKG_VERSION")));
+    if let Some(encoding) = encodings {
+        // the Parquet columns ArrowWriter derives from the schema (leaves, with list paths)
+        match ArrowSchemaConverter::new().convert(schema) {
+            Ok(desc) => {
+                for c in desc.columns() {
+                    if let Some(e) = encoding(&c.path().string(), c.physical_type()) {
+                        b = b
+                            .set_column_dictionary_enabled(c.path().clone(), false)
+                            .set_column_encoding(c.path().clone(), e);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Parquet schema not derived; default encodings");
+            }
+        }
+    }
+    b.build()
+}
+
 /// One table (`flows`, `interfaces`, `alerts`): `<root>/<table>/date=D/hour=H/<table>-<host>-<start>-<seq>.parquet`.
 pub struct TableWriter {
     root: PathBuf,
@@ -129,11 +159,7 @@ impl TableWriter {
         rotate_secs: u64,
         rotate_bytes: u64,
     ) -> TableWriter {
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
-            .set_max_row_group_row_count(Some(128 * 1024))
-            .set_created_by(format!("roce-observe {}", env!("CARGO_PKG_VERSION")))
-            .build();
+        let props = writer_props(&schema, None);
         TableWriter {
             root: root.to_path_buf(),
             table,
@@ -148,6 +174,17 @@ impl TableWriter {
             stats: WriterStats::default(),
             recent: VecDeque::new(),
         }
+    }
+
+    /// Per-column encodings: `encoding(path, physical type)` (the Parquet column path, e.g.
+    /// `pkts`, `opcodes.list.item.pkts`) gives the encoding of a column written without a
+    /// dictionary, `None` keeps dictionary encoding (parquet's default).
+    pub fn with_encodings(
+        mut self,
+        encoding: impl Fn(&str, PhysicalType) -> Option<Encoding>,
+    ) -> TableWriter {
+        self.props = writer_props(&self.schema, Some(&encoding));
+        self
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -466,6 +503,78 @@ mod tests {
             .unwrap();
         let rows: usize = r.map(|b| b.unwrap().num_rows()).sum();
         assert_eq!(rows, 30);
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn flows_encodings_per_column_and_rows_read_back() {
+        use crate::collector::tables::{FlowsBuilder, flows_encoding, flows_schema};
+        use observer_common::maps::{QpKey, QpValue};
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let root = tmpdir("enc");
+        let schema = flows_schema();
+        let t = 1_795_238_400_000_000_000u64;
+        let mut b = FlowsBuilder::new("h", "live", "e0", t, t + 1_000_000_000);
+        for i in 0..5000u32 {
+            let k = QpKey {
+                dest_qp: i * 7919,
+                ..Default::default()
+            };
+            let mut v = QpValue::ZERO;
+            v.pkts = (i % 64) as u64 + 1;
+            v.bytes_l2 = v.pkts * 4158;
+            v.psn_max_p1 = i * 13 + 1;
+            v.last_ns = t + i as u64;
+            v.ecn_hist[0][2] = v.pkts as u32;
+            v.naks = (i % 1000 == 0) as u64;
+            b.push(&k, &v, i == 0, false, 0);
+        }
+        let batch = b.finish(&schema).unwrap();
+        let mut w = TableWriter::new(&root, "flows", "h", schema, 3600, 1 << 30)
+            .with_encodings(flows_encoding);
+        w.write(&batch, t).unwrap();
+        w.finish().unwrap();
+        let path = w.recent[0].clone();
+        let rd = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        let rg = rd.metadata().row_group(0);
+        let enc = |name: &str| {
+            let c = (0..rg.num_columns())
+                .map(|i| rg.column(i))
+                .find(|c| c.column_path().string() == name)
+                .unwrap_or_else(|| panic!("no column {name}"));
+            c.encodings().collect::<Vec<_>>()
+        };
+        let has = |d: &str, e: Encoding| enc(d).contains(&e);
+        for d in ["pkts", "bytes_udp", "ack_pkts", "opcodes.list.item.pkts"] {
+            assert!(has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
+        }
+        for d in ["src", "dst"] {
+            assert!(has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
+        }
+        for d in [
+            "qp",
+            "psn_max",
+            "last_pkt",
+            "naks",
+            "ecn_data.list.item.value",
+        ] {
+            assert!(has(d, Encoding::DELTA_BINARY_PACKED), "{d}: {:?}", enc(d));
+            assert!(!has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
+        }
+        for d in ["host", "source", "iface", "dir"] {
+            assert!(has(d, Encoding::PLAIN), "{d}: {:?}", enc(d));
+            assert!(!has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
+        }
+        // the same rows and the same Arrow schema come back
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            File::open(&path).unwrap(),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        let back: Vec<RecordBatch> = r.map(|b| b.unwrap()).collect();
+        let back = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
+        assert_eq!(back, batch);
         let _ = fs::remove_dir_all(&root);
     }
 

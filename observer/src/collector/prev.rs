@@ -13,6 +13,8 @@ pub struct PrevStore {
     index: HashMap<QpKey, u32>,
     keys: Vec<QpKey>,
     vals: Vec<QpValue>,
+    /// The caller's tag of each key (the collector: its IP pair's id).
+    tags: Vec<u32>,
     alive: Vec<bool>,
     /// Generation of the last snapshot that contained the slot's key.
     seen: Vec<u64>,
@@ -66,14 +68,18 @@ impl PrevStore {
     pub fn value_mut(&mut self, slot: usize) -> &mut QpValue {
         &mut self.vals[slot]
     }
+    pub fn tag(&self, slot: usize) -> u32 {
+        self.tags[slot]
+    }
 
-    /// Adds `k` (not present), seen at position `pos` of the current snapshot.
-    pub fn insert(&mut self, pos: usize, k: QpKey, v: QpValue) {
+    /// Adds `k` (not present) with its `tag`, seen at position `pos` of the current snapshot.
+    pub fn insert(&mut self, pos: usize, k: QpKey, v: QpValue, tag: u32) {
         let s = match self.free.pop() {
             Some(s) => {
                 let s = s as usize;
                 self.keys[s] = k;
                 self.vals[s] = v;
+                self.tags[s] = tag;
                 self.alive[s] = true;
                 self.seen[s] = self.generation;
                 s
@@ -81,6 +87,7 @@ impl PrevStore {
             None => {
                 self.keys.push(k);
                 self.vals.push(v);
+                self.tags.push(tag);
                 self.alive.push(true);
                 self.seen.push(self.generation);
                 self.keys.len() - 1
@@ -92,11 +99,12 @@ impl PrevStore {
         }
     }
 
-    pub fn remove(&mut self, k: &QpKey) -> Option<QpValue> {
+    /// Removes `k`: its last value and tag.
+    pub fn remove(&mut self, k: &QpKey) -> Option<(QpValue, u32)> {
         let s = self.index.remove(k)? as usize;
         self.alive[s] = false;
         self.free.push(s as u32);
-        Some(self.vals[s])
+        Some((self.vals[s], self.tags[s]))
     }
 
     /// Keys not seen since [`PrevStore::begin_scan`].
@@ -142,6 +150,7 @@ mod tests {
                     pkts: q as u64,
                     ..QpValue::ZERO
                 },
+                q * 10,
             );
         }
         // same order: found by hint; shifted order: found by index
@@ -150,12 +159,15 @@ mod tests {
         assert_eq!(p.value(s).pkts, 2);
         assert_eq!(p.find(1, &k(1)).map(|s| p.value(s).pkts), Some(1));
         assert_eq!(p.vanished(), vec![k(3)]);
-        assert_eq!(p.remove(&k(3)).map(|v| v.pkts), Some(3));
+        assert_eq!(p.remove(&k(3)).map(|(v, t)| (v.pkts, t)), Some((3, 30)));
         assert!(!p.contains(&k(3)));
-        p.insert(1, k(4), QpValue::ZERO); // reuses the freed slot
+        p.insert(1, k(4), QpValue::ZERO, 40); // reuses the freed slot
         assert_eq!(p.len(), 3);
         assert_eq!(p.iter().count(), 3);
         p.begin_scan(1);
-        assert_eq!(p.find(0, &k(4)).map(|s| p.value(s).pkts), Some(0));
+        assert_eq!(
+            p.find(0, &k(4)).map(|s| (p.value(s).pkts, p.tag(s))),
+            Some((0, 40))
+        );
     }
 }

@@ -10,18 +10,20 @@
 
 use std::sync::Arc;
 
+use arrow::array::builder::NullBufferBuilder;
 use arrow::array::{
     ArrayRef, BooleanArray, Float64Array, Int16Array, Int32Array, Int64Array, ListArray,
-    StringArray, StringBuilder, StructArray, TimestampMicrosecondArray,
+    StringArray, StructArray, TimestampMicrosecondArray,
 };
-use arrow::buffer::OffsetBuffer;
+use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::parse::{encap, reason};
 use observer_common::qp::{OPCODE_OTHER, bucket_opcode};
+use parquet::basic::Encoding;
 
-use crate::collector::delta::bucket_col;
+use crate::collector::delta::{HIST_BUCKETS, bucket_col};
 use crate::summary::ip_of;
 
 pub fn ts_type() -> DataType {
@@ -71,6 +73,36 @@ pub const QP_COUNTS: [(&str, Getter); 21] = [
     ("icrc_unverifiable", |v| v.icrc_unverifiable),
 ];
 
+/// All [`QP_COUNTS`] of a delta at once, in that order (direct field reads the compiler can
+/// inline, where the table's getters are indirect calls; a test keeps the two the same).
+#[inline]
+fn qp_counts(v: &QpValue) -> [u64; QP_COUNTS.len()] {
+    let ecn = |c: usize| v.ecn_hist[c].iter().map(|&n| n as u64).sum::<u64>();
+    [
+        v.pkts,
+        v.bytes_l2,
+        v.bytes_ip,
+        v.bytes_udp,
+        ecn(class::DATA),
+        ecn(class::ACK),
+        ecn(class::CNP),
+        v.ecn_hist.iter().map(|h| h[3] as u64).sum(),
+        v.ecn_hist[class::DATA][0] as u64,
+        v.acks(),
+        v.naks,
+        v.nak_psn_seq_err,
+        v.rnr_naks,
+        v.suspect,
+        v.psn_gaps,
+        v.psn_missing,
+        v.psn_retrans,
+        v.psn_behind,
+        v.icrc_ok,
+        v.icrc_bad,
+        v.icrc_unverifiable,
+    ]
+}
+
 /// Histogram columns: opcodes, then dscp/ecn/pcp per class.
 pub fn hist_names() -> Vec<String> {
     let mut v = vec!["opcodes".to_string()];
@@ -110,6 +142,45 @@ pub fn flows_schema() -> SchemaRef {
     Arc::new(Schema::new(f))
 }
 
+/// Parquet encoding of a `flows` column (`path` as in the Parquet schema, e.g. `pkts`,
+/// `opcodes.list.item.pkts`); `None`: dictionary encoding (parquet's default). A dictionary
+/// hashes every value; it pays where values repeat and are not constant:
+/// - packet and byte volumes (`pkts`, `bytes_*`, `data_pkts`, `ack_pkts`, histogram `pkts`):
+///   dictionary (QPs moving the same amounts repeat values);
+/// - every other integer (QP numbers, PSNs, times, histogram values, small or mostly zero
+///   counters): DELTA_BINARY_PACKED (nearly one dictionary entry per row for identifiers and
+///   times; a few bits per value bit-packed for small counts);
+/// - `host`, `source`, `iface`, `dir`: PLAIN (one or two values per batch, which zstd
+///   compresses away);
+/// - `src`, `dst`: dictionary (a fabric's hosts).
+pub fn flows_encoding(path: &str, physical: parquet::basic::Type) -> Option<Encoding> {
+    use parquet::basic::Type;
+    const VOLUMES: [&str; 6] = [
+        "pkts",
+        "bytes_l2",
+        "bytes_ip",
+        "bytes_udp",
+        "data_pkts",
+        "ack_pkts",
+    ];
+    match physical {
+        Type::INT32 | Type::INT64 => {
+            let volume = VOLUMES.contains(&path)
+                || hist_names()
+                    .iter()
+                    .any(|h| path.strip_prefix(h.as_str()) == Some(".list.item.pkts"));
+            (!volume).then_some(Encoding::DELTA_BINARY_PACKED)
+        }
+        Type::BYTE_ARRAY if ["host", "source", "iface", "dir"].contains(&path) => {
+            Some(Encoding::PLAIN)
+        }
+        _ => None,
+    }
+}
+
+/// One histogram column: a list per row of (value, pkts). `offsets` stays empty while every
+/// row so far has an empty list (CNP histograms of data QPs, ...), and is filled in when the
+/// first bucket arrives (or at the end).
 #[derive(Default)]
 struct Hist {
     offsets: Vec<i32>,
@@ -118,12 +189,10 @@ struct Hist {
 }
 
 impl Hist {
-    fn finish(self) -> ArrayRef {
-        let offsets = if self.offsets.is_empty() {
-            vec![0]
-        } else {
-            self.offsets
-        };
+    fn finish(mut self, rows: usize) -> ArrayRef {
+        if self.offsets.is_empty() {
+            self.offsets = vec![0; rows + 1];
+        }
         let st = StructArray::new(
             hist_fields(),
             vec![
@@ -135,39 +204,118 @@ impl Hist {
         let field = Arc::new(Field::new("item", DataType::Struct(hist_fields()), false));
         Arc::new(ListArray::new(
             field,
-            OffsetBuffer::new(offsets.into()),
+            OffsetBuffer::new(self.offsets.into()),
             Arc::new(st),
             None,
         ))
     }
 }
 
-/// Writes a key address as printed everywhere (IPv4-mapped as a dotted quad) into `buf`,
-/// without allocating for IPv4.
-fn fmt_ip(buf: &mut String, a: &[u8; 16]) {
-    use std::fmt::Write;
-    buf.clear();
-    if a[..10].iter().all(|&b| b == 0) && a[10] == 0xff && a[11] == 0xff {
-        for (i, &o) in a[12..].iter().enumerate() {
-            if i > 0 {
-                buf.push('.');
+/// A count column that stays empty while every row so far is 0 (most of the per-QP counters in
+/// most intervals: NAKs, PSN events, ICRC verdicts), filled with zeros up to the current row at
+/// its first non-zero value (or at the end).
+#[derive(Default)]
+struct Count(Vec<i64>);
+
+impl Count {
+    /// Appends row `row`'s value; `cap`: the rows expected (sizes the column when it appears).
+    #[inline]
+    fn push(&mut self, row: usize, x: i64, cap: usize) {
+        if x != 0 || !self.0.is_empty() {
+            if self.0.len() < row {
+                self.0.reserve(cap.max(row + 1));
+                self.0.resize(row, 0);
             }
-            if o >= 100 {
-                buf.push((b'0' + o / 100) as char);
-            }
-            if o >= 10 {
-                buf.push((b'0' + (o / 10) % 10) as char);
-            }
-            buf.push((b'0' + o % 10) as char);
+            self.0.push(x);
         }
-    } else {
-        let _ = write!(buf, "{}", ip_of(a));
+    }
+
+    fn finish(mut self, rows: usize) -> Int64Array {
+        self.0.resize(rows, 0);
+        Int64Array::from(self.0)
+    }
+}
+
+/// Decimal text of 0..=255 (up to 3 digits, and the digit count).
+const DEC: [([u8; 3], u8); 256] = {
+    let mut t = [([0u8; 3], 0u8); 256];
+    let mut i = 0;
+    while i < 256 {
+        let (h, d, o) = ((i / 100) as u8, ((i / 10) % 10) as u8, (i % 10) as u8);
+        t[i] = if i >= 100 {
+            ([b'0' + h, b'0' + d, b'0' + o], 3)
+        } else if i >= 10 {
+            ([b'0' + d, b'0' + o, 0], 2)
+        } else {
+            ([b'0' + o, 0, 0], 1)
+        };
+        i += 1;
+    }
+    t
+};
+
+/// A Utf8 column of key addresses, assembled as offsets and bytes.
+struct IpColumn {
+    offsets: Vec<i32>,
+    bytes: Vec<u8>,
+}
+
+impl IpColumn {
+    fn with_capacity(rows: usize) -> IpColumn {
+        let mut offsets = Vec::with_capacity(rows + 1);
+        offsets.push(0);
+        IpColumn {
+            offsets,
+            bytes: Vec::with_capacity(rows * 16),
+        }
+    }
+
+    /// Appends a key address as printed everywhere ([`ip_of`]: IPv4-mapped as a dotted quad).
+    fn push(&mut self, a: &[u8; 16]) {
+        if a[..10].iter().all(|&b| b == 0) && a[10] == 0xff && a[11] == 0xff {
+            for (i, &o) in a[12..].iter().enumerate() {
+                if i > 0 {
+                    self.bytes.push(b'.');
+                }
+                let (digits, n) = &DEC[o as usize];
+                self.bytes.extend_from_slice(&digits[..*n as usize]);
+            }
+        } else {
+            use std::io::Write;
+            let _ = write!(self.bytes, "{}", ip_of(a));
+        }
+        self.offsets.push(self.bytes.len() as i32);
+    }
+
+    fn finish(self) -> Result<StringArray, arrow::error::ArrowError> {
+        StringArray::try_new(
+            OffsetBuffer::new(self.offsets.into()),
+            self.bytes.into(),
+            None,
+        )
     }
 }
 
 /// PCP bucket -> value (-1 = untagged).
 fn pcp_value(i: usize) -> i16 {
     if i >= 8 { -1 } else { i as i16 }
+}
+
+/// Flat histogram bucket ([`crate::collector::delta::HIST_BUCKETS`] numbering) -> (histogram
+/// column, the `value` written for it: opcode, DSCP, ECN, PCP, -1 for "other" / untagged).
+fn bucket_table() -> Vec<(u8, i16)> {
+    (0..HIST_BUCKETS as u16)
+        .map(|b| {
+            let (c, i) = bucket_col(b);
+            let value = match c {
+                0 if i == OPCODE_OTHER => -1,
+                0 => bucket_opcode(i).map(|o| o as i16).unwrap_or(-1),
+                1..=6 => i as i16,
+                _ => pcp_value(i),
+            };
+            (c as u8, value)
+        })
+        .collect()
 }
 
 /// Columnar builder of `flows` rows (fast path: 100k rows per interval).
@@ -177,20 +325,26 @@ pub struct FlowsBuilder {
     iface: String,
     start_us: i64,
     end_us: i64,
-    dir: Vec<&'static str>,
-    src: StringBuilder,
-    dst: StringBuilder,
-    ipbuf: String,
+    rows: usize,
+    /// Rows expected (capacity of columns that appear mid-batch).
+    cap: usize,
+    dir: Vec<u8>,
+    src: IpColumn,
+    dst: IpColumn,
     qp: Vec<i32>,
     new_qp: Vec<bool>,
     evicted: Vec<bool>,
-    counts: Vec<Vec<i64>>,
+    counts: Vec<Count>,
     max_pl: Vec<i32>,
-    psn_max: Vec<Option<i32>>,
+    psn_max: Vec<i32>,
+    psn_valid: NullBufferBuilder,
     sport: Vec<i32>,
-    first: Vec<Option<i64>>,
-    last: Vec<Option<i64>>,
+    first: Vec<i64>,
+    first_valid: NullBufferBuilder,
+    last: Vec<i64>,
+    last_valid: NullBufferBuilder,
     hists: Vec<Hist>,
+    buckets: Vec<(u8, i16)>,
 }
 
 impl FlowsBuilder {
@@ -216,34 +370,33 @@ impl FlowsBuilder {
             iface: iface.into(),
             start_us: (start_ns / 1000) as i64,
             end_us: (end_ns / 1000) as i64,
+            rows: 0,
+            cap: rows,
             dir: v(rows),
-            src: StringBuilder::with_capacity(rows, rows * 12),
-            dst: StringBuilder::with_capacity(rows, rows * 12),
-            ipbuf: String::with_capacity(48),
+            src: IpColumn::with_capacity(rows),
+            dst: IpColumn::with_capacity(rows),
             qp: v(rows),
             new_qp: v(rows),
             evicted: v(rows),
-            counts: (0..QP_COUNTS.len()).map(|_| v(rows)).collect(),
+            counts: (0..QP_COUNTS.len()).map(|_| Count::default()).collect(),
             max_pl: v(rows),
             psn_max: v(rows),
+            psn_valid: NullBufferBuilder::new(rows),
             sport: v(rows),
             first: v(rows),
+            first_valid: NullBufferBuilder::new(rows),
             last: v(rows),
-            hists: (0..10)
-                .map(|_| Hist {
-                    offsets: Vec::with_capacity(rows + 1),
-                    values: Vec::with_capacity(rows * 2),
-                    pkts: Vec::with_capacity(rows * 2),
-                })
-                .collect(),
+            last_valid: NullBufferBuilder::new(rows),
+            hists: (0..10).map(|_| Hist::default()).collect(),
+            buckets: bucket_table(),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.qp.len()
+        self.rows
     }
     pub fn is_empty(&self) -> bool {
-        self.qp.is_empty()
+        self.rows == 0
     }
 
     /// One row: `d` is the interval delta (gauges carried), packet times converted to UNIX ns
@@ -272,84 +425,84 @@ impl FlowsBuilder {
         evicted: bool,
         clock_offset_ns: i64,
     ) {
-        self.dir
-            .push(dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)]);
-        fmt_ip(&mut self.ipbuf, &k.src_ip);
-        self.src.append_value(&self.ipbuf);
-        fmt_ip(&mut self.ipbuf, &k.dst_ip);
-        self.dst.append_value(&self.ipbuf);
+        let row = self.rows;
+        self.rows += 1;
+        self.dir.push((k.dir as usize).min(dir::COUNT - 1) as u8);
+        self.src.push(&k.src_ip);
+        self.dst.push(&k.dst_ip);
         self.qp.push(k.dest_qp as i32);
         self.new_qp.push(new_qp);
         self.evicted.push(evicted);
-        for (i, (_, f)) in QP_COUNTS.iter().enumerate() {
-            self.counts[i].push(f(d) as i64);
+        for (c, x) in self.counts.iter_mut().zip(qp_counts(d)) {
+            c.push(row, x as i64, self.cap);
         }
         self.max_pl.push(d.max_udp_payload as i32);
-        self.psn_max.push(d.psn_max().map(|p| p as i32));
+        self.psn_max.push(d.psn_max().unwrap_or(0) as i32);
+        self.psn_valid.append(d.psn_max_p1 != 0);
         self.sport.push(d.last_udp_sport as i32);
-        let t = |ns: u64| (ns != 0).then(|| (ns as i64).saturating_add(clock_offset_ns) / 1000);
-        self.first.push(t(d.first_ns));
-        self.last.push(t(d.last_ns));
-        let mut it = nz.iter().peekable();
-        for (col, h) in self.hists.iter_mut().enumerate() {
+        let t = |ns: u64| (ns as i64).saturating_add(clock_offset_ns) / 1000;
+        self.first
+            .push(if d.first_ns != 0 { t(d.first_ns) } else { 0 });
+        self.first_valid.append(d.first_ns != 0);
+        self.last
+            .push(if d.last_ns != 0 { t(d.last_ns) } else { 0 });
+        self.last_valid.append(d.last_ns != 0);
+        let counts = crate::collector::delta::hist(d);
+        for &b in nz {
+            let (c, value) = self.buckets[b as usize];
+            let h = &mut self.hists[c as usize];
             if h.offsets.is_empty() {
-                h.offsets.push(0);
+                // first bucket of this column: every earlier row has an empty list
+                let cap = self.cap.max(row + 1);
+                h.offsets.reserve(cap + 1);
+                h.values.reserve(cap * 2);
+                h.pkts.reserve(cap * 2);
+                h.offsets.resize(row + 1, 0);
             }
-            while let Some(&&b) = it.peek() {
-                let (c, i) = bucket_col(b);
-                if c != col {
-                    break;
-                }
-                it.next();
-                let (value, n) = match c {
-                    0 => (
-                        if i == OPCODE_OTHER {
-                            -1
-                        } else {
-                            bucket_opcode(i).map(|o| o as i16).unwrap_or(-1)
-                        },
-                        d.opcode_hist[i],
-                    ),
-                    1..=3 => (i as i16, d.dscp_hist[c - 1][i]),
-                    4..=6 => (i as i16, d.ecn_hist[c - 4][i]),
-                    _ => (pcp_value(i), d.pcp_hist[c - 7][i]),
-                };
-                h.values.push(value);
-                h.pkts.push(n as i64);
+            h.values.push(value);
+            h.pkts.push(counts[b as usize] as i64);
+        }
+        for h in &mut self.hists {
+            if !h.offsets.is_empty() {
+                h.offsets.push(h.values.len() as i32);
             }
-            h.offsets.push(h.values.len() as i32);
         }
     }
 
     pub fn finish(mut self, schema: &SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
-        let n = self.qp.len();
+        let n = self.rows;
+        let ts = |v: Vec<i64>, nulls: Option<NullBuffer>| {
+            Arc::new(TimestampMicrosecondArray::new(v.into(), nulls).with_timezone("UTC"))
+                as ArrayRef
+        };
         let mut cols: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from(vec![self.host.as_str(); n])),
-            Arc::new(StringArray::from(vec![self.source.as_str(); n])),
-            Arc::new(StringArray::from(vec![self.iface.as_str(); n])),
-            Arc::new(StringArray::from(self.dir)),
-            Arc::new(self.src.finish()),
-            Arc::new(self.dst.finish()),
+            Arc::new(StringArray::new_repeated(&self.host, n)),
+            Arc::new(StringArray::new_repeated(&self.source, n)),
+            Arc::new(StringArray::new_repeated(&self.iface, n)),
+            Arc::new(StringArray::from_iter_values(
+                self.dir.iter().map(|&d| dir::NAMES[d as usize]),
+            )),
+            Arc::new(self.src.finish()?),
+            Arc::new(self.dst.finish()?),
             Arc::new(Int32Array::from(self.qp)),
-            Arc::new(TimestampMicrosecondArray::from(vec![self.start_us; n]).with_timezone("UTC")),
-            Arc::new(TimestampMicrosecondArray::from(vec![self.end_us; n]).with_timezone("UTC")),
+            ts(vec![self.start_us; n], None),
+            ts(vec![self.end_us; n], None),
             Arc::new(BooleanArray::from(self.new_qp)),
             Arc::new(BooleanArray::from(self.evicted)),
         ];
         for c in self.counts {
-            cols.push(Arc::new(Int64Array::from(c)));
+            cols.push(Arc::new(c.finish(n)));
         }
         cols.push(Arc::new(Int32Array::from(self.max_pl)));
-        cols.push(Arc::new(Int32Array::from(self.psn_max)));
+        cols.push(Arc::new(Int32Array::new(
+            self.psn_max.into(),
+            self.psn_valid.finish(),
+        )));
         cols.push(Arc::new(Int32Array::from(self.sport)));
-        cols.push(Arc::new(
-            TimestampMicrosecondArray::from(self.first).with_timezone("UTC"),
-        ));
-        cols.push(Arc::new(
-            TimestampMicrosecondArray::from(self.last).with_timezone("UTC"),
-        ));
+        cols.push(ts(self.first, self.first_valid.finish()));
+        cols.push(ts(self.last, self.last_valid.finish()));
         for h in self.hists {
-            cols.push(h.finish());
+            cols.push(h.finish(n));
         }
         RecordBatch::try_new(Arc::clone(schema), cols)
     }
@@ -656,9 +809,187 @@ mod tests {
         assert_eq!(val.value(0), -1, "untagged");
     }
 
+    /// Every column of every row against the delta it came from (random keys and sparse
+    /// values: IPv4 and IPv6, missing PSN and times, counters that turn non-zero mid-batch).
+    #[test]
+    fn flows_rows_match_their_deltas() {
+        use arrow::array::{Array, AsArray};
+        use arrow::datatypes::{Int16Type, Int32Type, Int64Type, TimestampMicrosecondType};
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (start, end, off) = (1_000_000_000u64, 2_000_123_456u64, -7_000i64);
+        let mut b = FlowsBuilder::new("h", "live", "eth0", start, end);
+        let mut rows = Vec::new();
+        for r in 0..3000u64 {
+            let mut k = QpKey {
+                dest_qp: next() as u32 & 0xff_ffff,
+                dir: (next() % 3) as u8,
+                ..Default::default()
+            };
+            for a in [&mut k.src_ip, &mut k.dst_ip] {
+                let x = next();
+                if x % 4 == 0 {
+                    a.copy_from_slice(&(next() as u128 | ((x as u128) << 64)).to_be_bytes());
+                } else {
+                    a[10] = 0xff;
+                    a[11] = 0xff;
+                    a[12..].copy_from_slice(&(next() as u32).to_be_bytes());
+                }
+            }
+            let mut v = QpValue::ZERO;
+            let w = crate::collector::delta::hist_mut_for_tests(&mut v);
+            for _ in 0..(next() % 12) {
+                w[(next() % HIST_BUCKETS as u64) as usize] = (next() % 5000) as u32;
+            }
+            v.pkts = next() % 1000;
+            v.bytes_l2 = next();
+            // counters that stay zero for a while, then appear
+            if r > 1500 && next() % 7 == 0 {
+                v.naks = next() % 9;
+                v.icrc_bad = 1;
+            }
+            v.psn_retrans = if r == 2999 { 5 } else { 0 };
+            v.psn_max_p1 = if next() % 3 == 0 {
+                0
+            } else {
+                next() as u32 & 0xff_ffff
+            };
+            v.first_ns = if next() % 5 == 0 { 0 } else { next() >> 4 };
+            v.last_ns = if next() % 5 == 0 { 0 } else { next() >> 4 };
+            v.max_udp_payload = next() as u32 % 5000;
+            v.last_udp_sport = next() as u16;
+            let (new_qp, evicted) = (next() % 2 == 0, next() % 9 == 0);
+            b.push(&k, &v, new_qp, evicted, off);
+            rows.push((k, v, new_qp, evicted));
+        }
+        let batch = b.finish(&flows_schema()).unwrap();
+        assert_eq!(batch.num_rows(), rows.len());
+        let col = |n: &str| batch.column_by_name(n).unwrap().clone();
+        let s = |n: &str, i: usize| col(n).as_string::<i32>().value(i).to_string();
+        let i64s = |n: &str| col(n).as_primitive::<Int64Type>().clone();
+        let ts = |n: &str| col(n).as_primitive::<TimestampMicrosecondType>().clone();
+        let (psn, first, last) = (
+            col("psn_max").as_primitive::<Int32Type>().clone(),
+            ts("first_pkt"),
+            ts("last_pkt"),
+        );
+        let opt = |a: &dyn Array, i: usize| a.is_valid(i);
+        for (i, (k, v, new_qp, evicted)) in rows.iter().enumerate() {
+            assert_eq!(
+                (s("host", i), s("source", i), s("iface", i)),
+                ("h".into(), "live".into(), "eth0".into())
+            );
+            assert_eq!(s("dir", i), dir::NAMES[(k.dir as usize).min(1)]);
+            assert_eq!(s("src", i), ip_of(&k.src_ip).to_string());
+            assert_eq!(s("dst", i), ip_of(&k.dst_ip).to_string());
+            assert_eq!(
+                col("qp").as_primitive::<Int32Type>().value(i),
+                k.dest_qp as i32
+            );
+            assert_eq!(ts("interval_start").value(i), 1_000_000);
+            assert_eq!(ts("interval_end").value(i), 2_000_123);
+            assert_eq!(col("new_qp").as_boolean().value(i), *new_qp);
+            assert_eq!(col("evicted").as_boolean().value(i), *evicted);
+            let direct = qp_counts(v);
+            for (j, (n, f)) in QP_COUNTS.iter().enumerate() {
+                assert_eq!(direct[j], f(v), "qp_counts {n}");
+                assert_eq!(i64s(n).value(i), f(v) as i64, "{n} row {i}");
+                assert!(i64s(n).is_valid(i));
+            }
+            let i32v = |n: &str| col(n).as_primitive::<Int32Type>().value(i);
+            assert_eq!(i32v("max_udp_payload"), v.max_udp_payload as i32);
+            assert_eq!(i32v("last_udp_sport"), v.last_udp_sport as i32);
+            assert_eq!(
+                opt(&psn, i).then(|| psn.value(i)),
+                v.psn_max().map(|p| p as i32)
+            );
+            let t = |ns: u64| (ns != 0).then(|| (ns as i64 + off) / 1000);
+            assert_eq!(opt(&first, i).then(|| first.value(i)), t(v.first_ns));
+            assert_eq!(opt(&last, i).then(|| last.value(i)), t(v.last_ns));
+            // histograms: (value, pkts) of the non-zero buckets, in bucket order
+            let mut want: Vec<Vec<(i16, i64)>> = vec![Vec::new(); 10];
+            for (j, &n) in v.opcode_hist.iter().enumerate() {
+                if n != 0 {
+                    let op = bucket_opcode(j).filter(|_| j != OPCODE_OTHER);
+                    want[0].push((op.map(|o| o as i16).unwrap_or(-1), n as i64));
+                }
+            }
+            for c in 0..3 {
+                for (j, &n) in v.dscp_hist[c].iter().enumerate() {
+                    if n != 0 {
+                        want[1 + c].push((j as i16, n as i64));
+                    }
+                }
+                for (j, &n) in v.ecn_hist[c].iter().enumerate() {
+                    if n != 0 {
+                        want[4 + c].push((j as i16, n as i64));
+                    }
+                }
+                for (j, &n) in v.pcp_hist[c].iter().enumerate() {
+                    if n != 0 {
+                        want[7 + c].push((if j == 8 { -1 } else { j as i16 }, n as i64));
+                    }
+                }
+            }
+            for (h, name) in hist_names().iter().enumerate() {
+                let l = col(name);
+                let l = l.as_list::<i32>();
+                assert!(l.is_valid(i));
+                let st = l.value(i);
+                let st = st.as_struct();
+                let vals = st.column(0).as_primitive::<Int16Type>();
+                let pk = st.column(1).as_primitive::<Int64Type>();
+                let got: Vec<(i16, i64)> = (0..st.len())
+                    .map(|x| (vals.value(x), pk.value(x)))
+                    .collect();
+                assert_eq!(got, want[h], "{name} row {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn qp_counts_match_the_table() {
+        // every counter and bucket distinct, so any mix-up of fields shows
+        let mut v = QpValue::ZERO;
+        let w = crate::collector::delta::hist_mut_for_tests(&mut v);
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = 7 * i as u32 + 1;
+        }
+        for (i, f) in [
+            &mut v.pkts,
+            &mut v.bytes_l2,
+            &mut v.bytes_ip,
+            &mut v.bytes_udp,
+            &mut v.naks,
+            &mut v.nak_psn_seq_err,
+            &mut v.rnr_naks,
+            &mut v.suspect,
+            &mut v.psn_gaps,
+            &mut v.psn_missing,
+            &mut v.psn_retrans,
+            &mut v.psn_behind,
+            &mut v.icrc_ok,
+            &mut v.icrc_bad,
+            &mut v.icrc_unverifiable,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            *f = 1_000_000 * (i as u64 + 1);
+        }
+        let direct = qp_counts(&v);
+        for (j, (n, f)) in QP_COUNTS.iter().enumerate() {
+            assert_eq!(direct[j], f(&v), "{n}");
+        }
+    }
+
     #[test]
     fn ip_formatting_matches_std() {
-        let mut b = String::new();
         for a in [
             [0u8; 16],
             {
@@ -670,8 +1001,9 @@ mod tests {
             },
             [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
         ] {
-            fmt_ip(&mut b, &a);
-            assert_eq!(b, ip_of(&a).to_string());
+            let mut c = IpColumn::with_capacity(1);
+            c.push(&a);
+            assert_eq!(c.finish().unwrap().value(0), ip_of(&a).to_string());
         }
     }
 
