@@ -181,12 +181,7 @@ impl Scratch {
             return;
         }
         nz.clear();
-        d.max_udp_payload = cur.max_udp_payload;
-        d.psn_max_p1 = cur.psn_max_p1;
-        d.last_udp_sport = cur.last_udp_sport;
-        d._pad = cur._pad;
-        d.first_ns = cur.first_ns;
-        d.last_ns = cur.last_ns;
+        carry_state(d, cur);
         sub_scalars(d, cur, prev);
         // pass 1 (reads only, vectorised): which 8-bucket blocks differ
         let changed = changed_blocks(cur, prev);
@@ -229,6 +224,19 @@ impl Scratch {
     }
 }
 
+/// The fields of a delta that are the current state, not differences (times, PSN state, the
+/// largest payload, the last source port), and the padding as in `qp_delta` (never read; keeps
+/// the two equal).
+#[inline(always)]
+fn carry_state(d: &mut QpValue, cur: &QpValue) {
+    d.max_udp_payload = cur.max_udp_payload;
+    d.psn_max_p1 = cur.psn_max_p1;
+    d.last_udp_sport = cur.last_udp_sport;
+    d.first_ns = cur.first_ns;
+    d.last_ns = cur.last_ns;
+    d._pad = cur._pad;
+}
+
 /// [`qp_delta`] into a caller-owned scratch value, plus the non-zero histogram buckets of the
 /// delta (cleared first): the collector's hot path, with no 1.4 KiB temporaries.
 pub fn qp_delta_into(cur: &QpValue, prev: &QpValue, d: &mut QpValue, nz: &mut Vec<u16>) {
@@ -238,13 +246,7 @@ pub fn qp_delta_into(cur: &QpValue, prev: &QpValue, d: &mut QpValue, nz: &mut Ve
         nonzero_buckets(d, nz);
         return;
     }
-    d.max_udp_payload = cur.max_udp_payload;
-    d.psn_max_p1 = cur.psn_max_p1;
-    d.last_udp_sport = cur.last_udp_sport;
-    d.first_ns = cur.first_ns;
-    d.last_ns = cur.last_ns;
-    // padding as in `qp_delta` (never read; keeps the two equal)
-    d._pad = cur._pad;
+    carry_state(d, cur);
     d._pad2 = cur._pad2;
     sub_counts(d, cur, prev);
     nonzero_buckets(d, nz);
