@@ -64,28 +64,28 @@ pub trait Ops {
     ///
     /// # Safety
     /// `p` is valid and aligned (as for every method here).
-    unsafe fn add64(p: *mut u64, v: u64);
+    unsafe fn add64(&self, p: *mut u64, v: u64);
     /// `*p += v` (wrapping).
     ///
     /// # Safety
     /// `p` is valid and aligned.
-    unsafe fn add32(p: *mut u32, v: u32);
+    unsafe fn add32(&self, p: *mut u32, v: u32);
     /// Compare-and-swap; returns the value found (== `old` when it swapped).
     ///
     /// # Safety
     /// `p` is valid and aligned.
-    unsafe fn cas32(p: *mut u32, old: u32, new: u32) -> u32;
+    unsafe fn cas32(&self, p: *mut u32, old: u32, new: u32) -> u32;
     /// `*p |= v`; returns the previous value.
     ///
     /// # Safety
     /// `p` is valid and aligned.
-    unsafe fn or32(p: *mut u32, v: u32) -> u32;
+    unsafe fn or32(&self, p: *mut u32, v: u32) -> u32;
     /// `*p`, read once.
     ///
     /// # Safety
     /// `p` is valid and aligned.
     #[inline(always)]
-    unsafe fn load32(p: *const u32) -> u32 {
+    unsafe fn load32(&self, p: *const u32) -> u32 {
         unsafe { core::ptr::read_volatile(p) }
     }
     /// An array index `i < n`, in a form the eBPF verifier can bound: the kernel
@@ -93,25 +93,26 @@ pub trait Ops {
     /// [`opcode_bucket`] into arithmetic on the opcode (`op - 8`) whose range the verifier
     /// cannot prove non-negative. Identity for valid indices.
     #[inline(always)]
-    fn index(i: usize, _n: usize) -> usize {
+    fn index(&self, i: usize, _n: usize) -> usize {
         i
     }
 }
 
-/// Single-threaded memory operations (replay, tests).
+/// Single-threaded memory operations (replay, tests; the kernel's holder of a value's lock).
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Plain;
 
 impl Ops for Plain {
     #[inline(always)]
-    unsafe fn add64(p: *mut u64, v: u64) {
+    unsafe fn add64(&self, p: *mut u64, v: u64) {
         unsafe { *p = (*p).wrapping_add(v) }
     }
     #[inline(always)]
-    unsafe fn add32(p: *mut u32, v: u32) {
+    unsafe fn add32(&self, p: *mut u32, v: u32) {
         unsafe { *p = (*p).wrapping_add(v) }
     }
     #[inline(always)]
-    unsafe fn cas32(p: *mut u32, old: u32, new: u32) -> u32 {
+    unsafe fn cas32(&self, p: *mut u32, old: u32, new: u32) -> u32 {
         unsafe {
             let cur = *p;
             if cur == old {
@@ -121,12 +122,60 @@ impl Ops for Plain {
         }
     }
     #[inline(always)]
-    unsafe fn or32(p: *mut u32, v: u32) -> u32 {
+    unsafe fn or32(&self, p: *mut u32, v: u32) -> u32 {
         unsafe {
             let old = *p;
             *p |= v;
             old
         }
+    }
+}
+
+/// `A`'s operations when `use_atomic != 0`, plain ones otherwise: chosen per packet at run time
+/// (the kernel: plain while holding a value's lock, atomic on the spill value otherwise), one
+/// code path for the verifier. Indices are always bounded by `A`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mixed<A> {
+    pub atomic: A,
+    pub use_atomic: u32,
+}
+
+impl<A: Ops> Ops for Mixed<A> {
+    #[inline(always)]
+    unsafe fn add64(&self, p: *mut u64, v: u64) {
+        if self.use_atomic != 0 {
+            unsafe { self.atomic.add64(p, v) }
+        } else {
+            unsafe { Plain.add64(p, v) }
+        }
+    }
+    #[inline(always)]
+    unsafe fn add32(&self, p: *mut u32, v: u32) {
+        if self.use_atomic != 0 {
+            unsafe { self.atomic.add32(p, v) }
+        } else {
+            unsafe { Plain.add32(p, v) }
+        }
+    }
+    #[inline(always)]
+    unsafe fn cas32(&self, p: *mut u32, old: u32, new: u32) -> u32 {
+        if self.use_atomic != 0 {
+            unsafe { self.atomic.cas32(p, old, new) }
+        } else {
+            unsafe { Plain.cas32(p, old, new) }
+        }
+    }
+    #[inline(always)]
+    unsafe fn or32(&self, p: *mut u32, v: u32) -> u32 {
+        if self.use_atomic != 0 {
+            unsafe { self.atomic.or32(p, v) }
+        } else {
+            unsafe { Plain.or32(p, v) }
+        }
+    }
+    #[inline(always)]
+    fn index(&self, i: usize, n: usize) -> usize {
+        self.atomic.index(i, n)
     }
 }
 
@@ -261,13 +310,13 @@ pub fn is_suspect(f: &Frame) -> bool {
 /// payload is undefined on its other variants, and LLVM computing with it speculatively once
 /// handed the eBPF verifier a pointer to shift.
 #[inline(always)]
-unsafe fn psn_update<O: Ops>(v: *mut QpValue, psn: u32) -> (PsnStep, i32) {
+unsafe fn psn_update<O: Ops>(o: &O, v: *mut QpValue, psn: u32) -> (PsnStep, i32) {
     let p = unsafe { addr_of_mut!((*v).psn_max_p1) };
     let psn = psn & 0x00ff_ffff;
     for _ in 0..CAS_TRIES {
-        let cur = unsafe { O::load32(p) };
+        let cur = unsafe { o.load32(p) };
         if cur == 0 {
-            if unsafe { O::cas32(p, 0, psn + 1) } == 0 {
+            if unsafe { o.cas32(p, 0, psn + 1) } == 0 {
                 return (PsnStep::First, 0);
             }
             continue;
@@ -277,7 +326,7 @@ unsafe fn psn_update<O: Ops>(v: *mut QpValue, psn: u32) -> (PsnStep, i32) {
         if d <= 0 {
             return (PsnStep::NotAhead(d), d);
         }
-        if unsafe { O::cas32(p, cur, psn + 1) } == cur {
+        if unsafe { o.cas32(p, cur, psn + 1) } == cur {
             return (PsnStep::Ahead(d), d);
         }
     }
@@ -292,13 +341,40 @@ unsafe fn psn_update<O: Ops>(v: *mut QpValue, psn: u32) -> (PsnStep, i32) {
 /// # Safety
 /// `v` points to a live, aligned [`QpValue`]; with [`Plain`] nobody else writes it meanwhile.
 #[inline(always)]
-pub unsafe fn update<O: Ops>(
+pub unsafe fn update<O: Ops + Default>(
     v: *mut QpValue,
     f: &Frame,
     wire_len: u32,
     now_ns: u64,
     policy: &Policy,
 ) -> Outcome {
+    let o = O::default();
+    unsafe { update_split(&o, v, &o, v, f, wire_len, now_ns, policy) }
+}
+
+/// [`update`] with the counts and the state of a key in two values: the counters and
+/// histograms (everything [`add_counts`] adds) go to `counts` through `co`; the PSN state, the
+/// largest payload, times, last source port and first-occurrence flags to `state` through `so`.
+/// The kernel passes its key's value for both while it holds the value's lock (plain
+/// operations), and the key's spill value as `counts` (atomic operations) when another CPU
+/// holds it; readers add the spill value's counts to the value's.
+///
+/// # Safety
+/// `counts` and `state` point to live, aligned values; every concurrent writer of a field uses
+/// atomic operations for it, or none does.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn update_split<C: Ops, S: Ops>(
+    co: &C,
+    counts: *mut QpValue,
+    so: &S,
+    state: *mut QpValue,
+    f: &Frame,
+    wire_len: u32,
+    now_ns: u64,
+    policy: &Policy,
+) -> Outcome {
+    let v = counts;
     let op = f.bth.opcode;
     let c = class_of(op);
     let l2 = wire_len.saturating_sub(f.l2_off as u32) as u64;
@@ -309,34 +385,34 @@ pub unsafe fn update<O: Ops>(
     } else {
         f.pcp as usize
     };
-    let ob = O::index(opcode_bucket(op), OPCODE_BUCKETS);
+    let ob = co.index(opcode_bucket(op), OPCODE_BUCKETS);
     unsafe {
-        O::add64(addr_of_mut!((*v).pkts), 1);
-        O::add64(addr_of_mut!((*v).bytes_l2), l2);
-        O::add64(addr_of_mut!((*v).bytes_ip), f.ip_len as u64);
-        O::add64(addr_of_mut!((*v).bytes_udp), f.udp_payload_len as u64);
-        O::add32(addr_of_mut!((*v).opcode_hist[ob]), 1);
-        O::add32(addr_of_mut!((*v).dscp_hist[c][dscp]), 1);
-        O::add32(addr_of_mut!((*v).ecn_hist[c][ecn]), 1);
-        O::add32(addr_of_mut!((*v).pcp_hist[c][pcp]), 1);
+        co.add64(addr_of_mut!((*v).pkts), 1);
+        co.add64(addr_of_mut!((*v).bytes_l2), l2);
+        co.add64(addr_of_mut!((*v).bytes_ip), f.ip_len as u64);
+        co.add64(addr_of_mut!((*v).bytes_udp), f.udp_payload_len as u64);
+        co.add32(addr_of_mut!((*v).opcode_hist[ob]), 1);
+        co.add32(addr_of_mut!((*v).dscp_hist[c][dscp]), 1);
+        co.add32(addr_of_mut!((*v).ecn_hist[c][ecn]), 1);
+        co.add32(addr_of_mut!((*v).pcp_hist[c][pcp]), 1);
         if f.has_aeth != 0 {
             let s = f.aeth_syndrome();
             match s & 0x60 {
                 0x60 => {
-                    O::add64(addr_of_mut!((*v).naks), 1);
+                    co.add64(addr_of_mut!((*v).naks), 1);
                     if s == 0x60 {
-                        O::add64(addr_of_mut!((*v).nak_psn_seq_err), 1);
+                        co.add64(addr_of_mut!((*v).nak_psn_seq_err), 1);
                     }
                 }
-                0x20 => O::add64(addr_of_mut!((*v).rnr_naks), 1),
+                0x20 => co.add64(addr_of_mut!((*v).rnr_naks), 1),
                 _ => {}
             }
         }
         if is_suspect(f) {
-            O::add64(addr_of_mut!((*v).suspect), 1);
+            co.add64(addr_of_mut!((*v).suspect), 1);
         }
         let (step, d) = if c == class::DATA {
-            psn_update::<O>(v, f.bth.psn)
+            psn_update(so, state, f.bth.psn)
         } else {
             (PsnStep::None, 0)
         };
@@ -346,44 +422,84 @@ pub unsafe fn update<O: Ops>(
             0
         };
         if gap > 0 {
-            O::add64(addr_of_mut!((*v).psn_gaps), 1);
-            O::add64(addr_of_mut!((*v).psn_missing), gap as u64);
+            co.add64(addr_of_mut!((*v).psn_gaps), 1);
+            co.add64(addr_of_mut!((*v).psn_missing), gap as u64);
         } else if matches!(step, PsnStep::NotAhead(_)) {
-            O::add64(addr_of_mut!((*v).psn_retrans), 1);
+            co.add64(addr_of_mut!((*v).psn_retrans), 1);
             if d < 0 {
-                O::add64(addr_of_mut!((*v).psn_behind), 1);
+                co.add64(addr_of_mut!((*v).psn_behind), 1);
             }
         }
         // Largest UDP payload: a bounded CAS loop that only writes when larger.
-        let mp = addr_of_mut!((*v).max_udp_payload);
+        let mp = addr_of_mut!((*state).max_udp_payload);
         let pl = f.udp_payload_len as u32;
         for _ in 0..CAS_TRIES {
-            let cur = O::load32(mp);
-            if pl <= cur || O::cas32(mp, cur, pl) == cur {
+            let cur = so.load32(mp);
+            if pl <= cur || so.cas32(mp, cur, pl) == cur {
                 break;
             }
         }
         // Times and the last source port: plain stores (not counts).
-        let first = addr_of_mut!((*v).first_ns);
+        let first = addr_of_mut!((*state).first_ns);
         if core::ptr::read_volatile(first) == 0 {
             core::ptr::write_volatile(first, now_ns);
         }
-        core::ptr::write_volatile(addr_of_mut!((*v).last_ns), now_ns);
-        core::ptr::write_volatile(addr_of_mut!((*v).last_udp_sport), f.udp_sport);
+        core::ptr::write_volatile(addr_of_mut!((*state).last_ns), now_ns);
+        core::ptr::write_volatile(addr_of_mut!((*state).last_udp_sport), f.udp_sport);
 
         let bits = event_bits(f, c, policy, step, d);
-        let fp = addr_of_mut!((*v).event_flags);
-        let seen = O::load32(fp);
+        let fp = addr_of_mut!((*state).event_flags);
+        let seen = so.load32(fp);
         let mut new = bits & !seen;
         if new != 0 {
             // Only the CPU whose fetch-or sets a bit reports it: exactly one event per bit,
             // even when two CPUs see the same first occurrence at once.
-            new &= !O::or32(fp, new);
+            new &= !so.or32(fp, new);
         }
         Outcome {
             new_events: new,
             psn: step,
             gap,
+        }
+    }
+}
+
+/// Adds `b`'s counters and histograms (the fields [`update_split`] writes through its counts
+/// ops) to `a`, wrapping: how readers fold a key's spill value into its value. The state fields
+/// (PSN state, largest payload, times, last source port, event flags) are `a`'s.
+pub fn add_counts(a: &mut QpValue, b: &QpValue) {
+    macro_rules! add {
+        ($($f:ident),*) => { $( a.$f = a.$f.wrapping_add(b.$f); )* };
+    }
+    add!(
+        pkts,
+        bytes_l2,
+        bytes_ip,
+        bytes_udp,
+        naks,
+        nak_psn_seq_err,
+        rnr_naks,
+        suspect,
+        psn_gaps,
+        psn_missing,
+        psn_retrans,
+        psn_behind,
+        icrc_ok,
+        icrc_bad,
+        icrc_unverifiable
+    );
+    for (x, y) in a.opcode_hist.iter_mut().zip(&b.opcode_hist) {
+        *x = x.wrapping_add(*y);
+    }
+    for c in 0..class::COUNT {
+        for (x, y) in a.dscp_hist[c].iter_mut().zip(&b.dscp_hist[c]) {
+            *x = x.wrapping_add(*y);
+        }
+        for (x, y) in a.ecn_hist[c].iter_mut().zip(&b.ecn_hist[c]) {
+            *x = x.wrapping_add(*y);
+        }
+        for (x, y) in a.pcp_hist[c].iter_mut().zip(&b.pcp_hist[c]) {
+            *x = x.wrapping_add(*y);
         }
     }
 }

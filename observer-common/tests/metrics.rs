@@ -470,3 +470,53 @@ fn real_softroce_capture_icrc_and_keys() {
         "one key per direction of the one RC connection"
     );
 }
+
+/// The kernel's split update (counts into the value or, when its lock is taken, into the spill
+/// value; state always in the value) gives, once the spill's counts are added back, exactly the
+/// value of the single-value update: every field, whatever packets went to the spill.
+#[test]
+fn split_update_with_spill_equals_single_update() {
+    let mut frames = Vec::new();
+    for psn in [1u32, 2, 3, 7, 5, 8, 9, 9, 0x00ff_fffe, 4] {
+        let mut p = Pkt::roce(0x0a, 0x11, psn, 64);
+        p.dscp = (psn % 3) as u8 * 10;
+        p.ecn = (psn % 4) as u8;
+        frames.push(p.build());
+    }
+    frames.push(Pkt::roce(0x11, 0x11, 3, 4).build()); // ACK
+    frames.push(Pkt::roce(0x81, 0x11, 0, 16).build()); // CNP
+    let pol = Policy::NONE;
+    for mask in [0u32, 0b1, 0b1010_1010_1010, 0xfff] {
+        let mut single = QpValue::ZERO;
+        let (mut value, mut spill) = (QpValue::ZERO, QpValue::ZERO);
+        for (i, fr) in frames.iter().enumerate() {
+            let f = classify(&fr[..]);
+            let t = 1000 + i as u64;
+            let a = unsafe { qp::update::<Plain>(&mut single, &f, fr.len() as u32, t, &pol) };
+            let counts: *mut QpValue = if mask & (1 << i) != 0 {
+                &mut spill
+            } else {
+                &mut value
+            };
+            let b = unsafe {
+                qp::update_split(
+                    &Plain,
+                    counts,
+                    &Plain,
+                    &mut value,
+                    &f,
+                    fr.len() as u32,
+                    t,
+                    &pol,
+                )
+            };
+            assert_eq!(a, b, "mask {mask:#x} frame {i}: outcomes");
+        }
+        let mut merged = value;
+        qp::add_counts(&mut merged, &spill);
+        assert_eq!(merged, single, "mask {mask:#x}");
+        if mask != 0 {
+            assert!(spill.pkts > 0 && value.pkts < single.pkts);
+        }
+    }
+}

@@ -3,12 +3,14 @@
 //! Per case: a fresh load of the object (fresh maps), one warm-up run (which inserts the QP key
 //! and emits its first-occurrence events), then `runs` test runs of `repeat` packets each; the
 //! kernel reports the average ns per packet of each run and the table shows the median. The
-//! baseline is the object's `xdp_empty` (returns XDP_PASS, nothing else) on the same frame in
-//! the same load, so the test-run harness cost (and the frame copy) is in both.
+//! baseline is the object's `xdp_empty` (returns XDP_PASS, nothing else), or `tc_empty` for the
+//! tc rows (the tc test run builds an skb and costs more), on the same frame in the same load,
+//! so the test-run harness cost (and the frame copy) is in both.
 //!
 //! The same frame is repeated, so after the warm-up every data packet of a case takes the
 //! retransmission branch of the PSN analysis (d = 0: no compare-and-swap); a packet with a new
-//! PSN adds one CAS on an uncontended cache line.
+//! PSN adds one CAS on an uncontended cache line. One CPU runs the packets, so the per-QP
+//! value's lock is always free (the plain-instruction path).
 //!
 //! Every case but "(no ticker)" runs the packet clock ticker thread as `LiveIface` does (the
 //! per-QP times then come from the `CLOCK` map); "(no ticker)" shows the coarse clock fallback.
@@ -251,7 +253,13 @@ pub fn main(args: &[String]) -> Result<()> {
             t.start_clock().map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         let ns = measure(&mut t, c.prog, &c.frame, runs, repeat)?;
-        let empty = measure(&mut t, prog::XDP_EMPTY, &c.frame, runs, repeat)?;
+        // The baseline of the program's own kind: the tc test run (an skb) costs more.
+        let base = if c.prog == prog::XDP {
+            prog::XDP_EMPTY
+        } else {
+            prog::TC_EMPTY
+        };
+        let empty = measure(&mut t, base, &c.frame, runs, repeat)?;
         let ratio = if empty > 0 {
             ns as f64 / empty as f64
         } else {

@@ -51,7 +51,9 @@ pub mod prog {
     pub const TC_EGRESS: &str = "roce_tc_eg";
     /// An XDP program that returns XDP_PASS and does nothing (benchmark baseline).
     pub const XDP_EMPTY: &str = "xdp_empty";
-    pub const ALL: [&str; 4] = [XDP, TC_INGRESS, TC_EGRESS, XDP_EMPTY];
+    /// A tc program that returns TC_ACT_OK and does nothing (baseline of the tc rows).
+    pub const TC_EMPTY: &str = "tc_empty";
+    pub const ALL: [&str; 5] = [XDP, TC_INGRESS, TC_EGRESS, XDP_EMPTY, TC_EMPTY];
 }
 
 /// Size of the event ring buffer (bytes, a power of two multiple of the page size).
@@ -717,6 +719,10 @@ impl ProgTester {
     /// Keys in the per-QP table (the kernel's count, decremented by evictions).
     pub fn table_len(&self) -> u64 {
         self.loaded.table.keys()
+    }
+    /// Packets in the table's spill values (see `observer_common::table::QpSlot`).
+    pub fn spilled_pkts(&self) -> u64 {
+        self.loaded.table.spilled_pkts()
     }
     /// Instructions the verifier processed to accept program `name` (its limit is 1,000,000).
     pub fn verified_insns(&self, name: &str) -> Result<Option<u32>, LiveError> {

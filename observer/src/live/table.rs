@@ -9,6 +9,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use observer_common::maps::{QpKey, QpValue};
+use observer_common::qp::add_counts;
 use observer_common::table::{self, Bucket, QpSlot, WAYS};
 
 /// `membarrier(MEMBARRIER_CMD_GLOBAL)`: returns after `synchronize_rcu()`, i.e. after every
@@ -100,6 +101,21 @@ impl QpTable {
         unsafe { &*(self.count.ptr as *const AtomicU64) }
     }
 
+    /// Packets counted in spill values (their key's lock was held by another CPU), over the
+    /// live slots: how often one key's packets met on two CPUs.
+    pub fn spilled_pkts(&self) -> u64 {
+        let mut n = 0u64;
+        for i in 0..self.buckets as usize * WAYS {
+            if table::is_live(self.state(i).load(Ordering::Acquire)) {
+                // SAFETY: a live slot; one aligned u64 read.
+                n += unsafe {
+                    std::ptr::read_volatile(std::ptr::addr_of!((*self.slot(i)).spill.pkts))
+                };
+            }
+        }
+        n
+    }
+
     /// Keys in the table (inserted and not yet evicted).
     pub fn keys(&self) -> u64 {
         self.keys_in_table().load(Ordering::Relaxed)
@@ -132,6 +148,11 @@ impl QpTable {
                     std::ptr::addr_of_mut!((*dst).1),
                     1,
                 );
+                // The spill value's counts (zero unless the key's packets met on two CPUs).
+                if std::ptr::read_volatile(std::ptr::addr_of!((*src).spill.pkts)) != 0 {
+                    let spill = std::ptr::read_volatile(std::ptr::addr_of!((*src).spill));
+                    add_counts(&mut (*dst).1, &spill);
+                }
                 each(&mut (*dst).1);
                 out.set_len(out.len() + 1);
             }
@@ -195,7 +216,7 @@ impl QpTable {
             // Release: the zeroes are visible before the slot can be claimed.
             self.state(i).store(table::EMPTY, Ordering::Release);
             self.keys_in_table().fetch_sub(1, Ordering::AcqRel);
-            let mut v = s.value;
+            let mut v = s.merged();
             each(&mut v);
             out.push((s.key, v));
         }
