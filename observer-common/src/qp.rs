@@ -98,7 +98,7 @@ pub trait Ops {
     }
 }
 
-/// Single-threaded memory operations (replay, tests; the kernel's holder of a value's lock).
+/// Single-threaded memory operations (replay, tests; the kernel on a value's owner CPU).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Plain;
 
@@ -132,8 +132,8 @@ impl Ops for Plain {
 }
 
 /// `A`'s operations when `use_atomic != 0`, plain ones otherwise: chosen per packet at run time
-/// (the kernel: plain while holding a value's lock, atomic on the spill value otherwise), one
-/// code path for the verifier. Indices are always bounded by `A`.
+/// (the kernel: plain on the value's owner CPU, atomic on the spill value otherwise), one code
+/// path for the verifier. Indices are always bounded by `A`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Mixed<A> {
     pub atomic: A,
@@ -355,9 +355,9 @@ pub unsafe fn update<O: Ops + Default>(
 /// [`update`] with the counts and the state of a key in two values: the counters and
 /// histograms (everything [`add_counts`] adds) go to `counts` through `co`; the PSN state, the
 /// largest payload, times, last source port and first-occurrence flags to `state` through `so`.
-/// The kernel passes its key's value for both while it holds the value's lock (plain
-/// operations), and the key's spill value as `counts` (atomic operations) when another CPU
-/// holds it; readers add the spill value's counts to the value's.
+/// The kernel passes its key's value for both on the CPU that owns the value (plain
+/// operations), and the key's spill value as `counts` (atomic operations) on any other CPU;
+/// readers add the spill value's counts to the value's (see `table::QpSlot`).
 ///
 /// # Safety
 /// `counts` and `state` point to live, aligned values; every concurrent writer of a field uses

@@ -9,8 +9,8 @@
 //!
 //! Layout:
 //! - `QPIDX`: `n` [`Bucket`]s of one cache line each: [`WAYS`] state words and an insert lock.
-//! - `QPS`: `n * WAYS` [`QpSlot`]s (key, value, the value's lock and spill value); way `w` of
-//!   bucket `b` is slot `b * WAYS + w`.
+//! - `QPS`: `n * WAYS` [`QpSlot`]s (key, value, the value's owner CPU and spill value); way `w`
+//!   of bucket `b` is slot `b * WAYS + w`.
 //! - `QPCOUNT`: one `u64`, the number of keys in the table; inserts stop at the `--max-qps`
 //!   limit, so the limit is exact whatever the table's capacity.
 //!
@@ -59,20 +59,21 @@ pub struct Bucket {
     pub lock: u32,
 }
 
-/// One slot of `QPS`: the key, its value, and the value's lock and spill value.
+/// One slot of `QPS`: the key, its value, the value's owner CPU and the spill value.
 ///
-/// A packet's update takes `lock` with one compare-and-swap; holding it, it adds to `value`'s
-/// counters with plain instructions (nine locked adds cost ~12 ns per packet; the lock and its
-/// release two). A packet that finds the lock taken (another CPU is updating this key) does not
-/// wait: it adds its counts to `spill` with atomic instructions. The PSN state, times and event
-/// flags are always `value`'s, updated atomically. Readers add `spill`'s counts to `value`'s
-/// (`qp::add_counts`); `spill` stays zero unless one key's packets meet on two CPUs.
+/// The CPU that inserted the key owns the value's counters and adds to them with plain
+/// instructions (a CPU runs one program at a time: XDP and tc run with bottom halves
+/// disabled). A packet of the key on any other CPU adds its counts to `spill` with atomic
+/// instructions (nine locked adds per packet cost ~12 ns here). RoCE traffic of one QP usually
+/// arrives on one RX queue, so on one CPU: the owner's. The PSN state, times and event flags are
+/// always `value`'s, updated atomically. Readers add `spill`'s counts to `value`'s
+/// (`qp::add_counts`); `spill` stays zero unless one key's packets are seen on two CPUs.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpSlot {
     pub key: QpKey,
-    /// 0 free, 1 held by a CPU updating `value`'s counters.
-    pub lock: u32,
+    /// The owner CPU's number + 1 (0 in a free slot), set by the insert.
+    pub owner: u32,
     pub _pad: u32,
     pub value: QpValue,
     pub spill: QpValue,
@@ -87,7 +88,7 @@ impl QpSlot {
             dir: 0,
             _pad: [0; 3],
         },
-        lock: 0,
+        owner: 0,
         _pad: 0,
         value: QpValue::ZERO,
         spill: QpValue::ZERO,

@@ -16,7 +16,8 @@ use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_or, atomic_xadd, ato
 use aya_ebpf::EbpfContext;
 use aya_ebpf::bindings::{__sk_buff, xdp_action, xdp_md};
 use aya_ebpf::helpers::generated::{
-    bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_skb_pull_data, bpf_xdp_get_buff_len,
+    bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_skb_pull_data,
+    bpf_xdp_get_buff_len,
 };
 use aya_ebpf::macros::{classifier, map, xdp};
 use aya_ebpf::maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf};
@@ -443,10 +444,12 @@ unsafe fn claim(
                     return -1;
                 };
                 // SAFETY: the slot is ours (BUSY); its value is zero (a freed slot is zeroed
-                // by userspace before it is marked EMPTY). The exchange is a full barrier:
-                // the key is visible before the tag.
+                // by userspace before it is marked EMPTY). The inserting CPU owns the value's
+                // counters (see `QpSlot`). The exchange is a full barrier: key and owner are
+                // visible before the tag.
                 unsafe {
                     (*sl).key = *key;
+                    (*sl).owner = bpf_get_smp_processor_id() + 1;
                     atomic_xchg::<u32, { AtomicOrdering::SeqCst }>(st, tag);
                 }
                 return i as i64;
@@ -469,15 +472,16 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
         return;
     };
     // SAFETY: `sl` points to a live slot of QPS. Its value's counters are written with plain
-    // instructions only by the holder of its lock; a CPU that finds the lock taken writes the
-    // spill value's counters with atomic ones; the state fields are always written atomically
-    // (see `QpSlot`).
+    // instructions only on its owner CPU (one program run at a time per CPU); other CPUs write
+    // the spill value's counters with atomic ones; the state fields are always written
+    // atomically (see `QpSlot`).
     let out = unsafe {
-        let lock = core::ptr::addr_of_mut!((*sl).lock);
-        let missed = (Atomic.cas32(lock, 0, 1) != 0) as u32;
-        // Laundered: one state for the verifier whichever way the lock went (else the update
-        // would be verified twice); 0 = holder, 1 = spill.
-        let m = launder(missed);
+        // Inlined by the kernel (a per-CPU variable load).
+        let me = bpf_get_smp_processor_id() + 1;
+        let other = (core::ptr::read_volatile(core::ptr::addr_of!((*sl).owner)) != me) as u32;
+        // Laundered: one state for the verifier whichever CPU runs (else the update would be
+        // verified twice); 0 = the owner, 1 = spill.
+        let m = launder(other);
         if m < 0 {
             return;
         }
@@ -489,12 +493,7 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
             atomic: Atomic,
             use_atomic: m,
         };
-        let out = qp::update_split(&ops, counts, &Atomic, value, f, wire_len, now, policy);
-        if m == 0 {
-            // Release (a full barrier: the counters are visible before the lock is free).
-            atomic_xchg::<u32, { AtomicOrdering::SeqCst }>(lock, 0);
-        }
-        out
+        qp::update_split(&ops, counts, &Atomic, value, f, wire_len, now, policy)
     };
     if out.psn == PsnStep::Contended {
         count(s, |s| s.psn_contended += 1);

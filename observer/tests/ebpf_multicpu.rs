@@ -2,9 +2,9 @@
 //!
 //! Threads pinned to different CPUs (sched_setaffinity) run BPF_PROG_TEST_RUN concurrently on
 //! frames of the same QP key (BPF_PROG_TEST_RUN runs the program on the calling CPU). The
-//! per-QP value is shared by all CPUs: the CPU holding its lock adds to the counters with plain
-//! instructions, one finding it held adds to the spill value atomically, and the PSN state moves
-//! by compare-and-swap. The totals must be exact.
+//! per-QP value is shared by all CPUs: the CPU that inserted the key adds to its counters with
+//! plain instructions, every other CPU adds to the key's spill value atomically, and the PSN
+//! state moves by compare-and-swap. The totals must be exact.
 mod common;
 
 use common::Roce;
@@ -85,15 +85,15 @@ fn one_qp_on_several_cpus_loses_no_count() {
     });
     drop(runners);
     let mut t = t;
-    // Packets that found the key's lock held by another CPU went to its spill value (atomic
-    // adds); the snapshot adds them back. Both paths must have run for the test to mean much.
+    // Packets on CPUs other than the key's owner went to its spill value (atomic adds); the
+    // snapshot adds them back. Both paths must have run for the test to mean much.
     let spilled = t.spilled_pkts();
     eprintln!("{spilled} packets took the spill path");
     let s = t.snapshot("test", 0).unwrap();
     let n = threads.len() as u64 * CALLS as u64 * REPEAT as u64;
     assert!(
         spilled > 0 && spilled < n,
-        "{spilled} of {n} packets spilled: both the lock holder's and the spill path must run"
+        "{spilled} of {n} packets spilled: both the owner's and the spill path must run"
     );
     let acks = n / 4;
     let datas = n - acks;

@@ -9,8 +9,9 @@
 //!
 //! The same frame is repeated, so after the warm-up every data packet of a case takes the
 //! retransmission branch of the PSN analysis (d = 0: no compare-and-swap); a packet with a new
-//! PSN adds one CAS on an uncontended cache line. One CPU runs the packets, so the per-QP
-//! value's lock is always free (the plain-instruction path).
+//! PSN adds one CAS on an uncontended cache line. The thread is pinned to one CPU, as an RX
+//! queue's packets are processed on one CPU: that CPU inserts the key and owns its value, so
+//! every packet takes the plain-instruction path (see `observer_common::table::QpSlot`).
 //!
 //! Every case but "(no ticker)" runs the packet clock ticker thread as `LiveIface` does (the
 //! per-QP times then come from the `CLOCK` map); "(no ticker)" shows the coarse clock fallback.
@@ -224,6 +225,20 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     if runs == 0 || repeat == 0 {
         bail!("--runs and --repeat must be positive");
+    }
+    // One CPU runs every packet, as one RX queue's packets are processed on its CPU: the per-QP
+    // value's owner (the inserting CPU) is the CPU of every later packet.
+    // SAFETY: sched_getcpu has no preconditions; sched_setaffinity reads the set we own and
+    // affects this thread only.
+    let cpu_no = unsafe { libc::sched_getcpu() };
+    if cpu_no >= 0 {
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu_no as usize, &mut set);
+            if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                bail!("sched_setaffinity: {}", std::io::Error::last_os_error());
+            }
+        }
     }
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
