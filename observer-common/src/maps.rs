@@ -94,6 +94,34 @@ pub struct QpValue {
     pub _pad2: u32,
 }
 
+/// Calls `$m!` with the names of [`QpValue`]'s scalar counters: the `u64` fields a packet adds
+/// to (everything but the histograms, the PSN state, times, the largest payload, the last
+/// source port and the event flags). The one list for every piece of code that combines two
+/// values counter by counter (the spill merge `qp::add_counts`, the collector's deltas), so a
+/// new counter cannot be left out of one of them.
+#[macro_export]
+macro_rules! qp_scalar_counters {
+    ($m:ident) => {
+        $m!(
+            pkts,
+            bytes_l2,
+            bytes_ip,
+            bytes_udp,
+            naks,
+            nak_psn_seq_err,
+            rnr_naks,
+            suspect,
+            psn_gaps,
+            psn_missing,
+            psn_retrans,
+            psn_behind,
+            icrc_ok,
+            icrc_bad,
+            icrc_unverifiable
+        )
+    };
+}
+
 impl QpValue {
     /// The state of a key before any packet.
     pub const ZERO: QpValue = QpValue {

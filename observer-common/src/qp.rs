@@ -471,23 +471,7 @@ pub fn add_counts(a: &mut QpValue, b: &QpValue) {
     macro_rules! add {
         ($($f:ident),*) => { $( a.$f = a.$f.wrapping_add(b.$f); )* };
     }
-    add!(
-        pkts,
-        bytes_l2,
-        bytes_ip,
-        bytes_udp,
-        naks,
-        nak_psn_seq_err,
-        rnr_naks,
-        suspect,
-        psn_gaps,
-        psn_missing,
-        psn_retrans,
-        psn_behind,
-        icrc_ok,
-        icrc_bad,
-        icrc_unverifiable
-    );
+    crate::qp_scalar_counters!(add);
     for (x, y) in a.opcode_hist.iter_mut().zip(&b.opcode_hist) {
         *x = x.wrapping_add(*y);
     }

@@ -266,21 +266,10 @@ fn sub_counts(d: &mut QpValue, cur: &QpValue, prev: &QpValue) {
 
 /// The counting fields before the histograms (`sub_counts` without the histograms).
 fn sub_scalars(d: &mut QpValue, cur: &QpValue, prev: &QpValue) {
-    d.pkts = cur.pkts.wrapping_sub(prev.pkts);
-    d.bytes_l2 = cur.bytes_l2.wrapping_sub(prev.bytes_l2);
-    d.bytes_ip = cur.bytes_ip.wrapping_sub(prev.bytes_ip);
-    d.bytes_udp = cur.bytes_udp.wrapping_sub(prev.bytes_udp);
-    d.naks = cur.naks.wrapping_sub(prev.naks);
-    d.nak_psn_seq_err = cur.nak_psn_seq_err.wrapping_sub(prev.nak_psn_seq_err);
-    d.rnr_naks = cur.rnr_naks.wrapping_sub(prev.rnr_naks);
-    d.suspect = cur.suspect.wrapping_sub(prev.suspect);
-    d.psn_gaps = cur.psn_gaps.wrapping_sub(prev.psn_gaps);
-    d.psn_missing = cur.psn_missing.wrapping_sub(prev.psn_missing);
-    d.psn_retrans = cur.psn_retrans.wrapping_sub(prev.psn_retrans);
-    d.psn_behind = cur.psn_behind.wrapping_sub(prev.psn_behind);
-    d.icrc_ok = cur.icrc_ok.wrapping_sub(prev.icrc_ok);
-    d.icrc_bad = cur.icrc_bad.wrapping_sub(prev.icrc_bad);
-    d.icrc_unverifiable = cur.icrc_unverifiable.wrapping_sub(prev.icrc_unverifiable);
+    macro_rules! sub {
+        ($($f:ident),*) => { $( d.$f = cur.$f.wrapping_sub(prev.$f); )* };
+    }
+    observer_common::qp_scalar_counters!(sub);
     d.event_flags = cur.event_flags & !prev.event_flags;
 }
 
