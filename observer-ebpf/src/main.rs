@@ -24,7 +24,8 @@ use aya_ebpf::maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya_ebpf::programs::{TcContext, XdpContext};
 use observer_common::cursor::Bytes;
 use observer_common::maps::{
-    Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, dir, policy_flags,
+    Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, XdpLenLayout, dir,
+    kfunc_call, policy_flags,
 };
 use observer_common::parse::{self, Frame, kind};
 use observer_common::qp::{self, Ops, PsnStep};
@@ -86,6 +87,90 @@ static QP_BUCKETS: u32 = 64;
 /// Most keys in the per-QP table (`--max-qps`), set at load.
 #[unsafe(no_mangle)]
 static QP_LIMIT: u32 = 1024;
+
+/// Where the kernel keeps a multi-buffer frame's fragment length, set at load from the kernel's
+/// BTF (read-only data: constants to the verifier, so the path not taken is never verified).
+#[unsafe(no_mangle)]
+static XDP_LEN: XdpLenLayout = XdpLenLayout {
+    enabled: 0,
+    flags_off: 0,
+    hard_start_off: 0,
+    frame_sz_off: 0,
+    has_frags: 0,
+    shinfo_size: 0,
+    frags_size_off: 0,
+    shinfo_btf_id: 0,
+};
+
+/// `bpf_cast_to_kern_ctx`: the loader rewrites this call into the kfunc call, which the
+/// verifier replaces by `r0 = r1`.
+#[inline(always)]
+unsafe fn kern_ctx(ctx: *mut xdp_md) -> *const u8 {
+    // SAFETY: a call number the loader turns into the kfunc (see `kfunc_call`).
+    unsafe {
+        let f: unsafe extern "C" fn(*mut xdp_md) -> *const u8 =
+            core::mem::transmute(kfunc_call::CAST_TO_KERN_CTX as usize);
+        f(ctx)
+    }
+}
+
+/// `bpf_rdonly_cast`: as [`kern_ctx`]; loads through the result are fault-checked.
+#[inline(always)]
+unsafe fn rdonly_cast(addr: u64, btf_id: u32) -> *const u8 {
+    // SAFETY: as in `kern_ctx`.
+    unsafe {
+        let f: unsafe extern "C" fn(u64, u32) -> *const u8 =
+            core::mem::transmute(kfunc_call::RDONLY_CAST as usize);
+        f(addr, btf_id)
+    }
+}
+
+/// The frame's length with its fragments, as `bpf_xdp_get_buff_len` computes it, without the
+/// helper call: `linear` (`data_end - data`) plus `skb_shared_info.xdp_frags_size` when the
+/// buffer has fragments. Only for programs loaded with the kfunc path (`XDP_LEN.enabled`).
+#[inline(always)]
+fn xdp_len_kfunc(ctx: *mut xdp_md, linear: u32) -> u32 {
+    // SAFETY: `XDP_LEN` is read-only data set at load from the kernel's BTF; the kfuncs give
+    // typed pointers into the kernel's `xdp_buff` and the frame's shared info, whose loads the
+    // verifier checks against those types.
+    unsafe {
+        let l = &XDP_LEN;
+        let kern = kern_ctx(ctx);
+        let flags =
+            core::ptr::read_volatile(kern.add(core::ptr::read_volatile(&l.flags_off) as usize)
+                as *const u32);
+        if flags & core::ptr::read_volatile(&l.has_frags) == 0 {
+            return linear;
+        }
+        let hard = core::ptr::read_volatile(
+            kern.add(core::ptr::read_volatile(&l.hard_start_off) as usize) as *const u64,
+        );
+        let frame_sz = core::ptr::read_volatile(
+            kern.add(core::ptr::read_volatile(&l.frame_sz_off) as usize) as *const u32,
+        );
+        let shinfo = rdonly_cast(
+            hard + frame_sz as u64 - core::ptr::read_volatile(&l.shinfo_size) as u64,
+            core::ptr::read_volatile(&l.shinfo_btf_id),
+        );
+        let frags = core::ptr::read_volatile(
+            shinfo.add(core::ptr::read_volatile(&l.frags_size_off) as usize) as *const u32,
+        );
+        linear + frags
+    }
+}
+
+/// The frame's length with its fragments: through [`xdp_len_kfunc`] where the loader enabled
+/// it, else the helper.
+#[inline(always)]
+fn xdp_len(ctx: *mut xdp_md, linear: u32) -> u32 {
+    // SAFETY: read-only data set at load.
+    if unsafe { core::ptr::read_volatile(&XDP_LEN.enabled) } != 0 {
+        xdp_len_kfunc(ctx, linear)
+    } else {
+        // SAFETY: the program's context.
+        unsafe { bpf_xdp_get_buff_len(ctx) as u32 }
+    }
+}
 
 /// Per-direction counters of this interface (one loaded object per interface).
 #[map]
@@ -615,8 +700,7 @@ pub fn roce_xdp(ctx: XdpContext) -> u32 {
     // (~8 ns) is skipped. IP frames that extend past it, and large non-IP frames, ask.
     let ip_end = f.ip_off as u32 + f.ip_len;
     let wire = if (f.ip_version != 0 && ip_end > linear) || (f.ip_version == 0 && linear >= 1024) {
-        // SAFETY: the program's context.
-        unsafe { bpf_xdp_get_buff_len(ctx.ctx) as u32 }
+        xdp_len(ctx.ctx, linear)
     } else {
         linear
     };
@@ -658,6 +742,20 @@ pub fn roce_tc_in(ctx: TcContext) -> i32 {
 #[classifier]
 pub fn roce_tc_eg(ctx: TcContext) -> i32 {
     tc(&ctx, dir::EGRESS)
+}
+
+/// The loader's check of the kfunc path on this kernel: XDP_PASS when [`xdp_len_kfunc`] gives
+/// the helper's length for the frame, XDP_DROP when not. Loaded only with that path enabled.
+#[xdp(frags)]
+pub fn xdp_len_probe(ctx: XdpContext) -> u32 {
+    let linear = (ctx.data_end() - ctx.data()) as u32;
+    // SAFETY: the program's context.
+    let want = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as u32;
+    if xdp_len_kfunc(ctx.ctx, linear) == want {
+        xdp_action::XDP_PASS
+    } else {
+        xdp_action::XDP_DROP
+    }
 }
 
 /// The benchmark baseline: an XDP program that does nothing.

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use common::*;
 use observer::datapath::Datapath;
-use observer::live::{ProgTester, prog};
+use observer::live::{ProgTester, XdpLenPath, prog};
 use observer::snapshot::Snapshot;
 use observer_common::maps::{
     ANY, Event, IfaceStats, MacKey, PfcCounters, Policy, class, dir, policy_flags,
@@ -723,22 +723,49 @@ fn snapshot_times_are_wall_clock() {
 #[test]
 fn jumbo_frame_counts_every_fragment() {
     // A 4096-MTU data packet (~4.2 KB frame) is larger than a page: XDP sees it as a
-    // multi-buffer frame; the wire length must still be the whole frame.
-    let f = Roce {
-        payload: 4200 - (14 + 20 + 8 + 12),
-        ..Roce::default()
-    }
-    .build();
-    assert_eq!(f.len(), 4200);
+    // multi-buffer frame; the wire length must still be the whole frame. Sizes around the
+    // test run's linear part (one page less headroom and shared info, 3520 bytes here) and
+    // well past it, through both ways the program takes the length (kfunc, helper).
+    let sizes = [1500usize, 3520, 3521, 3600, 4200, 6000, 9000];
+    let frames: Vec<Vec<u8>> = sizes
+        .iter()
+        .map(|&n| {
+            let f = Roce {
+                payload: n - (14 + 20 + 8 + 12),
+                ..Roce::default()
+            }
+            .build();
+            assert_eq!(f.len(), n);
+            f
+        })
+        .collect();
     if !observer::testutil::require_root("jumbo_frame") {
         return;
     }
-    // XDP only: BPF_PROG_TEST_RUN takes no skb larger than a page for tc.
-    let r = run_on(&mut tester(), "jumbo_frame", prog::XDP, &Policy::NONE, &[f]);
-    let (_, v) = only_qp("jumbo_frame", &r.snap);
-    assert_eq!(v.bytes_l2, 4200);
-    assert_eq!(v.max_udp_payload, 4200 - (14 + 20 + 8));
-    assert_eq!(ingress(&r).bytes, 4200);
+    let mut kf = tester();
+    // Where the kernel's BTF has the layout, the kfunc path must pass its load-time check.
+    if let Ok(k) = observer::live::kfunc::Btf::vmlinux()
+        .and_then(|b| observer::live::kfunc::Kfuncs::from_btf(&b))
+    {
+        assert_eq!(
+            *kf.xdp_len_path(),
+            XdpLenPath::Kfunc,
+            "kernel layout {k:?} but the kfunc path is not used"
+        );
+    }
+    let mut helper = ProgTester::load_helper_len(MAX_QPS, &Policy::NONE).unwrap();
+    assert!(matches!(helper.xdp_len_path(), XdpLenPath::Helper(_)));
+    for t in [&mut *kf, &mut helper] {
+        let path = t.xdp_len_path().to_string();
+        // XDP only: BPF_PROG_TEST_RUN takes no skb larger than a page for tc.
+        let r = run_on(t, "jumbo_frame", prog::XDP, &Policy::NONE, &frames);
+        let (_, v) = only_qp("jumbo_frame", &r.snap);
+        let total: usize = sizes.iter().sum();
+        assert_eq!(v.bytes_l2, total as u64, "{path}");
+        assert_eq!(v.max_udp_payload as usize, 9000 - (14 + 20 + 8), "{path}");
+        assert_eq!(ingress(&r).bytes, total as u64, "{path}");
+        assert_eq!(ingress(&r).frames, sizes.len() as u64, "{path}");
+    }
 }
 
 #[test]

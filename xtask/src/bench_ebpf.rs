@@ -254,6 +254,9 @@ pub fn main(args: &[String]) -> Result<()> {
         "kernel datapath, BPF_PROG_TEST_RUN, median of {runs} runs x {repeat} packets; kernel {}; {cpu}",
         kernel.trim()
     );
+    let probe = ProgTester::load(1024, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!("multi-buffer frame length: {}", probe.xdp_len_path());
+    drop(probe);
     println!(
         "{:<30} {:>7} {:>9} {:>11} {:>7} {:>11}",
         "case", "bytes", "ns/pkt", "empty ns", "ratio", "ns - empty"

@@ -235,9 +235,13 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
             let l = LiveIface::attach(&opts).map_err(|e| explain(&d.iface, e))?;
             let a = l.attached();
             eprintln!(
-                "{}: attached ingress {}{}{}",
+                "{}: attached ingress {}{}{}{}",
                 a.iface,
                 a.ingress,
+                a.xdp_len
+                    .as_ref()
+                    .map(|p| format!(" (multi-buffer frame length: {p})"))
+                    .unwrap_or_default(),
                 a.egress
                     .as_deref()
                     .map(|e| format!(", egress {e}"))

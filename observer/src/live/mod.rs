@@ -19,6 +19,7 @@
 //! [`ProgTester::start_clock`]) the programs use the coarse clock (one kernel tick, 1-4 ms).
 
 mod clock;
+pub mod kfunc;
 mod sys;
 mod table;
 
@@ -53,6 +54,8 @@ pub mod prog {
     pub const XDP_EMPTY: &str = "xdp_empty";
     /// A tc program that returns TC_ACT_OK and does nothing (baseline of the tc rows).
     pub const TC_EMPTY: &str = "tc_empty";
+    /// The load-time check of the kfunc path for the multi-buffer length (`live/kfunc.rs`).
+    pub const XDP_LEN_PROBE: &str = "xdp_len_probe";
     pub const ALL: [&str; 5] = [XDP, TC_INGRESS, TC_EGRESS, XDP_EMPTY, TC_EMPTY];
 }
 
@@ -93,6 +96,8 @@ pub struct Attached {
     pub ingress: String,
     /// "tc-egress" when attached.
     pub egress: Option<String>,
+    /// With XDP ingress: how it takes a multi-buffer frame's length.
+    pub xdp_len: Option<XdpLenPath>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -197,6 +202,132 @@ fn value_to_wall(v: &mut QpValue, off: i128) {
     v.last_ns = to_wall(v.last_ns, off);
 }
 
+/// How the XDP program takes the length of a multi-buffer frame (`live/kfunc.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum XdpLenPath {
+    /// Reads it from the kernel's `xdp_buff` through kfuncs, checked against the helper at load.
+    Kfunc,
+    /// Calls `bpf_xdp_get_buff_len` (8-10 ns more per multi-buffer frame), with the reason.
+    Helper(String),
+}
+
+impl std::fmt::Display for XdpLenPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            XdpLenPath::Kfunc => write!(f, "kfunc (xdp_buff fields, checked against the helper)"),
+            XdpLenPath::Helper(why) => write!(f, "helper bpf_xdp_get_buff_len ({why})"),
+        }
+    }
+}
+
+/// The kernel's layout for the kfunc path, read once per process.
+fn kfuncs() -> &'static Result<kfunc::Kfuncs, String> {
+    static K: std::sync::OnceLock<Result<kfunc::Kfuncs, String>> = std::sync::OnceLock::new();
+    K.get_or_init(|| {
+        kfunc::Btf::vmlinux()
+            .and_then(|b| kfunc::Kfuncs::from_btf(&b))
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Loads the object (maps created, `progs` loaded). The XDP program takes a multi-buffer
+/// frame's length through the kfunc path when the kernel's BTF describes it and the probe
+/// program, loaded and run on a single-buffer and a multi-buffer frame, gets the helper's
+/// length for both; otherwise the object is loaded again with the helper path.
+fn load_object(
+    max_qps: u32,
+    buckets: u32,
+    progs: &[&str],
+    allow_kfunc: bool,
+) -> Result<(Ebpf, XdpLenPath), LiveError> {
+    let why = match kfuncs() {
+        _ if !allow_kfunc => "asked for".to_string(),
+        Ok(k) if progs.contains(&prog::XDP) => match load_with(max_qps, buckets, progs, Some(k)) {
+            Ok(mut ebpf) => match check_kfunc_len(&mut ebpf) {
+                Ok(()) => return Ok((ebpf, XdpLenPath::Kfunc)),
+                Err(e) => e.to_string(),
+            },
+            Err(e @ LiveError::NotPermitted) => return Err(e),
+            Err(e) => e.to_string(),
+        },
+        Ok(_) => "no XDP program loaded".to_string(),
+        Err(e) => e.clone(),
+    };
+    if progs.contains(&prog::XDP) {
+        tracing::info!(reason = %why, "multi-buffer XDP length through the helper");
+    }
+    let ebpf = load_with(max_qps, buckets, progs, None)?;
+    Ok((ebpf, XdpLenPath::Helper(why)))
+}
+
+fn load_with(
+    max_qps: u32,
+    buckets: u32,
+    progs: &[&str],
+    kfuncs: Option<&kfunc::Kfuncs>,
+) -> Result<Ebpf, LiveError> {
+    if OBJECT.is_empty() {
+        return Err(LiveError::Other(
+            "this binary was built with AYA_BUILD_SKIP=1: it carries no eBPF object".into(),
+        ));
+    }
+    let (object, _) =
+        kfunc::patch_object(OBJECT, kfuncs).map_err(|e| LiveError::Other(e.to_string()))?;
+    let layout = kfuncs.map(|k| k.layout).unwrap_or_default();
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries("QPS", buckets * observer_common::table::WAYS as u32)
+        .map_max_entries("QPIDX", buckets)
+        .override_global("QP_BUCKETS", &buckets, true)
+        .override_global("QP_LIMIT", &max_qps, true)
+        .override_global("XDP_LEN", &layout, true)
+        .map_max_entries("MACS", MAX_MACS)
+        .map_max_entries("EVENTS", EVENTS_BYTES)
+        .load(object.bytes())
+        .map_err(ebpf_error)?;
+    let extra: &[&str] = if kfuncs.is_some() { &[prog::XDP_LEN_PROBE] } else { &[] };
+    for &name in progs.iter().chain(extra) {
+        let p = ebpf.program_mut(name).ok_or_else(|| {
+            LiveError::Other(format!("program {name} missing from the object"))
+        })?;
+        let r = match p {
+            aya::programs::Program::Xdp(x) => x.load(),
+            aya::programs::Program::SchedClassifier(c) => c.load(),
+            _ => return Err(LiveError::Other(format!("{name}: unexpected program type"))),
+        };
+        r.map_err(|e| program_error(name, e))?;
+    }
+    Ok(ebpf)
+}
+
+/// Runs the probe on a single-buffer (100 B) and a multi-buffer (9000 B) frame: each must get
+/// the helper's length through the kfunc path.
+fn check_kfunc_len(ebpf: &mut Ebpf) -> Result<(), LiveError> {
+    let p: &mut Xdp = ebpf
+        .program_mut(prog::XDP_LEN_PROBE)
+        .ok_or_else(|| LiveError::Other("program xdp_len_probe missing".into()))?
+        .try_into()
+        .map_err(|e: ProgramError| LiveError::Other(e.to_string()))?;
+    for len in [100usize, 9000] {
+        let frame = vec![0u8; len];
+        let r = p
+            .test_run(TestRunOptions {
+                data_in: Some(&frame),
+                repeat: 1,
+                ..TestRunOptions::default()
+            })
+            .map_err(|e| LiveError::Other(format!("BPF_PROG_TEST_RUN xdp_len_probe: {e}")))?;
+        if r.return_value != XDP_PASS {
+            return Err(LiveError::Other(format!(
+                "the kfunc path got a {len}-byte frame's length wrong on this kernel"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `XDP_PASS`.
+const XDP_PASS: u32 = 2;
+
 /// A loaded object: programs (loaded on demand) and the maps taken out of it.
 struct Loaded {
     /// Declared first so it stops before the object is dropped.
@@ -212,6 +343,8 @@ struct Loaded {
     events: RingBuf<MapData>,
     /// Keys in the last per-QP map read (the next read's allocation size).
     last_qps: usize,
+    /// How the XDP program takes a multi-buffer frame's length.
+    xdp_len: XdpLenPath,
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, LiveError>
@@ -225,33 +358,19 @@ where
 }
 
 impl Loaded {
-    fn new(max_qps: u32, policy: &Policy, progs: &[&str]) -> Result<Loaded, LiveError> {
+    fn new(
+        max_qps: u32,
+        policy: &Policy,
+        progs: &[&str],
+        allow_kfunc: bool,
+    ) -> Result<Loaded, LiveError> {
         if max_qps == 0 {
             return Err(LiveError::Other(
                 "the per-QP map needs at least one key".into(),
             ));
         }
         let buckets = buckets_for(max_qps);
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries("QPS", buckets * observer_common::table::WAYS as u32)
-            .map_max_entries("QPIDX", buckets)
-            .override_global("QP_BUCKETS", &buckets, true)
-            .override_global("QP_LIMIT", &max_qps, true)
-            .map_max_entries("MACS", MAX_MACS)
-            .map_max_entries("EVENTS", EVENTS_BYTES)
-            .load(OBJECT)
-            .map_err(ebpf_error)?;
-        for &name in progs {
-            let p = ebpf.program_mut(name).ok_or_else(|| {
-                LiveError::Other(format!("program {name} missing from the object"))
-            })?;
-            let r = match p {
-                aya::programs::Program::Xdp(x) => x.load(),
-                aya::programs::Program::SchedClassifier(c) => c.load(),
-                _ => return Err(LiveError::Other(format!("{name}: unexpected program type"))),
-            };
-            r.map_err(|e| program_error(name, e))?;
-        }
+        let (mut ebpf, xdp_len) = load_object(max_qps, buckets, progs, allow_kfunc)?;
         let mut table_map = |name: &str| {
             ebpf.take_map(name)
                 .ok_or_else(|| LiveError::Other(format!("map {name} missing from the eBPF object")))
@@ -283,6 +402,7 @@ impl Loaded {
             policy: policy_map,
             events,
             last_qps: 0,
+            xdp_len,
         };
         l.set_policy(policy)?;
         Ok(l)
@@ -490,7 +610,7 @@ impl LiveIface {
         if opts.egress {
             progs.push(prog::TC_EGRESS);
         }
-        let mut loaded = Loaded::new(opts.max_qps, &opts.policy, &progs)?;
+        let mut loaded = Loaded::new(opts.max_qps, &opts.policy, &progs, true)?;
         // Before attaching: no packet is stamped with the fallback clock.
         loaded.start_clock()?;
         let ingress = match hook {
@@ -516,8 +636,11 @@ impl LiveIface {
         } else {
             None
         };
+        let xdp_len = ingress
+            .starts_with("xdp")
+            .then(|| loaded.xdp_len.clone());
         tracing::info!(iface = %opts.iface, ifindex, ingress = %ingress, egress = ?egress,
-            max_qps = opts.max_qps, "attached");
+            max_qps = opts.max_qps, xdp_len = ?xdp_len, "attached");
         Ok(LiveIface {
             loaded,
             attached: Attached {
@@ -525,6 +648,7 @@ impl LiveIface {
                 ifindex,
                 ingress,
                 egress,
+                xdp_len,
             },
         })
     }
@@ -631,8 +755,19 @@ impl ProgTester {
     /// Loads a fresh object (fresh maps) with a per-QP map of `max_qps` keys and `policy`.
     pub fn load(max_qps: u32, policy: &Policy) -> Result<ProgTester, LiveError> {
         Ok(ProgTester {
-            loaded: Loaded::new(max_qps, policy, &prog::ALL)?,
+            loaded: Loaded::new(max_qps, policy, &prog::ALL, true)?,
         })
+    }
+    /// As [`ProgTester::load`], with the XDP program calling `bpf_xdp_get_buff_len` for
+    /// multi-buffer frames instead of the kfunc path (to test that both count alike).
+    pub fn load_helper_len(max_qps: u32, policy: &Policy) -> Result<ProgTester, LiveError> {
+        Ok(ProgTester {
+            loaded: Loaded::new(max_qps, policy, &prog::ALL, false)?,
+        })
+    }
+    /// How the loaded XDP program takes a multi-buffer frame's length.
+    pub fn xdp_len_path(&self) -> &XdpLenPath {
+        &self.loaded.xdp_len
     }
     /// Runs the XDP program on one frame; returns the XDP action.
     pub fn run_xdp(&mut self, frame: &[u8]) -> Result<u32, LiveError> {
