@@ -183,7 +183,7 @@ impl<A: Ops> Ops for Mixed<A> {
 /// (RC 0x00-0x17 -> 0-23, UC 0x20-0x2b -> 24-35, RD 0x40-0x55 -> 36-57, UD 0x64-0x65 -> 58-59,
 /// CNP 0x81 -> 60); every other opcode shares [`OPCODE_OTHER`].
 #[inline(always)]
-pub fn opcode_bucket(op: u8) -> usize {
+pub const fn opcode_bucket(op: u8) -> usize {
     let op = op as usize;
     match op {
         0x00..=0x17 => op,
@@ -197,6 +197,27 @@ pub fn opcode_bucket(op: u8) -> usize {
 
 /// Bucket of the opcodes outside the defined ranges (all suspect).
 pub const OPCODE_OTHER: usize = OPCODE_BUCKETS - 1;
+
+/// Per opcode: its [`opcode_bucket`] (bits 0-5) and [`class_of`] (bits 6-7), one load on the
+/// packet path instead of two chains of range compares.
+pub static OPCODE_INFO: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (opcode_bucket(i as u8) | class_of(i as u8) << 6) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// [`opcode_bucket`] and [`class_of`] of `op`, from [`OPCODE_INFO`] (the class clamped so
+/// that its bound is evident to LLVM and the verifier alike).
+#[inline(always)]
+pub fn opcode_info(op: u8) -> (usize, usize) {
+    let i = OPCODE_INFO[op as usize] as usize;
+    let c = i >> 6;
+    (i & 63, if c < class::COUNT { c } else { class::DATA })
+}
 
 /// Inverse of [`opcode_bucket`] for the defined opcodes.
 pub fn bucket_opcode(bucket: usize) -> Option<u8> {
@@ -213,7 +234,7 @@ pub fn bucket_opcode(bucket: usize) -> Option<u8> {
 
 /// metrics.md classes: 0x81 -> cnp; 0x11, 0x12, 0x51, 0x52 -> ack; everything else -> data.
 #[inline(always)]
-pub fn class_of(opcode: u8) -> usize {
+pub const fn class_of(opcode: u8) -> usize {
     match opcode {
         0x81 => class::CNP,
         0x11 | 0x12 | 0x51 | 0x52 => class::ACK,
@@ -302,7 +323,7 @@ fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep, d: i32) -> u3
 /// BTH TVer != 0, or an opcode outside the defined ranges.
 #[inline(always)]
 pub fn is_suspect(f: &Frame) -> bool {
-    f.bth.tver() != 0 || opcode_bucket(f.bth.opcode) == OPCODE_OTHER
+    f.bth.tver() != 0 || opcode_info(f.bth.opcode).0 == OPCODE_OTHER
 }
 
 /// PSN analysis step for one packet of a key (metrics.md "PSN analysis"), and its d (0 for
@@ -376,7 +397,7 @@ pub unsafe fn update_split<C: Ops, S: Ops>(
 ) -> Outcome {
     let v = counts;
     let op = f.bth.opcode;
-    let c = class_of(op);
+    let (bucket, c) = opcode_info(op);
     let l2 = wire_len.saturating_sub(f.l2_off as u32) as u64;
     let dscp = (f.dscp & 63) as usize;
     let ecn = (f.ecn & 3) as usize;
@@ -385,7 +406,7 @@ pub unsafe fn update_split<C: Ops, S: Ops>(
     } else {
         f.pcp as usize
     };
-    let ob = co.index(opcode_bucket(op), OPCODE_BUCKETS);
+    let ob = co.index(bucket, OPCODE_BUCKETS);
     unsafe {
         co.add64(addr_of_mut!((*v).pkts), 1);
         co.add64(addr_of_mut!((*v).bytes_l2), l2);
@@ -539,5 +560,20 @@ pub fn account_iface(s: &mut crate::maps::IfaceStats, f: &Frame, wire_len: u32) 
             }
         }
         _ => s.not_roce += 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opcode_table_agrees_with_the_rules_for_every_opcode() {
+        for op in 0..=255u8 {
+            assert_eq!(opcode_info(op), (opcode_bucket(op), class_of(op)), "opcode {op:#x}");
+        }
+        assert_eq!(opcode_info(0x81), (60, class::CNP));
+        assert_eq!(opcode_info(0x11), (0x11, class::ACK));
+        assert_eq!(opcode_info(0x30), (OPCODE_OTHER, class::DATA));
     }
 }

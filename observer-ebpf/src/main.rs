@@ -242,7 +242,7 @@ impl Ops for Atomic {
     }
     #[inline(always)]
     fn index(&self, i: usize, n: usize) -> usize {
-        let i = core::hint::black_box(i);
+        let i = opaque(i as u64) as usize;
         if i < n { i } else { n - 1 }
     }
 }
