@@ -5,6 +5,10 @@
 //! and `objdump -D -b binary -mi386:x86-64 DIR/roce_xdp.jit` the instructions at those offsets.
 //! `--max-qps` must match the benchmark's (65536): the table size is a load-time constant the
 //! verifier folds into the code.
+//!
+//! `<prog>.lines` maps JIT offsets to source lines (the kernel's `jited_line_info` with the
+//! program's line info and BTF strings): one `offset file:line:col` per record, ascending; a
+//! sample at offset o belongs to the last record at or before o.
 
 use std::path::PathBuf;
 
@@ -13,6 +17,7 @@ use observer::live::ProgTester;
 use observer_common::maps::Policy;
 
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+const BPF_BTF_GET_FD_BY_ID: libc::c_long = 19;
 /// `BPF_PROG_TYPE_XDP`, `BPF_PROG_TYPE_SCHED_CLS` as in /proc/<pid>/fdinfo.
 const PROG_TYPES: [&str; 2] = ["prog_type:\t6\n", "prog_type:\t3\n"];
 
@@ -32,6 +37,48 @@ struct ProgInfo {
     nr_map_ids: u32,
     map_ids: u64,
     name: [u8; 16],
+    ifindex: u32,
+    gpl_compatible: u32,
+    netns_dev: u64,
+    netns_ino: u64,
+    nr_jited_ksyms: u32,
+    nr_jited_func_lens: u32,
+    jited_ksyms: u64,
+    jited_func_lens: u64,
+    btf_id: u32,
+    func_info_rec_size: u32,
+    func_info: u64,
+    nr_func_info: u32,
+    nr_line_info: u32,
+    line_info: u64,
+    jited_line_info: u64,
+    nr_jited_line_info: u32,
+    line_info_rec_size: u32,
+    jited_line_info_rec_size: u32,
+    nr_prog_tags: u32,
+    prog_tags: u64,
+}
+
+/// `struct bpf_line_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct LineInfo {
+    insn_off: u32,
+    file_name_off: u32,
+    line_off: u32,
+    line_col: u32,
+}
+
+/// `struct bpf_btf_info` (leading members).
+#[repr(C)]
+#[derive(Default)]
+struct BtfInfo {
+    btf: u64,
+    btf_size: u32,
+    id: u32,
+    name: u64,
+    name_len: u32,
+    kernel_btf: u32,
 }
 
 /// `union bpf_attr`, the `info` member.
@@ -45,10 +92,14 @@ struct InfoAttr {
 }
 
 fn prog_info(fd: u32, info: &mut ProgInfo) -> std::io::Result<()> {
+    obj_info(fd, info)
+}
+
+fn obj_info<T>(fd: u32, info: &mut T) -> std::io::Result<()> {
     let mut a = InfoAttr {
         bpf_fd: fd,
-        info_len: size_of::<ProgInfo>() as u32,
-        info: info as *mut ProgInfo as u64,
+        info_len: size_of::<T>() as u32,
+        info: info as *mut T as u64,
         ..Default::default()
     };
     // SAFETY: `a` is a zero-padded bpf_attr member pointing at `info`, whose buffers (when set)
@@ -65,6 +116,84 @@ fn prog_info(fd: u32, info: &mut ProgInfo) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The program's BTF (its string section names the source files and lines).
+fn prog_btf(btf_id: u32) -> Result<observer::live::kfunc::Btf> {
+    let mut a = InfoAttr {
+        bpf_fd: btf_id,
+        ..Default::default()
+    };
+    // SAFETY: `a` is a zero-padded bpf_attr whose first member is the BTF id.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_BTF_GET_FD_BY_ID,
+            &mut a as *mut InfoAttr,
+            size_of::<InfoAttr>() as u32,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error()).context("BPF_BTF_GET_FD_BY_ID");
+    }
+    // SAFETY: a descriptor this call owns.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    let mut info = BtfInfo::default();
+    obj_info(fd as u32, &mut info).context("BTF info")?;
+    let mut data = vec![0u8; info.btf_size as usize];
+    let mut info2 = BtfInfo {
+        btf: data.as_mut_ptr() as u64,
+        btf_size: data.len() as u32,
+        ..Default::default()
+    };
+    obj_info(fd as u32, &mut info2).context("BTF data")?;
+    drop(owned);
+    data.truncate(info2.btf_size as usize);
+    Ok(observer::live::kfunc::Btf::parse(
+        data,
+        std::path::Path::new("program BTF"),
+    )?)
+}
+
+/// `offset file:line:col` lines for the program on `fd` (see the module documentation).
+fn line_map(fd: u32, info: &ProgInfo) -> Result<String> {
+    let n = info.nr_jited_line_info as usize;
+    if n == 0 || info.nr_line_info as usize != n || info.nr_jited_ksyms == 0 {
+        bail!("the kernel gave no JIT line info");
+    }
+    let mut lines = vec![LineInfo::default(); n];
+    let mut jited = vec![0u64; n];
+    let mut ksyms = vec![0u64; info.nr_jited_ksyms as usize];
+    let mut q = ProgInfo {
+        nr_line_info: n as u32,
+        line_info_rec_size: size_of::<LineInfo>() as u32,
+        line_info: lines.as_mut_ptr() as u64,
+        nr_jited_line_info: n as u32,
+        jited_line_info_rec_size: 8,
+        jited_line_info: jited.as_mut_ptr() as u64,
+        nr_jited_ksyms: ksyms.len() as u32,
+        jited_ksyms: ksyms.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    prog_info(fd, &mut q).context("line info")?;
+    let btf = prog_btf(info.btf_id)?;
+    let start = ksyms[0];
+    let mut out = String::new();
+    for (l, &addr) in lines.iter().zip(&jited) {
+        let file = String::from_utf8_lossy(btf.name(l.file_name_off));
+        // Only the main program's lines (subprograms have their own images).
+        if addr < start || addr - start > info.jited_prog_len as u64 {
+            continue;
+        }
+        out.push_str(&format!(
+            "{:#x} {}:{}:{}\n",
+            addr - start,
+            file.rsplit("/src/").next().unwrap_or(&file),
+            l.line_col >> 10,
+            l.line_col & 0x3ff
+        ));
+    }
+    Ok(out)
 }
 
 pub fn main(args: &[String]) -> Result<()> {
@@ -107,6 +236,10 @@ pub fn main(args: &[String]) -> Result<()> {
         let tag: String = info.tag.iter().map(|b| format!("{b:02x}")).collect();
         std::fs::write(out.join(format!("{name}.jit")), &jit)?;
         std::fs::write(out.join(format!("{name}.xlated")), &xl)?;
+        match line_map(fd, &info) {
+            Ok(m) => std::fs::write(out.join(format!("{name}.lines")), m)?,
+            Err(e) => eprintln!("{name}: no line map: {e:#}"),
+        }
         println!(
             "{name}: tag {tag}, {} JIT bytes, {} instructions -> {}/{name}.jit",
             jit.len(),

@@ -178,7 +178,8 @@ impl Btf {
         }
     }
 
-    fn name(&self, off: u32) -> &[u8] {
+    /// The string at `off` of the string section (empty when outside it).
+    pub fn name(&self, off: u32) -> &[u8] {
         let s = self.str_start.saturating_add(off as usize);
         if s >= self.str_end {
             return b"";
