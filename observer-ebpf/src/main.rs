@@ -284,8 +284,57 @@ impl Bytes for XdpBytes {
             return None;
         }
         // SAFETY: [p, p + N) is inside the packet (checked against data_end just above).
-        Some(unsafe { (p as *const [u8; N]).read_unaligned() })
+        Some(unsafe { wide_read::<N>(p) })
     }
+}
+
+/// `N` packet bytes at `p` in as few loads as fit (8, 4, 2, then 1 byte wide), through inline
+/// assembly: LLVM's BPF backend, without misaligned access (whose stack stores the verifier
+/// rejects), reads `[u8; N]` byte by byte, and builds every 16- and 32-bit field back from the
+/// bytes. The kernel allows misaligned packet loads where the CPU does them efficiently (x86-64,
+/// arm64). Loads whose bytes go unused are dropped (`pure`).
+///
+/// # Safety
+/// `[p, p + N)` is inside the packet, checked against `data_end` in this program run.
+#[inline(always)]
+unsafe fn wide_read<const N: usize>(p: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i + 8 <= N {
+        let w: u64;
+        // SAFETY: inside the checked range (caller).
+        unsafe {
+            core::arch::asm!("{0} = *(u64 *)({1} + 0)", lateout(reg) w, in(reg) p + i,
+                options(pure, readonly, nostack, preserves_flags));
+        }
+        out[i..i + 8].copy_from_slice(&w.to_le_bytes());
+        i += 8;
+    }
+    if i + 4 <= N {
+        let w: u64;
+        // SAFETY: as above.
+        unsafe {
+            core::arch::asm!("{0} = *(u32 *)({1} + 0)", lateout(reg) w, in(reg) p + i,
+                options(pure, readonly, nostack, preserves_flags));
+        }
+        out[i..i + 4].copy_from_slice(&(w as u32).to_le_bytes());
+        i += 4;
+    }
+    if i + 2 <= N {
+        let w: u64;
+        // SAFETY: as above.
+        unsafe {
+            core::arch::asm!("{0} = *(u16 *)({1} + 0)", lateout(reg) w, in(reg) p + i,
+                options(pure, readonly, nostack, preserves_flags));
+        }
+        out[i..i + 2].copy_from_slice(&(w as u16).to_le_bytes());
+        i += 2;
+    }
+    if i < N {
+        // SAFETY: as above.
+        out[i] = unsafe { *((p + i) as *const u8) };
+    }
+    out
 }
 
 /// tc frame bytes: direct access to the linear part (see [`parse_skb`], which pulls the headers
@@ -306,7 +355,7 @@ impl Bytes for SkbBytes {
 
     #[inline(always)]
     fn load<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
-        let off = core::hint::black_box(off);
+        let off = opaque(off as u64) as usize;
         if off > MAX_OFF {
             return None;
         }
@@ -315,7 +364,7 @@ impl Bytes for SkbBytes {
             return None;
         }
         // SAFETY: inside the linear packet data (checked against data_end).
-        Some(unsafe { (p as *const [u8; N]).read_unaligned() })
+        Some(unsafe { wide_read::<N>(p) })
     }
 }
 
