@@ -9,6 +9,10 @@
 //! `<prog>.lines` maps JIT offsets to source lines (the kernel's `jited_line_info` with the
 //! program's line info and BTF strings): one `offset file:line:col` per record, ascending; a
 //! sample at offset o belongs to the last record at or before o.
+//!
+//! `cargo xtask jit-lines PERF_SCRIPT [--prog NAME] [--dir DIR] [--top N]` does that: it reads
+//! `perf script -F ip,sym,symoff` output, keeps the samples in `bpf_prog_<tag>_<NAME>` (default
+//! roce_xdp), and prints the share of samples per source line, largest first.
 
 use std::path::PathBuf;
 
@@ -250,6 +254,65 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     if n == 0 {
         bail!("no loaded programs found among this process's file descriptors");
+    }
+    Ok(())
+}
+
+/// `cargo xtask jit-lines`: samples per source line (see the module documentation).
+pub fn lines(args: &[String]) -> Result<()> {
+    let mut prog = "roce_xdp".to_string();
+    let mut dir = PathBuf::from("target/jit-dump");
+    let mut top = 40usize;
+    let mut input = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--prog" => prog = it.next().context("--prog NAME")?.clone(),
+            "--dir" => dir = it.next().context("--dir DIR")?.into(),
+            "--top" => top = it.next().context("--top N")?.parse()?,
+            f if input.is_none() => input = Some(PathBuf::from(f)),
+            other => bail!("unknown argument {other:?}"),
+        }
+    }
+    let input = input.context("usage: jit-lines PERF_SCRIPT [--prog NAME] [--dir DIR] [--top N]")?;
+    let map_path = dir.join(format!("{prog}.lines"));
+    let map_text = std::fs::read_to_string(&map_path)
+        .with_context(|| format!("{} (run cargo xtask jit-dump first)", map_path.display()))?;
+    let mut map: Vec<(u64, String)> = Vec::new();
+    for (i, l) in map_text.lines().enumerate() {
+        let (off, loc) = l
+            .split_once(' ')
+            .with_context(|| format!("{}:{}: no offset", map_path.display(), i + 1))?;
+        let off = u64::from_str_radix(off.trim_start_matches("0x"), 16)
+            .with_context(|| format!("{}:{}: bad offset", map_path.display(), i + 1))?;
+        // file:line, without the column.
+        let loc = loc.rsplit_once(':').map_or(loc, |(fl, _)| fl);
+        map.push((off, loc.to_string()));
+    }
+    map.sort();
+    let samples = std::fs::read_to_string(&input)
+        .with_context(|| format!("reading {}", input.display()))?;
+    let marker = format!("_{prog}+0x");
+    let mut counts: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    let mut total = 0u64;
+    for l in samples.lines() {
+        let Some(p) = l.find(&marker) else { continue };
+        let hex = &l[p + marker.len()..];
+        let hex = hex.split(|c: char| !c.is_ascii_hexdigit()).next().unwrap_or("");
+        let Ok(off) = u64::from_str_radix(hex, 16) else { continue };
+        let i = map.partition_point(|(o, _)| *o <= off);
+        let loc = if i == 0 { "(before the first line)" } else { map[i - 1].1.as_str() };
+        *counts.entry(loc).or_default() += 1;
+        total += 1;
+    }
+    if total == 0 {
+        bail!("no samples of {prog} in {} (was the program loaded with the same code?)", input.display());
+    }
+    let mut v: Vec<(&str, u64)> = counts.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    println!("{total} samples in {prog}");
+    for (loc, n) in v.into_iter().take(top) {
+        println!("{:5.1}% {n:7} {loc}", n as f64 * 100.0 / total as f64);
     }
     Ok(())
 }

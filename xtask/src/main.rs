@@ -39,11 +39,12 @@ fn main() -> anyhow::Result<()> {
         Some("bench-collector") => bench_collector(&args[1..]),
         Some("bench-replay") => bench_replay::run(&args[1..]),
         Some("jit-dump") => jit_dump::main(&args[1..]),
+        Some("jit-lines") => jit_dump::lines(&args[1..]),
         Some(other) => anyhow::bail!(
-            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-replay, jit-dump)"
+            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-replay, jit-dump, jit-lines)"
         ),
         None => anyhow::bail!(
-            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-replay, jit-dump"
+            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-replay, jit-dump, jit-lines"
         ),
     }
 }
