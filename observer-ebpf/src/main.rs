@@ -300,35 +300,27 @@ impl Bytes for XdpBytes {
 unsafe fn wide_read<const N: usize>(p: usize) -> [u8; N] {
     let mut out = [0u8; N];
     let mut i = 0;
+    // One `W`-byte load at `p + i` into `out[i..i + W]` (the asm type names the width).
+    macro_rules! chunk {
+        ($ty:literal, $w:literal) => {{
+            let v: u64;
+            // SAFETY: inside the checked range (caller).
+            unsafe {
+                core::arch::asm!(concat!("{0} = *(", $ty, " *)({1} + 0)"), lateout(reg) v,
+                    in(reg) p + i, options(pure, readonly, nostack, preserves_flags));
+            }
+            out[i..i + $w].copy_from_slice(&v.to_le_bytes()[..$w]);
+            i += $w;
+        }};
+    }
     while i + 8 <= N {
-        let w: u64;
-        // SAFETY: inside the checked range (caller).
-        unsafe {
-            core::arch::asm!("{0} = *(u64 *)({1} + 0)", lateout(reg) w, in(reg) p + i,
-                options(pure, readonly, nostack, preserves_flags));
-        }
-        out[i..i + 8].copy_from_slice(&w.to_le_bytes());
-        i += 8;
+        chunk!("u64", 8);
     }
     if i + 4 <= N {
-        let w: u64;
-        // SAFETY: as above.
-        unsafe {
-            core::arch::asm!("{0} = *(u32 *)({1} + 0)", lateout(reg) w, in(reg) p + i,
-                options(pure, readonly, nostack, preserves_flags));
-        }
-        out[i..i + 4].copy_from_slice(&(w as u32).to_le_bytes());
-        i += 4;
+        chunk!("u32", 4);
     }
     if i + 2 <= N {
-        let w: u64;
-        // SAFETY: as above.
-        unsafe {
-            core::arch::asm!("{0} = *(u16 *)({1} + 0)", lateout(reg) w, in(reg) p + i,
-                options(pure, readonly, nostack, preserves_flags));
-        }
-        out[i..i + 2].copy_from_slice(&(w as u16).to_le_bytes());
-        i += 2;
+        chunk!("u16", 2);
     }
     if i < N {
         // SAFETY: as above.

@@ -99,6 +99,24 @@ fn prog_info(fd: u32, info: &mut ProgInfo) -> std::io::Result<()> {
     obj_info(fd, info)
 }
 
+/// The bpf(2) command `cmd` on `a`; its non-negative result.
+fn bpf(cmd: libc::c_long, a: &mut InfoAttr) -> std::io::Result<i64> {
+    // SAFETY: `a` is a zero-padded bpf_attr prefix; the pointers in it (when set) point at
+    // buffers of the lengths given beside them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            a as *mut InfoAttr,
+            size_of::<InfoAttr>() as u32,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(r)
+}
+
 fn obj_info<T>(fd: u32, info: &mut T) -> std::io::Result<()> {
     let mut a = InfoAttr {
         bpf_fd: fd,
@@ -106,40 +124,17 @@ fn obj_info<T>(fd: u32, info: &mut T) -> std::io::Result<()> {
         info: info as *mut T as u64,
         ..Default::default()
     };
-    // SAFETY: `a` is a zero-padded bpf_attr member pointing at `info`, whose buffers (when set)
-    // have the lengths given in it.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            &mut a as *mut InfoAttr,
-            size_of::<InfoAttr>() as u32,
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a).map(|_| ())
 }
 
 /// The program's BTF (its string section names the source files and lines).
 fn prog_btf(btf_id: u32) -> Result<observer::live::kfunc::Btf> {
+    // The attribute's first member is the BTF id.
     let mut a = InfoAttr {
         bpf_fd: btf_id,
         ..Default::default()
     };
-    // SAFETY: `a` is a zero-padded bpf_attr whose first member is the BTF id.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_BTF_GET_FD_BY_ID,
-            &mut a as *mut InfoAttr,
-            size_of::<InfoAttr>() as u32,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error()).context("BPF_BTF_GET_FD_BY_ID");
-    }
+    let fd = bpf(BPF_BTF_GET_FD_BY_ID, &mut a).context("BPF_BTF_GET_FD_BY_ID")?;
     // SAFETY: a descriptor this call owns.
     let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
     let mut info = BtfInfo::default();
