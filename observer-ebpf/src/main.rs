@@ -273,19 +273,26 @@ impl Bytes for XdpBytes {
 
     #[inline(always)]
     fn load<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
-        // Opaque to LLVM, so it cannot merge this bounds check into another load's (the
-        // verifier checks each access against data_end on its own).
-        let off = opaque(off as u64) as usize;
-        if off > MAX_OFF {
-            return None;
-        }
-        let p = self.data + off;
-        if p + N > self.end {
-            return None;
-        }
-        // SAFETY: [p, p + N) is inside the packet (checked against data_end just above).
-        Some(unsafe { wide_read::<N>(p) })
+        packet_load(self.data, self.end, off)
     }
+}
+
+/// `N` bytes at `off` of the packet data `[data, end)` (direct packet access), or `None` past
+/// `end` or [`MAX_OFF`]: both contexts' [`Bytes::load`].
+#[inline(always)]
+fn packet_load<const N: usize>(data: usize, end: usize, off: usize) -> Option<[u8; N]> {
+    // Opaque to LLVM, so it cannot merge this bounds check into another load's (the verifier
+    // checks each access against data_end on its own).
+    let off = opaque(off as u64) as usize;
+    if off > MAX_OFF {
+        return None;
+    }
+    let p = data + off;
+    if p + N > end {
+        return None;
+    }
+    // SAFETY: [p, p + N) is inside the packet (checked against data_end just above).
+    Some(unsafe { wide_read::<N>(p) })
 }
 
 /// `N` packet bytes at `p` in as few loads as fit (8, 4, 2, then 1 byte wide), through inline
@@ -331,8 +338,9 @@ unsafe fn wide_read<const N: usize>(p: usize) -> [u8; N] {
 
 /// tc frame bytes: direct access to the linear part (see [`parse_skb`], which pulls the headers
 /// into it first); bytes past the linear part read as truncated. Kept apart from [`XdpBytes`]
-/// on purpose: one shared struct for both changed LLVM's code enough for the verifier to reject
-/// `roce_xdp` ("pointer arithmetic with <<= operator prohibited"; tried).
+/// on purpose (the loads are shared: [`packet_load`]): one shared struct for both changed
+/// LLVM's code enough for the verifier to reject `roce_xdp` ("pointer arithmetic with <<=
+/// operator prohibited"; tried).
 struct SkbBytes {
     data: usize,
     end: usize,
@@ -347,16 +355,7 @@ impl Bytes for SkbBytes {
 
     #[inline(always)]
     fn load<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
-        let off = opaque(off as u64) as usize;
-        if off > MAX_OFF {
-            return None;
-        }
-        let p = self.data + off;
-        if p + N > self.end {
-            return None;
-        }
-        // SAFETY: inside the linear packet data (checked against data_end).
-        Some(unsafe { wide_read::<N>(p) })
+        packet_load(self.data, self.end, off)
     }
 }
 
