@@ -46,8 +46,10 @@ pub const BUSY: u32 = 1;
 /// Evicted by userspace, awaiting its final read.
 pub const DEAD: u32 = 2;
 
-/// Lock attempts before an insert gives up (counted as an insert failure).
-pub const LOCK_TRIES: usize = 4096;
+/// Attempts at a contended insert lock before the insert gives up (counted as an insert
+/// failure): 2^20, several milliseconds of waiting, which only a holder whose CPU stopped (a
+/// vCPU descheduled by the hypervisor) outlasts. The eBPF program makes them in a `bpf_loop`.
+pub const LOCK_WAIT_LOOPS: u32 = 1 << 20;
 
 /// One bucket of `QPIDX`.
 #[repr(C)]

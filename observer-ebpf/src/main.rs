@@ -17,8 +17,8 @@ use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_or, atomic_xadd, ato
 use aya_ebpf::EbpfContext;
 use aya_ebpf::bindings::{__sk_buff, xdp_action, xdp_md};
 use aya_ebpf::helpers::generated::{
-    bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_skb_pull_data,
-    bpf_xdp_get_buff_len,
+    bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_loop,
+    bpf_skb_pull_data, bpf_xdp_get_buff_len,
 };
 use aya_ebpf::macros::{classifier, map, xdp};
 use aya_ebpf::maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf};
@@ -503,14 +503,7 @@ fn insert(key: &QpKey, h: u64) -> i64 {
     // SAFETY: pointers into QPIDX / QPCOUNT; every shared word is accessed atomically.
     unsafe {
         let lock = core::ptr::addr_of_mut!((*bk1).lock);
-        let mut locked = false;
-        for _ in 0..table::LOCK_TRIES {
-            if Atomic.cas32(lock, 0, 1) == 0 {
-                locked = true;
-                break;
-            }
-        }
-        if !locked {
+        if Atomic.cas32(lock, 0, 1) != 0 && !wait_for_lock(b1) {
             return -1;
         }
         // Inserted by another CPU since our lookup?
@@ -536,6 +529,58 @@ fn insert(key: &QpKey, h: u64) -> i64 {
         atomic_xchg::<u32, { AtomicOrdering::SeqCst }>(lock, 0);
         r
     }
+}
+
+/// [`wait_for_lock`]'s state, on the waiting program's stack.
+#[repr(C)]
+struct LockWait {
+    /// The bucket whose lock is wanted.
+    bucket: u32,
+    /// 1 once it is held.
+    got: u32,
+}
+
+/// Waits for the insert lock of bucket `b` and takes it; false if it stayed held for
+/// [`table::LOCK_WAIT_LOOPS`] attempts (its holder's CPU stalled for milliseconds).
+///
+/// The attempts run in a `bpf_loop`: the verifier checks its callback once, where a bounded
+/// loop in the program would be checked once per iteration, so the wait can be long enough
+/// to ride out a descheduled vCPU (the holder keeps the lock for well under a microsecond when
+/// it runs). The kernel inlines the loop; an uncontended insert never gets here.
+#[inline(never)]
+fn wait_for_lock(b: u32) -> bool {
+    let mut w = LockWait { bucket: b, got: 0 };
+    // SAFETY: the callback is a BPF function of the signature bpf_loop expects; `w` outlives
+    // the call.
+    unsafe {
+        bpf_loop(
+            table::LOCK_WAIT_LOOPS,
+            lock_wait_step as *mut core::ffi::c_void,
+            core::ptr::addr_of_mut!(w) as *mut core::ffi::c_void,
+            0,
+        );
+        core::ptr::read_volatile(&w.got) != 0
+    }
+}
+
+/// One attempt of [`wait_for_lock`]: 1 (stop) once the lock is taken, else 0.
+extern "C" fn lock_wait_step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    let w = ctx as *mut LockWait;
+    // SAFETY: `ctx` is the caller's LockWait (bpf_loop passes it through).
+    let b = unsafe { core::ptr::read_volatile(&(*w).bucket) };
+    let Some(bk) = QPIDX.get_ptr_mut(b) else {
+        return 1;
+    };
+    // SAFETY: a bucket of QPIDX; the lock word is only accessed atomically (test, then
+    // test-and-set, so waiters read a shared cache line until the holder lets go).
+    unsafe {
+        let lock = core::ptr::addr_of_mut!((*bk).lock);
+        if core::ptr::read_volatile(lock) == 0 && Atomic.cas32(lock, 0, 1) == 0 {
+            core::ptr::write_volatile(&mut (*w).got, 1);
+            return 1;
+        }
+    }
+    0
 }
 
 /// Claims a free way of the emptier of the two buckets (the first on a tie), writes the key and

@@ -312,3 +312,76 @@ fn eviction_under_traffic_loses_no_count() {
     assert!(s.qps.len() <= 1);
     assert_eq!(t.table_len(), s.qps.len() as u64);
 }
+
+/// An insert whose bucket lock is held waits for it (`table::LOCK_WAIT_LOOPS` attempts, in a
+/// `bpf_loop`): it takes the key when the holder lets go within the wait, and gives up, counted
+/// as an insert failure with the packet untracked, when the holder never does.
+#[test]
+fn insert_waits_for_a_held_lock_then_gives_up_counted() {
+    if !observer::testutil::require_root("insert_waits_for_a_held_lock_then_gives_up_counted") {
+        return;
+    }
+    let _one = one_at_a_time();
+    let cpus = online_cpus();
+    assert!(cpus.len() >= 2, "needs at least 2 CPUs, have {cpus:?}");
+    let mut t = ProgTester::load(16, &Policy::NONE).unwrap_or_else(|e| panic!("{e}"));
+    let frame = Roce::data(1).build();
+    let runner = t.shared_runner(prog::XDP).unwrap();
+
+    // A holder that never lets go: the insert gives up after its whole wait.
+    t.hold_insert_locks(true);
+    let (act, gave_up_after) = runner.run_timed(&frame, 1).unwrap();
+    assert_eq!(act, 2, "XDP_PASS");
+    let s = t.snapshot("test", 0).unwrap();
+    let st = s.iface_stats[dir::INGRESS as usize];
+    assert_eq!((st.roce, st.qp_insert_failed, st.roce_untracked), (1, 1, 1));
+    assert!(s.qps.is_empty());
+    assert_eq!(t.table_len(), 0, "a give-up leaves no key counted in the table");
+    eprintln!(
+        "an insert gave up after {} attempts in {gave_up_after:?}",
+        observer_common::table::LOCK_WAIT_LOOPS
+    );
+
+    // A holder that lets go while the insert waits: the insert takes the key. The runner (on one
+    // CPU) starts before the locks are let go (from another); an attempt counts when the run
+    // took at least a quarter of the release delay, i.e. it waited, and inserted the key. An
+    // attempt where this thread was held up past the whole wait (a stalled vCPU) is retried.
+    // Bounded: 5 attempts.
+    let delay = (gave_up_after / 4).max(std::time::Duration::from_micros(200));
+    let mut waited = None;
+    let mut gave_up = 1;
+    for attempt in 0..5u64 {
+        // The key must be inserted afresh: evict it (none in the table at the first attempt).
+        let keys: Vec<_> = t.snapshot("test", 0).unwrap().qps.iter().map(|(k, _)| *k).collect();
+        t.evict(&keys).unwrap();
+        t.hold_insert_locks(true);
+        let took = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                pin_to(cpus[0]);
+                runner.run_timed(&frame, 1).unwrap().1
+            });
+            pin_to(cpus[1]);
+            std::thread::sleep(delay);
+            t.hold_insert_locks(false);
+            h.join().unwrap()
+        });
+        let s = t.snapshot("test", 0).unwrap();
+        let st = s.iface_stats[dir::INGRESS as usize];
+        assert_eq!(st.roce, 2 + attempt);
+        if st.qp_insert_failed > gave_up {
+            gave_up = st.qp_insert_failed;
+            eprintln!("attempt {attempt}: gave up after {took:?} (lock let go after {delay:?})");
+            assert!(s.qps.is_empty());
+            continue;
+        }
+        assert_eq!(s.qps.len(), 1);
+        assert_eq!(s.qps[0].1.pkts, 1);
+        if took >= delay / 4 {
+            waited = Some(took);
+            break;
+        }
+    }
+    assert_eq!(t.table_len(), 1);
+    let took = waited.expect("no insert waited for a lock and then took it");
+    eprintln!("an insert waited {took:?} for a lock let go after {delay:?}");
+}

@@ -855,6 +855,11 @@ impl ProgTester {
     pub fn table_len(&self) -> u64 {
         self.loaded.table.keys()
     }
+    /// Takes (`held`) or lets go of every insert lock of the per-QP table, as a kernel inserter
+    /// whose CPU stalled holding it would: for the tests of the inserts' wait and give-up.
+    pub fn hold_insert_locks(&self, held: bool) {
+        self.loaded.table.hold_insert_locks(held)
+    }
     /// Packets in the table's spill values (see `observer_common::table::QpSlot`).
     pub fn spilled_pkts(&self) -> u64 {
         self.loaded.table.spilled_pkts()
@@ -886,8 +891,12 @@ pub struct SharedRunner {
 impl SharedRunner {
     /// Runs the program `repeat` times on `frame` on this thread's CPU; returns its return value.
     pub fn run(&self, frame: &[u8], repeat: u32) -> Result<u32, LiveError> {
+        self.run_timed(frame, repeat).map(|(r, _)| r)
+    }
+    /// As [`SharedRunner::run`], with the kernel's average time per run.
+    pub fn run_timed(&self, frame: &[u8], repeat: u32) -> Result<(u32, Duration), LiveError> {
         sys::prog_test_run(self.fd.as_raw_fd(), frame, repeat)
-            .map(|(r, _)| r)
+            .map(|(r, ns)| (r, Duration::from_nanos(ns as u64)))
             .map_err(|e| LiveError::Other(format!("BPF_PROG_TEST_RUN: {e}")))
     }
 }

@@ -116,6 +116,23 @@ impl QpTable {
         n
     }
 
+    /// Takes (`held`) or lets go of every bucket's insert lock, as a kernel inserter whose CPU
+    /// stalled holding it would: for the tests of the inserts' wait and give-up.
+    pub fn hold_insert_locks(&self, held: bool) {
+        for b in 0..self.buckets as usize {
+            // SAFETY: inside the mapping; the bucket's lock word, 4-aligned, which the kernel
+            // only accesses atomically.
+            let lock = unsafe {
+                &*(self
+                    .idx
+                    .ptr
+                    .add(b * size_of::<Bucket>() + std::mem::offset_of!(Bucket, lock))
+                    as *const AtomicU32)
+            };
+            lock.store(held as u32, Ordering::Release);
+        }
+    }
+
     /// Keys in the table (inserted and not yet evicted).
     pub fn keys(&self) -> u64 {
         self.keys_in_table().load(Ordering::Relaxed)
