@@ -276,8 +276,13 @@ fn eviction_under_traffic_loses_no_count() {
                 }
             });
         }
-        // Evict the key over and over while the CPUs count into it (bounded: 40 rounds).
-        for _ in 0..40 {
+        // Evict the key over and over while the CPUs count into it: 40 rounds, more (up to 400)
+        // until 10 evictions have happened (each waits for an RCU grace period, which a loaded
+        // machine stretches).
+        for round in 0..400 {
+            if round >= 40 && evictions >= 10 {
+                break;
+            }
             std::thread::sleep(std::time::Duration::from_millis(5));
             let keys: Vec<_> = t
                 .snapshot("test", 0)
@@ -343,24 +348,38 @@ fn insert_waits_for_a_held_lock_then_gives_up_counted() {
     );
 
     // A holder that lets go while the insert waits: the insert takes the key. The runner (on one
-    // CPU) starts before the locks are let go (from another); an attempt counts when the run
-    // took at least a quarter of the release delay, i.e. it waited, and inserted the key. An
-    // attempt where this thread was held up past the whole wait (a stalled vCPU) is retried.
-    // Bounded: 5 attempts.
-    let delay = (gave_up_after / 4).max(std::time::Duration::from_micros(200));
+    // CPU) says when it is about to enter BPF_PROG_TEST_RUN; this thread (on another) then lets
+    // the locks go after `delay`. An attempt counts when the run took at least a quarter of the
+    // delay, i.e. it waited, and inserted the key. An attempt where the runner entered the run
+    // only after the locks were let go, or where this thread was held up past the whole wait
+    // (a stalled vCPU), is tried again: up to 200 attempts or 5 s.
+    let delay = (gave_up_after / 4).clamp(
+        std::time::Duration::from_micros(200),
+        std::time::Duration::from_millis(2),
+    );
     let mut waited = None;
     let mut gave_up = 1;
-    for attempt in 0..5u64 {
+    let t0 = std::time::Instant::now();
+    for attempt in 0..200u64 {
+        if t0.elapsed() > std::time::Duration::from_secs(5) {
+            break;
+        }
         // The key must be inserted afresh: evict it (none in the table at the first attempt).
         let keys: Vec<_> = t.snapshot("test", 0).unwrap().qps.iter().map(|(k, _)| *k).collect();
         t.evict(&keys).unwrap();
         t.hold_insert_locks(true);
+        let entering = std::sync::atomic::AtomicBool::new(false);
         let took = std::thread::scope(|s| {
             let h = s.spawn(|| {
                 pin_to(cpus[0]);
+                entering.store(true, std::sync::atomic::Ordering::Release);
                 runner.run_timed(&frame, 1).unwrap().1
             });
             pin_to(cpus[1]);
+            // Bounded by the runner: it sets the flag before anything that can fail.
+            while !entering.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::yield_now();
+            }
             std::thread::sleep(delay);
             t.hold_insert_locks(false);
             h.join().unwrap()
@@ -380,6 +399,7 @@ fn insert_waits_for_a_held_lock_then_gives_up_counted() {
             waited = Some(took);
             break;
         }
+        eprintln!("attempt {attempt}: the run began after the locks were let go ({took:?})");
     }
     assert_eq!(t.table_len(), 1);
     let took = waited.expect("no insert waited for a lock and then took it");
