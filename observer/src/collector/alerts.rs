@@ -215,13 +215,27 @@ struct Hold {
     latest: Option<Alert>,
 }
 
+/// Reconciles one (rule, key)'s kernel events with its interval deltas. The packet behind a
+/// first-occurrence event is also in the interval delta that contains it, which the collector
+/// may read before or after the event: either way it is counted once.
+#[derive(Default)]
+struct Tally {
+    /// Occurrences alerted from events, not yet met in an interval delta: subtracted from the
+    /// next deltas.
+    credit: u64,
+    /// A delta counted occurrences before any event of this key came: the first-occurrence
+    /// event that may still arrive for one of them is counted already (the kernel raises at
+    /// most one per rule and key).
+    debit: bool,
+    /// An event of this key has come.
+    evented: bool,
+}
+
 /// Deduplication with hold-down per (rule, key).
 pub struct Dedup {
     pub hold_down_ns: u64,
     holds: HashMap<(&'static str, AlertKey), Hold>,
-    /// Occurrences already alerted from a kernel event, not yet seen in an interval delta:
-    /// subtracted from the interval's count so a packet is not counted twice.
-    credits: HashMap<(&'static str, AlertKey), u64>,
+    tallies: HashMap<(&'static str, AlertKey), Tally>,
 }
 
 impl Dedup {
@@ -229,7 +243,7 @@ impl Dedup {
         Dedup {
             hold_down_ns,
             holds: HashMap::new(),
-            credits: HashMap::new(),
+            tallies: HashMap::new(),
         }
     }
 
@@ -237,17 +251,33 @@ impl Dedup {
     pub fn offer(&mut self, mut a: Alert) -> Option<Alert> {
         let id = (a.rule, a.key.clone());
         if a.origin == "event" {
-            *self.credits.entry(id.clone()).or_default() += a.count;
-        } else if let Some(c) = self.credits.get_mut(&id) {
-            let used = (*c).min(a.count);
-            *c -= used;
-            a.count -= used;
-            if *c == 0 {
-                self.credits.remove(&id);
+            let t = self.tallies.entry(id.clone()).or_default();
+            t.evented = true;
+            if t.debit && a.count > 0 {
+                // Its packet was counted by an interval alert already.
+                t.debit = false;
+                a.count -= 1;
             }
+            t.credit += a.count;
             if a.count == 0 {
                 return None;
             }
+        } else if let Some(t) = self.tallies.get_mut(&id) {
+            let used = t.credit.min(a.count);
+            t.credit -= used;
+            a.count -= used;
+            t.debit |= a.count > 0 && !t.evented;
+            if a.count == 0 {
+                return None;
+            }
+        } else if a.count > 0 && raised_by_events(a.rule) {
+            self.tallies.insert(
+                id.clone(),
+                Tally {
+                    debit: true,
+                    ..Tally::default()
+                },
+            );
         }
         match self.holds.get_mut(&id) {
             Some(h) if a.time_ns < h.last_emit_ns.saturating_add(self.hold_down_ns) => {
@@ -305,6 +335,10 @@ impl Dedup {
             }
             !(due && h.suppressed == 0)
         });
+        // A quiet key's tally goes with its hold (unless events still await their deltas).
+        let holds = &self.holds;
+        self.tallies
+            .retain(|id, t| t.credit > 0 || holds.contains_key(id));
         out.sort_by(|a, b| (a.time_ns, a.rule).cmp(&(b.time_ns, b.rule)));
         out
     }
@@ -328,6 +362,18 @@ fn pcp_str(v: u8) -> String {
     } else {
         v.to_string()
     }
+}
+
+/// Whether kernel events (`from_event`) raise `rule` besides interval deltas.
+fn raised_by_events(rule: &str) -> bool {
+    [
+        rule::DSCP_MISMATCH,
+        rule::PCP_MISMATCH,
+        rule::NOT_ECT,
+        rule::PSN_GAP,
+        rule::GO_BACK_N,
+    ]
+    .contains(&rule)
 }
 
 /// Alerts from one kernel (or datapath) event.
@@ -633,6 +679,49 @@ mod tests {
         d.offer(e);
         assert!(d.offer(a(10, 1)).is_none());
         assert!(d.tick(5000, true).is_empty());
+    }
+
+    #[test]
+    fn event_after_its_interval_is_not_counted_twice() {
+        let ev = |t, n| {
+            let mut e = a(t, n);
+            e.rule = rule::DSCP_MISMATCH;
+            e.origin = "event";
+            e
+        };
+        let iv = |t, n| {
+            let mut e = a(t, n);
+            e.rule = rule::DSCP_MISMATCH;
+            e
+        };
+        // The delta holding the first packet and 4 more is read before the packet's event.
+        let mut d = Dedup::new(1000);
+        let first = d.offer(iv(10, 5)).expect("the interval alerts");
+        assert_eq!((first.count, first.origin), (5, "interval"));
+        assert!(d.offer(ev(5, 1)).is_none(), "its packet is counted already");
+        assert!(d.offer(iv(20, 3)).is_none(), "held");
+        assert_eq!(d.tick(2000, true)[0].count, 3, "5 + 3 in all, not 9");
+        // Event first, then its delta: counted once as well, and the event alerts.
+        let mut d = Dedup::new(1000);
+        assert_eq!(d.offer(ev(5, 1)).unwrap().count, 1);
+        assert!(d.offer(iv(10, 5)).is_none());
+        assert_eq!(d.tick(2000, true)[0].count, 4, "1 + 4");
+        // Once an event came, a later delta leaves no debit: the QP's next first occurrence
+        // (after it was evicted and came back) alerts at once.
+        let mut d = Dedup::new(1000);
+        d.offer(ev(5, 1));
+        d.offer(iv(10, 1));
+        d.offer(iv(20, 2));
+        assert!(d.offer(ev(30, 1)).is_none(), "held, but counted");
+        assert_eq!(d.tick(2000, true)[0].count, 3);
+        // Rules no event raises keep no tally; tallies go with their quiet keys.
+        let mut d = Dedup::new(1000);
+        d.offer(a(0, 5));
+        d.offer(iv(0, 5));
+        assert_eq!(d.tallies.len(), 1);
+        d.tick(5000, false);
+        d.tick(10_000, false);
+        assert_eq!((d.held_keys(), d.tallies.len()), (0, 0));
     }
 
     #[test]

@@ -365,6 +365,13 @@ fn interval(
         if snap.link_speed_bps.is_none() {
             snap.link_speed_bps = *speed;
         }
+        // Events first: a first occurrence counted in this snapshot was put in the ring buffer
+        // by the same program run, so it is there by now and alerts as an event (the interval
+        // delta then leaves it out; `alerts::Dedup` counts it once in either order).
+        let mut evbuf = Vec::new();
+        if l.drain_events(&mut evbuf) > 0 {
+            col.on_events(name, &evbuf);
+        }
         col.on_snapshot(&snap)?;
         // A nearly full map: evict idle keys, accounting their final values next interval.
         if snap.qps.len() as u64 * 10 >= args.max_qps as u64 * 9 {
