@@ -258,7 +258,10 @@ pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabErr
         rate_pps: args.rate_pps,
         min_rate_pps: args.rate_pps / 16.0,
         ack_every: 16,
-        ack_timeout: Duration::from_millis(64),
+        // Local ACK timeout 4.096 us x 2^16 (a common RoCE setting), long enough that a
+        // scheduling stall of the responder on a loaded machine does not look like loss: the
+        // clean scenarios require that nothing is resent.
+        ack_timeout: Duration::from_micros(4096 * 64),
         rnr_timer: Duration::from_millis(2),
         cnp_interval: Duration::from_micros(args.cnp_interval_us),
         marking,
