@@ -212,6 +212,16 @@ fn unprivileged_run_says_what_is_needed() {
     if !require_root("unprivileged_run_says_what_is_needed") {
         return;
     }
+    // A copy nobody can run whatever directory the checkout is in (a clone under /root is not
+    // searchable by nobody).
+    let dir = std::env::temp_dir().join(format!("roce-unpriv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("roce-observe");
+    std::fs::copy(env!("CARGO_BIN_EXE_roce-observe"), &bin).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for (p, mode) in [(&dir, 0o755), (&bin, 0o755)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
     // drop to nobody without capabilities
     let o = Command::new("setpriv")
         .args([
@@ -221,10 +231,11 @@ fn unprivileged_run_says_what_is_needed() {
             "--inh-caps=-all",
             "--bounding-set=-all",
         ])
-        .arg(env!("CARGO_BIN_EXE_roce-observe"))
+        .arg(&bin)
         .args(["--iface", "lo", "--plain", "--out", "/tmp"])
         .output()
         .expect("setpriv (util-linux)");
+    let _ = std::fs::remove_dir_all(&dir);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(
