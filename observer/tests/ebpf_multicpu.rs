@@ -34,6 +34,28 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     M.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A test's start: root (else it skips, outside CI), its turn (held while it runs) and at least
+/// two CPUs, which it returns.
+fn multicpu_test(name: &str) -> Option<(std::sync::MutexGuard<'static, ()>, Vec<usize>)> {
+    if !observer::testutil::require_root(name) {
+        return None;
+    }
+    let turn = one_at_a_time();
+    let cpus = online_cpus();
+    assert!(cpus.len() >= 2, "needs at least 2 CPUs, have {cpus:?}");
+    Some((turn, cpus))
+}
+
+/// The keys in the per-QP table now.
+fn live_keys(t: &mut ProgTester) -> Vec<observer_common::maps::QpKey> {
+    t.snapshot("test", 0)
+        .unwrap()
+        .qps
+        .iter()
+        .map(|(k, _)| *k)
+        .collect()
+}
+
 /// Per-QP packet counts plus the untracked ones must equal what was sent, and a give-up on an
 /// insert lock (its holder's CPU stalled longer than the insert waits, e.g. a vCPU descheduled
 /// by the hypervisor) is the only way a RoCE packet goes untracked here. Give-ups are rare: at
@@ -76,12 +98,9 @@ fn pin_to(cpu: usize) {
 
 #[test]
 fn one_qp_on_several_cpus_loses_no_count() {
-    if !observer::testutil::require_root("one_qp_on_several_cpus_loses_no_count") {
+    let Some((_turn, cpus)) = multicpu_test("one_qp_on_several_cpus_loses_no_count") else {
         return;
-    }
-    let _one = one_at_a_time();
-    let cpus = online_cpus();
-    assert!(cpus.len() >= 2, "needs at least 2 CPUs, have {cpus:?}");
+    };
     // Two threads per CPU, so each CPU also switches between runs of one key.
     let threads: Vec<usize> = cpus.iter().chain(cpus.iter()).copied().collect();
     const CALLS: u32 = 200;
@@ -177,12 +196,11 @@ fn one_qp_on_several_cpus_loses_no_count() {
 /// the table's key count equals the keys.
 #[test]
 fn concurrent_inserts_of_the_same_keys_make_one_slot_each() {
-    if !observer::testutil::require_root("concurrent_inserts_of_the_same_keys_make_one_slot_each") {
+    let Some((_turn, cpus)) =
+        multicpu_test("concurrent_inserts_of_the_same_keys_make_one_slot_each")
+    else {
         return;
-    }
-    let _one = one_at_a_time();
-    let cpus = online_cpus();
-    assert!(cpus.len() >= 2, "needs at least 2 CPUs, have {cpus:?}");
+    };
     let threads: Vec<usize> = cpus.iter().chain(cpus.iter()).copied().collect();
     const KEYS: u32 = 3000;
     const ROUNDS: u32 = 3;
@@ -248,12 +266,9 @@ fn concurrent_inserts_of_the_same_keys_make_one_slot_each() {
 /// before taking a slot's last value, and later packets insert the key afresh).
 #[test]
 fn eviction_under_traffic_loses_no_count() {
-    if !observer::testutil::require_root("eviction_under_traffic_loses_no_count") {
+    let Some((_turn, cpus)) = multicpu_test("eviction_under_traffic_loses_no_count") else {
         return;
-    }
-    let _one = one_at_a_time();
-    let cpus = online_cpus();
-    assert!(cpus.len() >= 2, "needs at least 2 CPUs, have {cpus:?}");
+    };
     let mut t = ProgTester::load(64, &Policy::NONE).unwrap_or_else(|e| panic!("{e}"));
     let frame = Roce::data(3).build();
     let runner = t.shared_runner(prog::XDP).unwrap();
@@ -284,13 +299,7 @@ fn eviction_under_traffic_loses_no_count() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
-            let keys: Vec<_> = t
-                .snapshot("test", 0)
-                .unwrap()
-                .qps
-                .iter()
-                .map(|(k, _)| *k)
-                .collect();
+            let keys = live_keys(&mut t);
             for (_, v) in t.evict(&keys).unwrap() {
                 evicted_pkts += v.pkts;
                 evictions += 1;
@@ -323,12 +332,10 @@ fn eviction_under_traffic_loses_no_count() {
 /// as an insert failure with the packet untracked, when the holder never does.
 #[test]
 fn insert_waits_for_a_held_lock_then_gives_up_counted() {
-    if !observer::testutil::require_root("insert_waits_for_a_held_lock_then_gives_up_counted") {
+    let Some((_turn, cpus)) = multicpu_test("insert_waits_for_a_held_lock_then_gives_up_counted")
+    else {
         return;
-    }
-    let _one = one_at_a_time();
-    let cpus = online_cpus();
-    assert!(cpus.len() >= 2, "needs at least 2 CPUs, have {cpus:?}");
+    };
     let mut t = ProgTester::load(16, &Policy::NONE).unwrap_or_else(|e| panic!("{e}"));
     let frame = Roce::data(1).build();
     let runner = t.shared_runner(prog::XDP).unwrap();
@@ -341,7 +348,11 @@ fn insert_waits_for_a_held_lock_then_gives_up_counted() {
     let st = s.iface_stats[dir::INGRESS as usize];
     assert_eq!((st.roce, st.qp_insert_failed, st.roce_untracked), (1, 1, 1));
     assert!(s.qps.is_empty());
-    assert_eq!(t.table_len(), 0, "a give-up leaves no key counted in the table");
+    assert_eq!(
+        t.table_len(),
+        0,
+        "a give-up leaves no key counted in the table"
+    );
     eprintln!(
         "an insert gave up after {} attempts in {gave_up_after:?}",
         observer_common::table::LOCK_WAIT_LOOPS
@@ -365,7 +376,7 @@ fn insert_waits_for_a_held_lock_then_gives_up_counted() {
             break;
         }
         // The key must be inserted afresh: evict it (none in the table at the first attempt).
-        let keys: Vec<_> = t.snapshot("test", 0).unwrap().qps.iter().map(|(k, _)| *k).collect();
+        let keys = live_keys(&mut t);
         t.evict(&keys).unwrap();
         t.hold_insert_locks(true);
         let entering = std::sync::atomic::AtomicBool::new(false);
