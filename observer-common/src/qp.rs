@@ -570,7 +570,11 @@ mod tests {
     #[test]
     fn opcode_table_agrees_with_the_rules_for_every_opcode() {
         for op in 0..=255u8 {
-            assert_eq!(opcode_info(op), (opcode_bucket(op), class_of(op)), "opcode {op:#x}");
+            assert_eq!(
+                opcode_info(op),
+                (opcode_bucket(op), class_of(op)),
+                "opcode {op:#x}"
+            );
         }
         assert_eq!(opcode_info(0x81), (60, class::CNP));
         assert_eq!(opcode_info(0x11), (0x11, class::ACK));

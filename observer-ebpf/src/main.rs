@@ -25,8 +25,8 @@ use aya_ebpf::maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya_ebpf::programs::{TcContext, XdpContext};
 use observer_common::cursor::Bytes;
 use observer_common::maps::{
-    Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, XdpLenLayout, dir,
-    kfunc_call, policy_flags,
+    Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, XdpLenLayout, dir, kfunc_call,
+    policy_flags,
 };
 use observer_common::parse::{self, Frame, kind};
 use observer_common::qp::{self, Ops, PsnStep};
@@ -147,9 +147,9 @@ fn xdp_len_kfunc(ctx: *mut xdp_md, linear: u32) -> u32 {
     unsafe {
         let l = &XDP_LEN;
         let kern = kern_ctx(ctx);
-        let flags =
-            core::ptr::read_volatile(kern.add(core::ptr::read_volatile(&l.flags_off) as usize)
-                as *const u32);
+        let flags = core::ptr::read_volatile(
+            kern.add(core::ptr::read_volatile(&l.flags_off) as usize) as *const u32,
+        );
         if flags & core::ptr::read_volatile(&l.has_frags) == 0 {
             return linear;
         }

@@ -887,7 +887,12 @@ fn every_truncation_agrees_with_userspace() {
         mirrored(Mirror::Erspan2, &vlan_ack),
         mirrored(Mirror::Erspan3, &vlan_ack),
         mirrored(Mirror::GreTeb, &vlan_ack),
-        pfc(MAC_A, &[(0x8100, 3, 1)], 0x0009, [7, 0, 0, 65535, 0, 0, 0, 0]),
+        pfc(
+            MAC_A,
+            &[(0x8100, 3, 1)],
+            0x0009,
+            [7, 0, 0, 65535, 0, 0, 0, 0],
+        ),
         pause(MAC_B, 100),
     ];
     let frames: Vec<Vec<u8>> = bases
@@ -899,7 +904,13 @@ fn every_truncation_agrees_with_userspace() {
         return;
     }
     let mut t = tester();
-    let x = run_on(&mut t, "every_truncation", prog::XDP, &Policy::NONE, &frames);
+    let x = run_on(
+        &mut t,
+        "every_truncation",
+        prog::XDP,
+        &Policy::NONE,
+        &frames,
+    );
     let s = ingress(&x);
     assert_eq!(s.frames, frames.len() as u64);
     // The whole RoCE frames (and the prefixes that only cut the payload) are RoCE, the cut

@@ -269,7 +269,8 @@ pub fn lines(args: &[String]) -> Result<()> {
             other => bail!("unknown argument {other:?}"),
         }
     }
-    let input = input.context("usage: jit-lines PERF_SCRIPT [--prog NAME] [--dir DIR] [--top N]")?;
+    let input =
+        input.context("usage: jit-lines PERF_SCRIPT [--prog NAME] [--dir DIR] [--top N]")?;
     let map_path = dir.join(format!("{prog}.lines"));
     let map_text = std::fs::read_to_string(&map_path)
         .with_context(|| format!("{} (run cargo xtask jit-dump first)", map_path.display()))?;
@@ -285,23 +286,35 @@ pub fn lines(args: &[String]) -> Result<()> {
         map.push((off, loc.to_string()));
     }
     map.sort();
-    let samples = std::fs::read_to_string(&input)
-        .with_context(|| format!("reading {}", input.display()))?;
+    let samples =
+        std::fs::read_to_string(&input).with_context(|| format!("reading {}", input.display()))?;
     let marker = format!("_{prog}+0x");
     let mut counts: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
     let mut total = 0u64;
     for l in samples.lines() {
         let Some(p) = l.find(&marker) else { continue };
         let hex = &l[p + marker.len()..];
-        let hex = hex.split(|c: char| !c.is_ascii_hexdigit()).next().unwrap_or("");
-        let Ok(off) = u64::from_str_radix(hex, 16) else { continue };
+        let hex = hex
+            .split(|c: char| !c.is_ascii_hexdigit())
+            .next()
+            .unwrap_or("");
+        let Ok(off) = u64::from_str_radix(hex, 16) else {
+            continue;
+        };
         let i = map.partition_point(|(o, _)| *o <= off);
-        let loc = if i == 0 { "(before the first line)" } else { map[i - 1].1.as_str() };
+        let loc = if i == 0 {
+            "(before the first line)"
+        } else {
+            map[i - 1].1.as_str()
+        };
         *counts.entry(loc).or_default() += 1;
         total += 1;
     }
     if total == 0 {
-        bail!("no samples of {prog} in {} (was the program loaded with the same code?)", input.display());
+        bail!(
+            "no samples of {prog} in {} (was the program loaded with the same code?)",
+            input.display()
+        );
     }
     let mut v: Vec<(&str, u64)> = counts.into_iter().collect();
     v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));

@@ -170,7 +170,12 @@ impl Btf {
     }
 
     fn u32_at(&self, p: usize) -> u32 {
-        let b = [self.data[p], self.data[p + 1], self.data[p + 2], self.data[p + 3]];
+        let b = [
+            self.data[p],
+            self.data[p + 1],
+            self.data[p + 2],
+            self.data[p + 3],
+        ];
         if self.big {
             u32::from_be_bytes(b)
         } else {
@@ -327,7 +332,9 @@ impl Kfuncs {
             .enumerator("XDP_FLAGS_HAS_FRAGS")
             .filter(|&v| v > 0 && v <= u32::MAX as i64)
             .ok_or_else(|| missing("XDP_FLAGS_HAS_FRAGS"))?;
-        let sh_size = btf.size(sh).ok_or_else(|| missing("skb_shared_info's size"))?;
+        let sh_size = btf
+            .size(sh)
+            .ok_or_else(|| missing("skb_shared_info's size"))?;
         Ok(Kfuncs {
             layout: XdpLenLayout {
                 enabled: 1,
@@ -375,7 +382,9 @@ pub fn patch_object(
 ) -> Result<(AlignedObject, usize), KfuncError> {
     let file = object::File::parse(elf).map_err(|e| KfuncError::Object(e.to_string()))?;
     if !file.is_little_endian() {
-        return Err(KfuncError::Object("big-endian objects are not supported".into()));
+        return Err(KfuncError::Object(
+            "big-endian objects are not supported".into(),
+        ));
     }
     let mut ranges = Vec::new();
     for s in file.sections() {
@@ -393,9 +402,12 @@ pub fn patch_object(
     let mut n = 0;
     let bytes = out.bytes_mut();
     for (off, size) in ranges {
-        let end = off.checked_add(size).filter(|&e| e <= bytes.len()).ok_or_else(|| {
-            KfuncError::Object(format!("section at byte offset {off} runs past the file"))
-        })?;
+        let end = off
+            .checked_add(size)
+            .filter(|&e| e <= bytes.len())
+            .ok_or_else(|| {
+                KfuncError::Object(format!("section at byte offset {off} runs past the file"))
+            })?;
         for insn in bytes[off..end].as_chunks_mut::<8>().0 {
             if insn[0] != BPF_CALL || insn[1] != 0 || insn[2..4] != [0, 0] {
                 continue;
@@ -430,7 +442,13 @@ mod tests {
     fn blob(types: &[u8], strings: &[u8]) -> Vec<u8> {
         let mut b = Vec::new();
         b.extend_from_slice(&[0x9f, 0xeb, 1, 0]);
-        for v in [24u32, 0, types.len() as u32, types.len() as u32, strings.len() as u32] {
+        for v in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
         b.extend_from_slice(types);
@@ -452,13 +470,33 @@ mod tests {
         let strings = b"\0int\0outer\0a\0b\0E_ONE\0";
         let types = words(&[
             // 1: int, 4 bytes
-            1, info(KIND_INT, 0), 4, 32,
+            1,
+            info(KIND_INT, 0),
+            4,
+            32,
             // 2: union { int b; } (anonymous), 4 bytes
-            0, info(KIND_UNION, 1), 4, 13, 1, 0,
+            0,
+            info(KIND_UNION, 1),
+            4,
+            13,
+            1,
+            0,
             // 3: struct outer { int a; union { int b; }; } at bits 0 and 64
-            5, info(KIND_STRUCT, 2), 16, 11, 1, 0, 0, 2, 64,
+            5,
+            info(KIND_STRUCT, 2),
+            16,
+            11,
+            1,
+            0,
+            0,
+            2,
+            64,
             // 4: enum { E_ONE = 1 }
-            0, info(KIND_ENUM, 1), 4, 15, 1,
+            0,
+            info(KIND_ENUM, 1),
+            4,
+            15,
+            1,
         ]);
         let btf = Btf::parse(blob(&types, strings), Path::new("t")).unwrap();
         let outer = btf.struct_id("outer").unwrap();
@@ -474,15 +512,24 @@ mod tests {
     #[test]
     fn malformed_btf_is_an_error_with_an_offset() {
         let e = Btf::parse(vec![0; 10], Path::new("x.btf")).err().unwrap();
-        assert!(e.to_string().contains("x.btf") && e.to_string().contains("offset 0"), "{e}");
-        let e = Btf::parse(vec![0x12; 40], Path::new("x.btf")).err().unwrap();
+        assert!(
+            e.to_string().contains("x.btf") && e.to_string().contains("offset 0"),
+            "{e}"
+        );
+        let e = Btf::parse(vec![0x12; 40], Path::new("x.btf"))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("magic"), "{e}");
         // A struct claiming 5 members with none present.
         let types = words(&[0, info(KIND_STRUCT, 5), 8]);
-        let e = Btf::parse(blob(&types, b"\0"), Path::new("x.btf")).err().unwrap();
+        let e = Btf::parse(blob(&types, b"\0"), Path::new("x.btf"))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("offset 36"), "{e}");
         let types = words(&[0, info(30, 0), 8]);
-        let e = Btf::parse(blob(&types, b"\0"), Path::new("x.btf")).err().unwrap();
+        let e = Btf::parse(blob(&types, b"\0"), Path::new("x.btf"))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("unknown type kind"), "{e}");
         // Every truncation of a valid blob is an error or a parse, never a panic.
         let types = words(&[1, info(KIND_INT, 0), 4, 32, 0, info(KIND_ENUM, 1), 4, 1, 7]);
@@ -497,7 +544,10 @@ mod tests {
         let object = super::super::OBJECT;
         if object.is_empty() {
             eprintln!("SKIP: built with AYA_BUILD_SKIP=1 (no eBPF object)");
-            assert!(std::env::var_os("CI").is_none(), "CI builds carry the eBPF object");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI builds carry the eBPF object"
+            );
             return;
         }
         let k = Kfuncs {
@@ -512,7 +562,10 @@ mod tests {
         assert_eq!(off.len(), on.len());
         let changed: Vec<usize> = (0..off.len()).filter(|&i| off[i] != on[i]).collect();
         // Per call: the src register nibble and the immediate, nothing else.
-        assert!(changed.len() <= n * 5 && changed.len() >= n * 3, "{changed:?}");
+        assert!(
+            changed.len() <= n * 5 && changed.len() >= n * 3,
+            "{changed:?}"
+        );
         let (zeroed, m) = patch_object(object, None).unwrap();
         assert_eq!(m, 4);
         assert_eq!(patch_object(zeroed.bytes(), None).unwrap().1, 0);
@@ -539,7 +592,10 @@ mod tests {
         assert_eq!(l.flags_off, 52);
         assert_eq!(l.has_frags, 1);
         assert_eq!(l.shinfo_size % SMP_CACHE_BYTES, 0);
-        assert!(l.shinfo_size >= 256 && l.frags_size_off < l.shinfo_size, "{l:?}");
+        assert!(
+            l.shinfo_size >= 256 && l.frags_size_off < l.shinfo_size,
+            "{l:?}"
+        );
         assert!(k.cast_to_kern_ctx != 0 && k.rdonly_cast != 0 && l.shinfo_btf_id != 0);
     }
 }

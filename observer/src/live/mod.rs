@@ -284,11 +284,15 @@ fn load_with(
         .map_max_entries("EVENTS", EVENTS_BYTES)
         .load(object.bytes())
         .map_err(ebpf_error)?;
-    let extra: &[&str] = if kfuncs.is_some() { &[prog::XDP_LEN_PROBE] } else { &[] };
+    let extra: &[&str] = if kfuncs.is_some() {
+        &[prog::XDP_LEN_PROBE]
+    } else {
+        &[]
+    };
     for &name in progs.iter().chain(extra) {
-        let p = ebpf.program_mut(name).ok_or_else(|| {
-            LiveError::Other(format!("program {name} missing from the object"))
-        })?;
+        let p = ebpf
+            .program_mut(name)
+            .ok_or_else(|| LiveError::Other(format!("program {name} missing from the object")))?;
         let r = match p {
             aya::programs::Program::Xdp(x) => x.load(),
             aya::programs::Program::SchedClassifier(c) => c.load(),
@@ -636,9 +640,7 @@ impl LiveIface {
         } else {
             None
         };
-        let xdp_len = ingress
-            .starts_with("xdp")
-            .then(|| loaded.xdp_len.clone());
+        let xdp_len = ingress.starts_with("xdp").then(|| loaded.xdp_len.clone());
         tracing::info!(iface = %opts.iface, ifindex, ingress = %ingress, egress = ?egress,
             max_qps = opts.max_qps, xdp_len = ?xdp_len, "attached");
         Ok(LiveIface {
