@@ -88,54 +88,15 @@ impl Topology {
                 "link", "add", H2_IF, "type", "veth", "peer", "name", SW_P2, "netns", &sw.name,
             ],
         )?;
-        h1.exec(
-            "ip",
-            &[
-                "link",
-                "set",
-                H1_IF,
-                "address",
-                &mac_str(&H1_MAC),
-                "mtu",
-                &mtu,
-            ],
-        )?;
-        h2.exec(
-            "ip",
-            &[
-                "link",
-                "set",
-                H2_IF,
-                "address",
-                &mac_str(&H2_MAC),
-                "mtu",
-                &mtu,
-            ],
-        )?;
-        sw.exec(
-            "ip",
-            &[
-                "link",
-                "set",
-                SW_P1,
-                "address",
-                &mac_str(&SW_P1_MAC),
-                "mtu",
-                &mtu,
-            ],
-        )?;
-        sw.exec(
-            "ip",
-            &[
-                "link",
-                "set",
-                SW_P2,
-                "address",
-                &mac_str(&SW_P2_MAC),
-                "mtu",
-                &mtu,
-            ],
-        )?;
+        for (ns, dev, mac) in [
+            (&h1, H1_IF, H1_MAC),
+            (&h2, H2_IF, H2_MAC),
+            (&sw, SW_P1, SW_P1_MAC),
+            (&sw, SW_P2, SW_P2_MAC),
+        ] {
+            let mac = mac_str(&mac);
+            ns.exec("ip", &["link", "set", dev, "address", &mac, "mtu", &mtu])?;
+        }
         sw.exec("ip", &["link", "set", "br0", "mtu", &mtu])?;
         for p in [SW_P1, SW_P2] {
             sw.exec("ip", &["link", "set", p, "master", "br0"])?;
