@@ -8,11 +8,16 @@
 //!   and a loop subprogram per call site blows the verifier's instruction budget).
 //! - `--disable-memory-builtins`: so any remaining memset/memcpy call fails the link instead of
 //!   reaching the verifier.
+///
+/// Only for the BPF target: on the host the crate is an empty binary linked by `cc`.
 fn main() {
+    println!("cargo::rerun-if-changed=build.rs");
+    if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok("bpf") {
+        return;
+    }
     println!("cargo::rustc-link-arg-bins=--cpu-features=+alu32");
     println!("cargo::rustc-link-arg-bins=--disable-expand-memcpy-in-order");
     println!("cargo::rustc-link-arg-bins=--disable-memory-builtins");
-    println!("cargo::rerun-if-changed=build.rs");
 }
 // Not `+allows-misaligned-mem-access` (wide loads from packet bytes): LLVM then also emits
 // misaligned stack stores, which the verifier always rejects ("misaligned stack access").

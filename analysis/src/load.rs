@@ -7,14 +7,31 @@ use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int16Type, Int32Type, Int64Type};
+use observer::schema;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("{path}: {err}")]
     Io { path: PathBuf, err: std::io::Error },
-    #[error("{path}: not a readable Parquet file: {err}")]
-    Parquet { path: PathBuf, err: String },
+    #[error("{path}: not a readable Parquet file")]
+    Parquet {
+        path: PathBuf,
+        #[source]
+        err: parquet::errors::ParquetError,
+    },
+    #[error("{path}: not a readable Parquet file")]
+    Arrow {
+        path: PathBuf,
+        #[source]
+        err: arrow::error::ArrowError,
+    },
+    #[error("{path}: not a roce-observe table")]
+    Schema {
+        path: PathBuf,
+        #[source]
+        err: observer::schema::SchemaMismatch,
+    },
     #[error("{path}: column {column:?} missing or of an unexpected type")]
     Column { path: PathBuf, column: String },
     #[error("{0}: no flow logs (expected {0}/flows/date=.../hour=.../*.parquet)")]
@@ -44,10 +61,14 @@ pub struct QpTotals {
 }
 
 impl QpTotals {
+    /// The sum of flows column `name` (every file was checked to have it; a name the schema
+    /// does not define panics, so a renamed column fails the tests instead of reading as 0).
     pub fn count(&self, name: &str) -> i64 {
+        schema::flows().expect_column(name);
         self.counts.get(name).copied().unwrap_or(0)
     }
     pub fn hist(&self, name: &str) -> BTreeMap<i16, i64> {
+        schema::flows().expect_column(name);
         self.hists.get(name).cloned().unwrap_or_default()
     }
 }
@@ -65,7 +86,9 @@ pub struct IfaceTotals {
 }
 
 impl IfaceTotals {
+    /// The sum of interfaces column `name` (as [`QpTotals::count`]).
     pub fn count(&self, name: &str) -> i64 {
+        schema::interfaces().expect_column(name);
         self.counts.get(name).copied().unwrap_or(0)
     }
 }
@@ -105,20 +128,31 @@ fn parquet_files(root: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(out)
 }
 
-fn batches(path: &Path) -> Result<Vec<RecordBatch>, LoadError> {
+/// Every batch of one file, after checking its columns against `table`'s definition.
+fn batches(path: &Path, table: &schema::Table) -> Result<Vec<RecordBatch>, LoadError> {
     let f = File::open(path).map_err(|err| LoadError::Io {
         path: path.into(),
         err,
     })?;
-    let perr = |e: &dyn std::fmt::Display| LoadError::Parquet {
+    let perr = |err| LoadError::Parquet {
         path: path.into(),
-        err: e.to_string(),
+        err,
     };
-    let r = ParquetRecordBatchReaderBuilder::try_new(f)
-        .map_err(|e| perr(&e))?
-        .build()
-        .map_err(|e| perr(&e))?;
-    r.map(|b| b.map_err(|e| perr(&e))).collect()
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(perr)?;
+    table
+        .check(builder.schema())
+        .map_err(|err| LoadError::Schema {
+            path: path.into(),
+            err,
+        })?;
+    let r = builder.build().map_err(perr)?;
+    r.map(|b| {
+        b.map_err(|err| LoadError::Arrow {
+            path: path.into(),
+            err,
+        })
+    })
+    .collect()
 }
 
 fn col_str<'a>(
@@ -143,7 +177,7 @@ pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
     }
     for path in &flows {
         ds.files += 1;
-        for b in batches(path)? {
+        for b in batches(path, schema::flows())? {
             let (host, iface, dirc) = (
                 col_str(&b, "host", path)?,
                 col_str(&b, "iface", path)?,
@@ -200,7 +234,7 @@ pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
     }
     for path in parquet_files(&dir.join("interfaces"))? {
         ds.files += 1;
-        for b in batches(&path)? {
+        for b in batches(&path, schema::interfaces())? {
             let (host, iface, dirc) = (
                 col_str(&b, "host", &path)?,
                 col_str(&b, "iface", &path)?,
@@ -243,7 +277,7 @@ pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
     }
     for path in parquet_files(&dir.join("alerts"))? {
         ds.files += 1;
-        for b in batches(&path)? {
+        for b in batches(&path, schema::alerts())? {
             let rule = col_str(&b, "rule", &path)?;
             for row in 0..b.num_rows() {
                 *ds.alerts.entry(rule.value(row).to_string()).or_default() += 1;
@@ -251,4 +285,38 @@ pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
         }
     }
     Ok(ds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{Field, Schema};
+    use std::sync::Arc;
+
+    /// A flows file without one of the defined columns is an error naming the file and the
+    /// column, not a column of zeros.
+    #[test]
+    fn a_missing_column_names_file_and_column() {
+        let root = std::env::temp_dir().join(format!("ro-load-missing-{}", std::process::id()));
+        let dir = root.join("flows/date=2026-11-23/hour=00");
+        std::fs::create_dir_all(&dir).unwrap();
+        let full = schema::flows().arrow_schema();
+        let fields: Vec<Field> = full
+            .fields()
+            .iter()
+            .filter(|f| f.name() != "ce")
+            .map(|f| (**f).clone())
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let path = dir.join("flows-h-x-0000.parquet");
+        let f = File::create(&path).unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(f, schema.clone(), None).unwrap();
+        w.write(&RecordBatch::new_empty(schema)).unwrap();
+        w.close().unwrap();
+        let err = load(&root).unwrap_err();
+        let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(text.contains("flows-h-x-0000.parquet"), "{text}");
+        assert!(text.contains("\"ce\""), "{text}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

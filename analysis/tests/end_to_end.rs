@@ -7,8 +7,8 @@ mod corpus;
 
 use analysis::load::load;
 use analysis::report::{Expect, Figures, Verdict, checks, compare};
-use observer::collector::{Collector, CollectorConfig, PolicyConfig};
-use observer::datapath::Datapath;
+use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
+use observer::sources::datapath::Datapath;
 
 /// Runs the Ethernet cases named `names` through Datapath + Collector into `out`; returns the
 /// collector's summary JSON.

@@ -1,6 +1,6 @@
 //! Shared between the eBPF programs (`observer-ebpf`) and userspace (`observer`):
 //! the frame parser ([`parse`]), the per-QP state machine ([`qp`]), the map layouts
-//! ([`maps`]), the kernel per-QP table ([`table`]) and, in userspace, the ICRC check ([`icrc`]).
+//! ([`maps`]), the kernel per-QP table ([`qp_table`]) and, in userspace, the ICRC check ([`icrc`]).
 //!
 //! Everything here is `no_std`, allocation-free and bounded, so the same code is compiled for
 //! `bpfel-unknown-none` and for the host. The definitions follow `shared/docs/metrics.md`;
@@ -13,6 +13,6 @@ pub mod icrc;
 pub mod maps;
 pub mod parse;
 pub mod qp;
-pub mod table;
+pub mod qp_table;
 
 pub use cursor::Bytes;

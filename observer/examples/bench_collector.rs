@@ -7,8 +7,8 @@
 
 use std::time::Instant;
 
-use observer::collector::{Collector, CollectorConfig, PolicyConfig};
-use observer::snapshot::Snapshot;
+use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
+use observer::sources::Snapshot;
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::qp::opcode_bucket;
 
@@ -158,8 +158,8 @@ fn run(qps: usize, active: usize, intervals: usize) -> Row {
 /// Median CPU time of one full read of a kernel per-QP map holding `n` keys (the mapped table
 /// plus the per-CPU interface and MAC maps), filled through BPF_PROG_TEST_RUN. Needs root.
 fn kernel_read(n: u32, reads: usize) -> Result<(f64, f64), String> {
-    use observer::collector::synth::Roce;
-    use observer::live::ProgTester;
+    use observer::sources::kernel::ProgTester;
+    use observer::sources::synthetic::Roce;
     let policy = PolicyConfig::profile("nvidia")
         .map_err(|e| e.to_string())?
         .expected;
@@ -199,8 +199,8 @@ fn kernel_read(n: u32, reads: usize) -> Result<(f64, f64), String> {
 /// and the per-CPU maps (`snapshot`) and runs `Collector::on_snapshot` (deltas, alert rules,
 /// Parquet encode and write), as the live loop does. Needs root. Median CPU ms per interval.
 fn live_interval(n: u32, intervals: usize) -> Result<(f64, f64), String> {
-    use observer::collector::synth::Roce;
-    use observer::live::{ProgTester, prog};
+    use observer::sources::kernel::{ProgTester, prog};
+    use observer::sources::synthetic::Roce;
     let policy = PolicyConfig::profile("nvidia").map_err(|e| e.to_string())?;
     let mut t = ProgTester::load(n + 1024, &policy.expected).map_err(|e| e.to_string())?;
     let frame = |i: u32, psn: u32| {
@@ -256,7 +256,7 @@ fn live_interval(n: u32, intervals: usize) -> Result<(f64, f64), String> {
 
 fn main() {
     if std::env::var_os("BENCH_NO_TUNE").is_none() {
-        observer::collector::tune_allocator();
+        observer::pipeline::tune_allocator();
     }
     let args: Vec<String> = std::env::args().collect();
     let mut intervals = 7usize;

@@ -1,10 +1,19 @@
-//! roce-observe userspace: sources (live eBPF maps, pcap replay), the collector (deltas,
-//! Parquet flow logs, alerts), the lab. See docs/architecture.md.
-pub mod collector;
-pub mod datapath;
+//! roce-observe userspace, laid out by role (docs/architecture.md):
+//! - [`sources`]: where cumulative per-interface state comes from (the kernel's maps, pcap
+//!   replay through the userspace datapath, a synthetic generator), as [`sources::Snapshot`]s
+//!   and first-occurrence events;
+//! - [`pipeline`]: the collector's stages (interval deltas, alert rules, hold-down);
+//! - [`sinks`]: where results go (Parquet tables, `alerts.jsonl`, stderr, the terminal view,
+//!   `summary.json`);
+//! - [`schema`]: the one definition of every output table, used by the writers, by
+//!   `roce-analyze` and by the documentation;
+//! - [`commands`]: the command line (the only place `anyhow` is used);
+//! - [`lab`]: a RoCE fabric in network namespaces with injected faults.
+pub mod commands;
 pub mod lab;
-pub mod live;
-pub mod replay;
-pub mod snapshot;
-pub mod summary;
+pub mod pipeline;
+pub mod schema;
+pub mod sinks;
+pub mod sources;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testutil;

@@ -7,9 +7,9 @@ mod collector_util;
 
 use std::collections::BTreeMap;
 
-use observer::collector::synth::{Roce, pause_frame, pfc_frame};
-use observer::collector::{Collector, CollectorConfig, PolicyConfig, rule};
-use observer::datapath::Datapath;
+use observer::pipeline::{Collector, CollectorConfig, PolicyConfig, rule};
+use observer::sources::datapath::Datapath;
+use observer::sources::synthetic::{Roce, pause_frame, pfc_frame};
 use serde_json::Value;
 
 use collector_util::*;

@@ -9,8 +9,8 @@ mod collector_util;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use observer::collector::synth::Synthetic;
-use observer::collector::{Collector, CollectorConfig, PolicyConfig, rule};
+use observer::pipeline::{Collector, CollectorConfig, PolicyConfig, rule};
+use observer::sources::synthetic::Synthetic;
 use observer::testutil::{require_root, run};
 
 use collector_util::*;

@@ -13,8 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use observer::collector::rule;
-use observer::collector::synth::{Roce, pause_frame, pfc_frame};
+use observer::pipeline::rule;
+use observer::sources::synthetic::{Roce, pause_frame, pfc_frame};
 use observer::testutil::{Netns, VethPair, require_root};
 use serde_json::Value;
 
@@ -142,7 +142,9 @@ fn wait_alert(out: &std::path::Path, rule: &str, limit: Duration) -> Option<Dura
 }
 
 fn nothing_attached(ns: &Netns, iface: &str) -> Result<(), String> {
-    let link = ns.exec("ip", &["link", "show", "dev", iface])?;
+    let link = ns
+        .exec("ip", &["link", "show", "dev", iface])
+        .map_err(|e| e.to_string())?;
     if link.contains("xdp") {
         return Err(format!("XDP still attached: {link}"));
     }

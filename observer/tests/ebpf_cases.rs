@@ -7,9 +7,9 @@ mod common;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use common::*;
-use observer::datapath::Datapath;
-use observer::live::{ProgTester, XdpLenPath, prog};
-use observer::snapshot::Snapshot;
+use observer::sources::Snapshot;
+use observer::sources::datapath::Datapath;
+use observer::sources::kernel::{ProgTester, XdpLenPath, prog};
 use observer_common::maps::{
     ANY, Event, IfaceStats, MacKey, PfcCounters, Policy, class, dir, policy_flags,
 };
@@ -744,8 +744,8 @@ fn jumbo_frame_counts_every_fragment() {
     }
     let mut kf = tester();
     // Where the kernel's BTF has the layout, the kfunc path must pass its load-time check.
-    if let Ok(k) = observer::live::kfunc::Btf::vmlinux()
-        .and_then(|b| observer::live::kfunc::Kfuncs::from_btf(&b))
+    if let Ok(k) = observer::sources::kernel::kfunc::Btf::vmlinux()
+        .and_then(|b| observer::sources::kernel::kfunc::Kfuncs::from_btf(&b))
     {
         assert_eq!(
             *kf.xdp_len_path(),

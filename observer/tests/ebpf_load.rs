@@ -1,5 +1,5 @@
 //! Every eBPF program of the object passes the kernel verifier.
-use observer::live::{ProgTester, prog};
+use observer::sources::kernel::{ProgTester, prog};
 use observer_common::maps::Policy;
 
 #[test]

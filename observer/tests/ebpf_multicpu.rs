@@ -8,7 +8,7 @@
 mod common;
 
 use common::Roce;
-use observer::live::{ProgTester, prog};
+use observer::sources::kernel::{ProgTester, prog};
 use observer_common::maps::{Policy, class, dir};
 use observer_common::qp::{ev, opcode_bucket};
 
@@ -355,7 +355,7 @@ fn insert_waits_for_a_held_lock_then_gives_up_counted() {
     );
     eprintln!(
         "an insert gave up after {} attempts in {gave_up_after:?}",
-        observer_common::table::LOCK_WAIT_LOOPS
+        observer_common::qp_table::LOCK_WAIT_LOOPS
     );
 
     // A holder that lets go while the insert waits: the insert takes the key. The runner (on one

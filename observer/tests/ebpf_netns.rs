@@ -7,8 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use observer::live::{IngressHook, LiveIface, LiveOptions, XdpMode};
-use observer::snapshot::Snapshot;
+use observer::sources::Snapshot;
+use observer::sources::kernel::{IngressHook, LiveIface, LiveOptions, XdpMode};
 use observer::testutil::{Netns, VethPair};
 use observer_common::maps::{Policy, class, dir};
 use observer_common::parse::PCP_NONE;
@@ -222,7 +222,9 @@ fn attach_errors_are_specific() {
         egress: false,
     };
     match LiveIface::attach(&opts) {
-        Err(observer::live::LiveError::NoSuchInterface(n)) => assert_eq!(n, "ro-no-such-if0"),
+        Err(observer::sources::kernel::LiveError::NoSuchInterface(n)) => {
+            assert_eq!(n, "ro-no-such-if0")
+        }
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("attached to a missing interface"),
     }
@@ -236,7 +238,7 @@ fn attach_errors_are_specific() {
     };
     let first = LiveIface::attach_with(&opts, IngressHook::Xdp(XdpMode::Native)).unwrap();
     match LiveIface::attach_with(&opts, IngressHook::Xdp(XdpMode::Native)) {
-        Err(observer::live::LiveError::XdpSlotTaken(i)) => assert_eq!(i, pair.a_if),
+        Err(observer::sources::kernel::LiveError::XdpSlotTaken(i)) => assert_eq!(i, pair.a_if),
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("two XDP programs attached"),
     }

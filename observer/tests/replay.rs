@@ -8,8 +8,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use observer::replay::{NoOutput, Output, Replay, ReplayError, ReplayOptions};
-use observer::snapshot::Snapshot;
+use observer::sources::Snapshot;
+use observer::sources::capture::{NoOutput, Output, Replay, ReplayError, ReplayOptions};
 use observer_common::maps::Event;
 use serde_json::Value;
 
@@ -48,7 +48,10 @@ fn replay(paths: &[&Path]) -> (Value, Vec<ReplayError>) {
             errs.push(e);
         }
     }
-    (observer::summary::summary_json(&rp.snapshots()), errs)
+    (
+        observer::sinks::summary_json::summary_json(&rp.snapshots()),
+        errs,
+    )
 }
 
 fn qp<'a>(s: &'a Value, src: &str, dst: &str, qpn: u64) -> &'a Value {
@@ -609,8 +612,8 @@ fn in_memory_reader_equals_streaming_reader() {
         let mut b = Replay::new(ReplayOptions::default(), &mut o2);
         b.feed_slice("x", "x", &data).unwrap();
         let (sa, sb) = (
-            observer::summary::summary_json(&a.snapshots()),
-            observer::summary::summary_json(&b.snapshots()),
+            observer::sinks::summary_json::summary_json(&a.snapshots()),
+            observer::sinks::summary_json::summary_json(&b.snapshots()),
         );
         assert_eq!(sa, sb, "{}", p.display());
         assert!(a.frames > 0);

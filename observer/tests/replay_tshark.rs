@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use observer::replay::{NoOutput, Replay, ReplayOptions};
+use observer::sources::capture::{NoOutput, Replay, ReplayOptions};
 use serde_json::{Map, Value, json};
 
 use corpus::TSHARK_FIELDS as FIELDS;
@@ -391,7 +391,7 @@ fn replay_json(path: &Path) -> Value {
     let mut rp = Replay::new(ReplayOptions::default(), &mut out);
     rp.feed_path(path)
         .unwrap_or_else(|e| panic!("replay {}: {e}", path.display()));
-    observer::summary::summary_json(&rp.snapshots())
+    observer::sinks::summary_json::summary_json(&rp.snapshots())
 }
 
 /// Sums replay's per-interface PFC totals in the same shape as [`derive`]'s.

@@ -16,11 +16,11 @@ mod corpus;
 
 use std::path::Path;
 
-use observer::live::ProgTester;
-use observer::replay::link::{self, LinkType};
-use observer::replay::reader::{self, Item};
-use observer::replay::{NoOutput, Replay, ReplayOptions};
-use observer::snapshot::Snapshot;
+use observer::sources::Snapshot;
+use observer::sources::capture::link_layer::{self as link, LinkType};
+use observer::sources::capture::pcap_reader::{self as reader, Item};
+use observer::sources::capture::{NoOutput, Replay, ReplayOptions};
+use observer::sources::kernel::ProgTester;
 use observer_common::maps::{Policy, QpKey, QpValue, dir};
 
 /// Runs a capture through the eBPF programs, one fresh (reset) object per capture interface;

@@ -11,14 +11,14 @@
 //! retransmission branch of the PSN analysis (d = 0: no compare-and-swap); a packet with a new
 //! PSN adds one CAS on an uncontended cache line. The thread is pinned to one CPU, as an RX
 //! queue's packets are processed on one CPU: that CPU inserts the key and owns its value, so
-//! every packet takes the plain-instruction path (see `observer_common::table::QpSlot`).
+//! every packet takes the plain-instruction path (see `observer_common::qp_table::QpSlot`).
 //!
 //! Every case but "(no ticker)" runs the packet clock ticker thread as `LiveIface` does (the
 //! per-QP times then come from the `CLOCK` map); "(no ticker)" shows the coarse clock fallback.
 
 use anyhow::{Context, Result, bail};
 use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, SingleVlanHeader, UdpHeader};
-use observer::live::{ProgTester, prog};
+use observer::sources::kernel::{ProgTester, prog};
 use observer_common::maps::Policy;
 
 struct Case {

@@ -17,7 +17,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use observer::live::ProgTester;
+use observer::sources::kernel::ProgTester;
 use observer_common::maps::Policy;
 
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
@@ -128,7 +128,7 @@ fn obj_info<T>(fd: u32, info: &mut T) -> std::io::Result<()> {
 }
 
 /// The program's BTF (its string section names the source files and lines).
-fn prog_btf(btf_id: u32) -> Result<observer::live::kfunc::Btf> {
+fn prog_btf(btf_id: u32) -> Result<observer::sources::kernel::kfunc::Btf> {
     // The attribute's first member is the BTF id.
     let mut a = InfoAttr {
         bpf_fd: btf_id,
@@ -148,7 +148,7 @@ fn prog_btf(btf_id: u32) -> Result<observer::live::kfunc::Btf> {
     obj_info(fd as u32, &mut info2).context("BTF data")?;
     drop(owned);
     data.truncate(info2.btf_size as usize);
-    Ok(observer::live::kfunc::Btf::parse(
+    Ok(observer::sources::kernel::kfunc::Btf::parse(
         data,
         std::path::Path::new("program BTF"),
     )?)

@@ -9,6 +9,8 @@
 //!   instructions, for profiling the datapath with perf (needs root).
 //! - `bench-replay [--packets N] [--keep]`: replay packets per second beside tshark on a
 //!   generated capture, peak RSS.
+//! - `schema-doc`: writes docs/schema.md from the output schema's one definition
+//!   (`observer::schema`).
 mod bench_ebpf;
 mod bench_replay;
 mod jit_dump;
@@ -32,6 +34,13 @@ fn bench_collector(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn schema_doc() -> anyhow::Result<()> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/schema.md");
+    std::fs::write(&path, observer::schema::markdown())?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -40,11 +49,12 @@ fn main() -> anyhow::Result<()> {
         Some("bench-replay") => bench_replay::run(&args[1..]),
         Some("jit-dump") => jit_dump::main(&args[1..]),
         Some("jit-lines") => jit_dump::lines(&args[1..]),
+        Some("schema-doc") => schema_doc(),
         Some(other) => anyhow::bail!(
-            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-replay, jit-dump, jit-lines)"
+            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-replay, jit-dump, jit-lines, schema-doc)"
         ),
         None => anyhow::bail!(
-            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-replay, jit-dump, jit-lines"
+            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-replay, jit-dump, jit-lines, schema-doc"
         ),
     }
 }

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::testutil::Netns;
+use crate::lab::netns::Netns;
 
 use super::sock::RawSock;
 use super::topo::{SW_P1, SW_P2, SW_P2_MAC};
@@ -151,7 +151,10 @@ pub struct PfcSent {
 
 /// Sends the plan from `sw-p2`; runs on its own thread in the switch namespace.
 pub fn send_pfc(sw: &Netns, plan: PfcPlan) -> Result<PfcSent, LabError> {
-    let _in = sw.enter().map_err(LabError::Topology)?;
+    let _in = sw.enter().map_err(|source| LabError::Topology {
+        what: "entering the switch",
+        source,
+    })?;
     let s = RawSock::open(SW_P2)?;
     let mut sent = PfcSent::default();
     let pfc = |s: &RawSock, sent: &mut PfcSent, prio: u8, q: u16| -> Result<(), LabError> {

@@ -9,6 +9,7 @@
 //! and is deleted on exit, on Ctrl-C / SIGTERM (the run stops and unwinds) and on failure.
 
 pub mod faults;
+pub mod netns;
 pub mod observe;
 pub mod rc;
 pub mod report;
@@ -26,7 +27,7 @@ use rc::{Endpoint, Marking, Msg, MsgKind, QpPlan, RcConfig, ReqStats, Responder}
 use report::{AlertCheck, Row, ScenarioReport, SelfCheck, Summaries};
 use topo::{H1_IF, H1_IP, H1_MAC, H2_IF, H2_IP, H2_MAC, Topology, ip_str};
 
-use crate::collector::{PolicyConfig, rule};
+use crate::pipeline::{PolicyConfig, rule};
 
 pub const SCENARIOS: [&str; 5] = ["clean", "lossy", "bleached", "congested", "pfc-storm"];
 
@@ -104,8 +105,12 @@ pub enum LabError {
     UnknownScenario(String),
     #[error("unknown profile {0:?} (the lab knows: nvidia, broadcom)")]
     UnknownProfile(String),
-    #[error("topology: {0}")]
-    Topology(String),
+    #[error("topology: {what}")]
+    Topology {
+        what: &'static str,
+        #[source]
+        source: crate::lab::netns::NetnsError,
+    },
     #[error("faults: {0}")]
     Faults(String),
     #[error("traffic: {0}")]
@@ -373,7 +378,10 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
             let resp = {
                 let (cfg, done, ready, h2) = (&cfg, &done, &resp_ready, &topo.h2);
                 s.spawn(move || -> Result<Responder, LabError> {
-                    let _in = h2.enter().map_err(LabError::Topology)?;
+                    let _in = h2.enter().map_err(|source| LabError::Topology {
+                        what: "entering h2",
+                        source,
+                    })?;
                     rc::run_responder(cfg, H2_IF, done, ready)
                 })
             };
@@ -388,7 +396,10 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
             let req = {
                 let (cfg, h1) = (&cfg, &topo.h1);
                 s.spawn(move || -> Result<Vec<ReqStats>, LabError> {
-                    let _in = h1.enter().map_err(LabError::Topology)?;
+                    let _in = h1.enter().map_err(|source| LabError::Topology {
+                        what: "entering h1",
+                        source,
+                    })?;
                     rc::run_requester(cfg, H1_IF)
                 })
             };
@@ -841,7 +852,7 @@ pub fn build_report(
 
 /// Runs the requested scenario(s), printing each table; returns the reports.
 pub fn run_lab(args: &LabArgs) -> Result<Vec<ScenarioReport>, LabError> {
-    if !crate::testutil::is_root() {
+    if !crate::lab::netns::is_root() {
         return Err(LabError::NotRoot);
     }
     let names: Vec<&str> = if args.scenario == "all" {
@@ -858,25 +869,4 @@ pub fn run_lab(args: &LabArgs) -> Result<Vec<ScenarioReport>, LabError> {
         reports.push(r);
     }
     Ok(reports)
-}
-
-pub fn run(args: LabArgs) -> anyhow::Result<()> {
-    let reports = run_lab(&args)?;
-    println!("\n=== lab summary (observer: {})", args.observer.label());
-    let mut bad = Vec::new();
-    for r in &reports {
-        println!(
-            "  {:<10} {:>5.1} s  {}",
-            r.scenario,
-            r.secs,
-            if r.ok() { "agree" } else { "DISAGREE" }
-        );
-        if !r.ok() {
-            bad.push(format!("{}: {}", r.scenario, r.disagreements().join("; ")));
-        }
-    }
-    if !bad.is_empty() {
-        return Err(LabError::Disagree(bad.join(" | ")).into());
-    }
-    Ok(())
 }

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use observer_common::maps::{Policy, dir};
 use serde_json::Value;
 
-use crate::collector::{Collector, CollectorConfig, PolicyConfig};
-use crate::datapath::Datapath;
-use crate::summary::summary_json;
-use crate::testutil::Netns;
+use crate::lab::netns::Netns;
+use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
+use crate::sinks::summary_json::summary_json;
+use crate::sources::datapath::Datapath;
 
 use super::sock::{PACKET_OUTGOING, RawSock};
 use super::{LabError, stop_requested};
@@ -327,7 +327,10 @@ pub fn userspace_capture(
     pcap: Option<&Path>,
     collector: Option<FallbackCollector>,
 ) -> Result<(Value, u64), LabError> {
-    let _in = ns.enter().map_err(LabError::Topology)?;
+    let _in = ns.enter().map_err(|source| LabError::Topology {
+        what: "entering the observed host",
+        source,
+    })?;
     let sock = RawSock::open(iface)?;
     let mut pcap = match pcap {
         Some(p) => Some(PcapWriter::create(p)?),
@@ -343,7 +346,7 @@ pub fn userspace_capture(
         .as_ref()
         .map_or(Policy::NONE, |c| c.policy.expected);
     let mut dp = Datapath::new(policy, 65536);
-    let cerr = |e: crate::collector::CollectorError| {
+    let cerr = |e: crate::pipeline::CollectorError| {
         LabError::Observer(format!("fallback collector on {iface}: {e}"))
     };
     let mut col = match collector {

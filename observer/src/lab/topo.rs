@@ -10,7 +10,7 @@
 //! namespaces (and with them every veth, the bridge and the nftables rules), also on panic;
 //! namespaces left by a lab that was killed (its PID gone) are removed at the next start.
 
-use crate::testutil::{Netns, run};
+use crate::lab::netns::{Netns, NetnsError, run};
 
 use super::LabError;
 
@@ -45,8 +45,8 @@ pub struct Topology {
     pub h2: Netns,
 }
 
-fn e(what: &str) -> impl Fn(String) -> LabError + '_ {
-    move |m| LabError::Topology(format!("{what}: {m}"))
+fn e(what: &'static str) -> impl Fn(NetnsError) -> LabError {
+    move |source| LabError::Topology { what, source }
 }
 
 impl Topology {
@@ -61,7 +61,7 @@ impl Topology {
         Ok(t)
     }
 
-    fn build(&self) -> Result<(), String> {
+    fn build(&self) -> Result<(), NetnsError> {
         let (h1, sw, h2) = (&self.h1, &self.sw, &self.h2);
         let mtu = LINK_MTU.to_string();
         for ns in [h1, sw, h2] {
@@ -129,8 +129,10 @@ impl Topology {
         // port-unreachable (AF_PACKET sockets and XDP/tc see the frames before this rule).
         let host_rules = "table inet rolab_host {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    udp dport 4791 drop\n  }\n}\n";
         let rules_path = std::env::temp_dir().join(format!("ro-lab-host-{}.nft", h1.name));
-        std::fs::write(&rules_path, host_rules)
-            .map_err(|e| format!("{}: {e}", rules_path.display()))?;
+        std::fs::write(&rules_path, host_rules).map_err(|source| NetnsError::Sys {
+            what: format!("writing {}", rules_path.display()),
+            source,
+        })?;
         for ns in [h1, h2] {
             let r = ns.exec("nft", &["-f", &rules_path.to_string_lossy()]);
             if r.is_err() {
@@ -166,7 +168,7 @@ impl Topology {
     }
 }
 
-fn wait_oper_up(ns: &Netns, dev: &str) -> Result<(), String> {
+fn wait_oper_up(ns: &Netns, dev: &str) -> Result<(), NetnsError> {
     for _ in 0..100 {
         let s = ns.exec("cat", &[&format!("/sys/class/net/{dev}/operstate")])?;
         if s.trim() == "up" {
@@ -174,7 +176,9 @@ fn wait_oper_up(ns: &Netns, dev: &str) -> Result<(), String> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    Err(format!("{dev} in {} did not come up within 2 s", ns.name))
+    Err(NetnsError::Timeout {
+        what: format!("{dev} in {} coming up (2 s)", ns.name),
+    })
 }
 
 /// Deletes `ro-lab-*-PID[-N]` namespaces whose PID no longer runs (a lab killed by SIGKILL).

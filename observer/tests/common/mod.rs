@@ -6,7 +6,7 @@ use etherparse::{
     EtherType, Ethernet2Header, IpDscp, IpEcn, IpFragOffset, IpNumber, Ipv4Header, Ipv4Options,
     Ipv6FlowLabel, Ipv6Header, SingleVlanHeader, UdpHeader, VlanId, VlanPcp,
 };
-use observer::snapshot::Snapshot;
+use observer::sources::Snapshot;
 use observer_common::maps::{Event, QpKey, QpValue};
 
 pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa];

@@ -4,7 +4,7 @@
 //!
 //! One loaded object per interface: its maps (the per-QP table `QPS`/`QPIDX`/`QPCOUNT`, `IFACE`,
 //! `MACS`, `POLICY`, `EVENTS`, `CLOCK`) belong to that interface only. Map reads:
-//! - The per-QP table (`observer_common::table`, BPF_F_MMAPABLE arrays) is mapped into this
+//! - The per-QP table (`observer_common::qp_table`, BPF_F_MMAPABLE arrays) is mapped into this
 //!   process and read straight from shared memory (`table.rs`); eviction marks slots dead,
 //!   waits for an RCU grace period and then takes the final values, so the last increments of
 //!   an evicted key are returned, not lost.
@@ -19,9 +19,10 @@
 //! [`ProgTester::start_clock`]) the programs use the coarse clock (one kernel tick, 1-4 ms).
 
 mod clock;
+pub mod diagnosis;
 pub mod kfunc;
+mod mapped_table;
 mod sys;
-mod table;
 
 pub use clock::TICK as CLOCK_TICK;
 
@@ -35,9 +36,9 @@ use aya::programs::{
 };
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, dir};
-use observer_common::table::buckets_for;
+use observer_common::qp_table::buckets_for;
 
-use crate::snapshot::Snapshot;
+use crate::sources::Snapshot;
 
 /// The eBPF object built by `observer/build.rs` (aya-build) from `observer-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
@@ -275,7 +276,7 @@ fn load_with(
         kfunc::patch_object(OBJECT, kfuncs).map_err(|e| LiveError::Other(e.to_string()))?;
     let layout = kfuncs.map(|k| k.layout).unwrap_or_default();
     let mut ebpf = EbpfLoader::new()
-        .map_max_entries("QPS", buckets * observer_common::table::WAYS as u32)
+        .map_max_entries("QPS", buckets * observer_common::qp_table::WAYS as u32)
         .map_max_entries("QPIDX", buckets)
         .override_global("QP_BUCKETS", &buckets, true)
         .override_global("QP_LIMIT", &max_qps, true)
@@ -339,7 +340,7 @@ struct Loaded {
     clock: Option<Array<MapData, u64>>,
     ebpf: Ebpf,
     /// The per-QP table, memory-mapped (its maps are kept open beside it).
-    table: table::QpTable,
+    table: mapped_table::QpTable,
     _table_maps: [Map; 3],
     iface: PerCpuArray<MapData, IfaceStats>,
     macs: PerCpuHashMap<MapData, MacKey, PfcCounters>,
@@ -388,8 +389,9 @@ impl Loaded {
             Map::Array(d) => Ok(d.fd().as_fd().as_raw_fd()),
             _ => Err(LiveError::Other("per-QP table maps must be arrays".into())),
         };
-        let table = table::QpTable::map(fd(&maps[0])?, fd(&maps[1])?, fd(&maps[2])?, buckets)
-            .map_err(|e| LiveError::Other(format!("mapping the per-QP table: {e}")))?;
+        let table =
+            mapped_table::QpTable::map(fd(&maps[0])?, fd(&maps[1])?, fd(&maps[2])?, buckets)
+                .map_err(|e| LiveError::Other(format!("mapping the per-QP table: {e}")))?;
         let iface = take(&mut ebpf, "IFACE")?;
         let macs = take(&mut ebpf, "MACS")?;
         let policy_map = take(&mut ebpf, "POLICY")?;
@@ -862,7 +864,7 @@ impl ProgTester {
     pub fn hold_insert_locks(&self, held: bool) {
         self.loaded.table.hold_insert_locks(held)
     }
-    /// Packets in the table's spill values (see `observer_common::table::QpSlot`).
+    /// Packets in the table's spill values (see `observer_common::qp_table::QpSlot`).
     pub fn spilled_pkts(&self) -> u64 {
         self.loaded.table.spilled_pkts()
     }

@@ -5,7 +5,7 @@
 
 use observer_common::maps::Policy;
 
-use crate::datapath::Datapath;
+use crate::sources::datapath::Datapath;
 
 /// One RoCEv2 packet's fields.
 #[derive(Clone, Copy, Debug)]

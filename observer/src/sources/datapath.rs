@@ -11,7 +11,7 @@ use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, Policy, QpKe
 use observer_common::parse::{self, kind};
 use observer_common::qp::{self, Plain};
 
-use crate::snapshot::Snapshot;
+use crate::sources::Snapshot;
 
 /// Hasher of the per-QP and per-MAC maps: foldhash (randomly seeded), several times faster than
 /// SipHash on the 40-byte key, which dominated replay's per-packet cost.

@@ -1,4 +1,4 @@
-//! Userspace side of the kernel's per-QP table (`observer_common::table`): the three
+//! Userspace side of the kernel's per-QP table (`observer_common::qp_table`): the three
 //! `BPF_F_MMAPABLE` arrays mapped into this process. Reads copy the live slots straight out of
 //! shared memory (no syscall, no kernel-side copy); eviction marks slots dead, waits for an RCU
 //! grace period so no program run is still writing them, then takes the final values and frees
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use observer_common::maps::{QpKey, QpValue};
 use observer_common::qp::add_counts;
-use observer_common::table::{self, Bucket, QpSlot, WAYS};
+use observer_common::qp_table::{self as table, Bucket, QpSlot, WAYS};
 
 /// `membarrier(MEMBARRIER_CMD_GLOBAL)`: returns after `synchronize_rcu()`, i.e. after every
 /// RCU read-side critical section that had begun, every XDP/tc program run among them, has

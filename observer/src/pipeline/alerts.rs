@@ -10,10 +10,10 @@ use observer_common::parse::PCP_NONE;
 use observer_common::qp::{ev, opcode_bucket};
 use serde_json::json;
 
-use super::output::rfc3339;
 use super::rule;
-use super::tables::Cell;
-use crate::summary::ip_of;
+use crate::sinks::parquet_files::rfc3339;
+use crate::sinks::row_builders::Cell;
+use crate::sinks::summary_json::ip_of;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Severity {
@@ -151,7 +151,7 @@ impl Alert {
         })
     }
 
-    /// A row of the alerts table (tables::alert_columns order).
+    /// A row of the alerts table (in [`crate::schema::alerts`] column order).
     pub fn row(&self, host: &str, source: &str) -> Vec<Cell> {
         vec![
             Cell::S(host.into()),
@@ -469,7 +469,7 @@ pub fn qp_interval(
     out: &mut Vec<Alert>,
 ) {
     let mut nz = Vec::new();
-    super::delta::nonzero_buckets(d, &mut nz);
+    super::deltas::nonzero_buckets(d, &mut nz);
     qp_interval_nz(iface, k, d, &nz, p, expected_mtu, t_ns, out)
 }
 
@@ -479,7 +479,7 @@ fn any_qp_rule(d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32) -> bool {
         return true;
     }
     for &b in nz {
-        let (col, i) = super::delta::bucket_col(b);
+        let (col, i) = super::deltas::bucket_col(b);
         match col {
             1..=3 if p.dscp[col - 1] != ANY && p.dscp[col - 1] as usize != i => return true,
             4..=6 if i == 0 && p.ecn_capable[col - 4] != 0 => return true,

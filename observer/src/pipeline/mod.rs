@@ -4,16 +4,10 @@
 //! the collector's own clock.
 
 pub mod alerts;
-pub mod cli;
-pub mod delta;
-pub mod diag;
-pub mod output;
-pub mod pairs;
+pub mod deltas;
+pub mod ip_pairs;
 pub mod policy;
-pub mod prev;
-pub mod synth;
-pub mod tables;
-pub mod view;
+pub mod prev_values;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::IsTerminal;
@@ -23,15 +17,16 @@ use arrow::datatypes::SchemaRef;
 use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, QpKey, QpValue, class, dir};
 use serde_json::{Value, json};
 
-use crate::snapshot::Snapshot;
+use crate::sinks::parquet_files::{JsonlWriter, TableWriter};
+use crate::sinks::row_builders::{self as tables, Cell, FlowsBuilder, IfaceExtra};
+use crate::sinks::{parquet_files as output, terminal_view as view};
+use crate::sources::Snapshot;
 use alerts::{Alert, AlertKey, Dedup, severity_of};
 
 /// Human (stderr) alert lines per rule per interval; the rest are summarised in one line.
 pub const HUMAN_LINES_PER_RULE: u64 = 20;
-use output::{JsonlWriter, TableWriter};
-use pairs::PairIndex;
+use ip_pairs::PairIndex;
 pub use policy::PolicyConfig;
-use tables::{Cell, FlowsBuilder, IfaceExtra};
 
 /// Alert rule names (stable: alerts.jsonl, the alerts Parquet table, the lab's checks).
 pub mod rule {
@@ -160,7 +155,7 @@ const PREFETCH_FULL: usize = 2;
 /// Collector state of one interface.
 #[derive(Default)]
 struct IfaceState {
-    prev: prev::PrevStore,
+    prev: prev_values::PrevStore,
     /// IP pair ids of the tracked keys (their `prev` tags) and the interval's pair sums.
     pairs: PairIndex,
     prev_iface: [IfaceStats; dir::COUNT],
@@ -214,7 +209,7 @@ pub struct Collector {
     human_shown: BTreeMap<&'static str, u64>,
     human_held: BTreeMap<&'static str, u64>,
     /// Scratch delta and its non-zero buckets (hot path, reused every key).
-    scratch: Box<delta::Scratch>,
+    scratch: Box<deltas::Scratch>,
     pub view: view::ViewState,
     pub last: IntervalStats,
 }
@@ -229,8 +224,8 @@ impl Collector {
             e.to_string()
         });
         let flows_schema = tables::flows_schema();
-        let iface_schema = tables::row_schema(&tables::iface_columns());
-        let alert_schema = tables::row_schema(&tables::alert_columns());
+        let iface_schema = crate::schema::interfaces().arrow_schema();
+        let alert_schema = crate::schema::alerts().arrow_schema();
         let (rs, rb) = (cfg.rotate_secs, cfg.rotate_bytes);
         let flows = TableWriter::new(
             &cfg.out_dir,
@@ -514,17 +509,17 @@ impl Collector {
             // the values PREFETCH_FULL keys ahead when that key is active (most keys idle: read
             // one line each).
             if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_HEAD) {
-                delta::prefetch(nv, 1);
+                deltas::prefetch(nv, 1);
                 if let Some(pv) = st.prev.hinted(pos + PREFETCH_HEAD) {
-                    delta::prefetch(pv, 1);
+                    deltas::prefetch(pv, 1);
                 }
             }
             if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_FULL)
                 && let Some(pv) = st.prev.hinted(pos + PREFETCH_FULL)
                 && nv.pkts != pv.pkts
             {
-                delta::prefetch(nv, usize::MAX);
-                delta::prefetch(pv, usize::MAX);
+                deltas::prefetch(nv, usize::MAX);
+                deltas::prefetch(pv, usize::MAX);
             }
             let di = (k.dir as usize).min(dir::COUNT - 1);
             tracked[di] += 1;
@@ -548,7 +543,7 @@ impl Collector {
                     if v.pkts > 0 {
                         active[di] += 1;
                         sc.nz.clear();
-                        delta::nonzero_buckets(v, &mut sc.nz);
+                        deltas::nonzero_buckets(v, &mut sc.nz);
                         let nz = &sc.nz;
                         row(k, v, nz, true, false, &mut st.pairs, pair);
                     }
@@ -573,7 +568,7 @@ impl Collector {
         let mut mac_delta: Vec<(MacKey, PfcCounters)> = Vec::new();
         for (k, v) in &snap.macs {
             let prev = st.prev_macs.get(k).copied().unwrap_or_default();
-            let d = delta::pfc_delta(v, &prev);
+            let d = deltas::pfc_delta(v, &prev);
             if d.pfc_frames != 0 || d.pause != 0 {
                 mac_delta.push((*k, d));
             }
@@ -583,7 +578,7 @@ impl Collector {
         let mut xoff_all = 0u64;
         let mut roce_all = 0u64;
         for d in 0..dir::COUNT {
-            let di = delta::iface_delta(&snap.iface_stats[d], &st.prev_iface[d]);
+            let di = deltas::iface_delta(&snap.iface_stats[d], &st.prev_iface[d]);
             st.prev_iface[d] = snap.iface_stats[d];
             xoff_all += di.pfc.xoff.iter().sum::<u64>();
             roce_all += di.roce;
@@ -904,7 +899,7 @@ impl Collector {
             tracing::error!(error = %e, "could not write alerts.jsonl");
             first_err.get_or_insert(e.into());
         }
-        let mut v = crate::summary::summary_json(&self.last_snapshots());
+        let mut v = crate::sinks::summary_json::summary_json(&self.last_snapshots());
         let counts: serde_json::Map<String, Value> = self
             .alert_counts
             .iter()

@@ -1,4 +1,5 @@
-//! The three Parquet tables' schemas (documented in README.md, kept stable) and their builders.
+//! Row builders of the three Parquet tables, whose columns are defined once in
+//! [`crate::schema`].
 //!
 //! - `flows`: one row per active QP key per interval (deltas).
 //! - `interfaces`: one row per interface and direction per interval (deltas).
@@ -16,62 +17,15 @@ use arrow::array::{
     StringArray, StructArray, TimestampMicrosecondArray,
 };
 use arrow::buffer::{NullBuffer, OffsetBuffer};
-use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
-use observer_common::parse::{encap, reason};
 use observer_common::qp::{OPCODE_OTHER, bucket_opcode};
 use parquet::basic::Encoding;
 
-use crate::collector::delta::{HIST_BUCKETS, bucket_col};
-use crate::summary::ip_of;
-
-pub fn ts_type() -> DataType {
-    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
-}
-
-fn hist_fields() -> Fields {
-    Fields::from(vec![
-        Field::new("value", DataType::Int16, false),
-        Field::new("pkts", DataType::Int64, false),
-    ])
-}
-
-pub fn hist_type() -> DataType {
-    DataType::List(Arc::new(Field::new(
-        "item",
-        DataType::Struct(hist_fields()),
-        false,
-    )))
-}
-
-/// Reads one count of a delta.
-pub type Getter = fn(&QpValue) -> u64;
-
-/// Scalar per-QP delta columns, in schema order: (name, accessor).
-pub const QP_COUNTS: [(&str, Getter); 21] = [
-    ("pkts", |v| v.pkts),
-    ("bytes_l2", |v| v.bytes_l2),
-    ("bytes_ip", |v| v.bytes_ip),
-    ("bytes_udp", |v| v.bytes_udp),
-    ("data_pkts", |v| v.class_pkts(class::DATA)),
-    ("ack_pkts", |v| v.class_pkts(class::ACK)),
-    ("cnp", |v| v.cnp()),
-    ("ce", |v| v.ce()),
-    ("not_ect_data", |v| v.ecn_hist[class::DATA][0] as u64),
-    ("acks", |v| v.acks()),
-    ("naks", |v| v.naks),
-    ("nak_psn_seq_err", |v| v.nak_psn_seq_err),
-    ("rnr_naks", |v| v.rnr_naks),
-    ("suspect", |v| v.suspect),
-    ("psn_gaps", |v| v.psn_gaps),
-    ("psn_missing", |v| v.psn_missing),
-    ("psn_retrans", |v| v.psn_retrans),
-    ("psn_behind", |v| v.psn_behind),
-    ("icrc_ok", |v| v.icrc_ok),
-    ("icrc_bad", |v| v.icrc_bad),
-    ("icrc_unverifiable", |v| v.icrc_unverifiable),
-];
+use crate::pipeline::deltas::{HIST_BUCKETS, bucket_col};
+use crate::schema::{self, QP_COUNTS, hist_fields, hist_names};
+use crate::sinks::summary_json::ip_of;
 
 /// All [`QP_COUNTS`] of a delta at once, in that order (direct field reads the compiler can
 /// inline, where the table's getters are indirect calls; a test keeps the two the same).
@@ -103,43 +57,9 @@ fn qp_counts(v: &QpValue) -> [u64; QP_COUNTS.len()] {
     ]
 }
 
-/// Histogram columns: opcodes, then dscp/ecn/pcp per class.
-pub fn hist_names() -> Vec<String> {
-    let mut v = vec!["opcodes".to_string()];
-    for h in ["dscp", "ecn", "pcp"] {
-        for c in class::NAMES {
-            v.push(format!("{h}_{c}"));
-        }
-    }
-    v
-}
-
+/// The `flows` Arrow schema ([`crate::schema::flows`]).
 pub fn flows_schema() -> SchemaRef {
-    let mut f = vec![
-        Field::new("host", DataType::Utf8, false),
-        Field::new("source", DataType::Utf8, false),
-        Field::new("iface", DataType::Utf8, false),
-        Field::new("dir", DataType::Utf8, false),
-        Field::new("src", DataType::Utf8, false),
-        Field::new("dst", DataType::Utf8, false),
-        Field::new("qp", DataType::Int32, false),
-        Field::new("interval_start", ts_type(), false),
-        Field::new("interval_end", ts_type(), false),
-        Field::new("new_qp", DataType::Boolean, false),
-        Field::new("evicted", DataType::Boolean, false),
-    ];
-    for (n, _) in QP_COUNTS {
-        f.push(Field::new(n, DataType::Int64, false));
-    }
-    f.push(Field::new("max_udp_payload", DataType::Int32, false));
-    f.push(Field::new("psn_max", DataType::Int32, true));
-    f.push(Field::new("last_udp_sport", DataType::Int32, false));
-    f.push(Field::new("first_pkt", ts_type(), true));
-    f.push(Field::new("last_pkt", ts_type(), true));
-    for n in hist_names() {
-        f.push(Field::new(n, hist_type(), false));
-    }
-    Arc::new(Schema::new(f))
+    schema::flows().arrow_schema()
 }
 
 /// Parquet encoding of a `flows` column (`path` as in the Parquet schema, e.g. `pkts`,
@@ -301,7 +221,7 @@ fn pcp_value(i: usize) -> i16 {
     if i >= 8 { -1 } else { i as i16 }
 }
 
-/// Flat histogram bucket ([`crate::collector::delta::HIST_BUCKETS`] numbering) -> (histogram
+/// Flat histogram bucket ([`crate::pipeline::deltas::HIST_BUCKETS`] numbering) -> (histogram
 /// column, the `value` written for it: opcode, DSCP, ECN, PCP, -1 for "other" / untagged).
 fn bucket_table() -> Vec<(u8, i16)> {
     (0..HIST_BUCKETS as u16)
@@ -410,12 +330,12 @@ impl FlowsBuilder {
         clock_offset_ns: i64,
     ) {
         let mut nz = Vec::new();
-        crate::collector::delta::nonzero_buckets(d, &mut nz);
+        crate::pipeline::deltas::nonzero_buckets(d, &mut nz);
         self.push_nz(k, d, &nz, new_qp, evicted, clock_offset_ns);
     }
 
     /// [`FlowsBuilder::push`] with `d`'s non-zero histogram buckets already listed
-    /// ([`crate::collector::delta::nonzero_buckets`]).
+    /// ([`crate::pipeline::deltas::nonzero_buckets`]).
     pub fn push_nz(
         &mut self,
         k: &QpKey,
@@ -447,7 +367,7 @@ impl FlowsBuilder {
         self.last
             .push(if d.last_ns != 0 { t(d.last_ns) } else { 0 });
         self.last_valid.append(d.last_ns != 0);
-        let counts = crate::collector::delta::hist(d);
+        let counts = crate::pipeline::deltas::hist(d);
         for &b in nz {
             let (c, value) = self.buckets[b as usize];
             let h = &mut self.hists[c as usize];
@@ -519,32 +439,6 @@ pub enum Cell {
     F(Option<f64>),
 }
 
-/// Column kinds of row tables.
-#[derive(Clone, Copy, Debug)]
-pub enum Kind {
-    Str,
-    OptStr,
-    Ts,
-    Int,
-    OptInt,
-    Float,
-}
-
-pub fn row_schema(cols: &[(String, Kind)]) -> SchemaRef {
-    Arc::new(Schema::new(
-        cols.iter()
-            .map(|(n, k)| match k {
-                Kind::Str => Field::new(n, DataType::Utf8, false),
-                Kind::OptStr => Field::new(n, DataType::Utf8, true),
-                Kind::Ts => Field::new(n, ts_type(), false),
-                Kind::Int => Field::new(n, DataType::Int64, false),
-                Kind::OptInt => Field::new(n, DataType::Int64, true),
-                Kind::Float => Field::new(n, DataType::Float64, true),
-            })
-            .collect::<Vec<_>>(),
-    ))
-}
-
 /// Builds a batch from rows of cells (each row in `schema` order).
 pub fn rows_batch(
     schema: &SchemaRef,
@@ -597,65 +491,6 @@ pub fn rows_batch(
     RecordBatch::try_new(Arc::clone(schema), cols)
 }
 
-/// `interfaces` table columns.
-pub fn iface_columns() -> Vec<(String, Kind)> {
-    let mut c: Vec<(String, Kind)> = [
-        ("host", Kind::Str),
-        ("source", Kind::Str),
-        ("iface", Kind::Str),
-        ("dir", Kind::Str),
-        ("interval_start", Kind::Ts),
-        ("interval_end", Kind::Ts),
-        ("link_speed_bps", Kind::OptInt),
-        ("frames", Kind::Int),
-        ("bytes", Kind::Int),
-        ("roce", Kind::Int),
-        ("roce_untracked", Kind::Int),
-        ("not_roce", Kind::Int),
-    ]
-    .iter()
-    .map(|(n, k)| (n.to_string(), *k))
-    .collect();
-    for r in reason::NAMES {
-        c.push((format!("excluded_{r}"), Kind::Int));
-    }
-    for e in encap::NAMES.iter().skip(1) {
-        c.push((format!("encap_{e}"), Kind::Int));
-    }
-    c.push(("pfc_frames".into(), Kind::Int));
-    for what in ["enabled", "xoff", "xon", "quanta"] {
-        for p in 0..8 {
-            c.push((format!("pfc_{what}_p{p}"), Kind::Int));
-        }
-    }
-    for p in 0..8 {
-        c.push((format!("pfc_pause_s_p{p}"), Kind::Float));
-    }
-    for p in 0..8 {
-        c.push((format!("pfc_xoff_per_s_p{p}"), Kind::Float));
-    }
-    for n in ["pause_frames", "pause_xon", "pause_quanta"] {
-        c.push((n.into(), Kind::Int));
-    }
-    c.push(("pause_s".into(), Kind::Float));
-    for n in [
-        "mac_control_other",
-        "qp_insert_failed",
-        "mac_insert_failed",
-        "events_lost",
-        "psn_contended",
-        "dropped",
-        "tracked_qps",
-        "active_qps",
-        "new_qps",
-        "evictions",
-    ] {
-        c.push((n.into(), Kind::Int));
-    }
-    c.push(("pfc_src_macs".into(), Kind::OptStr));
-    c
-}
-
 /// Per-interface-direction facts of one interval that are not in [`IfaceStats`].
 pub struct IfaceExtra {
     pub tracked_qps: u64,
@@ -666,7 +501,7 @@ pub struct IfaceExtra {
     pub pfc_src_macs: Option<String>,
 }
 
-/// One `interfaces` row, in [`iface_columns`] order.
+/// One `interfaces` row, in [`crate::schema::interfaces`] column order.
 #[allow(clippy::too_many_arguments)]
 pub fn iface_row(
     host: &str,
@@ -733,34 +568,6 @@ pub fn iface_row(
     }
     r.push(Cell::OS(x.pfc_src_macs.clone()));
     r
-}
-
-/// `alerts` table columns.
-pub fn alert_columns() -> Vec<(String, Kind)> {
-    [
-        ("host", Kind::Str),
-        ("source", Kind::Str),
-        ("time", Kind::Ts),
-        ("first_time", Kind::Ts),
-        ("rule", Kind::Str),
-        ("severity", Kind::Str),
-        ("iface", Kind::Str),
-        ("dir", Kind::OptStr),
-        ("class", Kind::OptStr),
-        ("src", Kind::OptStr),
-        ("dst", Kind::OptStr),
-        ("qp", Kind::OptInt),
-        ("priority", Kind::OptInt),
-        ("observed", Kind::Str),
-        ("expected", Kind::Str),
-        ("count", Kind::Int),
-        ("summary", Kind::Str),
-        ("origin", Kind::Str),
-        ("message", Kind::Str),
-    ]
-    .iter()
-    .map(|(n, k)| (n.to_string(), *k))
-    .collect()
 }
 
 #[cfg(test)]
@@ -842,7 +649,7 @@ mod tests {
                 }
             }
             let mut v = QpValue::ZERO;
-            let w = crate::collector::delta::hist_mut_for_tests(&mut v);
+            let w = crate::pipeline::deltas::hist_mut_for_tests(&mut v);
             for _ in 0..(next() % 12) {
                 w[(next() % HIST_BUCKETS as u64) as usize] = (next() % 5000) as u32;
             }
@@ -896,7 +703,8 @@ mod tests {
             assert_eq!(col("new_qp").as_boolean().value(i), *new_qp);
             assert_eq!(col("evicted").as_boolean().value(i), *evicted);
             let direct = qp_counts(v);
-            for (j, (n, f)) in QP_COUNTS.iter().enumerate() {
+            for (j, q) in QP_COUNTS.iter().enumerate() {
+                let (n, f) = (q.name, q.get);
                 assert_eq!(direct[j], f(v), "qp_counts {n}");
                 assert_eq!(i64s(n).value(i), f(v) as i64, "{n} row {i}");
                 assert!(i64s(n).is_valid(i));
@@ -956,7 +764,7 @@ mod tests {
     fn qp_counts_match_the_table() {
         // every counter and bucket distinct, so any mix-up of fields shows
         let mut v = QpValue::ZERO;
-        let w = crate::collector::delta::hist_mut_for_tests(&mut v);
+        let w = crate::pipeline::deltas::hist_mut_for_tests(&mut v);
         for (i, x) in w.iter_mut().enumerate() {
             *x = 7 * i as u32 + 1;
         }
@@ -983,8 +791,8 @@ mod tests {
             *f = 1_000_000 * (i as u64 + 1);
         }
         let direct = qp_counts(&v);
-        for (j, (n, f)) in QP_COUNTS.iter().enumerate() {
-            assert_eq!(direct[j], f(&v), "{n}");
+        for (j, q) in QP_COUNTS.iter().enumerate() {
+            assert_eq!(direct[j], (q.get)(&v), "{}", q.name);
         }
     }
 
@@ -1009,8 +817,7 @@ mod tests {
 
     #[test]
     fn iface_row_matches_columns() {
-        let cols = iface_columns();
-        let schema = row_schema(&cols);
+        let schema = schema::interfaces().arrow_schema();
         let mut s = IfaceStats::default();
         s.pfc.quanta[3] = 1000;
         s.pfc.xoff[3] = 10;
@@ -1032,7 +839,7 @@ mod tests {
             &s,
             &x,
         );
-        assert_eq!(r.len(), cols.len());
+        assert_eq!(r.len(), schema.fields().len());
         let b = rows_batch(&schema, &[r]).unwrap();
         let ps = b
             .column_by_name("pfc_pause_s_p3")

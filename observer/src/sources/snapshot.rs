@@ -1,4 +1,4 @@
-//! The seam between the sources (live eBPF maps, replay's [`crate::datapath::Datapath`]) and the
+//! The seam between the sources (live eBPF maps, replay's [`crate::sources::datapath::Datapath`]) and the
 //! collector (deltas, Parquet flow logs, alerts): cumulative state of one interface at one time.
 
 use observer_common::maps::{IfaceStats, MacKey, PfcCounters, QpKey, QpValue, dir};

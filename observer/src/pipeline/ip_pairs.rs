@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::datapath::FastHash;
+use crate::sources::datapath::FastHash;
 
 /// (source IP, destination IP).
 pub type IpPair = ([u8; 16], [u8; 16]);

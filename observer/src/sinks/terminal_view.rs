@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 
-use super::IntervalStats;
-use super::alerts::{Alert, Severity};
-use super::output::rfc3339;
-use crate::summary::ip_of;
+use super::parquet_files::rfc3339;
+use crate::pipeline::IntervalStats;
+use crate::pipeline::alerts::{Alert, Severity};
+use crate::sinks::summary_json::ip_of;
 
 /// One QP line of the view.
 #[derive(Clone, Debug)]
@@ -195,8 +195,8 @@ impl ViewState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collector::alerts::AlertKey;
-    use crate::collector::rule;
+    use crate::pipeline::alerts::AlertKey;
+    use crate::pipeline::rule;
 
     #[test]
     fn renders_busiest_qps_pfc_and_alerts() {

@@ -8,117 +8,22 @@
 //!   [`Output`] (the collector).
 //! - [`table`]: the end-of-run summary on stdout.
 
-pub mod link;
-pub mod reader;
-pub mod table;
+pub mod link_layer;
+pub mod pcap_reader;
 
 use std::collections::HashMap;
-use std::io::{IsTerminal, Read};
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
 use std::time::Instant;
 
-use observer_common::maps::{Event, Policy, dir, policy_flags};
-use serde_json::{Value, json};
+use observer_common::maps::{Event, Policy, dir};
 
-use crate::collector::{Collector, CollectorConfig, CollectorError, PolicyConfig};
-use crate::datapath::Datapath;
-use crate::snapshot::Snapshot;
-use link::{LinkType, linktype_name};
-use reader::Item;
-
-#[derive(Debug, clap::Args)]
-pub struct ReplayArgs {
-    /// Capture files (pcap or pcapng), or `-` for standard input (read as a stream).
-    #[arg(required = true)]
-    pub files: Vec<PathBuf>,
-    /// Output directory, as for live capture: Parquet tables flows/, interfaces/, alerts/,
-    /// alerts.jsonl and summary.json (the collector, with capture timestamps).
-    #[arg(long, value_name = "DIR", default_value = "./roce-flows")]
-    pub out: PathBuf,
-    /// Write no files: only print the summary (no alert rules run).
-    #[arg(long, conflicts_with = "out")]
-    pub no_out: bool,
-    /// Snapshot interval in capture time: `1s`, `500ms`, `10` (seconds).
-    #[arg(long, default_value = "1s", value_parser = parse_interval)]
-    pub interval: u64,
-    /// Expected marking profile: nvidia, broadcom, or `none` (count only, check no marking).
-    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = ["nvidia", "broadcom", "none"])]
-    pub profile: String,
-    /// Policy TOML file (overrides --profile).
-    #[arg(long)]
-    pub policy: Option<PathBuf>,
-    /// Largest number of QP keys per interface (as the kernel map's size).
-    #[arg(long, default_value_t = 65536)]
-    pub max_qps: u32,
-    /// Link speed for turning PFC quanta into seconds: Gb/s as for live (`100`), or bit/s, or
-    /// with a suffix (`100G`, `400g`, `25000000000`).
-    #[arg(long, value_name = "SPEED", value_parser = parse_speed)]
-    pub link_speed: Option<u64>,
-    /// Close a Parquet file after this much capture time (seconds; suffixes accepted) ...
-    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_interval)]
-    pub rotate: u64,
-    /// ... or this many MiB, whichever comes first.
-    #[arg(long, value_name = "MIB", default_value_t = 128)]
-    pub rotate_mb: u64,
-    /// Do not verify ICRCs (faster; ICRC counts stay 0).
-    #[arg(long)]
-    pub no_icrc: bool,
-    /// Print the final totals as JSON (`summary::summary_json` form) instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// Host name written into output file names (default: this host's name).
-    #[arg(long)]
-    pub host: Option<String>,
-}
-
-/// `1s`, `250ms`, `100us`, `2m`, `1h`, `2` (seconds) to nanoseconds.
-pub fn parse_interval(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mul) = if let Some(n) = s.strip_suffix('h') {
-        (n, 3600e9)
-    } else if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e6)
-    } else if let Some(n) = s.strip_suffix("us") {
-        (n, 1e3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1e9)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60e9)
-    } else {
-        (s, 1e9)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("invalid interval {s:?} (examples: 1s, 500ms, 10)"))?;
-    let ns = v * mul;
-    if !(1e3..1e15).contains(&ns) {
-        return Err(format!("interval {s:?} out of range (1us .. 11 days)"));
-    }
-    Ok(ns as u64)
-}
-
-/// `100G`, `25g`, `400000000000` to bit/s; a plain number under 100000 is Gb/s (as the live
-/// command's `--link-speed 100`).
-pub fn parse_speed(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mul) = match s.char_indices().last() {
-        Some((i, 'G' | 'g')) => (&s[..i], 1e9),
-        Some((i, 'M' | 'm')) => (&s[..i], 1e6),
-        Some((i, 'T' | 't')) => (&s[..i], 1e12),
-        _ => match s.parse::<f64>() {
-            Ok(v) if v < 1e5 => (s, 1e9),
-            _ => (s, 1.0),
-        },
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid link speed {s:?} (examples: 100G, 400g, 25000000000)"))?;
-    if v.is_nan() || v * mul < 1e6 {
-        return Err(format!("link speed {s:?} too small (bit/s)"));
-    }
-    Ok((v * mul) as u64)
-}
+use crate::pipeline::policy::PolicyError;
+use crate::pipeline::{Collector, CollectorError};
+use crate::sources::Snapshot;
+use crate::sources::datapath::Datapath;
+use link_layer::{LinkType, linktype_name};
+use pcap_reader::Item;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -152,8 +57,8 @@ pub enum ReplayError {
     },
     #[error("collector: {0}")]
     Collector(#[from] CollectorError),
-    #[error("policy: {0}")]
-    Policy(String),
+    #[error("policy")]
+    Policy(#[source] PolicyError),
 }
 
 /// Where snapshots and events go (the collector; a recorder in tests).
@@ -292,7 +197,7 @@ impl<'o> Replay<'o> {
         size: Option<u64>,
     ) -> Result<InputStats, ReplayError> {
         self.feed_with(label, stem, size, |sink| {
-            reader::read_capture(label, input, sink)
+            pcap_reader::read_capture(label, input, sink)
         })
     }
 
@@ -306,7 +211,7 @@ impl<'o> Replay<'o> {
         data: &[u8],
     ) -> Result<InputStats, ReplayError> {
         self.feed_with(label, stem, Some(data.len() as u64), |sink| {
-            reader::read_capture_slice(label, data, sink)
+            pcap_reader::read_capture_slice(label, data, sink)
         })
     }
 
@@ -362,7 +267,7 @@ impl<'o> Replay<'o> {
                         _ => {}
                     }
                     last_ts = last_ts.max(ts);
-                    let view = link::to_ethernet(link, r.data, r.orig_len, &mut scratch);
+                    let view = link_layer::to_ethernet(link, r.data, r.orig_len, &mut scratch);
                     let direction = match r.outbound {
                         Some(true) => dir::EGRESS,
                         Some(false) => dir::INGRESS,
@@ -498,149 +403,5 @@ impl Progress {
         if self.drawn {
             eprint!("\r\x1b[2K");
         }
-    }
-}
-
-/// The `replay` subcommand (CLI entry; errors are reported by main).
-pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
-    let none = args.policy.is_none() && args.profile == "none";
-    let policy_cfg: Option<PolicyConfig> = match (&args.policy, none) {
-        (Some(p), _) => {
-            Some(PolicyConfig::from_file(p).map_err(|e| ReplayError::Policy(e.to_string()))?)
-        }
-        (None, true) => None,
-        (None, false) => Some(
-            PolicyConfig::profile(&args.profile).map_err(|e| ReplayError::Policy(e.to_string()))?,
-        ),
-    };
-    let mut dp_policy = match &policy_cfg {
-        Some(c) => c.expected,
-        None => Policy::NONE,
-    };
-    if policy_cfg.is_some() {
-        dp_policy.flags |= policy_flags::ENABLED;
-    }
-    let mut collector = if args.no_out {
-        None
-    } else {
-        // The collector needs a policy for its interval rules: with `--profile none` it gets
-        // nvidia's thresholds with nothing expected of the marking.
-        let cfg = match &policy_cfg {
-            Some(c) => c.clone(),
-            None => {
-                let mut c = PolicyConfig::profile("nvidia")
-                    .map_err(|e| ReplayError::Policy(e.to_string()))?;
-                c.expected = Policy::NONE;
-                c
-            }
-        };
-        std::fs::create_dir_all(&args.out)?;
-        let host = args
-            .host
-            .clone()
-            .unwrap_or_else(crate::collector::host_name);
-        let mut cc = CollectorConfig::new(args.out.clone(), &host, "replay", cfg);
-        cc.rotate_secs = (args.rotate / 1_000_000_000).max(1);
-        cc.rotate_bytes = args.rotate_mb.max(1) << 20;
-        Some(Collector::new(cc)?)
-    };
-    let opts = ReplayOptions {
-        policy: dp_policy,
-        max_qps: args.max_qps as usize,
-        interval_ns: args.interval,
-        link_speed_bps: args.link_speed,
-        check_icrc: !args.no_icrc,
-        progress: std::io::stderr().is_terminal(),
-    };
-    let mut null = NoOutput;
-    let mut errors: Vec<ReplayError> = Vec::new();
-    let started = Instant::now();
-    let (snaps, frames, event_counts) = {
-        let out: &mut dyn Output = match collector.as_mut() {
-            Some(c) => c,
-            None => &mut null,
-        };
-        let mut rp = Replay::new(opts, out);
-        for f in &args.files {
-            if let Err(e) = rp.feed_path(f) {
-                tracing::error!(error = %e, "replay input failed");
-                errors.push(e);
-            }
-        }
-        (rp.snapshots(), rp.frames, rp.event_counts.clone())
-    };
-    let elapsed = started.elapsed().as_secs_f64();
-    let collector_summary = match collector {
-        Some(c) => Some(c.finish()?),
-        None => None,
-    };
-    let mut summary = crate::summary::summary_json(&snaps);
-    if let Value::Object(m) = &mut summary {
-        // The collector's own additions (alerts, alert occurrences, PFC storm figures, output
-        // files): the per-QP and interface totals stay replay's (the same numbers).
-        if let Some(Value::Object(c)) = &collector_summary {
-            for (k, v) in c {
-                if k != "interfaces" && k != "qps" {
-                    m.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        let mut ev: Vec<_> = event_counts.into_iter().collect();
-        ev.sort();
-        m.insert(
-            "first_events".into(),
-            Value::Object(
-                ev.into_iter()
-                    .map(|(k, v)| (k.to_string(), json!(v)))
-                    .collect(),
-            ),
-        );
-        m.insert(
-            "replay".into(),
-            json!({
-                "inputs": args.files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-                "frames": frames,
-                "seconds": elapsed,
-                "errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-                "out": (!args.no_out).then(|| args.out.display().to_string()),
-            }),
-        );
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        print!("{}", table::render(&summary, args.link_speed));
-    }
-    match errors.len() {
-        0 => Ok(()),
-        1 => Err(errors.remove(0).into()),
-        n => {
-            for e in &errors {
-                eprintln!("error: {e}");
-            }
-            anyhow::bail!("{n} inputs failed")
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn intervals_and_speeds() {
-        assert_eq!(parse_interval("1s"), Ok(1_000_000_000));
-        assert_eq!(parse_interval("250ms"), Ok(250_000_000));
-        assert_eq!(parse_interval("2"), Ok(2_000_000_000));
-        assert_eq!(parse_interval("1h"), Ok(3_600_000_000_000));
-        assert!(parse_interval("0").is_err());
-        assert!(parse_interval("NaN").is_err());
-        assert!(parse_interval("fast").is_err());
-        assert_eq!(parse_speed("100G"), Ok(100_000_000_000));
-        assert_eq!(parse_speed("100"), Ok(100_000_000_000));
-        assert_eq!(parse_speed("25000000000"), Ok(25_000_000_000));
-        assert_eq!(parse_speed("400g"), Ok(400_000_000_000));
-        assert!(parse_speed("0").is_err());
-        assert!(parse_speed("x").is_err());
     }
 }

@@ -14,7 +14,7 @@ use pcap_parser::traits::PcapReaderIterator;
 use pcap_parser::{LegacyPcapReader, PcapBlockOwned, PcapError, PcapNGReader};
 
 use super::ReplayError;
-use super::link::LinkType;
+use super::link_layer::LinkType;
 
 /// Initial buffer; grown up to [`MAX_RECORD`] for a larger record.
 const BUF_CAPACITY: usize = 1 << 20;

@@ -9,7 +9,8 @@ use observer_common::parse::{encap, reason};
 use observer_common::qp::bucket_opcode;
 use serde_json::{Map, Value, json};
 
-use crate::snapshot::Snapshot;
+use crate::schema::QP_COUNTS;
+use crate::sources::Snapshot;
 
 /// A key's address as printed everywhere: IPv4-mapped addresses as dotted quads.
 pub fn ip_of(a: &[u8; 16]) -> IpAddr {
@@ -53,41 +54,28 @@ pub fn qp_json(iface: &str, k: &QpKey, v: &QpValue) -> Value {
             ops.insert(name, json!(n));
         }
     }
-    json!({
+    let mut v_json = json!({
         "iface": iface,
         "dir": dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)],
         "src": ip_of(&k.src_ip).to_string(),
         "dst": ip_of(&k.dst_ip).to_string(),
         "qp": k.dest_qp,
-        "pkts": v.pkts,
-        "bytes_l2": v.bytes_l2,
-        "bytes_ip": v.bytes_ip,
-        "bytes_udp": v.bytes_udp,
         "first_ns": v.first_ns,
         "last_ns": v.last_ns,
-        "data_pkts": v.class_pkts(class::DATA),
-        "ack_pkts": v.class_pkts(class::ACK),
-        "cnp": v.cnp(),
-        "ce": v.ce(),
-        "acks": v.acks(),
-        "naks": v.naks,
-        "nak_psn_seq_err": v.nak_psn_seq_err,
-        "rnr_naks": v.rnr_naks,
-        "suspect": v.suspect,
-        "psn_gaps": v.psn_gaps,
-        "psn_missing": v.psn_missing,
-        "psn_retrans": v.psn_retrans,
-        "psn_behind": v.psn_behind,
         "max_udp_payload": v.max_udp_payload,
         "last_udp_sport": v.last_udp_sport,
-        "icrc_ok": v.icrc_ok,
-        "icrc_bad": v.icrc_bad,
-        "icrc_unverifiable": v.icrc_unverifiable,
         "opcodes": Value::Object(ops),
         "dscp": per_class(&v.dscp_hist, |i| i.to_string()),
         "ecn": per_class(&v.ecn_hist, |i| i.to_string()),
         "pcp": per_class(&v.pcp_hist, pcp_name),
-    })
+    });
+    // The per-QP counts: the same names and definitions as the flows table's columns.
+    if let Value::Object(m) = &mut v_json {
+        for q in &QP_COUNTS {
+            m.insert(q.name.to_string(), json!((q.get)(v)));
+        }
+    }
+    v_json
 }
 
 /// One interface direction's totals.

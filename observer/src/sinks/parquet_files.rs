@@ -508,7 +508,7 @@ mod tests {
 
     #[test]
     fn flows_encodings_per_column_and_rows_read_back() {
-        use crate::collector::tables::{FlowsBuilder, flows_encoding, flows_schema};
+        use crate::sinks::row_builders::{FlowsBuilder, flows_encoding, flows_schema};
         use observer_common::maps::{QpKey, QpValue};
         use parquet::file::reader::{FileReader, SerializedFileReader};
         let root = tmpdir("enc");

@@ -10,33 +10,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use observer_common::maps::{Event, policy_flags};
 
-use super::synth::Synthetic;
-use super::{Collector, CollectorConfig, PolicyConfig, diag};
-use crate::live::{LiveError, LiveIface, LiveOptions, XdpMode};
-
-/// `1`, `1s`, `500ms`, `2m`, `1h` -> Duration.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (examples: 1, 1s, 500ms, 5m, 2h)"))?;
-    if !(v.is_finite() && v > 0.0) {
-        return Err(format!("{s:?}: a duration must be positive"));
-    }
-    Ok(Duration::from_secs_f64(v * mult))
-}
+use super::args::{parse_duration, parse_host, parse_link_speed, parse_rotate_mb};
+use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
+use crate::sources::kernel::diagnosis as diag;
+use crate::sources::kernel::{LiveError, LiveIface, LiveOptions, XdpMode};
+use crate::sources::synthetic::Synthetic;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum XdpModeArg {
@@ -93,17 +71,18 @@ pub struct LiveArgs {
     /// Idle time after which a QP key may be evicted from a nearly full map.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub idle_evict: Duration,
-    /// Link speed in Gb/s for PFC pause seconds (default: read from the interface).
-    #[arg(long, value_name = "GBPS")]
-    pub link_speed: Option<f64>,
+    /// Link speed for PFC pause seconds (default: read from the interface): `100G`, `400g`,
+    /// a plain number under 100000 as Gb/s (`100`), or bit/s.
+    #[arg(long, value_name = "SPEED", value_parser = parse_link_speed)]
+    pub link_speed: Option<u64>,
     /// Close a Parquet file after this much data time (seconds; suffixes accepted) ...
     #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_duration)]
     pub rotate: Duration,
     /// ... or this many MiB, whichever comes first.
-    #[arg(long, value_name = "MIB", default_value_t = 128)]
+    #[arg(long, value_name = "MIB", default_value = "128", value_parser = parse_rotate_mb)]
     pub rotate_mb: u64,
     /// Host name in file names and rows (default: this machine's).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = parse_host)]
     pub host: Option<String>,
     /// Plain logs even when stdout is a terminal (no refreshing view).
     #[arg(long)]
@@ -183,18 +162,18 @@ fn explain(iface: &str, e: LiveError) -> anyhow::Error {
 
 pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     let terminal = std::io::stdout().is_terminal() && !args.plain;
-    super::tune_allocator();
+    pipeline::tune_allocator();
     init_logs(&args, terminal);
     let policy = load_policy(&args)?;
     if args.iface.is_empty() && args.synthetic_qps.is_none() {
         anyhow::bail!("give at least one interface: roce-observe --iface IFACE (see --help)");
     }
-    let host = args.host.clone().unwrap_or_else(super::host_name);
+    let host = args.host.clone().unwrap_or_else(pipeline::host_name);
     let mut cfg = CollectorConfig::new(args.out.clone(), &host, "live", policy.clone());
     cfg.rotate_secs = args.rotate.as_secs().max(1);
-    cfg.rotate_bytes = args.rotate_mb.max(1) << 20;
+    cfg.rotate_bytes = args.rotate_mb << 20;
     cfg.terminal = terminal;
-    let link_override = args.link_speed.map(|g| (g * 1e9) as u64);
+    let link_override = args.link_speed;
 
     // Sources.
     let mut live: Vec<LiveIface> = Vec::new();

@@ -1,0 +1,141 @@
+//! Value parsers shared by every command, so `--interval`, `--rotate`, `--duration`,
+//! `--idle-evict` and `--link-speed` accept the same forms everywhere.
+
+use std::time::Duration;
+
+/// Longest duration any option accepts (about 11.6 days): keeps nanosecond arithmetic on
+/// interval boundaries far from overflow.
+const MAX_DURATION_NS: f64 = 1e15;
+/// Fastest link speed accepted, bit/s (10 Tb/s): larger values are typos, and PFC quanta to
+/// seconds must stay meaningful.
+const MAX_LINK_BPS: f64 = 10e12;
+
+/// `1`, `1s`, `500ms`, `100us`, `2m`, `1h` (a bare number is seconds) -> Duration, between
+/// 1 µs and about 11 days.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, ns_per_unit) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e6)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e9)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60e9)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600e9)
+    } else {
+        (s, 1e9)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (examples: 1, 1s, 500ms, 5m, 2h)"))?;
+    let ns = v * ns_per_unit;
+    if !ns.is_finite() || ns <= 0.0 {
+        return Err(format!("{s:?}: a duration must be positive"));
+    }
+    if !(1e3..=MAX_DURATION_NS).contains(&ns) {
+        return Err(format!("{s:?}: out of range (1us .. 11 days)"));
+    }
+    Ok(Duration::from_nanos(ns as u64))
+}
+
+/// `100G`, `400g`, `25000M`, `1.6T`, `25000000000` (bit/s), or a plain number under 100000,
+/// read as Gb/s (`--link-speed 100`) -> bit/s, between 1 Mb/s and 10 Tb/s.
+pub fn parse_link_speed(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mul) = match s.char_indices().last() {
+        Some((i, 'G' | 'g')) => (&s[..i], 1e9),
+        Some((i, 'M' | 'm')) => (&s[..i], 1e6),
+        Some((i, 'T' | 't')) => (&s[..i], 1e12),
+        _ => match s.parse::<f64>() {
+            Ok(v) if v < 1e5 => (s, 1e9),
+            _ => (s, 1.0),
+        },
+    };
+    let v: f64 = num.trim().parse().map_err(|_| {
+        format!("invalid link speed {s:?} (examples: 100G, 400g, 100 = 100 Gb/s, 25000000000)")
+    })?;
+    let bps = v * mul;
+    if !bps.is_finite() || bps < 1e6 {
+        return Err(format!("link speed {s:?} too small (at least 1 Mb/s)"));
+    }
+    if bps > MAX_LINK_BPS {
+        return Err(format!("link speed {s:?} too large (at most 10T)"));
+    }
+    Ok(bps as u64)
+}
+
+/// `--rotate-mb`: 1 MiB to 1 TiB.
+pub fn parse_rotate_mb(s: &str) -> Result<u64, String> {
+    let v: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number of MiB"))?;
+    if !(1..=1 << 20).contains(&v) {
+        return Err(format!("{s:?}: out of range (1 .. 1048576 MiB)"));
+    }
+    Ok(v)
+}
+
+/// A host name as it goes into file names and rows: `[A-Za-z0-9._-]`, at most 64 characters
+/// (a slash would make every write fail).
+pub fn parse_host(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && s != "."
+        && s != "..";
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?}: a host name here is 1-64 characters of A-Z a-z 0-9 . _ -"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let ms = |n| Ok(Duration::from_millis(n));
+        assert_eq!(parse_duration("1s"), ms(1000));
+        assert_eq!(parse_duration("250ms"), ms(250));
+        assert_eq!(parse_duration("2"), ms(2000));
+        assert_eq!(parse_duration("1h"), ms(3_600_000));
+        assert_eq!(parse_duration("5m"), ms(300_000));
+        assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
+        for bad in ["0", "-1s", "NaN", "inf", "fast", "", "1e30s", "0.1us"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn link_speeds() {
+        assert_eq!(parse_link_speed("100G"), Ok(100_000_000_000));
+        assert_eq!(parse_link_speed("100"), Ok(100_000_000_000));
+        assert_eq!(parse_link_speed("400G"), Ok(400_000_000_000));
+        assert_eq!(parse_link_speed("400g"), Ok(400_000_000_000));
+        assert_eq!(parse_link_speed("1.6T"), Ok(1_600_000_000_000));
+        assert_eq!(parse_link_speed("25000000000"), Ok(25_000_000_000));
+        for bad in ["0", "x", "NaN", "1e30", "99999999999999999999G", "-5G"] {
+            assert!(parse_link_speed(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rotate_and_host() {
+        assert_eq!(parse_rotate_mb("128"), Ok(128));
+        assert!(parse_rotate_mb("0").is_err());
+        assert!(parse_rotate_mb("17592186044416").is_err()); // 2^44: would wrap << 20
+        assert_eq!(parse_host("gpu-01.dc"), Ok("gpu-01.dc".into()));
+        for bad in ["a/b", "", "..", "x y", &"h".repeat(65)] {
+            assert!(parse_host(bad).is_err(), "{bad}");
+        }
+    }
+}

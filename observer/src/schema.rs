@@ -1,0 +1,820 @@
+//! The one definition of every output table: column names, types, nullability, units and
+//! meanings. The Parquet writers build their Arrow schemas from it, `roce-analyze` checks every
+//! file it reads against it (a missing or mistyped column is an error naming the file and the
+//! column), `summary.json` takes its per-QP count names from it, and `docs/schema.md` is
+//! generated from it (`cargo xtask schema-doc`; a test fails when the two differ).
+//!
+//! Counts are `Int64` and times `Timestamp(µs, UTC)` so DuckDB, Spark and Trino read them
+//! without unsigned or nanosecond types. Histograms are sparse `list<struct<value: int16,
+//! pkts: int64>>`, only non-zero buckets, one list per row.
+
+use std::sync::{Arc, LazyLock};
+
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use observer_common::maps::{QpValue, class};
+use observer_common::parse::{encap, reason};
+
+/// A column's type, as written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColType {
+    Utf8,
+    Int32,
+    Int64,
+    Float64,
+    Boolean,
+    /// `timestamp[us, UTC]`.
+    Timestamp,
+    /// `list<struct<value: int16, pkts: int64>>`.
+    Hist,
+}
+
+impl ColType {
+    pub fn arrow(self) -> DataType {
+        match self {
+            ColType::Utf8 => DataType::Utf8,
+            ColType::Int32 => DataType::Int32,
+            ColType::Int64 => DataType::Int64,
+            ColType::Float64 => DataType::Float64,
+            ColType::Boolean => DataType::Boolean,
+            ColType::Timestamp => ts_type(),
+            ColType::Hist => hist_type(),
+        }
+    }
+
+    /// The name used in the documentation.
+    pub fn doc_name(self) -> &'static str {
+        match self {
+            ColType::Utf8 => "string",
+            ColType::Int32 => "int32",
+            ColType::Int64 => "int64",
+            ColType::Float64 => "double",
+            ColType::Boolean => "bool",
+            ColType::Timestamp => "timestamp[us, UTC]",
+            ColType::Hist => "list<struct<value int16, pkts int64>>",
+        }
+    }
+}
+
+pub fn ts_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+pub fn hist_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("value", DataType::Int16, false),
+        Field::new("pkts", DataType::Int64, false),
+    ])
+}
+
+pub fn hist_type() -> DataType {
+    DataType::List(Arc::new(Field::new(
+        "item",
+        DataType::Struct(hist_fields()),
+        false,
+    )))
+}
+
+/// One column.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Column {
+    pub name: String,
+    pub ty: ColType,
+    pub nullable: bool,
+    pub unit: &'static str,
+    pub doc: String,
+}
+
+/// One table of the output tree.
+#[derive(Debug)]
+pub struct Table {
+    /// Directory under the output root, and the file name prefix.
+    pub name: &'static str,
+    /// What one row is.
+    pub rows: &'static str,
+    pub columns: Vec<Column>,
+    arrow: SchemaRef,
+}
+
+/// A file's columns disagree with the definition.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SchemaMismatch {
+    #[error("column {column:?} of the {table} table is missing")]
+    Missing { table: &'static str, column: String },
+    #[error("column {column:?} of the {table} table is {found}, expected {expected}")]
+    Type {
+        table: &'static str,
+        column: String,
+        found: String,
+        expected: String,
+    },
+}
+
+impl Table {
+    fn new(name: &'static str, rows: &'static str, columns: Vec<Column>) -> Table {
+        let arrow = Arc::new(Schema::new(
+            columns
+                .iter()
+                .map(|c| Field::new(&c.name, c.ty.arrow(), c.nullable))
+                .collect::<Vec<_>>(),
+        ));
+        Table {
+            name,
+            rows,
+            columns,
+            arrow,
+        }
+    }
+
+    /// The Arrow schema the writers use.
+    pub fn arrow_schema(&self) -> SchemaRef {
+        Arc::clone(&self.arrow)
+    }
+
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// The column `name`, which a reader in this workspace asks for by name. Panics when the
+    /// definition has no such column: a renamed or removed column is then a failing test, never
+    /// a silent zero.
+    pub fn expect_column(&self, name: &str) -> &Column {
+        self.column(name).unwrap_or_else(|| {
+            panic!(
+                "the {} table has no column {name:?} (observer::schema is the definition)",
+                self.name
+            )
+        })
+    }
+
+    /// Checks a file's schema: every defined column present with its type (extra columns are
+    /// allowed: a newer writer may add some).
+    pub fn check(&self, file: &Schema) -> Result<(), SchemaMismatch> {
+        for c in &self.columns {
+            let f = file
+                .field_with_name(&c.name)
+                .map_err(|_| SchemaMismatch::Missing {
+                    table: self.name,
+                    column: c.name.clone(),
+                })?;
+            if !same_type(f.data_type(), &c.ty.arrow()) {
+                return Err(SchemaMismatch::Type {
+                    table: self.name,
+                    column: c.name.clone(),
+                    found: f.data_type().to_string(),
+                    expected: c.ty.doc_name().to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The table's documentation section (docs/schema.md).
+    pub fn markdown(&self) -> String {
+        let mut s = format!("## `{}`\n\n{}\n\n", self.name, self.rows);
+        s += "| column | type | null | unit | meaning |\n|---|---|---|---|---|\n";
+        for c in &self.columns {
+            s += &format!(
+                "| `{}` | {} | {} | {} | {} |\n",
+                c.name,
+                c.ty.doc_name(),
+                if c.nullable { "yes" } else { "" },
+                c.unit,
+                c.doc.replace('|', "\\|")
+            );
+        }
+        s
+    }
+}
+
+/// Types equal, ignoring list item names and nullability inside lists (other writers name the
+/// list item `element`).
+fn same_type(a: &DataType, b: &DataType) -> bool {
+    match (a, b) {
+        (DataType::List(x), DataType::List(y)) | (DataType::LargeList(x), DataType::List(y)) => {
+            same_type(x.data_type(), y.data_type())
+        }
+        (DataType::Struct(x), DataType::Struct(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y.iter())
+                    .all(|(p, q)| p.name() == q.name() && same_type(p.data_type(), q.data_type()))
+        }
+        (DataType::Timestamp(u, _), DataType::Timestamp(v, _)) => u == v,
+        _ => a == b,
+    }
+}
+
+fn col(name: impl Into<String>, ty: ColType, unit: &'static str, doc: impl Into<String>) -> Column {
+    Column {
+        name: name.into(),
+        ty,
+        nullable: false,
+        unit,
+        doc: doc.into(),
+    }
+}
+
+fn nullable(mut c: Column) -> Column {
+    c.nullable = true;
+    c
+}
+
+/// Reads one count of a per-QP delta.
+pub type Getter = fn(&QpValue) -> u64;
+
+/// A per-QP count: a `flows` column, a `summary.json` field of every QP.
+pub struct QpCount {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub doc: &'static str,
+    pub get: Getter,
+}
+
+/// The per-QP counts, in `flows` column order.
+pub const QP_COUNTS: [QpCount; 21] = [
+    QpCount {
+        name: "pkts",
+        unit: "packets",
+        doc: "RoCE packets of the key",
+        get: |v| v.pkts,
+    },
+    QpCount {
+        name: "bytes_l2",
+        unit: "bytes",
+        doc: "frame length on the wire (tags included, no FCS; the mirrored frame for mirror traffic)",
+        get: |v| v.bytes_l2,
+    },
+    QpCount {
+        name: "bytes_ip",
+        unit: "bytes",
+        doc: "IP length",
+        get: |v| v.bytes_ip,
+    },
+    QpCount {
+        name: "bytes_udp",
+        unit: "bytes",
+        doc: "UDP payload",
+        get: |v| v.bytes_udp,
+    },
+    QpCount {
+        name: "data_pkts",
+        unit: "packets",
+        doc: "data-class packets",
+        get: |v| v.class_pkts(class::DATA),
+    },
+    QpCount {
+        name: "ack_pkts",
+        unit: "packets",
+        doc: "ack-class packets (0x11, 0x12, 0x51, 0x52)",
+        get: |v| v.class_pkts(class::ACK),
+    },
+    QpCount {
+        name: "cnp",
+        unit: "packets",
+        doc: "CNPs (0x81) addressed to (dst, qp)",
+        get: |v| v.cnp(),
+    },
+    QpCount {
+        name: "ce",
+        unit: "packets",
+        doc: "ECN 0b11 (CE), all classes",
+        get: |v| v.ce(),
+    },
+    QpCount {
+        name: "not_ect_data",
+        unit: "packets",
+        doc: "data packets with ECN 0b00 (Not-ECT)",
+        get: |v| v.ecn_hist[class::DATA][0] as u64,
+    },
+    QpCount {
+        name: "acks",
+        unit: "packets",
+        doc: "opcode 0x11 (ACKNOWLEDGE), any syndrome",
+        get: |v| v.acks(),
+    },
+    QpCount {
+        name: "naks",
+        unit: "packets",
+        doc: "AETH syndrome 11x (NAK)",
+        get: |v| v.naks,
+    },
+    QpCount {
+        name: "nak_psn_seq_err",
+        unit: "packets",
+        doc: "AETH 0x60 (NAK PSN sequence error)",
+        get: |v| v.nak_psn_seq_err,
+    },
+    QpCount {
+        name: "rnr_naks",
+        unit: "packets",
+        doc: "AETH syndrome 01x (RNR NAK)",
+        get: |v| v.rnr_naks,
+    },
+    QpCount {
+        name: "suspect",
+        unit: "packets",
+        doc: "TVer != 0 or undefined opcode",
+        get: |v| v.suspect,
+    },
+    QpCount {
+        name: "psn_gaps",
+        unit: "gaps",
+        doc: "new PSN ahead by d > 1: one gap each",
+        get: |v| v.psn_gaps,
+    },
+    QpCount {
+        name: "psn_missing",
+        unit: "PSNs",
+        doc: "PSNs skipped by those gaps (d - 1 each)",
+        get: |v| v.psn_missing,
+    },
+    QpCount {
+        name: "psn_retrans",
+        unit: "packets",
+        doc: "PSN not ahead of the highest (go-back-N resend or duplicate)",
+        get: |v| v.psn_retrans,
+    },
+    QpCount {
+        name: "psn_behind",
+        unit: "packets",
+        doc: "PSN strictly behind the highest",
+        get: |v| v.psn_behind,
+    },
+    QpCount {
+        name: "icrc_ok",
+        unit: "packets",
+        doc: "ICRC verified (replay only; 0 live)",
+        get: |v| v.icrc_ok,
+    },
+    QpCount {
+        name: "icrc_bad",
+        unit: "packets",
+        doc: "ICRC wrong (replay only)",
+        get: |v| v.icrc_bad,
+    },
+    QpCount {
+        name: "icrc_unverifiable",
+        unit: "packets",
+        doc: "ICRC not checkable (cut capture; replay only)",
+        get: |v| v.icrc_unverifiable,
+    },
+];
+
+/// Histogram columns of `flows`: opcodes, then dscp / ecn / pcp per class.
+pub fn hist_names() -> Vec<String> {
+    let mut v = vec!["opcodes".to_string()];
+    for h in ["dscp", "ecn", "pcp"] {
+        for c in class::NAMES {
+            v.push(format!("{h}_{c}"));
+        }
+    }
+    v
+}
+
+fn key_columns(c: &mut Vec<Column>) {
+    use ColType::*;
+    c.push(col(
+        "host",
+        Utf8,
+        "",
+        "host name (`--host`, else this machine's)",
+    ));
+    c.push(col("source", Utf8, "", "`live` or `replay`"));
+    c.push(col(
+        "iface",
+        Utf8,
+        "",
+        "interface (replay: the capture file's stem, `stem:ifname` for named pcapng interfaces)",
+    ));
+    c.push(col(
+        "dir",
+        Utf8,
+        "",
+        "`ingress` (XDP / tc ingress) or `egress` (tc egress)",
+    ));
+}
+
+fn interval_columns(c: &mut Vec<Column>) {
+    use ColType::*;
+    c.push(col(
+        "interval_start",
+        Timestamp,
+        "µs",
+        "interval start (the first starts at attach, or at the first packet in replay)",
+    ));
+    c.push(col("interval_end", Timestamp, "µs", "interval end"));
+}
+
+fn flows_table() -> Table {
+    use ColType::*;
+    let mut c = Vec::new();
+    key_columns(&mut c);
+    c.push(col(
+        "src",
+        Utf8,
+        "",
+        "key source address (IPv4 dotted, IPv6 RFC 5952)",
+    ));
+    c.push(col("dst", Utf8, "", "key destination address"));
+    c.push(col(
+        "qp",
+        Int32,
+        "",
+        "BTH destination QP (the key is src, dst, qp, dir)",
+    ));
+    interval_columns(&mut c);
+    c.push(col(
+        "new_qp",
+        Boolean,
+        "",
+        "key first seen in this interval",
+    ));
+    c.push(col(
+        "evicted",
+        Boolean,
+        "",
+        "key removed from the kernel map after this interval (its final counts are in this row)",
+    ));
+    for q in &QP_COUNTS {
+        c.push(col(q.name, Int64, q.unit, q.doc));
+    }
+    c.push(col(
+        "max_udp_payload",
+        Int32,
+        "bytes",
+        "largest UDP payload since the key appeared (cumulative)",
+    ));
+    c.push(nullable(col(
+        "psn_max",
+        Int32,
+        "PSN",
+        "highest PSN so far (null before any data packet)",
+    )));
+    c.push(col(
+        "last_udp_sport",
+        Int32,
+        "",
+        "UDP source port of the last packet (ECMP entropy)",
+    ));
+    c.push(nullable(col(
+        "first_pkt",
+        Timestamp,
+        "µs",
+        "first packet of the key (cumulative)",
+    )));
+    c.push(nullable(col(
+        "last_pkt",
+        Timestamp,
+        "µs",
+        "last packet of the key (cumulative)",
+    )));
+    for h in hist_names() {
+        let doc = match h.split('_').next() {
+            Some("opcodes") => "value = BTH opcode, -1 = undefined opcodes".to_string(),
+            Some("dscp") => format!("value = DSCP 0-63, {} class", &h[5..]),
+            Some("ecn") => format!("value = ECN 0-3, {} class", &h[4..]),
+            _ => format!(
+                "value = outermost PCP 0-7, -1 = untagged, {} class",
+                &h[4..]
+            ),
+        };
+        c.push(col(h, Hist, "packets", doc));
+    }
+    Table::new(
+        "flows",
+        "One row per QP key with packets in the interval (keys with no new packet are not written). Counts are interval deltas.",
+        c,
+    )
+}
+
+fn per_priority(c: &mut Vec<Column>, what: &str, ty: ColType, unit: &'static str, doc: &str) {
+    for p in 0..8 {
+        let mut x = col(
+            format!("pfc_{what}_p{p}"),
+            ty,
+            unit,
+            format!("{doc}, priority {p}"),
+        );
+        x.nullable = ty == ColType::Float64;
+        c.push(x);
+    }
+}
+
+fn interfaces_table() -> Table {
+    use ColType::*;
+    let mut c = Vec::new();
+    key_columns(&mut c);
+    interval_columns(&mut c);
+    c.push(nullable(col(
+        "link_speed_bps",
+        Int64,
+        "bit/s",
+        "link speed (null when unknown)",
+    )));
+    c.push(col(
+        "frames",
+        Int64,
+        "frames",
+        "every frame the program ran on",
+    ));
+    c.push(col("bytes", Int64, "bytes", "their wire length"));
+    c.push(col("roce", Int64, "frames", "RoCEv2 packets"));
+    c.push(col(
+        "roce_untracked",
+        Int64,
+        "frames",
+        "RoCEv2 packets not tracked per QP (map full, insert gave up)",
+    ));
+    c.push(col("not_roce", Int64, "frames", "other frames"));
+    for r in reason::NAMES {
+        c.push(col(
+            format!("excluded_{r}"),
+            Int64,
+            "frames",
+            format!("excluded: {r} (docs/metrics.md)"),
+        ));
+    }
+    for e in encap::NAMES.iter().skip(1) {
+        c.push(col(
+            format!("encap_{e}"),
+            Int64,
+            "frames",
+            format!("arrived in a {e} mirror encapsulation"),
+        ));
+    }
+    c.push(col(
+        "pfc_frames",
+        Int64,
+        "frames",
+        "PFC frames (MAC control opcode 0x0101)",
+    ));
+    per_priority(
+        &mut c,
+        "enabled",
+        Int64,
+        "frames",
+        "PFC frames with the enable bit set",
+    );
+    per_priority(&mut c, "xoff", Int64, "frames", "of those, pause time > 0");
+    per_priority(&mut c, "xon", Int64, "frames", "of those, pause time 0");
+    per_priority(
+        &mut c,
+        "quanta",
+        Int64,
+        "quanta",
+        "summed pause times (1 quantum = 512 bit times)",
+    );
+    per_priority(
+        &mut c,
+        "pause_s",
+        Float64,
+        "s",
+        "quanta x 512 / link speed (null without a speed)",
+    );
+    per_priority(
+        &mut c,
+        "xoff_per_s",
+        Float64,
+        "frames/s",
+        "XOFF over the interval length (the storm figure)",
+    );
+    c.push(col("pause_frames", Int64, "frames", "802.3x PAUSE frames"));
+    c.push(col(
+        "pause_xon",
+        Int64,
+        "frames",
+        "802.3x PAUSE frames with pause time 0",
+    ));
+    c.push(col(
+        "pause_quanta",
+        Int64,
+        "quanta",
+        "802.3x summed pause times",
+    ));
+    c.push(nullable(col(
+        "pause_s",
+        Float64,
+        "s",
+        "802.3x pause seconds (null without a speed)",
+    )));
+    c.push(col(
+        "mac_control_other",
+        Int64,
+        "frames",
+        "other MAC control opcodes",
+    ));
+    c.push(col(
+        "qp_insert_failed",
+        Int64,
+        "packets",
+        "RoCE packets whose new key could not be inserted (map full, or the insert gave up)",
+    ));
+    c.push(col(
+        "mac_insert_failed",
+        Int64,
+        "frames",
+        "PFC / PAUSE frames whose new source MAC could not be inserted",
+    ));
+    c.push(col(
+        "events_lost",
+        Int64,
+        "events",
+        "first-occurrence events lost (ring buffer full; interval counts are complete)",
+    ));
+    c.push(col(
+        "psn_contended",
+        Int64,
+        "packets",
+        "PSN updates that gave up under compare-and-swap contention",
+    ));
+    c.push(col(
+        "dropped",
+        Int64,
+        "frames",
+        "dropped after observing (`--capture-port`)",
+    ));
+    c.push(col(
+        "tracked_qps",
+        Int64,
+        "keys",
+        "keys in the map at the interval's end",
+    ));
+    c.push(col(
+        "active_qps",
+        Int64,
+        "keys",
+        "keys with packets in the interval (rows in flows)",
+    ));
+    c.push(col("new_qps", Int64, "keys", "keys first seen"));
+    c.push(col(
+        "evictions",
+        Int64,
+        "keys",
+        "keys removed (idle eviction, or vanished)",
+    ));
+    c.push(nullable(col(
+        "pfc_src_macs",
+        Utf8,
+        "",
+        "`mac=frames,...`: senders of PFC / PAUSE in the interval (null if none)",
+    )));
+    Table::new(
+        "interfaces",
+        "One row per interface and direction per interval (ingress always, egress when it saw frames). Counts are interval deltas.",
+        c,
+    )
+}
+
+fn alerts_table() -> Table {
+    use ColType::*;
+    let c = vec![
+        col("host", Utf8, "", "host name"),
+        col("source", Utf8, "", "`live` or `replay`"),
+        col(
+            "time",
+            Timestamp,
+            "µs",
+            "when raised (event time, or the interval's end)",
+        ),
+        col("first_time", Timestamp, "µs", "first occurrence it covers"),
+        col("rule", Utf8, "", "alert rule (docs/alerts.md)"),
+        col("severity", Utf8, "", "`info`, `warning` or `critical`"),
+        col("iface", Utf8, "", "interface (`-` for output failures)"),
+        nullable(col("dir", Utf8, "", "direction, where the rule has one")),
+        nullable(col(
+            "class",
+            Utf8,
+            "",
+            "`data`, `ack` or `cnp`, where the rule has one",
+        )),
+        nullable(col(
+            "src",
+            Utf8,
+            "",
+            "source address, where the rule has one",
+        )),
+        nullable(col("dst", Utf8, "", "destination address")),
+        nullable(col("qp", Int64, "", "destination QP")),
+        nullable(col("priority", Int64, "", "PFC priority")),
+        col("observed", Utf8, "", "what was seen, e.g. `dscp 0 x4`"),
+        col(
+            "expected",
+            Utf8,
+            "",
+            "what the policy expects, e.g. `dscp 26`",
+        ),
+        col(
+            "count",
+            Int64,
+            "",
+            "occurrences covered (packets, frames, gaps: per rule)",
+        ),
+        col(
+            "summary",
+            Utf8,
+            "",
+            "`true` for a hold-down summary of occurrences after the first alert",
+        ),
+        col(
+            "origin",
+            Utf8,
+            "",
+            "`event` (kernel first-occurrence event) or `interval` (interval deltas)",
+        ),
+        col("message", Utf8, "", "the human line"),
+    ];
+    Table::new(
+        "alerts",
+        "One row per alert (the same content as `alerts.jsonl`).",
+        c,
+    )
+}
+
+static FLOWS: LazyLock<Table> = LazyLock::new(flows_table);
+static INTERFACES: LazyLock<Table> = LazyLock::new(interfaces_table);
+static ALERTS: LazyLock<Table> = LazyLock::new(alerts_table);
+
+pub fn flows() -> &'static Table {
+    &FLOWS
+}
+pub fn interfaces() -> &'static Table {
+    &INTERFACES
+}
+pub fn alerts() -> &'static Table {
+    &ALERTS
+}
+
+/// Every table of the output tree, in documentation order.
+pub fn tables() -> [&'static Table; 3] {
+    [flows(), interfaces(), alerts()]
+}
+
+/// The generated part of docs/schema.md.
+pub fn markdown() -> String {
+    let mut s = String::from(
+        "<!-- Generated from observer/src/schema.rs by `cargo xtask schema-doc`; a test fails when this file and the code differ. -->\n\
+         # Output schema\n\n\
+         The tables of the output tree (`<out>/<table>/date=YYYY-MM-DD/hour=HH/<table>-<host>-<start>-<seq>.parquet`). \
+         Counts are `int64`, times `timestamp[us, UTC]`; histograms are sparse lists of (value, pkts), only non-zero buckets. \
+         Readers (`roce-analyze`) check every file against these columns: a missing or mistyped column is an error naming the file and the column.\n\n",
+    );
+    for t in tables() {
+        s += &t.markdown();
+        s += "\n";
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/schema.md is the generated text, so the documentation and the code cannot differ.
+    #[test]
+    fn docs_schema_matches_the_code() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/schema.md");
+        let doc = std::fs::read_to_string(path).expect("docs/schema.md");
+        assert!(
+            doc == markdown(),
+            "docs/schema.md differs from observer/src/schema.rs: run `cargo xtask schema-doc`"
+        );
+    }
+
+    #[test]
+    fn names_are_unique_and_checks_name_the_column() {
+        for t in tables() {
+            let mut n: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+            n.sort();
+            n.dedup();
+            assert_eq!(n.len(), t.columns.len(), "{}", t.name);
+            assert!(t.check(&t.arrow_schema()).is_ok());
+        }
+        let f = flows();
+        let mut fields: Vec<Field> = f
+            .arrow_schema()
+            .fields()
+            .iter()
+            .map(|x| (**x).clone())
+            .collect();
+        fields.retain(|x| x.name() != "ce");
+        assert_eq!(
+            f.check(&Schema::new(fields.clone())),
+            Err(SchemaMismatch::Missing {
+                table: "flows",
+                column: "ce".into()
+            })
+        );
+        let i = fields.iter().position(|x| x.name() == "pkts").unwrap();
+        fields[i] = Field::new("pkts", DataType::Int32, false);
+        assert!(matches!(
+            f.check(&Schema::new(fields)),
+            Err(SchemaMismatch::Type { column, .. }) if column == "pkts"
+        ));
+    }
+
+    #[test]
+    #[should_panic(expected = "no column \"cee\"")]
+    fn a_misspelt_column_is_a_failure_not_a_zero() {
+        flows().expect_column("cee");
+    }
+}
