@@ -12,6 +12,7 @@
 pub mod capture;
 pub mod datapath;
 pub mod kernel;
+pub mod nic;
 pub mod snapshot;
 pub mod synthetic;
 

@@ -1,0 +1,642 @@
+//! One vendor-neutral schema for NIC counters, with a per-driver table from the raw names
+//! (ethtool strings and RDMA hw counter names, spelled as in the kernel sources) to
+//! [`Quantity`]s. Every counter without a mapping is kept as raw name -> delta, so nothing the NIC
+//! reports is dropped.
+//!
+//! Raw names come from:
+//! - mlx5 ethtool: `drivers/net/ethernet/mellanox/mlx5/core/en_stats.c`
+//!   (`pport_per_prio_pfc_stats_desc`, `pport_pfc_stall_stats_desc`,
+//!   `pport_per_prio_traffic_stats_desc`, `pport_per_tc_prio_stats_desc`,
+//!   `pport_per_tc_congest_prio_stats_desc`, `pport_2863_stats_desc`, `vport_stats_desc`);
+//! - mlx5 RDMA: `drivers/infiniband/hw/mlx5/counters.c` (`cong_cnts`, `out_of_seq_q_cnts`,
+//!   `retrans_q_cnts`);
+//! - bnxt_en: `drivers/net/ethernet/broadcom/bnxt/bnxt_ethtool.c` (`bnxt_port_stats_arr`,
+//!   `bnxt_port_stats_ext_arr`, `bnxt_tx_port_stats_ext_arr`); bnxt_re:
+//!   `drivers/infiniband/hw/bnxt_re/hw_counters.c` (`bnxt_re_stat_descs`);
+//! - ice: `drivers/net/ethernet/intel/ice/ice_ethtool.c` (`ice_gstrings_pf_stats`, per-priority
+//!   XON/XOFF in `ice_get_strings`); irdma: `drivers/infiniband/hw/irdma/verbs.c`
+//!   (`irdma_hw_stat_names`);
+//! - rxe: `drivers/infiniband/sw/rxe/rxe_hw_counters.c` (`rxe_counter_descs`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::counters::CounterDiff;
+
+/// Driver family, chosen separately for the netdev (ethtool) and the RDMA device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Driver {
+    /// ConnectX: netdev `mlx5_core`, RDMA `mlx5_ib` (`mlx5_<n>`, `mlx5_bond_<n>`).
+    Mlx5,
+    /// Broadcom: netdev `bnxt_en`, RDMA `bnxt_re`.
+    Bnxt,
+    /// Intel E810: netdev `ice`, RDMA `irdma`.
+    Ice,
+    /// Soft-RoCE `rdma_rxe` (RDMA side only; its netdev is any Ethernet device).
+    Rxe,
+    /// Anything else: no mapping, every counter kept raw.
+    Other,
+}
+
+impl Driver {
+    /// From the ethtool driver name (`ETHTOOL_GDRVINFO`).
+    pub fn from_ethtool(driver: &str) -> Driver {
+        match driver {
+            "mlx5_core" => Driver::Mlx5,
+            "bnxt_en" => Driver::Bnxt,
+            "ice" => Driver::Ice,
+            _ => Driver::Other,
+        }
+    }
+
+    /// From the RDMA device: its parent's driver when known (`mlx5_core`, `bnxt_en`, `ice`),
+    /// else the default device-name prefix (`mlx5_`, `bnxt_re`, `irdma`, `rxe`). Renamed devices
+    /// (`rocep1s0f0`) need the parent driver.
+    pub fn from_rdma(parent_driver: Option<&str>, dev: Option<&str>) -> Driver {
+        if let Some(d) = parent_driver
+            .map(Driver::from_ethtool)
+            .filter(|d| *d != Driver::Other)
+        {
+            return d;
+        }
+        let dev = dev.unwrap_or("");
+        if dev.starts_with("mlx5_") {
+            Driver::Mlx5
+        } else if dev.starts_with("bnxt_re") {
+            Driver::Bnxt
+        } else if dev.starts_with("irdma") {
+            Driver::Ice
+        } else if dev.starts_with("rxe") {
+            Driver::Rxe
+        } else {
+            Driver::Other
+        }
+    }
+
+    /// One family for both sides (netdev driver first).
+    pub fn detect(
+        ethtool_driver: Option<&str>,
+        rdma_parent: Option<&str>,
+        rdma_dev: Option<&str>,
+    ) -> Driver {
+        match ethtool_driver.map(Driver::from_ethtool) {
+            Some(d) if d != Driver::Other => d,
+            _ => Driver::from_rdma(rdma_parent, rdma_dev),
+        }
+    }
+}
+
+/// Which counter source a raw name comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Src {
+    /// `ethtool -S` strings.
+    Ethtool,
+    /// RDMA port hw counters.
+    Rdma,
+}
+
+/// A vendor-neutral quantity. All are deltas of cumulative counters over the sample interval;
+/// the unit is in each variant's doc. `p` is the 802.1p priority 0..7.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Quantity {
+    /// `pfc_tx_frames_p<p>`: PFC frames sent for priority p (frames). ice: XOFF frames only.
+    PfcTxFrames(u8),
+    /// `pfc_rx_frames_p<p>`: PFC frames received for priority p (frames). ice: XOFF only.
+    PfcRxFrames(u8),
+    /// `pfc_tx_pause_us_p<p>`: time priority p was paused by this host's PFC (µs).
+    PfcTxPauseUs(u8),
+    /// `pfc_rx_pause_us_p<p>`: time priority p was paused by the peer (µs).
+    PfcRxPauseUs(u8),
+    /// `pfc_tx_transitions_p<p>`: pause state transitions sent (count).
+    PfcTxTransitions(u8),
+    /// `pfc_rx_transitions_p<p>`: XOFF->XON transitions received (count).
+    PfcRxTransitions(u8),
+    /// `global_pause_tx_frames`: 802.3x PAUSE frames sent (frames).
+    GlobalPauseTxFrames,
+    /// `global_pause_rx_frames`: 802.3x PAUSE frames received (frames).
+    GlobalPauseRxFrames,
+    /// `global_pause_tx_us`: 802.3x pause duration sent (µs).
+    GlobalPauseTxUs,
+    /// `global_pause_rx_us`: 802.3x pause duration received (µs).
+    GlobalPauseRxUs,
+    /// `global_pause_rx_transitions` (count).
+    GlobalPauseRxTransitions,
+    /// `rx_discards_p<p>`: packets of priority p discarded at the port (packets).
+    RxPrioDiscards(u8),
+    /// `rx_buf_discards_p<p>`: priority p dropped for lack of receive buffer (packets).
+    RxPrioBufDiscards(u8),
+    /// `rx_cong_discards_p<p>`: priority p dropped by per-host congestion (WRED) (packets).
+    RxPrioCongDiscards(u8),
+    /// `port_rx_discards`: port-level receive drops (packets).
+    PortRxDiscards,
+    /// `port_tx_discards`: port-level transmit drops (packets).
+    PortTxDiscards,
+    /// `pause_storm_events`: the device kept sending pause past the storm threshold (events).
+    PauseStormEvents,
+    /// `pause_storm_tx_disabled`: pause transmission was disabled after a storm (events).
+    PauseStormTxDisabled,
+    /// `cnp_sent`: CNPs sent by the notification point (packets).
+    CnpSent,
+    /// `cnp_received`: CNPs received (packets).
+    CnpReceived,
+    /// `cnp_handled`: CNPs acted on by the reaction point (packets).
+    CnpHandled,
+    /// `cnp_ignored`: CNPs received and ignored by the reaction point (packets).
+    CnpIgnored,
+    /// `ecn_marked_rx`: CE-marked RoCE packets received (packets).
+    EcnMarkedRx,
+    /// `out_of_sequence`: out-of-sequence packets received by the responder (packets).
+    OutOfSequence,
+    /// `nak_seq_err_rx`: NAK-sequence-error packets received by the requester (packets).
+    NakSeqErrRx,
+    /// `ack_timeouts`: ACK timer expirations / timeout retransmissions (events).
+    AckTimeouts,
+    /// `duplicate_requests`: duplicate requests received by the responder (packets).
+    DuplicateRequests,
+    /// `rnr_nak_rx`: RNR NAKs received by the requester (packets).
+    RnrNakRx,
+    /// `rdma_rx_packets` (packets).
+    RdmaRxPackets,
+    /// `rdma_rx_bytes` (bytes).
+    RdmaRxBytes,
+    /// `rdma_tx_packets` (packets).
+    RdmaTxPackets,
+    /// `rdma_tx_bytes` (bytes).
+    RdmaTxBytes,
+}
+
+const FIXED_NAMES: &[(Quantity, &str)] = &[
+    (Quantity::GlobalPauseTxFrames, "global_pause_tx_frames"),
+    (Quantity::GlobalPauseRxFrames, "global_pause_rx_frames"),
+    (Quantity::GlobalPauseTxUs, "global_pause_tx_us"),
+    (Quantity::GlobalPauseRxUs, "global_pause_rx_us"),
+    (
+        Quantity::GlobalPauseRxTransitions,
+        "global_pause_rx_transitions",
+    ),
+    (Quantity::PortRxDiscards, "port_rx_discards"),
+    (Quantity::PortTxDiscards, "port_tx_discards"),
+    (Quantity::PauseStormEvents, "pause_storm_events"),
+    (Quantity::PauseStormTxDisabled, "pause_storm_tx_disabled"),
+    (Quantity::CnpSent, "cnp_sent"),
+    (Quantity::CnpReceived, "cnp_received"),
+    (Quantity::CnpHandled, "cnp_handled"),
+    (Quantity::CnpIgnored, "cnp_ignored"),
+    (Quantity::EcnMarkedRx, "ecn_marked_rx"),
+    (Quantity::OutOfSequence, "out_of_sequence"),
+    (Quantity::NakSeqErrRx, "nak_seq_err_rx"),
+    (Quantity::AckTimeouts, "ack_timeouts"),
+    (Quantity::DuplicateRequests, "duplicate_requests"),
+    (Quantity::RnrNakRx, "rnr_nak_rx"),
+    (Quantity::RdmaRxPackets, "rdma_rx_packets"),
+    (Quantity::RdmaRxBytes, "rdma_rx_bytes"),
+    (Quantity::RdmaTxPackets, "rdma_tx_packets"),
+    (Quantity::RdmaTxBytes, "rdma_tx_bytes"),
+];
+
+type PrioCtor = fn(u8) -> Quantity;
+
+const PRIO_NAMES: &[(&str, PrioCtor)] = &[
+    ("pfc_tx_frames_p", Quantity::PfcTxFrames),
+    ("pfc_rx_frames_p", Quantity::PfcRxFrames),
+    ("pfc_tx_pause_us_p", Quantity::PfcTxPauseUs),
+    ("pfc_rx_pause_us_p", Quantity::PfcRxPauseUs),
+    ("pfc_tx_transitions_p", Quantity::PfcTxTransitions),
+    ("pfc_rx_transitions_p", Quantity::PfcRxTransitions),
+    ("rx_discards_p", Quantity::RxPrioDiscards),
+    ("rx_buf_discards_p", Quantity::RxPrioBufDiscards),
+    ("rx_cong_discards_p", Quantity::RxPrioCongDiscards),
+];
+
+impl Quantity {
+    /// The priority of a per-priority quantity.
+    pub fn priority(self) -> Option<u8> {
+        use Quantity::*;
+        match self {
+            PfcTxFrames(p)
+            | PfcRxFrames(p)
+            | PfcTxPauseUs(p)
+            | PfcRxPauseUs(p)
+            | PfcTxTransitions(p)
+            | PfcRxTransitions(p)
+            | RxPrioDiscards(p)
+            | RxPrioBufDiscards(p)
+            | RxPrioCongDiscards(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The stable snake_case name.
+    pub fn name(self) -> String {
+        if let Some(p) = self.priority() {
+            let base = PRIO_NAMES
+                .iter()
+                .find(|(_, c)| c(p) == self)
+                .map(|(n, _)| *n)
+                .unwrap_or("unknown_p");
+            return format!("{base}{p}");
+        }
+        FIXED_NAMES
+            .iter()
+            .find(|(q, _)| *q == self)
+            .map(|(_, n)| n.to_string())
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl FromStr for Quantity {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some((_, q)) = FIXED_NAMES
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map(|(q, n)| (n, *q))
+        {
+            return Ok(q);
+        }
+        for (base, ctor) in PRIO_NAMES {
+            if let Some(d) = s.strip_prefix(base).and_then(prio_digit) {
+                return Ok(ctor(d));
+            }
+        }
+        Err(format!("unknown quantity {s:?}"))
+    }
+}
+
+impl Serialize for Quantity {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+fn prio_digit(s: &str) -> Option<u8> {
+    match s.as_bytes() {
+        [d @ b'0'..=b'7'] => Some(d - b'0'),
+        _ => None,
+    }
+}
+
+/// A mapping rule: a raw name, or a template with `{p}` standing for the priority digit.
+enum Rule {
+    Fixed(&'static str, Quantity),
+    Prio(&'static str, PrioCtor),
+}
+
+use Quantity as Q;
+use Rule::{Fixed as F, Prio as P};
+
+/// mlx5e `ethtool -S` (en_stats.c).
+const MLX5_ETHTOOL: &[Rule] = &[
+    P("rx_prio{p}_pause", Q::PfcRxFrames),
+    P("tx_prio{p}_pause", Q::PfcTxFrames),
+    P("rx_prio{p}_pause_duration", Q::PfcRxPauseUs),
+    P("tx_prio{p}_pause_duration", Q::PfcTxPauseUs),
+    P("rx_prio{p}_pause_transition", Q::PfcRxTransitions),
+    F("rx_global_pause", Q::GlobalPauseRxFrames),
+    F("tx_global_pause", Q::GlobalPauseTxFrames),
+    F("rx_global_pause_duration", Q::GlobalPauseRxUs),
+    F("tx_global_pause_duration", Q::GlobalPauseTxUs),
+    F("rx_global_pause_transition", Q::GlobalPauseRxTransitions),
+    P("rx_prio{p}_discards", Q::RxPrioDiscards),
+    P("rx_prio{p}_buf_discard", Q::RxPrioBufDiscards),
+    P("rx_prio{p}_cong_discard", Q::RxPrioCongDiscards),
+    F("rx_discards_phy", Q::PortRxDiscards),
+    F("tx_discards_phy", Q::PortTxDiscards),
+    F("tx_pause_storm_warning_events", Q::PauseStormEvents),
+    F("tx_pause_storm_error_events", Q::PauseStormTxDisabled),
+    F("rx_vport_rdma_unicast_packets", Q::RdmaRxPackets),
+    F("rx_vport_rdma_unicast_bytes", Q::RdmaRxBytes),
+    F("tx_vport_rdma_unicast_packets", Q::RdmaTxPackets),
+    F("tx_vport_rdma_unicast_bytes", Q::RdmaTxBytes),
+];
+
+/// mlx5_ib port hw counters (counters.c).
+const MLX5_RDMA: &[Rule] = &[
+    F("np_cnp_sent", Q::CnpSent),
+    F("rp_cnp_handled", Q::CnpHandled),
+    F("rp_cnp_ignored", Q::CnpIgnored),
+    F("np_ecn_marked_roce_packets", Q::EcnMarkedRx),
+    F("out_of_sequence", Q::OutOfSequence),
+    F("packet_seq_err", Q::NakSeqErrRx),
+    F("local_ack_timeout_err", Q::AckTimeouts),
+    F("duplicate_request", Q::DuplicateRequests),
+    F("rnr_nak_retry_err", Q::RnrNakRx),
+];
+
+/// bnxt_en `ethtool -S` (bnxt_ethtool.c).
+const BNXT_ETHTOOL: &[Rule] = &[
+    P("rx_pfc_ena_frames_pri{p}", Q::PfcRxFrames),
+    P("tx_pfc_ena_frames_pri{p}", Q::PfcTxFrames),
+    P("pfc_pri{p}_rx_duration_us", Q::PfcRxPauseUs),
+    P("pfc_pri{p}_tx_duration_us", Q::PfcTxPauseUs),
+    P("pfc_pri{p}_rx_transitions", Q::PfcRxTransitions),
+    P("pfc_pri{p}_tx_transitions", Q::PfcTxTransitions),
+    F("rx_pause_frames", Q::GlobalPauseRxFrames),
+    F("tx_pause_frames", Q::GlobalPauseTxFrames),
+    F("rx_stat_discard", Q::PortRxDiscards),
+    F("tx_stat_discard", Q::PortTxDiscards),
+    F("continuous_pause_events", Q::PauseStormEvents),
+];
+
+/// bnxt_re hw counters (hw_counters.c `bnxt_re_stat_descs`).
+const BNXT_RDMA: &[Rule] = &[
+    F("tx_cnp_pkts", Q::CnpSent),
+    F("rx_cnp_pkts", Q::CnpReceived),
+    F("rx_ecn_marked_pkts", Q::EcnMarkedRx),
+    F("oos_drop_count", Q::OutOfSequence),
+    F("seq_err_naks_rcvd", Q::NakSeqErrRx),
+    F("to_retransmits", Q::AckTimeouts),
+    F("dup_req", Q::DuplicateRequests),
+    F("rnr_naks_rcvd", Q::RnrNakRx),
+    F("rx_pkts", Q::RdmaRxPackets),
+    F("rx_bytes", Q::RdmaRxBytes),
+    F("tx_pkts", Q::RdmaTxPackets),
+    F("tx_bytes", Q::RdmaTxBytes),
+];
+
+/// ice `ethtool -S` (ice_ethtool.c). XON counters stay raw.
+const ICE_ETHTOOL: &[Rule] = &[
+    P("rx_priority_{p}_xoff.nic", Q::PfcRxFrames),
+    P("tx_priority_{p}_xoff.nic", Q::PfcTxFrames),
+    F("link_xoff_rx.nic", Q::GlobalPauseRxFrames),
+    F("link_xoff_tx.nic", Q::GlobalPauseTxFrames),
+    F("rx_dropped.nic", Q::PortRxDiscards),
+];
+
+/// irdma gen2 hw counters (verbs.c `irdma_hw_stat_names`).
+const IRDMA_RDMA: &[Rule] = &[
+    F("cnpSent", Q::CnpSent),
+    F("cnpHandled", Q::CnpHandled),
+    F("cnpIgnored", Q::CnpIgnored),
+    F("RxECNMrkd", Q::EcnMarkedRx),
+    F("RxUDP", Q::RdmaRxPackets),
+    F("TxUDP", Q::RdmaTxPackets),
+];
+
+/// rxe hw counters (rxe_hw_counters.c `rxe_counter_descs`).
+const RXE_RDMA: &[Rule] = &[
+    F("sent_pkts", Q::RdmaTxPackets),
+    F("rcvd_pkts", Q::RdmaRxPackets),
+    F("duplicate_request", Q::DuplicateRequests),
+    F("out_of_seq_request", Q::OutOfSequence),
+    F("rcvd_rnr_err", Q::RnrNakRx),
+    F("rcvd_seq_err", Q::NakSeqErrRx),
+];
+
+fn table(driver: Driver, src: Src) -> &'static [Rule] {
+    match (driver, src) {
+        (Driver::Mlx5, Src::Ethtool) => MLX5_ETHTOOL,
+        (Driver::Mlx5, Src::Rdma) => MLX5_RDMA,
+        (Driver::Bnxt, Src::Ethtool) => BNXT_ETHTOOL,
+        (Driver::Bnxt, Src::Rdma) => BNXT_RDMA,
+        (Driver::Ice, Src::Ethtool) => ICE_ETHTOOL,
+        (Driver::Ice, Src::Rdma) => IRDMA_RDMA,
+        (Driver::Rxe, Src::Rdma) => RXE_RDMA,
+        _ => &[],
+    }
+}
+
+fn match_template(template: &str, name: &str) -> Option<u8> {
+    let (pre, post) = template.split_once("{p}")?;
+    let mid = name.strip_prefix(pre)?.strip_suffix(post)?;
+    prio_digit(mid)
+}
+
+/// Maps a raw counter name to its quantity for a driver. Trailing whitespace is ignored (old
+/// mlx5 kernels spelled `"tx_pause_storm_warning_events "`).
+pub fn map_name(driver: Driver, src: Src, raw: &str) -> Option<Quantity> {
+    let name = raw.trim_end();
+    table(driver, src).iter().find_map(|r| match r {
+        Rule::Fixed(n, q) => (*n == name).then_some(*q),
+        Rule::Prio(t, c) => match_template(t, name).map(c),
+    })
+}
+
+/// One normalized quantity of an interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QuantityValue {
+    pub quantity: Quantity,
+    /// Delta over the interval; `None` when absent in either sample.
+    pub delta: Option<u64>,
+    /// The counter was reset during the interval (the delta is the new value).
+    pub reset: bool,
+    pub src: Src,
+    /// The raw name it came from.
+    pub raw: String,
+}
+
+/// A raw counter without a mapping (or a second raw source of an already-filled quantity).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RawValue {
+    pub src: Src,
+    pub name: String,
+    pub delta: Option<u64>,
+    pub reset: bool,
+}
+
+/// A gauge (a level, not a count), reported as its current value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GaugeReading {
+    pub src: Src,
+    pub name: String,
+    pub value: Option<u64>,
+}
+
+/// An interval in the vendor-neutral schema.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Normalized {
+    /// Sorted by quantity.
+    pub quantities: Vec<QuantityValue>,
+    pub raw: Vec<RawValue>,
+    pub gauges: Vec<GaugeReading>,
+}
+
+impl Normalized {
+    pub fn get(&self, q: Quantity) -> Option<&QuantityValue> {
+        self.quantities.iter().find(|v| v.quantity == q)
+    }
+}
+
+/// Normalizes the ethtool and RDMA counter deltas of one interval.
+pub fn normalize(
+    eth_driver: Driver,
+    eth: &CounterDiff,
+    rdma_driver: Driver,
+    rdma: &CounterDiff,
+) -> Normalized {
+    let mut out = Normalized::default();
+    for (driver, src, diff) in [
+        (eth_driver, Src::Ethtool, eth),
+        (rdma_driver, Src::Rdma, rdma),
+    ] {
+        for c in &diff.counters {
+            let mapped = map_name(driver, src, &c.name);
+            match mapped {
+                Some(q) if out.get(q).is_none() => out.quantities.push(QuantityValue {
+                    quantity: q,
+                    delta: c.delta,
+                    reset: c.reset,
+                    src,
+                    raw: c.name.clone(),
+                }),
+                _ => {
+                    if let Some(q) = mapped {
+                        tracing::debug!(quantity = %q, raw = %c.name, "quantity already filled; kept raw");
+                    }
+                    out.raw.push(RawValue {
+                        src,
+                        name: c.name.clone(),
+                        delta: c.delta,
+                        reset: c.reset,
+                    });
+                }
+            }
+        }
+        for g in &diff.gauges {
+            out.gauges.push(GaugeReading {
+                src,
+                name: g.name.clone(),
+                value: g.value,
+            });
+        }
+    }
+    out.quantities.sort_by_key(|v| v.quantity);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let all: Vec<Quantity> = FIXED_NAMES
+            .iter()
+            .map(|(q, _)| *q)
+            .chain(PRIO_NAMES.iter().flat_map(|(_, c)| (0..8).map(c)))
+            .collect();
+        let mut names: Vec<String> = all.iter().map(|q| q.name()).collect();
+        for (q, n) in all.iter().zip(&names) {
+            assert_eq!(n.parse::<Quantity>().unwrap(), *q, "{n}");
+            assert!(
+                n.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{n}"
+            );
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all.len(), "names are unique");
+        assert_eq!(Quantity::PfcRxFrames(3).name(), "pfc_rx_frames_p3");
+        assert_eq!(
+            serde_json::to_string(&Quantity::CnpSent).unwrap(),
+            "\"cnp_sent\""
+        );
+        assert!("pfc_rx_frames_p8".parse::<Quantity>().is_err());
+    }
+
+    #[test]
+    fn mlx5_names_from_kernel_sources() {
+        let m = |n| map_name(Driver::Mlx5, Src::Ethtool, n);
+        assert_eq!(m("rx_prio3_pause"), Some(Q::PfcRxFrames(3)));
+        assert_eq!(m("tx_prio3_pause"), Some(Q::PfcTxFrames(3)));
+        assert_eq!(m("rx_prio3_pause_duration"), Some(Q::PfcRxPauseUs(3)));
+        assert_eq!(m("tx_prio0_pause_duration"), Some(Q::PfcTxPauseUs(0)));
+        assert_eq!(m("rx_prio7_pause_transition"), Some(Q::PfcRxTransitions(7)));
+        assert_eq!(m("rx_prio3_discards"), Some(Q::RxPrioDiscards(3)));
+        assert_eq!(m("rx_prio3_buf_discard"), Some(Q::RxPrioBufDiscards(3)));
+        assert_eq!(m("rx_prio3_cong_discard"), Some(Q::RxPrioCongDiscards(3)));
+        assert_eq!(m("rx_global_pause"), Some(Q::GlobalPauseRxFrames));
+        assert_eq!(
+            m("tx_pause_storm_warning_events "),
+            Some(Q::PauseStormEvents),
+            "old trailing space"
+        );
+        assert_eq!(
+            m("tx_pause_storm_error_events"),
+            Some(Q::PauseStormTxDisabled)
+        );
+        assert_eq!(m("rx_discards_phy"), Some(Q::PortRxDiscards));
+        assert_eq!(m("rx_vport_rdma_unicast_bytes"), Some(Q::RdmaRxBytes));
+        assert_eq!(m("rx_prio8_pause"), None);
+        assert_eq!(m("rx_prio33_pause"), None);
+        assert_eq!(m("rx_prio3_bytes"), None, "per-prio traffic stays raw");
+        let r = |n| map_name(Driver::Mlx5, Src::Rdma, n);
+        assert_eq!(r("np_cnp_sent"), Some(Q::CnpSent));
+        assert_eq!(r("rp_cnp_handled"), Some(Q::CnpHandled));
+        assert_eq!(r("rp_cnp_ignored"), Some(Q::CnpIgnored));
+        assert_eq!(r("np_ecn_marked_roce_packets"), Some(Q::EcnMarkedRx));
+        assert_eq!(r("out_of_sequence"), Some(Q::OutOfSequence));
+        assert_eq!(r("packet_seq_err"), Some(Q::NakSeqErrRx));
+        assert_eq!(r("local_ack_timeout_err"), Some(Q::AckTimeouts));
+        assert_eq!(r("duplicate_request"), Some(Q::DuplicateRequests));
+        assert_eq!(r("rnr_nak_retry_err"), Some(Q::RnrNakRx));
+        assert_eq!(r("rx_prio3_pause"), None, "ethtool name on the RDMA side");
+    }
+
+    #[test]
+    fn bnxt_ice_irdma_rxe_names() {
+        let b = |n| map_name(Driver::Bnxt, Src::Ethtool, n);
+        assert_eq!(b("rx_pfc_ena_frames_pri3"), Some(Q::PfcRxFrames(3)));
+        assert_eq!(b("tx_pfc_ena_frames_pri3"), Some(Q::PfcTxFrames(3)));
+        assert_eq!(b("pfc_pri3_rx_duration_us"), Some(Q::PfcRxPauseUs(3)));
+        assert_eq!(b("pfc_pri5_tx_transitions"), Some(Q::PfcTxTransitions(5)));
+        assert_eq!(b("continuous_pause_events"), Some(Q::PauseStormEvents));
+        assert_eq!(b("rx_discard_packets_cos3"), None, "CoS queue != priority");
+        let br = |n| map_name(Driver::Bnxt, Src::Rdma, n);
+        assert_eq!(br("seq_err_naks_rcvd"), Some(Q::NakSeqErrRx));
+        assert_eq!(br("to_retransmits"), Some(Q::AckTimeouts));
+        assert_eq!(br("dup_req"), Some(Q::DuplicateRequests));
+        assert_eq!(br("tx_cnp_pkts"), Some(Q::CnpSent));
+        assert_eq!(br("rx_ecn_marked_pkts"), Some(Q::EcnMarkedRx));
+        let i = |n| map_name(Driver::Ice, Src::Ethtool, n);
+        assert_eq!(i("rx_priority_3_xoff.nic"), Some(Q::PfcRxFrames(3)));
+        assert_eq!(i("tx_priority_3_xoff.nic"), Some(Q::PfcTxFrames(3)));
+        assert_eq!(i("rx_priority_3_xon.nic"), None);
+        assert_eq!(i("link_xoff_rx.nic"), Some(Q::GlobalPauseRxFrames));
+        let ir = |n| map_name(Driver::Ice, Src::Rdma, n);
+        assert_eq!(ir("cnpHandled"), Some(Q::CnpHandled));
+        assert_eq!(ir("RxECNMrkd"), Some(Q::EcnMarkedRx));
+        assert_eq!(ir("cnphandled"), None, "case matters");
+        let x = |n| map_name(Driver::Rxe, Src::Rdma, n);
+        assert_eq!(x("rcvd_seq_err"), Some(Q::NakSeqErrRx));
+        assert_eq!(x("out_of_seq_request"), Some(Q::OutOfSequence));
+        assert_eq!(x("rcvd_rnr_err"), Some(Q::RnrNakRx));
+        assert_eq!(x("send_rnr_err"), None);
+        assert_eq!(map_name(Driver::Other, Src::Rdma, "np_cnp_sent"), None);
+    }
+
+    #[test]
+    fn driver_detection() {
+        assert_eq!(Driver::from_ethtool("mlx5_core"), Driver::Mlx5);
+        assert_eq!(Driver::from_ethtool("veth"), Driver::Other);
+        assert_eq!(
+            Driver::from_rdma(Some("bnxt_en"), Some("rocep1s0f0")),
+            Driver::Bnxt
+        );
+        assert_eq!(Driver::from_rdma(None, Some("mlx5_bond_0")), Driver::Mlx5);
+        assert_eq!(Driver::from_rdma(None, Some("rxe0")), Driver::Rxe);
+        assert_eq!(Driver::from_rdma(None, Some("irdma1")), Driver::Ice);
+        assert_eq!(
+            Driver::detect(Some("veth"), None, Some("rxe0")),
+            Driver::Rxe
+        );
+    }
+}
