@@ -405,6 +405,7 @@ fn interval_columns(c: &mut Vec<Column>) {
     c.push(col("interval_end", Timestamp, "µs", "interval end"));
 }
 
+/// Long by design: one line per column, in file order (a declaration, not logic).
 fn flows_table() -> Table {
     use ColType::*;
     let mut c = Vec::new();
@@ -500,6 +501,7 @@ fn per_priority(c: &mut Vec<Column>, what: &str, ty: ColType, unit: &'static str
     }
 }
 
+/// Long by design: one line per column, in file order (a declaration, not logic).
 fn interfaces_table() -> Table {
     use ColType::*;
     let mut c = Vec::new();

@@ -1,16 +1,15 @@
-//! Alerts: candidates from kernel events (first occurrence per key, sub-interval latency) and
-//! from interval deltas (rates, sums), deduplicated per (rule, key) with a hold-down: the first
+//! Alerts and their hold-down: an [`Alert`] is a candidate from a kernel event (first
+//! occurrence per key, sub-interval latency) or from interval deltas (rates, sums), made by the
+//! rules of [`super::rules`]; [`Dedup`] keeps one per (rule, key) and hold-down: the first
 //! occurrence is alerted at once, later ones within the hold-down are counted and reported as
 //! one summary alert when it ends.
 
 use std::collections::HashMap;
 
-use observer_common::maps::{ANY, Event, Policy, QpKey, QpValue, class, dir};
-use observer_common::parse::PCP_NONE;
-use observer_common::qp::{ev, opcode_bucket};
+use observer_common::maps::{QpKey, class, dir};
 use serde_json::json;
 
-use super::rule;
+use super::rules::Rule;
 use crate::sinks::parquet_files::rfc3339;
 use crate::sinks::row_builders::Cell;
 use crate::sinks::summary_json::ip_of;
@@ -29,19 +28,6 @@ impl Severity {
             Severity::Warning => "warning",
             Severity::Critical => "critical",
         }
-    }
-}
-
-/// Severity of each rule (README "Alert rules").
-pub fn severity_of(r: &str) -> Severity {
-    match r {
-        rule::PFC_STORM
-        | rule::PAUSE_802_3X
-        | rule::NOT_ECT
-        | rule::CE_WITHOUT_CNP
-        | rule::OUTPUT_WRITE_FAILED => Severity::Critical,
-        rule::EVENTS_LOST => Severity::Info,
-        _ => Severity::Warning,
     }
 }
 
@@ -82,7 +68,7 @@ pub struct Alert {
     pub time_ns: u64,
     /// First occurrence this alert covers.
     pub first_ns: u64,
-    pub rule: &'static str,
+    pub rule: Rule,
     pub severity: Severity,
     pub key: AlertKey,
     pub observed: String,
@@ -97,7 +83,7 @@ pub struct Alert {
 
 impl Alert {
     pub fn message(&self) -> String {
-        let mut s = format!("{} on {}", self.rule, self.key.iface);
+        let mut s = format!("{} on {}", self.rule.name(), self.key.iface);
         if let Some(d) = self.key.dir {
             s += &format!(" {}", dir::NAMES[(d as usize).min(dir::COUNT - 1)]);
         }
@@ -132,7 +118,7 @@ impl Alert {
             "first_time": rfc3339(self.first_ns),
             "host": host,
             "source": source,
-            "rule": self.rule,
+            "rule": self.rule.name(),
             "severity": self.severity.as_str(),
             "iface": self.key.iface,
             "dir": self.key.dir.map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)]),
@@ -158,7 +144,7 @@ impl Alert {
             Cell::S(source.into()),
             Cell::T(self.time_ns),
             Cell::T(self.first_ns),
-            Cell::S(self.rule.into()),
+            Cell::S(self.rule.name().into()),
             Cell::S(self.severity.as_str().into()),
             Cell::S(self.key.iface.clone()),
             Cell::OS(
@@ -185,7 +171,7 @@ impl Alert {
     }
 
     pub fn candidate(
-        rule: &'static str,
+        rule: Rule,
         key: AlertKey,
         time_ns: u64,
         observed: String,
@@ -197,7 +183,7 @@ impl Alert {
             time_ns,
             first_ns: time_ns,
             rule,
-            severity: severity_of(rule),
+            severity: rule.severity(),
             key,
             observed,
             expected,
@@ -234,8 +220,8 @@ struct Tally {
 /// Deduplication with hold-down per (rule, key).
 pub struct Dedup {
     pub hold_down_ns: u64,
-    holds: HashMap<(&'static str, AlertKey), Hold>,
-    tallies: HashMap<(&'static str, AlertKey), Tally>,
+    holds: HashMap<(Rule, AlertKey), Hold>,
+    tallies: HashMap<(Rule, AlertKey), Tally>,
 }
 
 impl Dedup {
@@ -270,7 +256,7 @@ impl Dedup {
             if a.count == 0 {
                 return None;
             }
-        } else if a.count > 0 && raised_by_events(a.rule) {
+        } else if a.count > 0 && a.rule.raised_by_events() {
             self.tallies.insert(
                 id.clone(),
                 Tally {
@@ -339,269 +325,12 @@ impl Dedup {
         let holds = &self.holds;
         self.tallies
             .retain(|id, t| t.credit > 0 || holds.contains_key(id));
-        out.sort_by(|a, b| (a.time_ns, a.rule).cmp(&(b.time_ns, b.rule)));
+        out.sort_by_key(|a| (a.time_ns, a.rule.name()));
         out
     }
 
     pub fn held_keys(&self) -> usize {
         self.holds.len()
-    }
-}
-
-fn exp_u8(v: u8) -> String {
-    if v == ANY {
-        "any".into()
-    } else {
-        v.to_string()
-    }
-}
-
-fn pcp_str(v: u8) -> String {
-    if v == PCP_NONE || v as usize >= 8 {
-        "untagged".into()
-    } else {
-        v.to_string()
-    }
-}
-
-/// Whether kernel events (`from_event`) raise `rule` besides interval deltas.
-fn raised_by_events(rule: &str) -> bool {
-    [
-        rule::DSCP_MISMATCH,
-        rule::PCP_MISMATCH,
-        rule::NOT_ECT,
-        rule::PSN_GAP,
-        rule::GO_BACK_N,
-    ]
-    .contains(&rule)
-}
-
-/// Alerts from one kernel (or datapath) event.
-pub fn from_event(iface: &str, e: &Event, p: &Policy) -> Option<Alert> {
-    let key = AlertKey::qp(iface, &e.key);
-    let cand = |r, key, obs: String, exp: String| {
-        Some(Alert::candidate(r, key, e.ts_ns, obs, exp, 1, "event"))
-    };
-    match e.kind {
-        k if (ev::DSCP..ev::DSCP + 3).contains(&k) => {
-            let c = (k - ev::DSCP) as usize;
-            cand(
-                rule::DSCP_MISMATCH,
-                key.with_class(c),
-                format!("dscp {}", e.dscp),
-                format!("dscp {}", exp_u8(p.dscp[c])),
-            )
-        }
-        k if (ev::PCP..ev::PCP + 3).contains(&k) => {
-            let c = (k - ev::PCP) as usize;
-            cand(
-                rule::PCP_MISMATCH,
-                key.with_class(c),
-                format!("pcp {}", pcp_str(e.pcp)),
-                format!("pcp {}", pcp_str(p.pcp[c])),
-            )
-        }
-        k if (ev::NOT_ECT..ev::NOT_ECT + 3).contains(&k) => {
-            let c = (k - ev::NOT_ECT) as usize;
-            cand(
-                rule::NOT_ECT,
-                key.with_class(c),
-                "ecn 0 (Not-ECT)".into(),
-                "ECT(0), ECT(1) or CE".into(),
-            )
-        }
-        ev::PSN_GAP => cand(
-            rule::PSN_GAP,
-            key,
-            format!("{} PSNs missing before PSN {}", e.detail, e.psn),
-            "consecutive PSNs".into(),
-        ),
-        ev::RETRANS => cand(
-            rule::GO_BACK_N,
-            key,
-            format!("PSN {} resent (not ahead of the highest PSN)", e.psn),
-            "no retransmission".into(),
-        ),
-        _ => None,
-    }
-}
-
-/// Sparse "value:count" list of a histogram's buckets other than `skip`.
-fn others<const N: usize>(
-    h: &[u32; N],
-    skip: Option<usize>,
-    name: impl Fn(usize) -> String,
-) -> (u64, String) {
-    let mut n = 0u64;
-    let mut parts = Vec::new();
-    for (i, &c) in h.iter().enumerate() {
-        if c != 0 && Some(i) != skip {
-            n += c as u64;
-            parts.push(format!("{} x{}", name(i), c));
-        }
-    }
-    (n, parts.join(", "))
-}
-
-/// Whether any multi-packet-message FIRST/MIDDLE opcode (payload = path MTU) is in `d`.
-fn has_full_mtu_packets(d: &QpValue) -> bool {
-    [0x00u8, 0x01, 0x06, 0x07, 0x0d, 0x0e, 0x20, 0x21, 0x26, 0x27]
-        .iter()
-        .any(|&op| d.opcode_hist[opcode_bucket(op)] != 0)
-}
-
-/// Largest standard RoCE MTU that fits a UDP payload of `pl` bytes (BTH 12 + ICRC 4 around it).
-pub fn mtu_of_payload(pl: u32) -> u32 {
-    [4096, 2048, 1024, 512, 256]
-        .into_iter()
-        .find(|m| pl >= m + 16)
-        .unwrap_or(0)
-}
-
-/// Interval rules for one key's delta `d` (gauges carried).
-pub fn qp_interval(
-    iface: &str,
-    k: &QpKey,
-    d: &QpValue,
-    p: &Policy,
-    expected_mtu: u32,
-    t_ns: u64,
-    out: &mut Vec<Alert>,
-) {
-    let mut nz = Vec::new();
-    super::deltas::nonzero_buckets(d, &mut nz);
-    qp_interval_nz(iface, k, d, &nz, p, expected_mtu, t_ns, out)
-}
-
-/// Whether the delta breaks any per-key rule (cheap screen over the non-zero buckets).
-fn any_qp_rule(d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32) -> bool {
-    if d.psn_gaps > 0 || d.psn_retrans > 0 {
-        return true;
-    }
-    for &b in nz {
-        let (col, i) = super::deltas::bucket_col(b);
-        match col {
-            1..=3 if p.dscp[col - 1] != ANY && p.dscp[col - 1] as usize != i => return true,
-            4..=6 if i == 0 && p.ecn_capable[col - 4] != 0 => return true,
-            7..=9
-                if p.pcp[col - 7] != ANY
-                    && (if p.pcp[col - 7] >= PCP_NONE {
-                        8
-                    } else {
-                        p.pcp[col - 7] as usize
-                    }) != i =>
-            {
-                return true;
-            }
-            _ => {}
-        }
-    }
-    expected_mtu > 0 && d.max_udp_payload < expected_mtu + 16 && has_full_mtu_packets(d)
-}
-
-/// [`qp_interval`] with `d`'s non-zero buckets already listed.
-#[allow(clippy::too_many_arguments)]
-pub fn qp_interval_nz(
-    iface: &str,
-    k: &QpKey,
-    d: &QpValue,
-    nz: &[u16],
-    p: &Policy,
-    expected_mtu: u32,
-    t_ns: u64,
-    out: &mut Vec<Alert>,
-) {
-    if !any_qp_rule(d, nz, p, expected_mtu) {
-        return;
-    }
-    let key = AlertKey::qp(iface, k);
-    let mk =
-        |r, key: AlertKey, obs, exp, n| Alert::candidate(r, key, t_ns, obs, exp, n, "interval");
-    for c in 0..class::COUNT {
-        if p.dscp[c] != ANY {
-            let (n, s) = others(&d.dscp_hist[c], Some(p.dscp[c] as usize), |i| {
-                format!("dscp {i}")
-            });
-            if n > 0 {
-                out.push(mk(
-                    rule::DSCP_MISMATCH,
-                    key.clone().with_class(c),
-                    s,
-                    format!("dscp {}", p.dscp[c]),
-                    n,
-                ));
-            }
-        }
-        if p.pcp[c] != ANY {
-            let exp = if p.pcp[c] >= PCP_NONE {
-                8
-            } else {
-                p.pcp[c] as usize
-            };
-            let (n, s) = others(&d.pcp_hist[c], Some(exp), |i| {
-                format!("pcp {}", pcp_str(i as u8))
-            });
-            if n > 0 {
-                out.push(mk(
-                    rule::PCP_MISMATCH,
-                    key.clone().with_class(c),
-                    s,
-                    format!("pcp {}", pcp_str(p.pcp[c])),
-                    n,
-                ));
-            }
-        }
-        if p.ecn_capable[c] != 0 && d.ecn_hist[c][0] > 0 {
-            let n = d.ecn_hist[c][0] as u64;
-            out.push(mk(
-                rule::NOT_ECT,
-                key.clone().with_class(c),
-                format!("ecn 0 (Not-ECT) x{n}"),
-                "ECT(0), ECT(1) or CE".into(),
-                n,
-            ));
-        }
-    }
-    if d.psn_gaps > 0 {
-        out.push(mk(
-            rule::PSN_GAP,
-            key.clone(),
-            format!("{} gaps, {} PSNs missing", d.psn_gaps, d.psn_missing),
-            "consecutive PSNs".into(),
-            d.psn_gaps,
-        ));
-    }
-    if d.psn_retrans > 0 {
-        out.push(mk(
-            rule::GO_BACK_N,
-            key.clone(),
-            format!(
-                "{} retransmitted, {} behind the highest PSN",
-                d.psn_retrans, d.psn_behind
-            ),
-            "no retransmission".into(),
-            d.psn_retrans,
-        ));
-    }
-    if expected_mtu > 0
-        && d.pkts > 0
-        && has_full_mtu_packets(d)
-        && d.max_udp_payload < expected_mtu + 16
-    {
-        out.push(mk(
-            rule::MTU_BELOW_EXPECTED,
-            key,
-            format!(
-                "largest UDP payload {} (RoCE MTU {})",
-                d.max_udp_payload,
-                mtu_of_payload(d.max_udp_payload)
-            ),
-            format!(
-                "RoCE MTU {expected_mtu} (UDP payload >= {})",
-                expected_mtu + 16
-            ),
-            1,
-        ));
     }
 }
 
@@ -611,7 +340,7 @@ mod tests {
 
     fn a(t: u64, n: u64) -> Alert {
         Alert::candidate(
-            rule::PFC_STORM,
+            Rule::PfcStorm,
             AlertKey {
                 iface: "e".into(),
                 priority: Some(3),
@@ -685,13 +414,13 @@ mod tests {
     fn event_after_its_interval_is_not_counted_twice() {
         let ev = |t, n| {
             let mut e = a(t, n);
-            e.rule = rule::DSCP_MISMATCH;
+            e.rule = Rule::DscpMismatch;
             e.origin = "event";
             e
         };
         let iv = |t, n| {
             let mut e = a(t, n);
-            e.rule = rule::DSCP_MISMATCH;
+            e.rule = Rule::DscpMismatch;
             e
         };
         // The delta holding the first packet and 4 more is read before the packet's event.
@@ -722,45 +451,5 @@ mod tests {
         d.tick(5000, false);
         d.tick(10_000, false);
         assert_eq!((d.held_keys(), d.tallies.len()), (0, 0));
-    }
-
-    #[test]
-    fn interval_rules_for_a_key() {
-        let mut p = Policy::NONE;
-        p.dscp = [26, ANY, 48];
-        p.pcp = [3, ANY, ANY];
-        p.ecn_capable = [1, 0, 0];
-        let k = QpKey::default();
-        let mut d = QpValue::ZERO;
-        d.pkts = 10;
-        d.dscp_hist[class::DATA][26] = 6;
-        d.dscp_hist[class::DATA][0] = 4;
-        d.ecn_hist[class::DATA][2] = 7;
-        d.ecn_hist[class::DATA][0] = 3;
-        d.pcp_hist[class::DATA][3] = 10;
-        d.dscp_hist[class::CNP][48] = 2;
-        d.psn_gaps = 1;
-        d.psn_missing = 3;
-        d.psn_retrans = 5;
-        d.psn_behind = 4;
-        d.opcode_hist[opcode_bucket(0x07)] = 2;
-        d.max_udp_payload = 1024 + 16;
-        let mut out = Vec::new();
-        qp_interval("e", &k, &d, &p, 4096, 5, &mut out);
-        let rules: Vec<(&str, u64)> = out.iter().map(|a| (a.rule, a.count)).collect();
-        assert_eq!(
-            rules,
-            vec![
-                (rule::DSCP_MISMATCH, 4),
-                (rule::NOT_ECT, 3),
-                (rule::PSN_GAP, 1),
-                (rule::GO_BACK_N, 5),
-                (rule::MTU_BELOW_EXPECTED, 1)
-            ]
-        );
-        assert_eq!(out[0].observed, "dscp 0 x4");
-        assert_eq!(out[4].observed, "largest UDP payload 1040 (RoCE MTU 1024)");
-        assert_eq!(mtu_of_payload(4112), 4096);
-        assert_eq!(mtu_of_payload(4111), 2048);
     }
 }

@@ -1,69 +1,63 @@
-//! The collector: per-interval deltas of [`Snapshot`]s, Parquet flow logs, live alerts, the
-//! terminal view, and the end-of-run summary. Driven by the live source and by replay alike:
-//! intervals are the times of the snapshots (wall clock live, capture time in replay), never
-//! the collector's own clock.
+//! The collector, as stages: a [`Snapshot`] of one interface becomes interval deltas per key
+//! and per interface ([`deltas`], [`prev_values`], [`ip_pairs`]), rows and alert candidates
+//! ([`rules`]), the hold-down ([`alerts::Dedup`]), and then every output through the
+//! [`crate::sinks::Sink`] trait. Driven by the live source and by replay alike: intervals are
+//! the times of the snapshots (wall clock live, capture time in replay), never the collector's
+//! own clock.
 
 pub mod alerts;
 pub mod deltas;
 pub mod ip_pairs;
 pub mod policy;
 pub mod prev_values;
+pub mod rules;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use arrow::datatypes::SchemaRef;
 use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, QpKey, QpValue, class, dir};
 use serde_json::{Value, json};
 
-use crate::sinks::parquet_files::{JsonlWriter, TableWriter};
-use crate::sinks::row_builders::{self as tables, Cell, FlowsBuilder, IfaceExtra};
-use crate::sinks::{parquet_files as output, terminal_view as view};
+use crate::sinks::parquet_files::OutputError;
+use crate::sinks::row_builders::{self as tables, FlowsBuilder, IfaceExtra};
+use crate::sinks::terminal_view::{self as view, ViewState};
+use crate::sinks::{IntervalRows, JsonlSink, RunInfo, Sink, StderrSink, TableKind, TableSink};
 use crate::sources::Snapshot;
-use alerts::{Alert, AlertKey, Dedup, severity_of};
+use alerts::{Alert, AlertKey, Dedup};
+use rules::{IfaceInterval, Rule};
 
-/// Human (stderr) alert lines per rule per interval; the rest are summarised in one line.
-pub const HUMAN_LINES_PER_RULE: u64 = 20;
 use ip_pairs::PairIndex;
 pub use policy::PolicyConfig;
 
-/// Alert rule names (stable: alerts.jsonl, the alerts Parquet table, the lab's checks).
+/// Alert rule names as strings (stable: alerts.jsonl, the alerts table, the lab's checks),
+/// from [`rules::Rule`], where every rule is defined.
 pub mod rule {
-    pub const DSCP_MISMATCH: &str = "dscp_mismatch";
-    pub const PCP_MISMATCH: &str = "pcp_mismatch";
-    pub const NOT_ECT: &str = "not_ect";
-    pub const PAUSE_802_3X: &str = "pause_802_3x";
-    pub const PFC_WRONG_PRIORITY: &str = "pfc_wrong_priority";
-    pub const PFC_STORM: &str = "pfc_storm";
-    pub const PSN_GAP: &str = "psn_gap";
-    pub const GO_BACK_N: &str = "go_back_n";
-    pub const CE_WITHOUT_CNP: &str = "ce_without_cnp";
-    pub const PFC_WITHOUT_ECN: &str = "pfc_without_ecn";
-    pub const MTU_BELOW_EXPECTED: &str = "mtu_below_expected";
-    /// New QP keys could not be tracked: the per-QP map is full (`--max-qps`).
-    pub const QP_MAP_FULL: &str = "qp_map_full";
-    /// Kernel events were dropped (ring buffer full); interval rules still see the counts.
-    pub const EVENTS_LOST: &str = "events_lost";
-    /// A flow-log, alert or summary file could not be written (disk full, unwritable).
-    pub const OUTPUT_WRITE_FAILED: &str = "output_write_failed";
-    /// Every rule, in documentation order.
-    pub const ALL: [&str; 14] = [
-        DSCP_MISMATCH,
-        PCP_MISMATCH,
-        NOT_ECT,
-        PAUSE_802_3X,
-        PFC_WRONG_PRIORITY,
-        PFC_STORM,
-        PSN_GAP,
-        GO_BACK_N,
-        CE_WITHOUT_CNP,
-        PFC_WITHOUT_ECN,
-        MTU_BELOW_EXPECTED,
-        QP_MAP_FULL,
-        EVENTS_LOST,
-        OUTPUT_WRITE_FAILED,
-    ];
+    use super::rules::Rule;
+    pub const DSCP_MISMATCH: &str = Rule::DscpMismatch.name();
+    pub const PCP_MISMATCH: &str = Rule::PcpMismatch.name();
+    pub const NOT_ECT: &str = Rule::NotEct.name();
+    pub const PAUSE_802_3X: &str = Rule::Pause8023x.name();
+    pub const PFC_WRONG_PRIORITY: &str = Rule::PfcWrongPriority.name();
+    pub const PFC_STORM: &str = Rule::PfcStorm.name();
+    pub const PSN_GAP: &str = Rule::PsnGap.name();
+    pub const GO_BACK_N: &str = Rule::GoBackN.name();
+    pub const CE_WITHOUT_CNP: &str = Rule::CeWithoutCnp.name();
+    pub const PFC_WITHOUT_ECN: &str = Rule::PfcWithoutEcn.name();
+    pub const MTU_BELOW_EXPECTED: &str = Rule::MtuBelowExpected.name();
+    pub const QP_MAP_FULL: &str = Rule::QpMapFull.name();
+    pub const EVENTS_LOST: &str = Rule::EventsLost.name();
+    pub const OUTPUT_WRITE_FAILED: &str = Rule::OutputWriteFailed.name();
+    /// Every rule's name, in documentation order.
+    pub const ALL: [&str; 14] = {
+        let mut a = [""; 14];
+        let mut i = 0;
+        while i < 14 {
+            a[i] = Rule::ALL[i].name();
+            i += 1;
+        }
+        a
+    };
 }
 
 #[derive(Clone, Debug)]
@@ -138,13 +132,17 @@ pub fn host_name() -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum CollectorError {
     #[error("cannot create output directory {path}: {err}")]
-    OutDir { path: String, err: std::io::Error },
+    OutDir {
+        path: String,
+        #[source]
+        err: std::io::Error,
+    },
     #[error(transparent)]
-    Output(#[from] output::OutputError),
-    #[error("building a record batch: {0}")]
+    Output(#[from] OutputError),
+    #[error("building a record batch")]
     Arrow(#[from] arrow::error::ArrowError),
-    #[error("{0}")]
-    Other(String),
+    #[error("encoding summary.json")]
+    Json(#[from] serde_json::Error),
 }
 
 /// Keys ahead of the scan whose `pkts` lines (current and previous value) are prefetched.
@@ -189,29 +187,291 @@ pub struct IntervalStats {
 
 pub struct Collector {
     cfg: CollectorConfig,
+    run: RunInfo,
     ifaces: BTreeMap<String, IfaceState>,
     dedup: Dedup,
-    flows: TableWriter,
-    ifw: TableWriter,
-    alw: TableWriter,
-    iface_schema: SchemaRef,
-    alert_schema: SchemaRef,
-    flows_schema: SchemaRef,
-    jsonl: JsonlWriter,
-    alert_rows: Vec<Vec<Cell>>,
+    /// Every output but the terminal view, in the order they are written: the tables, then
+    /// `alerts.jsonl` (so an alert raised by a table's failure is in the same flush), then
+    /// stderr lines.
+    sinks: Vec<Box<dyn Sink>>,
     alert_counts: BTreeMap<&'static str, u64>,
     occurrences: BTreeMap<&'static str, u64>,
     clock_offset_ns: i64,
     failing: HashSet<&'static str>,
-    human_alerts: bool,
     startup_err: Option<String>,
-    /// Human alert lines per rule since the last interval, and those held back.
-    human_shown: BTreeMap<&'static str, u64>,
-    human_held: BTreeMap<&'static str, u64>,
     /// Scratch delta and its non-zero buckets (hot path, reused every key).
     scratch: Box<deltas::Scratch>,
-    pub view: view::ViewState,
+    /// The terminal view (a sink too; kept apart so the live command can draw it).
+    pub view: ViewState,
     pub last: IntervalStats,
+}
+
+/// What one interval of one interface accumulates while its keys are scanned.
+struct KeyPass {
+    fb: FlowsBuilder,
+    cands: Vec<Alert>,
+    new_qps: [u64; dir::COUNT],
+    active: [u64; dir::COUNT],
+    evictions: [u64; dir::COUNT],
+    tracked: [u64; dir::COUNT],
+    /// Largest CE-marked data count of one key (ce_without_cnp is skipped when 0).
+    ce_data_max: u64,
+    ce_total: u64,
+    top: Vec<view::TopRow>,
+}
+
+/// The interval's fixed facts, shared by every key.
+struct KeyCtx<'a> {
+    iface: &'a str,
+    end: u64,
+    off: i64,
+    policy: &'a PolicyConfig,
+    want_top: bool,
+}
+
+impl KeyPass {
+    /// One active key: its flows row, its interval rules, its IP pair's sums.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn row(
+        &mut self,
+        cx: &KeyCtx<'_>,
+        k: &QpKey,
+        d: &QpValue,
+        nz: &[u16],
+        new: bool,
+        evicted: bool,
+        pairs: &mut PairIndex,
+        pair: u32,
+    ) {
+        let p = cx.policy;
+        self.fb.push_nz(k, d, nz, new, evicted, cx.off);
+        rules::qp_interval_nz(
+            cx.iface,
+            k,
+            d,
+            nz,
+            &p.expected,
+            p.expected_mtu,
+            cx.end,
+            &mut self.cands,
+        );
+        let ce = d.ecn_hist[class::DATA][3] as u64;
+        pairs.add(pair, (ce, d.cnp(), d.pkts));
+        self.ce_data_max = self.ce_data_max.max(ce);
+        self.ce_total += d.ce();
+        if cx.want_top {
+            self.top.push(view::TopRow::new(cx.iface, k, d));
+        }
+    }
+}
+
+/// Keys the source evicted, with their final values: their last deltas (rows flagged
+/// `evicted`), then they are retired.
+fn account_evicted(
+    st: &mut IfaceState,
+    sc: &mut deltas::Scratch,
+    cx: &KeyCtx<'_>,
+    kp: &mut KeyPass,
+) {
+    for (k, v) in std::mem::take(&mut st.evicted) {
+        let (prev, pair) = match st.prev.remove(&k) {
+            Some((p, pair)) => (p, pair),
+            None => (QpValue::ZERO, st.pairs.acquire((k.src_ip, k.dst_ip))),
+        };
+        st.pairs.release(pair);
+        sc.delta(&v, &prev);
+        let di = (k.dir as usize).min(dir::COUNT - 1);
+        kp.evictions[di] += 1;
+        st.evictions_total += 1;
+        if sc.d.pkts > 0 {
+            kp.active[di] += 1;
+            kp.row(
+                cx,
+                &k,
+                &sc.d,
+                &sc.nz,
+                prev.pkts == 0,
+                true,
+                &mut st.pairs,
+                pair,
+            );
+        }
+        st.retired.insert(k, v);
+    }
+}
+
+/// Every key of the snapshot against its previous value: rows for the active ones. The hot
+/// path of the collector (100,000 keys per interval and more): prefetches a few keys ahead and
+/// finds a key's previous value by its position when the source's order did not change.
+fn account_keys(
+    st: &mut IfaceState,
+    sc: &mut deltas::Scratch,
+    snap: &Snapshot,
+    cx: &KeyCtx<'_>,
+    kp: &mut KeyPass,
+) {
+    st.prev.begin_scan(snap.qps.len());
+    for (pos, (k, v)) in snap.qps.iter().enumerate() {
+        // Prefetch: the `pkts` line of both values PREFETCH_HEAD keys ahead; all lines of the
+        // values PREFETCH_FULL keys ahead when that key is active (most keys idle: read one line
+        // each).
+        if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_HEAD) {
+            deltas::prefetch(nv, 1);
+            if let Some(pv) = st.prev.hinted(pos + PREFETCH_HEAD) {
+                deltas::prefetch(pv, 1);
+            }
+        }
+        if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_FULL)
+            && let Some(pv) = st.prev.hinted(pos + PREFETCH_FULL)
+            && nv.pkts != pv.pkts
+        {
+            deltas::prefetch(nv, usize::MAX);
+            deltas::prefetch(pv, usize::MAX);
+        }
+        let di = (k.dir as usize).min(dir::COUNT - 1);
+        kp.tracked[di] += 1;
+        match st.prev.find(pos, k) {
+            Some(slot) => {
+                let pv = st.prev.value_mut(slot);
+                if pv.pkts == v.pkts {
+                    continue;
+                }
+                sc.update(v, pv);
+                kp.active[di] += 1;
+                let pair = st.prev.tag(slot);
+                kp.row(cx, k, &sc.d, &sc.nz, false, false, &mut st.pairs, pair);
+            }
+            None => {
+                let pair = st.pairs.acquire((k.src_ip, k.dst_ip));
+                st.prev.insert(pos, *k, *v, pair);
+                st.retired.remove(k);
+                kp.new_qps[di] += 1;
+                if v.pkts > 0 {
+                    kp.active[di] += 1;
+                    sc.nz.clear();
+                    deltas::nonzero_buckets(v, &mut sc.nz);
+                    kp.row(cx, k, v, &sc.nz, true, false, &mut st.pairs, pair);
+                }
+            }
+        }
+    }
+    // Keys that vanished without an eviction report: their last read values stand (a scan of
+    // two flat arrays: cheap; also right when a read returned a key twice).
+    for k in st.prev.vanished() {
+        if let Some((v, pair)) = st.prev.remove(&k) {
+            st.pairs.release(pair);
+            kp.evictions[(k.dir as usize).min(dir::COUNT - 1)] += 1;
+            st.evictions_total += 1;
+            st.retired.insert(k, v);
+        }
+    }
+}
+
+/// `mac=frames,...` of the source MACs that sent PFC or PAUSE in direction `d`.
+fn pfc_src_macs(mac_delta: &[(MacKey, PfcCounters)], d: usize) -> Option<String> {
+    let macs: Vec<String> = mac_delta
+        .iter()
+        .filter(|(k, _)| k.dir as usize == d)
+        .map(|(k, c)| {
+            let m = k.mac;
+            format!(
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}={}",
+                m[0],
+                m[1],
+                m[2],
+                m[3],
+                m[4],
+                m[5],
+                c.pfc_frames + c.pause
+            )
+        })
+        .collect();
+    (!macs.is_empty()).then(|| macs.join(","))
+}
+
+/// The interface's deltas per direction: its `interfaces` rows and the interface rules
+/// (including `pfc_without_ecn` over both directions).
+fn account_iface(
+    st: &mut IfaceState,
+    snap: &Snapshot,
+    cx: &KeyCtx<'_>,
+    kp: &mut KeyPass,
+    run: &RunInfo,
+    start: u64,
+) -> Vec<Vec<tables::Cell>> {
+    let (iface, end) = (cx.iface, cx.end);
+    let secs = end.saturating_sub(start) as f64 / 1e9;
+    let mut mac_delta: Vec<(MacKey, PfcCounters)> = Vec::new();
+    for (k, v) in &snap.macs {
+        let prev = st.prev_macs.get(k).copied().unwrap_or_default();
+        let d = deltas::pfc_delta(v, &prev);
+        if d.pfc_frames != 0 || d.pause != 0 {
+            mac_delta.push((*k, d));
+        }
+        st.prev_macs.insert(*k, *v);
+    }
+    let mut rows = Vec::new();
+    let (mut xoff_all, mut roce_all) = (0u64, 0u64);
+    for d in 0..dir::COUNT {
+        let di = deltas::iface_delta(&snap.iface_stats[d], &st.prev_iface[d]);
+        st.prev_iface[d] = snap.iface_stats[d];
+        xoff_all += di.pfc.xoff.iter().sum::<u64>();
+        roce_all += di.roce;
+        let macs = pfc_src_macs(&mac_delta, d);
+        let x = IfaceInterval {
+            iface,
+            dir: d as u8,
+            delta: &di,
+            secs,
+            end_ns: end,
+            pfc_src_macs: macs.as_deref(),
+        };
+        let rates = rules::iface_interval(
+            &x,
+            &cx.policy.expected,
+            &cx.policy.thresholds,
+            &mut kp.cands,
+        );
+        for (m, r) in st.max_xoff_per_s[d].iter_mut().zip(rates) {
+            *m = m.max(r);
+        }
+        if d == dir::INGRESS as usize || snap.iface_stats[d].frames != 0 {
+            let x = IfaceExtra {
+                tracked_qps: kp.tracked[d],
+                active_qps: kp.active[d],
+                new_qps: kp.new_qps[d],
+                evictions: kp.evictions[d],
+                pfc_src_macs: macs,
+            };
+            rows.push(tables::iface_row(
+                &run.host,
+                run.source,
+                iface,
+                d,
+                start,
+                end,
+                st.link_bps,
+                &di,
+                &x,
+            ));
+        }
+    }
+    let th = &cx.policy.thresholds;
+    rules::pfc_without_ecn(
+        iface,
+        end,
+        xoff_all,
+        roce_all,
+        kp.ce_total,
+        th,
+        &mut kp.cands,
+    );
+    // pairs only matter when some key saw CE
+    if kp.ce_data_max > 0 {
+        rules::ce_without_cnp(iface, end, &st.pairs, th, &mut kp.cands);
+    }
+    rows
 }
 
 impl Collector {
@@ -223,65 +483,48 @@ impl Collector {
             tracing::error!(error = %e, "output directory unusable; counting continues, writing will be retried each interval");
             e.to_string()
         });
-        let flows_schema = tables::flows_schema();
-        let iface_schema = crate::schema::interfaces().arrow_schema();
-        let alert_schema = crate::schema::alerts().arrow_schema();
         let (rs, rb) = (cfg.rotate_secs, cfg.rotate_bytes);
-        let flows = TableWriter::new(
-            &cfg.out_dir,
-            "flows",
-            &cfg.host,
-            flows_schema.clone(),
-            rs,
-            rb,
-        )
-        .with_encodings(tables::flows_encoding);
-        let ifw = TableWriter::new(
-            &cfg.out_dir,
-            "interfaces",
-            &cfg.host,
-            iface_schema.clone(),
-            rs,
-            rb,
-        );
-        let alw = TableWriter::new(
-            &cfg.out_dir,
-            "alerts",
-            &cfg.host,
-            alert_schema.clone(),
-            rs,
-            rb,
-        );
-        let jsonl = JsonlWriter::new(cfg.out_dir.join("alerts.jsonl"));
-        let human_alerts = !cfg.terminal || !std::io::stderr().is_terminal();
+        let table =
+            |k| Box::new(TableSink::new(k, &cfg.out_dir, &cfg.host, rs, rb)) as Box<dyn Sink>;
+        let mut sinks = vec![
+            table(TableKind::Flows),
+            table(TableKind::Interfaces),
+            table(TableKind::Alerts),
+            Box::new(JsonlSink::new(cfg.out_dir.join("alerts.jsonl"))),
+        ];
+        if !cfg.terminal || !std::io::stderr().is_terminal() {
+            sinks.push(Box::new(StderrSink::default()));
+        }
         Ok(Collector {
+            run: RunInfo {
+                host: cfg.host.clone(),
+                source: cfg.source,
+            },
             dedup: Dedup::new(cfg.policy.thresholds.hold_down_ns),
             ifaces: BTreeMap::new(),
-            flows,
-            ifw,
-            alw,
-            iface_schema,
-            alert_schema,
-            flows_schema,
-            jsonl,
-            alert_rows: Vec::new(),
+            sinks,
             alert_counts: BTreeMap::new(),
             occurrences: BTreeMap::new(),
             clock_offset_ns: 0,
             failing: HashSet::new(),
-            human_alerts,
             startup_err,
-            human_shown: BTreeMap::new(),
-            human_held: BTreeMap::new(),
             scratch: Box::default(),
-            view: view::ViewState::default(),
+            view: ViewState::default(),
             last: IntervalStats::default(),
             cfg,
         })
     }
 
-    /// Offset added to per-QP packet times (`first_ns`/`last_ns`) to make them UNIX ns (the
-    /// kernel stamps packets with CLOCK_MONOTONIC). 0 (the default) for replay.
+    /// Adds an output (the Prometheus and Alertmanager sinks plug in here).
+    pub fn add_sink(&mut self, s: Box<dyn Sink>) {
+        self.sinks.push(s);
+    }
+
+    /// No alert lines on stderr (tests, or when another sink shows them).
+    pub fn quiet_stderr(&mut self) {
+        self.sinks.retain(|s| s.name() != "stderr");
+    }
+
     /// Raises the start-up output failure, if any, once the first interval time is known.
     fn startup_output_check(&mut self, t: u64) {
         if let Some(e) = self.startup_err.take() {
@@ -290,6 +533,8 @@ impl Collector {
         }
     }
 
+    /// Offset added to per-QP packet times (`first_ns`/`last_ns`) to make them UNIX ns (the
+    /// kernel stamps packets with CLOCK_MONOTONIC). 0 (the default) for replay.
     pub fn set_packet_clock_offset(&mut self, offset_ns: i64) {
         self.clock_offset_ns = offset_ns;
     }
@@ -331,38 +576,13 @@ impl Collector {
     }
 
     fn emit(&mut self, a: Alert) {
-        *self.alert_counts.entry(a.rule).or_default() += 1;
-        *self.occurrences.entry(a.rule).or_default() += a.count;
-        let shown = self.human_shown.entry(a.rule).or_default();
-        *shown += 1;
-        if self.human_alerts && *shown > HUMAN_LINES_PER_RULE {
-            *self.human_held.entry(a.rule).or_default() += 1;
-        } else if self.human_alerts {
-            eprintln!(
-                "{} {:<8} {}",
-                output::rfc3339(a.time_ns),
-                a.severity.as_str().to_uppercase(),
-                a.message()
-            );
+        *self.alert_counts.entry(a.rule.name()).or_default() += 1;
+        *self.occurrences.entry(a.rule.name()).or_default() += a.count;
+        for s in &mut self.sinks {
+            s.alert(&a, &self.run);
         }
-        self.jsonl
-            .push(a.json(&self.cfg.host, self.cfg.source).to_string());
-        self.alert_rows.push(a.row(&self.cfg.host, self.cfg.source));
-        self.view.push_alert(&a);
+        Sink::alert(&mut self.view, &a, &self.run);
         self.last.alerts += 1;
-    }
-
-    /// One line per rule whose human alert lines were capped in this interval (many keys at
-    /// once, e.g. DSCP bleached on every QP): the rest are in alerts.jsonl and the alerts table.
-    fn human_summary(&mut self, t: u64) {
-        for (rule, n) in std::mem::take(&mut self.human_held) {
-            eprintln!(
-                "{} {:<8} {rule}: {n} more alerts on other keys not shown here (see alerts.jsonl)",
-                output::rfc3339(t),
-                severity_of(rule).as_str().to_uppercase()
-            );
-        }
-        self.human_shown.clear();
     }
 
     fn offer(&mut self, a: Alert) {
@@ -371,25 +591,30 @@ impl Collector {
         }
     }
 
+    /// Runs `step` on every sink; a failure raises `output_write_failed` (once per episode)
+    /// and is retried at the next step, a success after failures says so.
+    fn each_sink(&mut self, t: u64, step: impl Fn(&mut dyn Sink) -> Result<(), OutputError>) {
+        for i in 0..self.sinks.len() {
+            let res = step(self.sinks[i].as_mut());
+            let name = self.sinks[i].name();
+            match res {
+                Err(e) => self.output_failed(name, &e.to_string(), t),
+                Ok(()) => self.output_ok(name),
+            }
+        }
+    }
+
     /// Kernel (or replay) events for `iface`: first occurrences, alerted at once.
     pub fn on_events(&mut self, iface: &str, events: &[Event]) {
         let p = self.cfg.policy.expected;
         for e in events {
-            if let Some(a) = alerts::from_event(iface, e, &p) {
+            if let Some(a) = rules::from_event(iface, e, &p) {
                 self.offer(a);
             }
         }
         if !events.is_empty() {
             let t = events.iter().map(|e| e.ts_ns).max().unwrap_or(0);
-            self.flush_jsonl(t);
-        }
-    }
-
-    fn flush_jsonl(&mut self, t: u64) {
-        if let Err(e) = self.jsonl.flush() {
-            self.output_failed("alerts.jsonl", &e.to_string(), t);
-        } else {
-            self.output_ok("alerts.jsonl");
+            self.each_sink(t, |s| s.flush(t));
         }
     }
 
@@ -398,7 +623,7 @@ impl Collector {
             tracing::error!(output = what, error = %err, "cannot write output; counting continues, writing will be retried each interval");
         }
         let a = Alert::candidate(
-            rule::OUTPUT_WRITE_FAILED,
+            Rule::OutputWriteFailed,
             AlertKey {
                 iface: "-".into(),
                 other: Some(what.to_string()),
@@ -423,374 +648,85 @@ impl Collector {
     }
 
     /// One interval's cumulative state of one interface: deltas against the previous snapshot
-    /// of that interface, Parquet rows, interval alert rules.
+    /// of that interface (keys, then the interface), rows and alert candidates, the hold-down,
+    /// then every sink. It reads as the list of stages; each stage is a function above.
     pub fn on_snapshot(&mut self, snap: &Snapshot) -> Result<(), CollectorError> {
         self.startup_output_check(snap.time_ns);
         let off = self.clock_offset_ns;
-        let pol = self.cfg.policy.expected;
-        let mtu = self.cfg.policy.expected_mtu;
-        let th = self.cfg.policy.thresholds.clone();
-        let want_top = self.cfg.terminal;
-        let host = self.cfg.host.clone();
-        let source = self.cfg.source;
         let st = self.ifaces.entry(snap.iface.clone()).or_default();
         if snap.link_speed_bps.is_some() {
             st.link_bps = snap.link_speed_bps;
         }
         let end = snap.time_ns;
-        let start = st.prev_time.or(st.start_ns).unwrap_or_else(|| {
-            snap.qps
-                .iter()
-                .filter(|(_, v)| v.first_ns != 0)
-                .map(|(_, v)| (v.first_ns as i64).saturating_add(off).max(0) as u64)
-                .min()
-                .unwrap_or(end)
-        });
-        let start = start.min(end);
-        let iface = snap.iface.as_str();
+        let start = interval_start(st, snap, off).min(end);
         let cap = snap
             .qps
             .len()
             .min(st.last_active.saturating_mul(2).max(1024))
             + st.evicted.len();
-        let mut fb = FlowsBuilder::with_capacity(&host, source, iface, start, end, cap);
-        let mut cands: Vec<Alert> = Vec::new();
-        let mut new_qps = [0u64; dir::COUNT];
-        let mut active = [0u64; dir::COUNT];
-        let mut evictions = [0u64; dir::COUNT];
-        let mut tracked = [0u64; dir::COUNT];
-        // (src, dst) -> (CE on data, CNPs, packets) in this interval, for ce_without_cnp
-        st.pairs.begin_interval();
-        let mut ce_data_max = 0u64;
-        let mut ce_total = 0u64;
-        let mut top: Vec<view::TopRow> = Vec::new();
-
-        // one flows row, the key's interval rules, its pair's sums
-        let mut row = |k: &QpKey,
-                       d: &QpValue,
-                       nz: &[u16],
-                       new: bool,
-                       evicted: bool,
-                       pairs: &mut PairIndex,
-                       pair: u32| {
-            fb.push_nz(k, d, nz, new, evicted, off);
-            alerts::qp_interval_nz(iface, k, d, nz, &pol, mtu, end, &mut cands);
-            let ce = d.ecn_hist[class::DATA][3] as u64;
-            pairs.add(pair, (ce, d.cnp(), d.pkts));
-            ce_data_max = ce_data_max.max(ce);
-            ce_total += d.ce();
-            if want_top {
-                top.push(view::TopRow::new(iface, k, d));
-            }
+        let (host, source) = (&self.run.host, self.run.source);
+        let mut kp = KeyPass {
+            fb: FlowsBuilder::with_capacity(host, source, &snap.iface, start, end, cap),
+            cands: Vec::new(),
+            new_qps: [0; dir::COUNT],
+            active: [0; dir::COUNT],
+            evictions: [0; dir::COUNT],
+            tracked: [0; dir::COUNT],
+            ce_data_max: 0,
+            ce_total: 0,
+            top: Vec::new(),
         };
-
-        // Keys the source evicted, with their final values.
+        let cx = KeyCtx {
+            iface: &snap.iface,
+            end,
+            off,
+            policy: &self.cfg.policy,
+            want_top: self.cfg.terminal,
+        };
+        st.pairs.begin_interval();
         let sc = &mut *self.scratch;
-        for (k, v) in std::mem::take(&mut st.evicted) {
-            let (prev, pair) = match st.prev.remove(&k) {
-                Some((p, pair)) => (p, pair),
-                None => (QpValue::ZERO, st.pairs.acquire((k.src_ip, k.dst_ip))),
-            };
-            st.pairs.release(pair);
-            sc.delta(&v, &prev);
-            let di = (k.dir as usize).min(dir::COUNT - 1);
-            evictions[di] += 1;
-            st.evictions_total += 1;
-            if sc.d.pkts > 0 {
-                active[di] += 1;
-                let (d, nz, new) = (&sc.d, &sc.nz, prev.pkts == 0);
-                row(&k, d, nz, new, true, &mut st.pairs, pair);
-            }
-            st.retired.insert(k, v);
-        }
-        st.prev.begin_scan(snap.qps.len());
-        for (pos, (k, v)) in snap.qps.iter().enumerate() {
-            // Prefetch: the `pkts` line of both values PREFETCH_HEAD keys ahead; all lines of
-            // the values PREFETCH_FULL keys ahead when that key is active (most keys idle: read
-            // one line each).
-            if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_HEAD) {
-                deltas::prefetch(nv, 1);
-                if let Some(pv) = st.prev.hinted(pos + PREFETCH_HEAD) {
-                    deltas::prefetch(pv, 1);
-                }
-            }
-            if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_FULL)
-                && let Some(pv) = st.prev.hinted(pos + PREFETCH_FULL)
-                && nv.pkts != pv.pkts
-            {
-                deltas::prefetch(nv, usize::MAX);
-                deltas::prefetch(pv, usize::MAX);
-            }
-            let di = (k.dir as usize).min(dir::COUNT - 1);
-            tracked[di] += 1;
-            match st.prev.find(pos, k) {
-                Some(slot) => {
-                    let pv = st.prev.value_mut(slot);
-                    if pv.pkts == v.pkts {
-                        continue;
-                    }
-                    sc.update(v, pv);
-                    active[di] += 1;
-                    let pair = st.prev.tag(slot);
-                    let (d, nz) = (&sc.d, &sc.nz);
-                    row(k, d, nz, false, false, &mut st.pairs, pair);
-                }
-                None => {
-                    let pair = st.pairs.acquire((k.src_ip, k.dst_ip));
-                    st.prev.insert(pos, *k, *v, pair);
-                    st.retired.remove(k);
-                    new_qps[di] += 1;
-                    if v.pkts > 0 {
-                        active[di] += 1;
-                        sc.nz.clear();
-                        deltas::nonzero_buckets(v, &mut sc.nz);
-                        let nz = &sc.nz;
-                        row(k, v, nz, true, false, &mut st.pairs, pair);
-                    }
-                }
-            }
-        }
-        // Keys that vanished without an eviction report: their last read values stand.
-        // (a scan of two flat arrays: cheap; also right when a read returned a key twice)
-        {
-            for k in st.prev.vanished() {
-                if let Some((v, pair)) = st.prev.remove(&k) {
-                    st.pairs.release(pair);
-                    evictions[(k.dir as usize).min(dir::COUNT - 1)] += 1;
-                    st.evictions_total += 1;
-                    st.retired.insert(k, v);
-                }
-            }
-        }
-
-        // Per-interface deltas and rules.
-        let secs = end.saturating_sub(start) as f64 / 1e9;
-        let mut mac_delta: Vec<(MacKey, PfcCounters)> = Vec::new();
-        for (k, v) in &snap.macs {
-            let prev = st.prev_macs.get(k).copied().unwrap_or_default();
-            let d = deltas::pfc_delta(v, &prev);
-            if d.pfc_frames != 0 || d.pause != 0 {
-                mac_delta.push((*k, d));
-            }
-            st.prev_macs.insert(*k, *v);
-        }
-        let mut iface_rows = Vec::new();
-        let mut xoff_all = 0u64;
-        let mut roce_all = 0u64;
-        for d in 0..dir::COUNT {
-            let di = deltas::iface_delta(&snap.iface_stats[d], &st.prev_iface[d]);
-            st.prev_iface[d] = snap.iface_stats[d];
-            xoff_all += di.pfc.xoff.iter().sum::<u64>();
-            roce_all += di.roce;
-            let macs: Vec<String> = mac_delta
-                .iter()
-                .filter(|(k, _)| k.dir as usize == d)
-                .map(|(k, c)| {
-                    let m = k.mac;
-                    format!(
-                        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}={}",
-                        m[0],
-                        m[1],
-                        m[2],
-                        m[3],
-                        m[4],
-                        m[5],
-                        c.pfc_frames + c.pause
-                    )
-                })
-                .collect();
-            let macs = (!macs.is_empty()).then(|| macs.join(","));
-            let key = AlertKey {
-                iface: iface.into(),
-                dir: Some(d as u8),
-                ..Default::default()
-            };
-            let mk = |r, key: AlertKey, obs: String, exp: String, n| {
-                Alert::candidate(r, key, end, obs, exp, n, "interval")
-            };
-            if di.pfc.pause > 0 {
-                let from = macs
-                    .as_deref()
-                    .map(|m| format!(" from {m}"))
-                    .unwrap_or_default();
-                cands.push(mk(
-                    rule::PAUSE_802_3X,
-                    key.clone(),
-                    format!(
-                        "{} PAUSE frames ({} XON){from}",
-                        di.pfc.pause, di.pfc.pause_xon
-                    ),
-                    "no 802.3x PAUSE in a RoCE fabric".into(),
-                    di.pfc.pause,
-                ));
-            }
-            for p in 0..8 {
-                let n = di.pfc.xoff[p] + di.pfc.xon[p];
-                if p as u8 != pol.rdma_priority && n > 0 {
-                    let mut k2 = key.clone();
-                    k2.priority = Some(p as u8);
-                    cands.push(mk(
-                        rule::PFC_WRONG_PRIORITY,
-                        k2,
-                        format!(
-                            "PFC on priority {p}: {} XOFF, {} XON",
-                            di.pfc.xoff[p], di.pfc.xon[p]
-                        ),
-                        format!("PFC only on priority {}", pol.rdma_priority),
-                        n,
-                    ));
-                }
-                if secs > 0.0 {
-                    let rate = di.pfc.xoff[p] as f64 / secs;
-                    if rate > st.max_xoff_per_s[d][p] {
-                        st.max_xoff_per_s[d][p] = rate;
-                    }
-                    if rate > th.pfc_storm_xoff_per_s as f64 {
-                        let mut k2 = key.clone();
-                        k2.priority = Some(p as u8);
-                        cands.push(mk(
-                            rule::PFC_STORM,
-                            k2,
-                            format!(
-                                "{rate:.0} XOFF/s on priority {p} ({} in {secs:.3} s)",
-                                di.pfc.xoff[p]
-                            ),
-                            format!("<= {} XOFF/s", th.pfc_storm_xoff_per_s),
-                            di.pfc.xoff[p],
-                        ));
-                    }
-                }
-            }
-            if di.qp_insert_failed > 0 {
-                cands.push(mk(
-                    rule::QP_MAP_FULL,
-                    key.clone(),
-                    format!(
-                        "{} new QP keys not tracked, {} RoCE packets untracked",
-                        di.qp_insert_failed, di.roce_untracked
-                    ),
-                    "room in the per-QP map (raise --max-qps)".into(),
-                    di.qp_insert_failed,
-                ));
-            }
-            if di.events_lost > 0 {
-                cands.push(mk(
-                    rule::EVENTS_LOST,
-                    key.clone(),
-                    format!("{} events lost (ring buffer full)", di.events_lost),
-                    "no lost events (interval counts are still complete)".into(),
-                    di.events_lost,
-                ));
-            }
-            if d == dir::INGRESS as usize || snap.iface_stats[d].frames != 0 {
-                let x = IfaceExtra {
-                    tracked_qps: tracked[d],
-                    active_qps: active[d],
-                    new_qps: new_qps[d],
-                    evictions: evictions[d],
-                    pfc_src_macs: macs,
-                };
-                iface_rows.push(tables::iface_row(
-                    &host,
-                    source,
-                    iface,
-                    d,
-                    start,
-                    end,
-                    st.link_bps,
-                    &di,
-                    &x,
-                ));
-            }
-        }
-        if xoff_all >= th.pfc_without_ecn_min_xoff && roce_all > 0 && ce_total == 0 {
-            cands.push(Alert::candidate(
-                rule::PFC_WITHOUT_ECN,
-                AlertKey {
-                    iface: iface.into(),
-                    ..Default::default()
-                },
-                end,
-                format!("{xoff_all} XOFF frames, 0 CE-marked RoCE packets"),
-                "ECN marking (CE) before PFC pauses".into(),
-                xoff_all,
-                "interval",
-            ));
-        }
-        // pairs only matter when some key saw CE
-        let pair_sums = st.pairs.touched().filter(|_| ce_data_max > 0);
-        for (&(a, b), (ce, _, _)) in pair_sums {
-            if ce >= th.ce_without_cnp_min_ce {
-                let (_, cnp_back, pkts_back) = st.pairs.sums_of(&(b, a));
-                if cnp_back == 0 && pkts_back > 0 {
-                    cands.push(Alert::candidate(
-                        rule::CE_WITHOUT_CNP,
-                        AlertKey {
-                            iface: iface.into(),
-                            src: Some(a),
-                            dst: Some(b),
-                            ..Default::default()
-                        },
-                        end,
-                        format!(
-                            "{ce} CE-marked data packets, 0 CNPs back ({pkts_back} packets back)"
-                        ),
-                        "CNPs from the receiver for CE-marked data".into(),
-                        ce,
-                        "interval",
-                    ));
-                }
-            }
-        }
+        account_evicted(st, sc, &cx, &mut kp);
+        account_keys(st, sc, snap, &cx, &mut kp);
+        let iface_rows = account_iface(st, snap, &cx, &mut kp, &self.run, start);
         st.pairs.end_interval();
         st.prev_time = Some(end);
-        st.last_active = active.iter().sum::<u64>() as usize;
-        let tracked_all: u64 = tracked.iter().sum();
-        let stats = IntervalStats {
-            iface: iface.to_string(),
+        st.last_active = kp.active.iter().sum::<u64>() as usize;
+        let (max_xoff, link) = (st.max_xoff_per_s, st.link_bps);
+        self.last = IntervalStats {
+            iface: snap.iface.clone(),
             start_ns: start,
             end_ns: end,
-            tracked_qps: tracked_all,
-            active_qps: active.iter().sum(),
-            new_qps: new_qps.iter().sum(),
-            evictions: evictions.iter().sum(),
+            tracked_qps: kp.tracked.iter().sum(),
+            active_qps: kp.active.iter().sum(),
+            new_qps: kp.new_qps.iter().sum(),
+            evictions: kp.evictions.iter().sum(),
             alerts: 0,
         };
-        let max_xoff = st.max_xoff_per_s;
-        let link = st.link_bps;
-
-        // Write the interval's rows.
-        let flows_batch = fb.finish(&self.flows_schema)?;
-        if let Err(e) = self.flows.write(&flows_batch, start) {
-            self.output_failed("flows", &e.to_string(), end);
-        } else {
-            self.output_ok("flows");
-        }
-        let ib = tables::rows_batch(&self.iface_schema, &iface_rows)?;
-        if let Err(e) = self.ifw.write(&ib, start) {
-            self.output_failed("interfaces", &e.to_string(), end);
-        } else {
-            self.output_ok("interfaces");
-        }
-
-        self.last = stats;
-        for a in cands {
+        let flows = kp.fb.finish(&tables::flows_schema())?;
+        let interfaces =
+            tables::rows_batch(&crate::schema::interfaces().arrow_schema(), &iface_rows)?;
+        let rows = IntervalRows {
+            start_ns: start,
+            end_ns: end,
+            flows: &flows,
+            interfaces: &interfaces,
+        };
+        self.each_sink(end, |s| s.interval(&rows));
+        for a in kp.cands {
             self.offer(a);
         }
         for a in self.dedup.tick(end, false) {
             self.emit(a);
         }
-        self.flush_alerts(end)?;
-        self.human_summary(end);
-        if want_top {
+        self.each_sink(end, |s| s.end_interval(end));
+        if self.cfg.terminal {
             self.view
-                .update(&self.last, top, &snap.iface_stats, link, max_xoff);
-        }
-        if !self.cfg.terminal {
+                .update(&self.last, kp.top, &snap.iface_stats, link, max_xoff);
+        } else {
             let s = &self.last;
             tracing::info!(
                 iface = %s.iface,
-                interval_s = secs,
+                interval_s = end.saturating_sub(start) as f64 / 1e9,
                 tracked_qps = s.tracked_qps,
                 active_qps = s.active_qps,
                 new_qps = s.new_qps,
@@ -802,39 +738,26 @@ impl Collector {
         Ok(())
     }
 
-    fn flush_alerts(&mut self, t: u64) -> Result<(), CollectorError> {
-        let rows = std::mem::take(&mut self.alert_rows);
-        let b = tables::rows_batch(&self.alert_schema, &rows)?;
-        if let Err(e) = self.alw.write(&b, t) {
-            self.output_failed("alerts", &e.to_string(), t);
-        } else {
-            self.output_ok("alerts");
-        }
-        // alerts raised by the failure above go to the next interval's batch
-        self.flush_jsonl(t);
-        Ok(())
-    }
-
     /// Output statistics per table.
     pub fn output_stats(&self) -> Value {
-        let w = |t: &TableWriter| {
-            json!({"files": t.stats.files, "rows": t.stats.rows, "bytes": t.stats.bytes,
-                   "write_errors": t.stats.write_errors, "rows_lost": t.stats.rows_lost,
-                   "pending_files": t.pending_files()})
-        };
-        json!({"flows": w(&self.flows), "interfaces": w(&self.ifw), "alerts": w(&self.alw),
-               "alerts_jsonl_lines_lost": self.jsonl.lines_lost})
+        let mut m = serde_json::Map::new();
+        for s in &self.sinks {
+            match (s.name(), s.stats()) {
+                ("alerts.jsonl", Some(v)) => {
+                    m.insert("alerts_jsonl_lines_lost".into(), v["lines_lost"].clone());
+                }
+                (name, Some(v)) => {
+                    m.insert(name.into(), v);
+                }
+                _ => {}
+            }
+        }
+        Value::Object(m)
     }
 
     /// Final-named files written so far (the most recent 64 per table).
     pub fn written_files(&self) -> Vec<PathBuf> {
-        self.flows
-            .recent
-            .iter()
-            .chain(self.ifw.recent.iter())
-            .chain(self.alw.recent.iter())
-            .cloned()
-            .collect()
+        self.sinks.iter().flat_map(|s| s.written_files()).collect()
     }
 
     /// Snapshots of the collector's view of every interface: the last values read, plus keys
@@ -866,7 +789,7 @@ impl Collector {
             .collect()
     }
 
-    /// Flushes and closes every file, writes `summary.json` (`summary::summary_json` of the last
+    /// Flushes and closes every output, writes `summary.json` (`summary_json` of the last
     /// snapshots plus `"alerts": {rule: count}`) and returns it.
     pub fn finish(mut self) -> Result<Value, CollectorError> {
         let t = self
@@ -878,58 +801,21 @@ impl Collector {
         for a in self.dedup.tick(t, true) {
             self.emit(a);
         }
-        self.human_summary(t);
-        let rows = std::mem::take(&mut self.alert_rows);
-        let b = tables::rows_batch(&self.alert_schema, &rows)?;
         let mut first_err: Option<CollectorError> = None;
-        if let Err(e) = self.alw.write(&b, t) {
-            self.output_failed("alerts", &e.to_string(), t);
-        }
-        for (name, w) in [
-            ("flows", &mut self.flows),
-            ("interfaces", &mut self.ifw),
-            ("alerts", &mut self.alw),
-        ] {
-            if let Err(e) = w.finish() {
-                tracing::error!(table = name, error = %e, pending_files = w.pending_files(), "could not write the last files");
+        for s in &mut self.sinks {
+            if let Err(e) = s.finish(t) {
+                tracing::error!(output = s.name(), error = %e, "could not write the last output");
                 first_err.get_or_insert(e.into());
             }
         }
-        if let Err(e) = self.jsonl.flush() {
-            tracing::error!(error = %e, "could not write alerts.jsonl");
-            first_err.get_or_insert(e.into());
-        }
-        let mut v = crate::sinks::summary_json::summary_json(&self.last_snapshots());
-        let counts: serde_json::Map<String, Value> = self
-            .alert_counts
-            .iter()
-            .map(|(k, n)| (k.to_string(), json!(n)))
-            .collect();
-        let occ: serde_json::Map<String, Value> = self
-            .occurrences
-            .iter()
-            .map(|(k, n)| (k.to_string(), json!(n)))
-            .collect();
-        let mut storms = serde_json::Map::new();
-        for (name, st) in &self.ifaces {
-            storms.insert(name.clone(), json!({"max_xoff_per_s": st.max_xoff_per_s.iter().enumerate().map(|(d, a)| (dir::NAMES[d], a.to_vec())).collect::<BTreeMap<_, _>>(), "evictions": st.evictions_total}));
-        }
-        if let Value::Object(m) = &mut v {
-            m.insert("alerts".into(), Value::Object(counts));
-            m.insert("alert_occurrences".into(), Value::Object(occ));
-            m.insert("pfc_storm_figures".into(), Value::Object(storms));
-            m.insert("output".into(), self.output_stats());
-            m.insert("host".into(), json!(self.cfg.host));
-            m.insert("source".into(), json!(self.cfg.source));
-        }
+        let v = self.summary();
         let path = self.cfg.out_dir.join("summary.json");
         let tmp = self.cfg.out_dir.join("summary.json.tmp");
-        let text =
-            serde_json::to_string_pretty(&v).map_err(|e| CollectorError::Other(e.to_string()))?;
+        let text = serde_json::to_string_pretty(&v)?;
         if let Err(err) = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path)) {
             let _ = std::fs::remove_file(&tmp);
             tracing::error!(path = %path.display(), error = %err, "could not write summary.json");
-            first_err.get_or_insert(CollectorError::Output(output::OutputError::Io {
+            first_err.get_or_insert(CollectorError::Output(OutputError::Io {
                 path: path.display().to_string(),
                 err,
             }));
@@ -939,6 +825,53 @@ impl Collector {
             None => Ok(v),
         }
     }
+
+    /// The run's totals: `summary_json` of the last snapshots, alerts per rule, occurrences,
+    /// PFC storm figures, output statistics.
+    fn summary(&self) -> Value {
+        let mut v = crate::sinks::summary_json::summary_json(&self.last_snapshots());
+        let counts = |m: &BTreeMap<&'static str, u64>| -> serde_json::Map<String, Value> {
+            m.iter().map(|(k, n)| (k.to_string(), json!(n))).collect()
+        };
+        let mut storms = serde_json::Map::new();
+        for (name, st) in &self.ifaces {
+            let per_dir: BTreeMap<_, _> = st
+                .max_xoff_per_s
+                .iter()
+                .enumerate()
+                .map(|(d, a)| (dir::NAMES[d], a.to_vec()))
+                .collect();
+            storms.insert(
+                name.clone(),
+                json!({"max_xoff_per_s": per_dir, "evictions": st.evictions_total}),
+            );
+        }
+        if let Value::Object(m) = &mut v {
+            m.insert("alerts".into(), Value::Object(counts(&self.alert_counts)));
+            m.insert(
+                "alert_occurrences".into(),
+                Value::Object(counts(&self.occurrences)),
+            );
+            m.insert("pfc_storm_figures".into(), Value::Object(storms));
+            m.insert("output".into(), self.output_stats());
+            m.insert("host".into(), json!(self.cfg.host));
+            m.insert("source".into(), json!(self.cfg.source));
+        }
+        v
+    }
+}
+
+/// The interval's start: the previous snapshot's time, else the declared start of observation,
+/// else the first packet of the snapshot (replay without `begin`).
+fn interval_start(st: &IfaceState, snap: &Snapshot, off: i64) -> u64 {
+    st.prev_time.or(st.start_ns).unwrap_or_else(|| {
+        snap.qps
+            .iter()
+            .filter(|(_, v)| v.first_ns != 0)
+            .map(|(_, v)| (v.first_ns as i64).saturating_add(off).max(0) as u64)
+            .min()
+            .unwrap_or(snap.time_ns)
+    })
 }
 
 #[cfg(test)]
@@ -985,7 +918,7 @@ mod tests {
         let mut cfg = CollectorConfig::new(out.clone(), "h", "replay", policy);
         cfg.policy.thresholds.hold_down_ns = 1; // every interval's alert is emitted
         let mut col = Collector::new(cfg).unwrap();
-        col.human_alerts = false;
+        col.quiet_stderr();
         let t0 = 1_795_239_299_000_000_000u64;
         col.begin("e0", t0, None);
         // pair 1->2: two keys with 6 CE each (12 >= 10), reverse 2->1 sends packets, no CNP

@@ -1,9 +1,239 @@
-//! Where the pipeline's results go: Parquet tables ([`parquet_files`], rows built by
-//! [`row_builders`]), `alerts.jsonl`, the terminal view, `summary.json` ([`summary_json`]) and
-//! its text form ([`summary_text`]).
+//! Where the pipeline's results go, each output behind one trait, [`Sink`]: the Parquet tables
+//! ([`TableSink`], rows built by [`row_builders`], files by [`parquet_files`]), `alerts.jsonl`
+//! ([`JsonlSink`]), alert lines on stderr ([`StderrSink`]) and the terminal view
+//! ([`terminal_view::ViewState`]). The end-of-run files are [`summary_json`] and its text form
+//! [`summary_text`].
 
 pub mod parquet_files;
 pub mod row_builders;
 pub mod summary_json;
 pub mod summary_text;
 pub mod terminal_view;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use serde_json::{Value, json};
+
+use crate::pipeline::alerts::Alert;
+use crate::pipeline::rules::Rule;
+use parquet_files::{JsonlWriter, OutputError, TableWriter, rfc3339};
+use row_builders::Cell;
+
+/// Who wrote the rows: every alert line and row carries it.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    pub host: String,
+    /// `live` or `replay`.
+    pub source: &'static str,
+}
+
+/// One interval of one interface, as the sinks receive it.
+pub struct IntervalRows<'a> {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub flows: &'a RecordBatch,
+    pub interfaces: &'a RecordBatch,
+}
+
+/// An output of the pipeline. Every method has a default that does nothing, so a sink
+/// implements what it takes. A failing write is returned as an error; the pipeline then raises
+/// `output_write_failed` (naming [`Sink::name`]) and counting goes on.
+pub trait Sink {
+    /// The output's name in logs and alerts (a table name, `alerts.jsonl`, ...).
+    fn name(&self) -> &'static str;
+    /// One alert as it is emitted.
+    fn alert(&mut self, _a: &Alert, _run: &RunInfo) {}
+    /// One interval's rows of one interface.
+    fn interval(&mut self, _rows: &IntervalRows<'_>) -> Result<(), OutputError> {
+        Ok(())
+    }
+    /// After a batch of events, at time `t_ns`: write what should not wait for the interval.
+    fn flush(&mut self, _t_ns: u64) -> Result<(), OutputError> {
+        Ok(())
+    }
+    /// At the end of an interval (after its alerts), at time `t_ns`.
+    fn end_interval(&mut self, t_ns: u64) -> Result<(), OutputError> {
+        self.flush(t_ns)
+    }
+    /// At stop: write everything.
+    fn finish(&mut self, t_ns: u64) -> Result<(), OutputError> {
+        self.end_interval(t_ns)
+    }
+    /// Output statistics for `summary.json`, under [`Sink::name`].
+    fn stats(&self) -> Option<Value> {
+        None
+    }
+    /// Final-named files written so far (the most recent 64).
+    fn written_files(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+}
+
+/// Which table a [`TableSink`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableKind {
+    Flows,
+    Interfaces,
+    Alerts,
+}
+
+/// One Parquet table of the output tree.
+pub struct TableSink {
+    kind: TableKind,
+    writer: TableWriter,
+    schema: SchemaRef,
+    /// Alert rows not yet written (alerts table only).
+    rows: Vec<Vec<Cell>>,
+}
+
+impl TableSink {
+    pub fn new(kind: TableKind, out: &Path, host: &str, rotate_s: u64, rotate_b: u64) -> Self {
+        let table = match kind {
+            TableKind::Flows => crate::schema::flows(),
+            TableKind::Interfaces => crate::schema::interfaces(),
+            TableKind::Alerts => crate::schema::alerts(),
+        };
+        let schema = table.arrow_schema();
+        let mut writer =
+            TableWriter::new(out, table.name, host, schema.clone(), rotate_s, rotate_b);
+        if kind == TableKind::Flows {
+            writer = writer.with_encodings(row_builders::flows_encoding);
+        }
+        TableSink {
+            kind,
+            writer,
+            schema,
+            rows: Vec::new(),
+        }
+    }
+
+    fn write_alert_rows(&mut self, t_ns: u64) -> Result<(), OutputError> {
+        let rows = std::mem::take(&mut self.rows);
+        let b =
+            row_builders::rows_batch(&self.schema, &rows).map_err(|err| OutputError::Arrow {
+                table: "alerts".into(),
+                err,
+            })?;
+        self.writer.write(&b, t_ns)
+    }
+}
+
+impl Sink for TableSink {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            TableKind::Flows => "flows",
+            TableKind::Interfaces => "interfaces",
+            TableKind::Alerts => "alerts",
+        }
+    }
+    fn alert(&mut self, a: &Alert, run: &RunInfo) {
+        if self.kind == TableKind::Alerts {
+            self.rows.push(a.row(&run.host, run.source));
+        }
+    }
+    fn interval(&mut self, r: &IntervalRows<'_>) -> Result<(), OutputError> {
+        match self.kind {
+            TableKind::Flows => self.writer.write(r.flows, r.start_ns),
+            TableKind::Interfaces => self.writer.write(r.interfaces, r.start_ns),
+            TableKind::Alerts => Ok(()),
+        }
+    }
+    fn end_interval(&mut self, t_ns: u64) -> Result<(), OutputError> {
+        match self.kind {
+            TableKind::Alerts => self.write_alert_rows(t_ns),
+            _ => Ok(()),
+        }
+    }
+    fn finish(&mut self, t_ns: u64) -> Result<(), OutputError> {
+        if self.kind == TableKind::Alerts {
+            self.write_alert_rows(t_ns)?;
+        }
+        self.writer.finish().inspect_err(|e| {
+            tracing::error!(table = self.name(), error = %e, pending_files = self.writer.pending_files(), "could not write the last files");
+        })
+    }
+    fn stats(&self) -> Option<Value> {
+        let t = &self.writer;
+        Some(
+            json!({"files": t.stats.files, "rows": t.stats.rows, "bytes": t.stats.bytes,
+               "write_errors": t.stats.write_errors, "rows_lost": t.stats.rows_lost,
+               "pending_files": t.pending_files()}),
+        )
+    }
+    fn written_files(&self) -> Vec<PathBuf> {
+        self.writer.recent.iter().cloned().collect()
+    }
+}
+
+/// `alerts.jsonl`: one JSON line per alert, appended as alerts happen.
+pub struct JsonlSink {
+    writer: JsonlWriter,
+}
+
+impl JsonlSink {
+    pub fn new(path: PathBuf) -> JsonlSink {
+        JsonlSink {
+            writer: JsonlWriter::new(path),
+        }
+    }
+}
+
+impl Sink for JsonlSink {
+    fn name(&self) -> &'static str {
+        "alerts.jsonl"
+    }
+    fn alert(&mut self, a: &Alert, run: &RunInfo) {
+        self.writer.push(a.json(&run.host, run.source).to_string());
+    }
+    fn flush(&mut self, _t_ns: u64) -> Result<(), OutputError> {
+        self.writer.flush()
+    }
+    fn stats(&self) -> Option<Value> {
+        Some(json!({"lines_lost": self.writer.lines_lost}))
+    }
+}
+
+/// Human (stderr) alert lines per rule per interval; the rest are summarised in one line.
+pub const HUMAN_LINES_PER_RULE: u64 = 20;
+
+/// Alert lines on stderr for a person: at most [`HUMAN_LINES_PER_RULE`] per rule per
+/// interval, then one line saying how many more are in `alerts.jsonl`.
+#[derive(Default)]
+pub struct StderrSink {
+    shown: BTreeMap<Rule, u64>,
+    held: BTreeMap<Rule, u64>,
+}
+
+impl Sink for StderrSink {
+    fn name(&self) -> &'static str {
+        "stderr"
+    }
+    fn alert(&mut self, a: &Alert, _run: &RunInfo) {
+        let shown = self.shown.entry(a.rule).or_default();
+        *shown += 1;
+        if *shown > HUMAN_LINES_PER_RULE {
+            *self.held.entry(a.rule).or_default() += 1;
+        } else {
+            eprintln!(
+                "{} {:<8} {}",
+                rfc3339(a.time_ns),
+                a.severity.as_str().to_uppercase(),
+                a.message()
+            );
+        }
+    }
+    fn end_interval(&mut self, t_ns: u64) -> Result<(), OutputError> {
+        for (rule, n) in std::mem::take(&mut self.held) {
+            eprintln!(
+                "{} {:<8} {rule}: {n} more alerts on other keys not shown here (see alerts.jsonl)",
+                rfc3339(t_ns),
+                rule.severity().as_str().to_uppercase()
+            );
+        }
+        self.shown.clear();
+        Ok(())
+    }
+}

@@ -26,11 +26,22 @@ pub const MAX_PENDING_BYTES: usize = 256 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
     #[error("cannot write {path}: {err}")]
-    Io { path: String, err: std::io::Error },
+    Io {
+        path: String,
+        #[source]
+        err: std::io::Error,
+    },
     #[error("parquet encoding of table {table}: {err}")]
     Parquet {
         table: String,
+        #[source]
         err: parquet::errors::ParquetError,
+    },
+    #[error("building the {table} rows: {err}")]
+    Arrow {
+        table: String,
+        #[source]
+        err: arrow::error::ArrowError,
     },
 }
 

@@ -192,11 +192,19 @@ impl ViewState {
     }
 }
 
+impl super::Sink for ViewState {
+    fn name(&self) -> &'static str {
+        "terminal view"
+    }
+    fn alert(&mut self, a: &Alert, _run: &super::RunInfo) {
+        self.push_alert(a);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pipeline::alerts::AlertKey;
-    use crate::pipeline::rule;
 
     #[test]
     fn renders_busiest_qps_pfc_and_alerts() {
@@ -229,7 +237,7 @@ mod tests {
         cum[0].pfc.xon[3] = 1;
         v.update(&s, rows, &cum, None, [[0.0; 8]; dir::COUNT]);
         let a = Alert::candidate(
-            rule::PFC_STORM,
+            crate::pipeline::rules::Rule::PfcStorm,
             AlertKey {
                 iface: "eth0".into(),
                 priority: Some(3),

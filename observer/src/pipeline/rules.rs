@@ -1,0 +1,573 @@
+//! Every alert rule in one place: the [`Rule`] enum (name, severity, what its key is, whether
+//! kernel events raise it), and the functions that turn events, per-key interval deltas and
+//! per-interface interval deltas into alert candidates. The hold-down that decides which
+//! candidates are emitted is [`super::alerts::Dedup`].
+
+use observer_common::maps::{ANY, Event, IfaceStats, Policy, QpKey, QpValue, class};
+use observer_common::parse::PCP_NONE;
+use observer_common::qp::{ev, opcode_bucket};
+
+use super::alerts::{Alert, AlertKey, Severity};
+use super::ip_pairs::PairIndex;
+use super::policy::Thresholds;
+
+/// An alert rule. Names are stable: `alerts.jsonl`, the alerts table, the lab's checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rule {
+    DscpMismatch,
+    PcpMismatch,
+    NotEct,
+    Pause8023x,
+    PfcWrongPriority,
+    PfcStorm,
+    PsnGap,
+    GoBackN,
+    CeWithoutCnp,
+    PfcWithoutEcn,
+    MtuBelowExpected,
+    /// New QP keys could not be tracked: the per-QP map is full (`--max-qps`).
+    QpMapFull,
+    /// Kernel events were dropped (ring buffer full); interval rules still see the counts.
+    EventsLost,
+    /// A flow-log, alert or summary file could not be written (disk full, unwritable).
+    OutputWriteFailed,
+}
+
+impl Rule {
+    /// Every rule, in documentation order.
+    pub const ALL: [Rule; 14] = [
+        Rule::DscpMismatch,
+        Rule::PcpMismatch,
+        Rule::NotEct,
+        Rule::Pause8023x,
+        Rule::PfcWrongPriority,
+        Rule::PfcStorm,
+        Rule::PsnGap,
+        Rule::GoBackN,
+        Rule::CeWithoutCnp,
+        Rule::PfcWithoutEcn,
+        Rule::MtuBelowExpected,
+        Rule::QpMapFull,
+        Rule::EventsLost,
+        Rule::OutputWriteFailed,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Rule::DscpMismatch => "dscp_mismatch",
+            Rule::PcpMismatch => "pcp_mismatch",
+            Rule::NotEct => "not_ect",
+            Rule::Pause8023x => "pause_802_3x",
+            Rule::PfcWrongPriority => "pfc_wrong_priority",
+            Rule::PfcStorm => "pfc_storm",
+            Rule::PsnGap => "psn_gap",
+            Rule::GoBackN => "go_back_n",
+            Rule::CeWithoutCnp => "ce_without_cnp",
+            Rule::PfcWithoutEcn => "pfc_without_ecn",
+            Rule::MtuBelowExpected => "mtu_below_expected",
+            Rule::QpMapFull => "qp_map_full",
+            Rule::EventsLost => "events_lost",
+            Rule::OutputWriteFailed => "output_write_failed",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Rule> {
+        Rule::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    pub const fn severity(self) -> Severity {
+        match self {
+            Rule::PfcStorm
+            | Rule::Pause8023x
+            | Rule::NotEct
+            | Rule::CeWithoutCnp
+            | Rule::OutputWriteFailed => Severity::Critical,
+            Rule::EventsLost => Severity::Info,
+            _ => Severity::Warning,
+        }
+    }
+
+    /// What one alert of the rule is about (the hold-down key, with the rule).
+    pub const fn key(self) -> &'static str {
+        match self {
+            Rule::DscpMismatch | Rule::PcpMismatch | Rule::NotEct => "QP key and class",
+            Rule::PsnGap | Rule::GoBackN | Rule::MtuBelowExpected => "QP key",
+            Rule::PfcWrongPriority | Rule::PfcStorm => "interface, direction and priority",
+            Rule::Pause8023x | Rule::QpMapFull | Rule::EventsLost => "interface and direction",
+            Rule::CeWithoutCnp => "interface and IP pair",
+            Rule::PfcWithoutEcn => "interface",
+            Rule::OutputWriteFailed => "output (table or file)",
+        }
+    }
+
+    /// Whether kernel first-occurrence events raise the rule besides interval deltas.
+    pub const fn raised_by_events(self) -> bool {
+        matches!(
+            self,
+            Rule::DscpMismatch | Rule::PcpMismatch | Rule::NotEct | Rule::PsnGap | Rule::GoBackN
+        )
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn exp_u8(v: u8) -> String {
+    if v == ANY {
+        "any".into()
+    } else {
+        v.to_string()
+    }
+}
+
+fn pcp_str(v: u8) -> String {
+    if v == PCP_NONE || v as usize >= 8 {
+        "untagged".into()
+    } else {
+        v.to_string()
+    }
+}
+
+/// Alerts from one kernel (or datapath) event.
+pub fn from_event(iface: &str, e: &Event, p: &Policy) -> Option<Alert> {
+    let key = AlertKey::qp(iface, &e.key);
+    let cand = |r, key, obs: String, exp: String| {
+        Some(Alert::candidate(r, key, e.ts_ns, obs, exp, 1, "event"))
+    };
+    match e.kind {
+        k if (ev::DSCP..ev::DSCP + 3).contains(&k) => {
+            let c = (k - ev::DSCP) as usize;
+            cand(
+                Rule::DscpMismatch,
+                key.with_class(c),
+                format!("dscp {}", e.dscp),
+                format!("dscp {}", exp_u8(p.dscp[c])),
+            )
+        }
+        k if (ev::PCP..ev::PCP + 3).contains(&k) => {
+            let c = (k - ev::PCP) as usize;
+            cand(
+                Rule::PcpMismatch,
+                key.with_class(c),
+                format!("pcp {}", pcp_str(e.pcp)),
+                format!("pcp {}", pcp_str(p.pcp[c])),
+            )
+        }
+        k if (ev::NOT_ECT..ev::NOT_ECT + 3).contains(&k) => {
+            let c = (k - ev::NOT_ECT) as usize;
+            cand(
+                Rule::NotEct,
+                key.with_class(c),
+                "ecn 0 (Not-ECT)".into(),
+                "ECT(0), ECT(1) or CE".into(),
+            )
+        }
+        ev::PSN_GAP => cand(
+            Rule::PsnGap,
+            key,
+            format!("{} PSNs missing before PSN {}", e.detail, e.psn),
+            "consecutive PSNs".into(),
+        ),
+        ev::RETRANS => cand(
+            Rule::GoBackN,
+            key,
+            format!("PSN {} resent (not ahead of the highest PSN)", e.psn),
+            "no retransmission".into(),
+        ),
+        _ => None,
+    }
+}
+
+/// Sparse "value:count" list of a histogram's buckets other than `skip`.
+fn others<const N: usize>(
+    h: &[u32; N],
+    skip: Option<usize>,
+    name: impl Fn(usize) -> String,
+) -> (u64, String) {
+    let mut n = 0u64;
+    let mut parts = Vec::new();
+    for (i, &c) in h.iter().enumerate() {
+        if c != 0 && Some(i) != skip {
+            n += c as u64;
+            parts.push(format!("{} x{}", name(i), c));
+        }
+    }
+    (n, parts.join(", "))
+}
+
+/// Whether any multi-packet-message FIRST/MIDDLE opcode (payload = path MTU) is in `d`.
+fn has_full_mtu_packets(d: &QpValue) -> bool {
+    [0x00u8, 0x01, 0x06, 0x07, 0x0d, 0x0e, 0x20, 0x21, 0x26, 0x27]
+        .iter()
+        .any(|&op| d.opcode_hist[opcode_bucket(op)] != 0)
+}
+
+/// Largest standard RoCE MTU that fits a UDP payload of `pl` bytes (BTH 12 + ICRC 4 around it).
+pub fn mtu_of_payload(pl: u32) -> u32 {
+    [4096, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|m| pl >= m + 16)
+        .unwrap_or(0)
+}
+
+/// Interval rules for one key's delta `d` (gauges carried).
+pub fn qp_interval(
+    iface: &str,
+    k: &QpKey,
+    d: &QpValue,
+    p: &Policy,
+    expected_mtu: u32,
+    t_ns: u64,
+    out: &mut Vec<Alert>,
+) {
+    let mut nz = Vec::new();
+    super::deltas::nonzero_buckets(d, &mut nz);
+    qp_interval_nz(iface, k, d, &nz, p, expected_mtu, t_ns, out)
+}
+
+/// Whether the delta breaks any per-key rule (cheap screen over the non-zero buckets).
+fn any_qp_rule(d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32) -> bool {
+    if d.psn_gaps > 0 || d.psn_retrans > 0 {
+        return true;
+    }
+    for &b in nz {
+        let (col, i) = super::deltas::bucket_col(b);
+        match col {
+            1..=3 if p.dscp[col - 1] != ANY && p.dscp[col - 1] as usize != i => return true,
+            4..=6 if i == 0 && p.ecn_capable[col - 4] != 0 => return true,
+            7..=9
+                if p.pcp[col - 7] != ANY
+                    && (if p.pcp[col - 7] >= PCP_NONE {
+                        8
+                    } else {
+                        p.pcp[col - 7] as usize
+                    }) != i =>
+            {
+                return true;
+            }
+            _ => {}
+        }
+    }
+    expected_mtu > 0 && d.max_udp_payload < expected_mtu + 16 && has_full_mtu_packets(d)
+}
+
+/// [`qp_interval`] with `d`'s non-zero buckets already listed. Long by design: the per-key
+/// rules one after another, each a few lines, behind one cheap screen ([`any_qp_rule`]).
+#[allow(clippy::too_many_arguments)]
+pub fn qp_interval_nz(
+    iface: &str,
+    k: &QpKey,
+    d: &QpValue,
+    nz: &[u16],
+    p: &Policy,
+    expected_mtu: u32,
+    t_ns: u64,
+    out: &mut Vec<Alert>,
+) {
+    if !any_qp_rule(d, nz, p, expected_mtu) {
+        return;
+    }
+    let key = AlertKey::qp(iface, k);
+    let mk =
+        |r, key: AlertKey, obs, exp, n| Alert::candidate(r, key, t_ns, obs, exp, n, "interval");
+    for c in 0..class::COUNT {
+        if p.dscp[c] != ANY {
+            let (n, s) = others(&d.dscp_hist[c], Some(p.dscp[c] as usize), |i| {
+                format!("dscp {i}")
+            });
+            if n > 0 {
+                out.push(mk(
+                    Rule::DscpMismatch,
+                    key.clone().with_class(c),
+                    s,
+                    format!("dscp {}", p.dscp[c]),
+                    n,
+                ));
+            }
+        }
+        if p.pcp[c] != ANY {
+            let exp = if p.pcp[c] >= PCP_NONE {
+                8
+            } else {
+                p.pcp[c] as usize
+            };
+            let (n, s) = others(&d.pcp_hist[c], Some(exp), |i| {
+                format!("pcp {}", pcp_str(i as u8))
+            });
+            if n > 0 {
+                out.push(mk(
+                    Rule::PcpMismatch,
+                    key.clone().with_class(c),
+                    s,
+                    format!("pcp {}", pcp_str(p.pcp[c])),
+                    n,
+                ));
+            }
+        }
+        if p.ecn_capable[c] != 0 && d.ecn_hist[c][0] > 0 {
+            let n = d.ecn_hist[c][0] as u64;
+            out.push(mk(
+                Rule::NotEct,
+                key.clone().with_class(c),
+                format!("ecn 0 (Not-ECT) x{n}"),
+                "ECT(0), ECT(1) or CE".into(),
+                n,
+            ));
+        }
+    }
+    if d.psn_gaps > 0 {
+        out.push(mk(
+            Rule::PsnGap,
+            key.clone(),
+            format!("{} gaps, {} PSNs missing", d.psn_gaps, d.psn_missing),
+            "consecutive PSNs".into(),
+            d.psn_gaps,
+        ));
+    }
+    if d.psn_retrans > 0 {
+        out.push(mk(
+            Rule::GoBackN,
+            key.clone(),
+            format!(
+                "{} retransmitted, {} behind the highest PSN",
+                d.psn_retrans, d.psn_behind
+            ),
+            "no retransmission".into(),
+            d.psn_retrans,
+        ));
+    }
+    if expected_mtu > 0
+        && d.pkts > 0
+        && has_full_mtu_packets(d)
+        && d.max_udp_payload < expected_mtu + 16
+    {
+        out.push(mk(
+            Rule::MtuBelowExpected,
+            key,
+            format!(
+                "largest UDP payload {} (RoCE MTU {})",
+                d.max_udp_payload,
+                mtu_of_payload(d.max_udp_payload)
+            ),
+            format!(
+                "RoCE MTU {expected_mtu} (UDP payload >= {})",
+                expected_mtu + 16
+            ),
+            1,
+        ));
+    }
+}
+
+/// One interface direction's interval delta, as the interface rules see it.
+pub struct IfaceInterval<'a> {
+    pub iface: &'a str,
+    pub dir: u8,
+    pub delta: &'a IfaceStats,
+    /// Interval length, seconds.
+    pub secs: f64,
+    /// Interval end (alert time).
+    pub end_ns: u64,
+    /// `mac=frames,...` senders of PFC / PAUSE in the interval.
+    pub pfc_src_macs: Option<&'a str>,
+}
+
+/// The per-interface-direction rules (one after another, each a few lines): 802.3x PAUSE, PFC on another priority than the RDMA one,
+/// PFC storm (XOFF per second above the threshold), per-QP map full, events lost. Returns the
+/// largest XOFF rate per priority of the interval (the storm figure).
+pub fn iface_interval(
+    x: &IfaceInterval<'_>,
+    p: &Policy,
+    th: &Thresholds,
+    out: &mut Vec<Alert>,
+) -> [f64; 8] {
+    let di = x.delta;
+    let key = AlertKey {
+        iface: x.iface.into(),
+        dir: Some(x.dir),
+        ..Default::default()
+    };
+    let mk = |r, key: AlertKey, obs: String, exp: String, n| {
+        Alert::candidate(r, key, x.end_ns, obs, exp, n, "interval")
+    };
+    let prio_key = |p: usize| AlertKey {
+        priority: Some(p as u8),
+        ..key.clone()
+    };
+    if di.pfc.pause > 0 {
+        let from = x
+            .pfc_src_macs
+            .map(|m| format!(" from {m}"))
+            .unwrap_or_default();
+        out.push(mk(
+            Rule::Pause8023x,
+            key.clone(),
+            format!(
+                "{} PAUSE frames ({} XON){from}",
+                di.pfc.pause, di.pfc.pause_xon
+            ),
+            "no 802.3x PAUSE in a RoCE fabric".into(),
+            di.pfc.pause,
+        ));
+    }
+    let mut rates = [0f64; 8];
+    for (prio, rate_out) in rates.iter_mut().enumerate() {
+        let (xoff, xon) = (di.pfc.xoff[prio], di.pfc.xon[prio]);
+        if prio as u8 != p.rdma_priority && xoff + xon > 0 {
+            out.push(mk(
+                Rule::PfcWrongPriority,
+                prio_key(prio),
+                format!("PFC on priority {prio}: {xoff} XOFF, {xon} XON"),
+                format!("PFC only on priority {}", p.rdma_priority),
+                xoff + xon,
+            ));
+        }
+        if x.secs <= 0.0 {
+            continue;
+        }
+        let rate = xoff as f64 / x.secs;
+        *rate_out = rate;
+        if rate > th.pfc_storm_xoff_per_s as f64 {
+            out.push(mk(
+                Rule::PfcStorm,
+                prio_key(prio),
+                format!(
+                    "{rate:.0} XOFF/s on priority {prio} ({xoff} in {:.3} s)",
+                    x.secs
+                ),
+                format!("<= {} XOFF/s", th.pfc_storm_xoff_per_s),
+                xoff,
+            ));
+        }
+    }
+    if di.qp_insert_failed > 0 {
+        out.push(mk(
+            Rule::QpMapFull,
+            key.clone(),
+            format!(
+                "{} new QP keys not tracked, {} RoCE packets untracked",
+                di.qp_insert_failed, di.roce_untracked
+            ),
+            "room in the per-QP map (raise --max-qps)".into(),
+            di.qp_insert_failed,
+        ));
+    }
+    if di.events_lost > 0 {
+        out.push(mk(
+            Rule::EventsLost,
+            key,
+            format!("{} events lost (ring buffer full)", di.events_lost),
+            "no lost events (interval counts are still complete)".into(),
+            di.events_lost,
+        ));
+    }
+    rates
+}
+
+/// `pfc_without_ecn`: PFC paused RoCE traffic in an interval with no CE mark at all (ECN should
+/// act before PFC).
+pub fn pfc_without_ecn(
+    iface: &str,
+    end_ns: u64,
+    xoff: u64,
+    roce: u64,
+    ce: u64,
+    th: &Thresholds,
+    out: &mut Vec<Alert>,
+) {
+    if xoff >= th.pfc_without_ecn_min_xoff && roce > 0 && ce == 0 {
+        out.push(Alert::candidate(
+            Rule::PfcWithoutEcn,
+            AlertKey {
+                iface: iface.into(),
+                ..Default::default()
+            },
+            end_ns,
+            format!("{xoff} XOFF frames, 0 CE-marked RoCE packets"),
+            "ECN marking (CE) before PFC pauses".into(),
+            xoff,
+            "interval",
+        ));
+    }
+}
+
+/// `ce_without_cnp`: an IP pair's data packets were CE-marked (summed over its keys, evicted
+/// ones included) and the reverse pair sent packets but no CNP in the same interval.
+pub fn ce_without_cnp(
+    iface: &str,
+    end_ns: u64,
+    pairs: &PairIndex,
+    th: &Thresholds,
+    out: &mut Vec<Alert>,
+) {
+    for (&(a, b), (ce, _, _)) in pairs.touched() {
+        if ce < th.ce_without_cnp_min_ce {
+            continue;
+        }
+        let (_, cnp_back, pkts_back) = pairs.sums_of(&(b, a));
+        if cnp_back == 0 && pkts_back > 0 {
+            out.push(Alert::candidate(
+                Rule::CeWithoutCnp,
+                AlertKey {
+                    iface: iface.into(),
+                    src: Some(a),
+                    dst: Some(b),
+                    ..Default::default()
+                },
+                end_ns,
+                format!("{ce} CE-marked data packets, 0 CNPs back ({pkts_back} packets back)"),
+                "CNPs from the receiver for CE-marked data".into(),
+                ce,
+                "interval",
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use observer_common::qp::opcode_bucket;
+
+    #[test]
+    fn interval_rules_for_a_key() {
+        let mut p = Policy::NONE;
+        p.dscp = [26, ANY, 48];
+        p.pcp = [3, ANY, ANY];
+        p.ecn_capable = [1, 0, 0];
+        let k = QpKey::default();
+        let mut d = QpValue::ZERO;
+        d.pkts = 10;
+        d.dscp_hist[class::DATA][26] = 6;
+        d.dscp_hist[class::DATA][0] = 4;
+        d.ecn_hist[class::DATA][2] = 7;
+        d.ecn_hist[class::DATA][0] = 3;
+        d.pcp_hist[class::DATA][3] = 10;
+        d.dscp_hist[class::CNP][48] = 2;
+        d.psn_gaps = 1;
+        d.psn_missing = 3;
+        d.psn_retrans = 5;
+        d.psn_behind = 4;
+        d.opcode_hist[opcode_bucket(0x07)] = 2;
+        d.max_udp_payload = 1024 + 16;
+        let mut out = Vec::new();
+        qp_interval("e", &k, &d, &p, 4096, 5, &mut out);
+        let rules: Vec<(Rule, u64)> = out.iter().map(|a| (a.rule, a.count)).collect();
+        assert_eq!(
+            rules,
+            vec![
+                (Rule::DscpMismatch, 4),
+                (Rule::NotEct, 3),
+                (Rule::PsnGap, 1),
+                (Rule::GoBackN, 5),
+                (Rule::MtuBelowExpected, 1)
+            ]
+        );
+        assert_eq!(out[0].observed, "dscp 0 x4");
+        assert_eq!(out[4].observed, "largest UDP payload 1040 (RoCE MTU 1024)");
+        assert_eq!(mtu_of_payload(4112), 4096);
+        assert_eq!(mtu_of_payload(4111), 2048);
+    }
+}
