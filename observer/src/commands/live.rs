@@ -156,7 +156,7 @@ fn explain(iface: &str, e: LiveError) -> anyhow::Error {
         LiveError::Verifier { .. } => anyhow::anyhow!(
             "{e}\n  this is a bug in roce-observe's eBPF program for this kernel: please report it with `uname -r` and the log above"
         ),
-        other => anyhow::anyhow!("{iface}: {other}"),
+        other => anyhow::Error::new(other).context(iface.to_string()),
     }
 }
 

@@ -38,7 +38,7 @@ impl ClockTicker {
     /// returns), then starts the thread.
     pub(crate) fn start(mut map: Array<MapData, u64>) -> Result<ClockTicker, LiveError> {
         map.set(0, &monotonic_ns(), 0)
-            .map_err(|e| LiveError::Other(format!("writing CLOCK: {e}")))?;
+            .map_err(|e| LiveError::op("writing CLOCK", e))?;
         let (tx, rx) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("roce-clock".into())
@@ -56,7 +56,7 @@ impl ClockTicker {
                     }
                 }
             })
-            .map_err(|e| LiveError::Other(format!("starting the clock thread: {e}")))?;
+            .map_err(|e| LiveError::op("starting the clock thread", e))?;
         Ok(ClockTicker {
             stop: Some(tx),
             thread: Some(thread),

@@ -113,8 +113,31 @@ pub enum LiveError {
     NoBtf,
     #[error("an XDP program is already attached to {0}: detach it or use --xdp-mode generic")]
     XdpSlotTaken(String),
+    /// A load, map or attach step that failed, with the error it failed with (aya's
+    /// `MapError`, `ProgramError`, `EbpfError`, an I/O error, ...).
+    #[error("{what}: {source}")]
+    Op {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// A step found something wrong that has no underlying error: a program or map missing
+    /// from the object, a probe that disagreed, an impossible option.
     #[error("{0}")]
-    Other(String),
+    Setup(String),
+}
+
+impl LiveError {
+    /// `what` failed with `source` (its cause is kept).
+    pub fn op(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> LiveError {
+        LiveError::Op {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
 }
 
 /// Last `n` lines of a verifier log.
@@ -153,14 +176,14 @@ fn program_error(prog: &str, e: ProgramError) -> LiveError {
         }
         other => match errno_of(&other) {
             Some(libc::EPERM) => LiveError::NotPermitted,
-            _ => LiveError::Other(format!("{prog}: {other}")),
+            _ => LiveError::op(prog.to_string(), other),
         },
     }
 }
 
 fn ebpf_error(e: EbpfError) -> LiveError {
     if OBJECT.is_empty() {
-        return LiveError::Other(
+        return LiveError::Setup(
             "this binary was built with AYA_BUILD_SKIP=1: it carries no eBPF object".into(),
         );
     }
@@ -171,7 +194,7 @@ fn ebpf_error(e: EbpfError) -> LiveError {
     }
     match errno_of(&e) {
         Some(libc::EPERM) => LiveError::NotPermitted,
-        _ => LiveError::Other(format!("loading the eBPF object: {e}")),
+        _ => LiveError::op("loading the eBPF object", e),
     }
 }
 
@@ -268,12 +291,12 @@ fn load_with(
     kfuncs: Option<&kfunc::Kfuncs>,
 ) -> Result<Ebpf, LiveError> {
     if OBJECT.is_empty() {
-        return Err(LiveError::Other(
+        return Err(LiveError::Setup(
             "this binary was built with AYA_BUILD_SKIP=1: it carries no eBPF object".into(),
         ));
     }
-    let (object, _) =
-        kfunc::patch_object(OBJECT, kfuncs).map_err(|e| LiveError::Other(e.to_string()))?;
+    let (object, _) = kfunc::patch_object(OBJECT, kfuncs)
+        .map_err(|e| LiveError::op("relocating kfunc calls", e))?;
     let layout = kfuncs.map(|k| k.layout).unwrap_or_default();
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("QPS", buckets * observer_common::qp_table::WAYS as u32)
@@ -293,11 +316,11 @@ fn load_with(
     for &name in progs.iter().chain(extra) {
         let p = ebpf
             .program_mut(name)
-            .ok_or_else(|| LiveError::Other(format!("program {name} missing from the object")))?;
+            .ok_or_else(|| LiveError::Setup(format!("program {name} missing from the object")))?;
         let r = match p {
             aya::programs::Program::Xdp(x) => x.load(),
             aya::programs::Program::SchedClassifier(c) => c.load(),
-            _ => return Err(LiveError::Other(format!("{name}: unexpected program type"))),
+            _ => return Err(LiveError::Setup(format!("{name}: unexpected program type"))),
         };
         r.map_err(|e| program_error(name, e))?;
     }
@@ -309,9 +332,9 @@ fn load_with(
 fn check_kfunc_len(ebpf: &mut Ebpf) -> Result<(), LiveError> {
     let p: &mut Xdp = ebpf
         .program_mut(prog::XDP_LEN_PROBE)
-        .ok_or_else(|| LiveError::Other("program xdp_len_probe missing".into()))?
+        .ok_or_else(|| LiveError::Setup("program xdp_len_probe missing".into()))?
         .try_into()
-        .map_err(|e: ProgramError| LiveError::Other(e.to_string()))?;
+        .map_err(|e: ProgramError| LiveError::op("loading the program", e))?;
     for len in [100usize, 9000] {
         let frame = vec![0u8; len];
         let r = p
@@ -320,9 +343,9 @@ fn check_kfunc_len(ebpf: &mut Ebpf) -> Result<(), LiveError> {
                 repeat: 1,
                 ..TestRunOptions::default()
             })
-            .map_err(|e| LiveError::Other(format!("BPF_PROG_TEST_RUN xdp_len_probe: {e}")))?;
+            .map_err(|e| LiveError::op("BPF_PROG_TEST_RUN xdp_len_probe", e))?;
         if r.return_value != XDP_PASS {
-            return Err(LiveError::Other(format!(
+            return Err(LiveError::Setup(format!(
                 "the kfunc path got a {len}-byte frame's length wrong on this kernel"
             )));
         }
@@ -358,8 +381,8 @@ where
 {
     let m = ebpf
         .take_map(name)
-        .ok_or_else(|| LiveError::Other(format!("map {name} missing from the eBPF object")))?;
-    T::try_from(m).map_err(|e| LiveError::Other(format!("map {name}: {e}")))
+        .ok_or_else(|| LiveError::Setup(format!("map {name} missing from the eBPF object")))?;
+    T::try_from(m).map_err(|e| LiveError::op(format!("map {name}"), e))
 }
 
 impl Loaded {
@@ -370,7 +393,7 @@ impl Loaded {
         allow_kfunc: bool,
     ) -> Result<Loaded, LiveError> {
         if max_qps == 0 {
-            return Err(LiveError::Other(
+            return Err(LiveError::Setup(
                 "the per-QP map needs at least one key".into(),
             ));
         }
@@ -378,7 +401,7 @@ impl Loaded {
         let (mut ebpf, xdp_len) = load_object(max_qps, buckets, progs, allow_kfunc)?;
         let mut table_map = |name: &str| {
             ebpf.take_map(name)
-                .ok_or_else(|| LiveError::Other(format!("map {name} missing from the eBPF object")))
+                .ok_or_else(|| LiveError::Setup(format!("map {name} missing from the eBPF object")))
         };
         let maps = [
             table_map("QPIDX")?,
@@ -387,11 +410,11 @@ impl Loaded {
         ];
         let fd = |m: &Map| match m {
             Map::Array(d) => Ok(d.fd().as_fd().as_raw_fd()),
-            _ => Err(LiveError::Other("per-QP table maps must be arrays".into())),
+            _ => Err(LiveError::Setup("per-QP table maps must be arrays".into())),
         };
         let table =
             mapped_table::QpTable::map(fd(&maps[0])?, fd(&maps[1])?, fd(&maps[2])?, buckets)
-                .map_err(|e| LiveError::Other(format!("mapping the per-QP table: {e}")))?;
+                .map_err(|e| LiveError::op("mapping the per-QP table", e))?;
         let iface = take(&mut ebpf, "IFACE")?;
         let macs = take(&mut ebpf, "MACS")?;
         let policy_map = take(&mut ebpf, "POLICY")?;
@@ -429,7 +452,7 @@ impl Loaded {
     fn set_policy(&mut self, p: &Policy) -> Result<(), LiveError> {
         self.policy
             .set(0, p, 0)
-            .map_err(|e| LiveError::Other(format!("writing the policy: {e}")))
+            .map_err(|e| LiveError::op("writing the policy", e))
     }
 
     /// Every (key, value) of the per-QP table, `each` applied to every value as it is read.
@@ -448,7 +471,7 @@ impl Loaded {
             let per_cpu = self
                 .iface
                 .get(&(d as u32), 0)
-                .map_err(|e| LiveError::Other(format!("reading IFACE: {e}")))?;
+                .map_err(|e| LiveError::op("reading IFACE", e))?;
             for s in per_cpu.iter() {
                 add_iface(slot, s);
             }
@@ -458,7 +481,7 @@ impl Loaded {
             let (k, per_cpu) = match kv {
                 Ok(kv) => kv,
                 Err(aya::maps::MapError::KeyNotFound) => continue,
-                Err(e) => return Err(LiveError::Other(format!("reading MACS: {e}"))),
+                Err(e) => return Err(LiveError::op("reading MACS", e)),
             };
             let mut sum = PfcCounters::default();
             for c in per_cpu.iter() {
@@ -480,7 +503,7 @@ impl Loaded {
         let off = mono_to_wall_offset();
         self.table
             .evict(keys, |v| value_to_wall(v, off))
-            .map_err(|e| LiveError::Other(format!("evicting from the per-QP table: {e}")))
+            .map_err(|e| LiveError::op("evicting from the per-QP table", e))
     }
 
     /// Empties every map (tests reuse one loaded object across cases).
@@ -491,17 +514,17 @@ impl Loaded {
         for k in mac_keys {
             self.macs
                 .remove(&k)
-                .map_err(|e| LiveError::Other(format!("clearing MACS: {e}")))?;
+                .map_err(|e| LiveError::op("clearing MACS", e))?;
         }
         let ncpu = aya::util::nr_cpus()
-            .map_err(|(what, e)| LiveError::Other(format!("{what}: {e}")))?
+            .map_err(|(what, e)| LiveError::op(what.to_string(), e))?
             .get() as usize;
         for d in 0..dir::COUNT as u32 {
             let zeros = aya::maps::PerCpuValues::try_from(vec![IfaceStats::default(); ncpu])
-                .map_err(|e| LiveError::Other(format!("clearing IFACE: {e}")))?;
+                .map_err(|e| LiveError::op("clearing IFACE", e))?;
             self.iface
                 .set(d, zeros, 0)
-                .map_err(|e| LiveError::Other(format!("clearing IFACE: {e}")))?;
+                .map_err(|e| LiveError::op("clearing IFACE", e))?;
         }
         let mut sink = Vec::new();
         self.drain_events(&mut sink);
@@ -690,7 +713,7 @@ fn xdp_attach_error(iface: &str, e: ProgramError) -> LiveError {
     match errno_of(&e) {
         Some(libc::EBUSY | libc::EEXIST) => LiveError::XdpSlotTaken(iface.to_string()),
         Some(libc::EPERM) => LiveError::NotPermitted,
-        _ => LiveError::Other(format!("attaching XDP to {iface}: {e}")),
+        _ => LiveError::op(format!("attaching XDP to {iface}"), e),
     }
 }
 
@@ -710,9 +733,9 @@ fn attach_ingress(
     };
     let xdp: &mut Xdp = ebpf
         .program_mut(prog::XDP)
-        .ok_or_else(|| LiveError::Other("program roce_xdp missing".into()))?
+        .ok_or_else(|| LiveError::Setup("program roce_xdp missing".into()))?
         .try_into()
-        .map_err(|e: ProgramError| LiveError::Other(e.to_string()))?;
+        .map_err(|e: ProgramError| LiveError::op("loading the program", e))?;
     let mut last = None;
     for &(mode, name) in modes {
         match xdp.attach(ifindex, mode) {
@@ -728,7 +751,7 @@ fn attach_ingress(
         }
     }
     if xdp_mode != XdpMode::Auto {
-        return Err(last.unwrap_or_else(|| LiveError::Other("XDP attach failed".into())));
+        return Err(last.unwrap_or_else(|| LiveError::Setup("XDP attach failed".into())));
     }
     attach_tc(ebpf, prog::TC_INGRESS, ifindex, TcAttachType::Ingress)?;
     Ok("tc-ingress".to_string())
@@ -737,15 +760,15 @@ fn attach_ingress(
 fn attach_tc(ebpf: &mut Ebpf, name: &str, ifindex: u32, at: TcAttachType) -> Result<(), LiveError> {
     let p: &mut SchedClassifier = ebpf
         .program_mut(name)
-        .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?
+        .ok_or_else(|| LiveError::Setup(format!("program {name} missing")))?
         .try_into()
-        .map_err(|e: ProgramError| LiveError::Other(e.to_string()))?;
+        .map_err(|e: ProgramError| LiveError::op("loading the program", e))?;
     p.attach(ifindex, at)
         .map(|_| ())
         .map_err(|e| match errno_of(&e) {
             Some(libc::EPERM) => LiveError::NotPermitted,
             Some(libc::ENODEV) => LiveError::NoSuchInterface(format!("ifindex {ifindex}")),
-            _ => LiveError::Other(format!("attaching {name}: {e}")),
+            _ => LiveError::op(format!("attaching {name}"), e),
         })
 }
 
@@ -803,13 +826,13 @@ impl ProgTester {
             .loaded
             .ebpf
             .program_mut(name)
-            .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?;
+            .ok_or_else(|| LiveError::Setup(format!("program {name} missing")))?;
         let r = match p {
             aya::programs::Program::Xdp(x) => x.test_run(opts),
             aya::programs::Program::SchedClassifier(c) => c.test_run(opts),
-            _ => return Err(LiveError::Other(format!("{name}: unexpected program type"))),
+            _ => return Err(LiveError::Setup(format!("{name}: unexpected program type"))),
         };
-        let r = r.map_err(|e| LiveError::Other(format!("BPF_PROG_TEST_RUN {name}: {e}")))?;
+        let r = r.map_err(|e| LiveError::op(format!("BPF_PROG_TEST_RUN {name}"), e))?;
         Ok((r.return_value, r.duration))
     }
     pub fn set_policy(&mut self, p: &Policy) -> Result<(), LiveError> {
@@ -832,17 +855,17 @@ impl ProgTester {
             .loaded
             .ebpf
             .program(name)
-            .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?;
+            .ok_or_else(|| LiveError::Setup(format!("program {name} missing")))?;
         let fd = match p {
             aya::programs::Program::Xdp(x) => x.fd(),
             aya::programs::Program::SchedClassifier(c) => c.fd(),
-            _ => return Err(LiveError::Other(format!("{name}: unexpected program type"))),
+            _ => return Err(LiveError::Setup(format!("{name}: unexpected program type"))),
         }
-        .map_err(|e| LiveError::Other(format!("{name}: {e}")))?;
+        .map_err(|e| LiveError::op(name.to_string(), e))?;
         let fd = fd
             .as_fd()
             .try_clone_to_owned()
-            .map_err(|e| LiveError::Other(format!("{name}: dup: {e}")))?;
+            .map_err(|e| LiveError::op(format!("{name}: dup"), e))?;
         Ok(SharedRunner { fd })
     }
     /// Starts the packet clock ticker as [`LiveIface`] runs it (until this tester is dropped):
@@ -874,10 +897,10 @@ impl ProgTester {
             .loaded
             .ebpf
             .program(name)
-            .ok_or_else(|| LiveError::Other(format!("program {name} missing")))?;
+            .ok_or_else(|| LiveError::Setup(format!("program {name} missing")))?;
         let info = p
             .info()
-            .map_err(|e| LiveError::Other(format!("{name}: program info: {e}")))?;
+            .map_err(|e| LiveError::op(format!("{name}: program info"), e))?;
         Ok(info.verified_instruction_count())
     }
     /// Empties every map and the event ring, so one loaded object serves several test cases.
@@ -901,6 +924,6 @@ impl SharedRunner {
     pub fn run_timed(&self, frame: &[u8], repeat: u32) -> Result<(u32, Duration), LiveError> {
         sys::prog_test_run(self.fd.as_raw_fd(), frame, repeat)
             .map(|(r, ns)| (r, Duration::from_nanos(ns as u64)))
-            .map_err(|e| LiveError::Other(format!("BPF_PROG_TEST_RUN: {e}")))
+            .map_err(|e| LiveError::op("BPF_PROG_TEST_RUN", e))
     }
 }
