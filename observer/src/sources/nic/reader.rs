@@ -11,7 +11,7 @@ use super::netlink::NlSocket;
 use super::rdma::{RdmaDevice, RdmaLink, RdmaNetlink, RdmaSysfs};
 use super::{
     NicError, NicReader, NicSample, RdmaPort, Reading, SourceKind, SourceReport, SourceStatus,
-    UnavailableReason, dcb,
+    Unavailable, UnavailableReason, dcb,
 };
 
 /// What the live reader reads, and where the file trees are.
@@ -196,10 +196,15 @@ impl LiveNicReader {
                 "no RDMA device bound to {} (see: rdma link show)",
                 self.ifname
             );
-            let r: Result<Reading<()>, NicError> = Ok(Reading::unavailable(
-                UnavailableReason::NoSuchDevice,
-                detail,
-            ));
+            // the RDMA-side settings are not "not read" but absent with the same reason
+            let u = Unavailable::new(UnavailableReason::NoSuchDevice, detail);
+            let cfg = &mut s.config;
+            cfg.rdma_fw_version = Reading::Unavailable(u.clone());
+            cfg.rdma_parent_driver = Reading::Unavailable(u.clone());
+            cfg.default_roce_tos = Reading::Unavailable(u.clone());
+            cfg.default_roce_mode = Reading::Unavailable(u.clone());
+            cfg.gid_types = Reading::Unavailable(u.clone());
+            let r: Result<Reading<()>, NicError> = Ok(Reading::Unavailable(u));
             record(
                 &mut s.sources,
                 SourceKind::RdmaCounters,
@@ -390,6 +395,12 @@ mod tests {
         }
         assert!(s.dcb.reason().is_some(), "lo has no DCB");
         assert!(s.rdma.is_none());
+        let gid = s
+            .config
+            .gid_types
+            .reason()
+            .expect("no RDMA device: no GIDs");
+        assert_eq!(gid.reason, UnavailableReason::NoSuchDevice, "{gid}");
         let j = serde_json::to_string(&s).unwrap();
         assert!(j.contains("\"ifname\":\"lo\""));
         let checks = run_checks(&Policy::nvidia(), &s);

@@ -1,0 +1,168 @@
+//! `roce-observe nic`: the built binary on a veth pair in a network namespace (root), on a
+//! missing interface, and its text layout.
+
+use std::process::{Command, Output};
+
+use observer::testutil::{VethPair, require_root};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_roce-observe");
+
+fn run_in(ns: &str, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns, BIN])
+        .args(args)
+        .env_remove("COLUMNS")
+        .output()
+        .expect("run ip netns exec")
+}
+
+fn source<'a>(j: &'a Value, name: &str) -> &'a Value {
+    j["sources"]
+        .as_array()
+        .expect("sources array")
+        .iter()
+        .find(|s| s["source"] == name)
+        .unwrap_or_else(|| panic!("source {name} not reported: {j:#}"))
+}
+
+#[test]
+fn nic_json_on_veth() {
+    if !require_root("nic_json_on_veth") {
+        return;
+    }
+    let v = VethPair::new("nic", "10.77.40.1", "10.77.40.2").expect("veth pair");
+    let out = run_in(
+        &v.a.name,
+        &["nic", "--iface", &v.a_if, "--json", "--sample", "200ms"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let j: Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(j["interface"], "veth-a");
+    assert!(j["window_s"].as_f64().unwrap() >= 0.2, "{}", j["window_s"]);
+
+    let eth = source(&j, "ethtool_stats");
+    assert_eq!(eth["status"], "answered", "{eth}");
+    let n = j["counters"]["raw_counts"]["ethtool"].as_u64().unwrap();
+    assert!(n >= 1, "veth reports counters (peer_ifindex, ...)");
+    assert!(
+        j["counters"]["gauges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == "peer_ifindex"),
+        "{:#}",
+        j["counters"]
+    );
+    assert_eq!(j["netdev"]["drvinfo"]["driver"], "veth");
+
+    let dcb = source(&j, "dcb");
+    assert_eq!(dcb["status"], "unavailable", "DCB on veth: {dcb}");
+    assert!(!dcb["detail"].as_str().unwrap().is_empty(), "{dcb}");
+    assert!(dcb["reason"].is_string(), "{dcb}");
+    let rdma = source(&j, "rdma_counters");
+    assert_eq!(rdma["status"], "unavailable", "{rdma}");
+    assert!(j["rdma"].is_null());
+    for s in j["sources"].as_array().unwrap() {
+        assert_ne!(s["status"], "failed", "{s}");
+    }
+
+    let checks = j["checks"].as_array().unwrap();
+    assert!(checks.len() >= 10, "{checks:?}");
+    for c in checks {
+        let v = &c["verdict"];
+        let ok = v == "pass" || v == "fail" || v["unknown"].is_string();
+        assert!(ok, "check without a verdict: {c}");
+        assert!(c["name"].as_str().unwrap().starts_with("config_"), "{c}");
+    }
+    let pfc = checks
+        .iter()
+        .find(|c| c["name"] == "config_pfc_priorities")
+        .expect("PFC check");
+    let why = pfc["verdict"]["unknown"].as_str().expect("PFC unknown");
+    assert!(!why.is_empty());
+    assert_eq!(j["summary"]["fail"], 0);
+    assert_eq!(j["summary"]["result"], "pass");
+    assert_eq!(
+        j["config"]["pfc_enabled"]["unavailable"]["reason"],
+        dcb["reason"]
+    );
+}
+
+#[test]
+fn nic_missing_interface_exits_2() {
+    let out = Command::new(BIN)
+        .args(["nic", "--iface", "ro-no-such-if0", "--sample", "10ms"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("ro-no-such-if0"), "{stderr}");
+    assert!(stderr.contains("does not exist"), "{stderr}");
+    assert!(out.stdout.is_empty());
+    // usage errors are 2 as well
+    let out = Command::new(BIN)
+        .args(["nic", "--iface", "lo", "--sample", "fast"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(BIN)
+        .args(["nic", "--iface", "lo", "--policy", "/nonexistent/p.toml"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/p.toml"));
+}
+
+/// The text report at the default width (80, stdout not a terminal), on loopback in the test's
+/// own namespace: no root needed.
+#[test]
+fn nic_text_on_loopback() {
+    let out = Command::new(BIN)
+        .args(["nic", "--iface", "lo", "--sample", "50ms"])
+        .env_remove("COLUMNS")
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{stderr}");
+    for name in [
+        "config_pfc_priorities",
+        "config_global_pause_off",
+        "config_trust_mode",
+        "config_data_dscp_priority",
+        "config_cnp_dscp",
+        "config_cnp_priority",
+        "config_ecn_rp_enabled",
+        "config_ecn_np_enabled",
+        "config_default_roce_tos",
+        "config_roce_v2_gid",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    for part in [
+        "roce-observe nic: lo",
+        "Configuration",
+        "Checks",
+        "Counters over",
+        "Result: PASS",
+    ] {
+        assert!(text.contains(part), "{part} missing:\n{text}");
+    }
+    assert!(text.contains("UNKNOWN"), "{text}");
+    assert!(text.contains("not a failure"), "{text}");
+    for line in text.lines() {
+        let n = line.chars().count();
+        // only a single word longer than the width may overflow
+        assert!(
+            n <= 80 || line.split_whitespace().count() <= 2,
+            "line of {n} columns:\n{line}"
+        );
+    }
+}
