@@ -96,6 +96,34 @@ fn sigterm_flushes_closes_and_exits_cleanly() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// A closed SSH session sends SIGHUP: the run stops as on SIGTERM, with every file written.
+/// (Before, SIGHUP's default action killed the process and nothing was written.)
+#[test]
+fn sighup_stops_like_sigterm() {
+    let out = fresh_dir("sighup");
+    let mut c = spawn(&out, &[]);
+    std::thread::sleep(Duration::from_millis(700));
+    // SAFETY: signalling the child we spawned, by its pid.
+    unsafe { libc::kill(c.id() as i32, libc::SIGHUP) };
+    let st = wait_bounded(&mut c, Duration::from_secs(15));
+    let err = std::io::read_to_string(c.stderr.take().unwrap()).unwrap();
+    assert!(st.success(), "exit {st:?}; stderr:\n{err}");
+    assert!(err.contains("stopped (SIGHUP)"), "{err}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let total: u64 = summary["qps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["pkts"].as_u64().unwrap())
+        .sum();
+    let flows = pyarrow_read(&out, "flows", &["pkts"], false);
+    assert_eq!(flows["sums"]["pkts"], total);
+    assert!(total > 0);
+    assert_no_tmp_files(&out);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn sigkill_leaves_only_readable_final_files() {
     let out = fresh_dir("sigkill");

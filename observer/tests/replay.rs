@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use observer::sources::Snapshot;
-use observer::sources::capture::{NoOutput, Output, Replay, ReplayError, ReplayOptions};
+use observer::sources::capture::{Replay, ReplayError, ReplayOptions};
+use observer::sources::{Consumer, ConsumerError, Discard};
 use observer_common::maps::Event;
 use serde_json::Value;
 
@@ -40,7 +41,7 @@ fn bin() -> &'static str {
 
 /// Replays paths through the library; returns the summary JSON and the per-input errors.
 fn replay(paths: &[&Path]) -> (Value, Vec<ReplayError>) {
-    let mut out = NoOutput;
+    let mut out = Discard;
     let mut rp = Replay::new(ReplayOptions::default(), &mut out);
     let mut errs = Vec::new();
     for p in paths {
@@ -294,13 +295,13 @@ struct Recorder {
     snaps: Vec<Snapshot>,
     events: Vec<(String, Event)>,
 }
-impl Output for Recorder {
-    fn events(&mut self, iface: &str, ev: &[Event]) -> Result<(), ReplayError> {
+impl Consumer for Recorder {
+    fn events(&mut self, iface: &str, ev: &[Event]) -> Result<(), ConsumerError> {
         self.events
             .extend(ev.iter().map(|e| (iface.to_string(), *e)));
         Ok(())
     }
-    fn snapshot(&mut self, s: &Snapshot) -> Result<(), ReplayError> {
+    fn snapshot(&mut self, s: &Snapshot) -> Result<(), ConsumerError> {
         self.snaps.push(s.clone());
         Ok(())
     }
@@ -558,7 +559,7 @@ fn max_qps_counts_untracked() {
         .find(|c| c.name == "clean")
         .unwrap();
     let p = c.write(&d).unwrap();
-    let mut out = NoOutput;
+    let mut out = Discard;
     let mut rp = Replay::new(
         ReplayOptions {
             max_qps: 2,
@@ -604,11 +605,11 @@ fn in_memory_reader_equals_streaming_reader() {
     paths.push(PathBuf::from(OFERBY));
     for p in &paths {
         let data = std::fs::read(p).unwrap();
-        let mut o1 = NoOutput;
+        let mut o1 = Discard;
         let mut a = Replay::new(ReplayOptions::default(), &mut o1);
         a.feed("x", "x", std::fs::File::open(p).unwrap(), None)
             .unwrap();
-        let mut o2 = NoOutput;
+        let mut o2 = Discard;
         let mut b = Replay::new(ReplayOptions::default(), &mut o2);
         b.feed_slice("x", "x", &data).unwrap();
         let (sa, sb) = (
@@ -619,11 +620,11 @@ fn in_memory_reader_equals_streaming_reader() {
         assert!(a.frames > 0);
         // Damage: the same error at the same offset.
         let cut = &data[..data.len() - 3];
-        let mut o3 = NoOutput;
+        let mut o3 = Discard;
         let e1 = Replay::new(ReplayOptions::default(), &mut o3)
             .feed("x", "x", cut, None)
             .unwrap_err();
-        let mut o4 = NoOutput;
+        let mut o4 = Discard;
         let e2 = Replay::new(ReplayOptions::default(), &mut o4)
             .feed_slice("x", "x", cut)
             .unwrap_err();
@@ -734,11 +735,11 @@ fn stream_emits_intervals_before_the_input_ends() {
     use std::rc::Rc;
 
     struct Shared(Rc<RefCell<Vec<u64>>>);
-    impl Output for Shared {
-        fn events(&mut self, _: &str, _: &[Event]) -> Result<(), ReplayError> {
+    impl Consumer for Shared {
+        fn events(&mut self, _: &str, _: &[Event]) -> Result<(), ConsumerError> {
             Ok(())
         }
-        fn snapshot(&mut self, s: &Snapshot) -> Result<(), ReplayError> {
+        fn snapshot(&mut self, s: &Snapshot) -> Result<(), ConsumerError> {
             self.0.borrow_mut().push(s.time_ns);
             Ok(())
         }
@@ -820,7 +821,7 @@ fn random_corruption_never_panics() {
                 let i = (rnd() as usize) % m.len();
                 m[i] = rnd() as u8;
             }
-            let mut out = NoOutput;
+            let mut out = Discard;
             let mut rp = Replay::new(ReplayOptions::default(), &mut out);
             match rp.feed_slice("m.pcap", "m", &m) {
                 Ok(_) => {}
@@ -832,7 +833,7 @@ fn random_corruption_never_panics() {
                 Err(ReplayError::UnsupportedLinkType { .. }) => errors += 1,
                 Err(e) => panic!("unexpected error {e}"),
             }
-            let mut out = NoOutput;
+            let mut out = Discard;
             let mut rp = Replay::new(ReplayOptions::default(), &mut out);
             let _ = rp.feed("m.pcap", "m", &m[..], None);
             let _ = rp.snapshots();

@@ -28,7 +28,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use observer::sources::capture::{NoOutput, Replay, ReplayOptions};
+use observer::sources::Discard;
+use observer::sources::capture::{Replay, ReplayOptions};
 use serde_json::{Map, Value, json};
 
 use corpus::TSHARK_FIELDS as FIELDS;
@@ -387,7 +388,7 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
 /// under "interfaces" and "qps" (the same engine and `summary_json`; the CLI itself is tested in
 /// tests/replay.rs).
 fn replay_json(path: &Path) -> Value {
-    let mut out = NoOutput;
+    let mut out = Discard;
     let mut rp = Replay::new(ReplayOptions::default(), &mut out);
     rp.feed_path(path)
         .unwrap_or_else(|e| panic!("replay {}: {e}", path.display()));

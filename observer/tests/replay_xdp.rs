@@ -16,10 +16,11 @@ mod corpus;
 
 use std::path::Path;
 
+use observer::sources::Discard;
 use observer::sources::Snapshot;
 use observer::sources::capture::link_layer::{self as link, LinkType};
 use observer::sources::capture::pcap_reader::{self as reader, Item};
-use observer::sources::capture::{NoOutput, Replay, ReplayOptions};
+use observer::sources::capture::{Replay, ReplayOptions};
 use observer::sources::kernel::ProgTester;
 use observer_common::maps::{Policy, QpKey, QpValue, dir};
 
@@ -68,7 +69,7 @@ fn through_kernel(t: &mut ProgTester, path: &Path, name: &str) -> Vec<Snapshot> 
 
 /// Replay's snapshots, one per capture interface.
 fn through_replay(path: &Path) -> Vec<Snapshot> {
-    let mut out = NoOutput;
+    let mut out = Discard;
     let mut rp = Replay::new(ReplayOptions::default(), &mut out);
     rp.feed_path(path).unwrap();
     rp.snapshots()

@@ -1,20 +1,22 @@
-//! The live command's options and main loop: start-up diagnosis, attach, one snapshot per
-//! interval per interface into the collector, events drained every 100 ms (alerts within the
-//! interval), SIGINT/SIGTERM flush + close + detach.
+//! The live command: options, start-up diagnosis, attach; then the kernel source (or the
+//! synthetic one) runs on the wall clock into the collector (`sources::paced`) until
+//! SIGINT / SIGTERM / SIGHUP or `--duration`; then flush, close, detach.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
-use observer_common::maps::{Event, policy_flags};
+use observer_common::maps::policy_flags;
 
 use super::args::{parse_duration, parse_host, parse_link_speed, parse_rotate_mb};
 use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
 use crate::sources::kernel::diagnosis as diag;
-use crate::sources::kernel::{LiveError, LiveIface, LiveOptions, XdpMode};
+use crate::sources::kernel::interfaces::{KernelSource, Observed};
+use crate::sources::kernel::{Attached, LiveError, LiveIface, LiveOptions, XdpMode};
+use crate::sources::paced::{Paced, Polled, SyntheticFeed};
 use crate::sources::synthetic::Synthetic;
+use crate::sources::{Source, Stop};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum XdpModeArg {
@@ -96,32 +98,6 @@ pub struct LiveArgs {
     pub synthetic_qps: Option<u32>,
 }
 
-static SIGNAL: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    SIGNAL.store(sig, Ordering::SeqCst);
-}
-
-fn install_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: a plain sigaction with a handler that only stores to an atomic
-        // (async-signal-safe); the struct is zeroed then filled.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
 fn init_logs(args: &LiveArgs, terminal: bool) {
     use tracing_subscriber::EnvFilter;
     let default = if terminal { "warn" } else { "info" };
@@ -173,134 +149,117 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     cfg.rotate_secs = args.rotate.as_secs().max(1);
     cfg.rotate_bytes = args.rotate_mb << 20;
     cfg.terminal = terminal;
-    let link_override = args.link_speed;
-
-    // Sources.
-    let mut live: Vec<LiveIface> = Vec::new();
-    let mut synth: Option<Synthetic> = None;
-    let mut speeds: Vec<(String, Option<u64>)> = Vec::new();
-    if let Some(n) = args.synthetic_qps {
+    let stop = Stop::on_signals();
+    let (res, col) = if let Some(n) = args.synthetic_qps {
         tracing::warn!(
             qps = n,
             "synthetic source: no BPF, {n} QPs through the userspace datapath"
         );
-        synth = Some(Synthetic::new(policy.expected, n, 4));
-        speeds.push(("synthetic0".into(), link_override.or(Some(100_000_000_000))));
+        let feed = SyntheticFeed {
+            synth: Synthetic::new(policy.expected, n, 4),
+            iface: "synthetic0".into(),
+            link_speed_bps: args.link_speed.or(Some(100_000_000_000)),
+        };
+        let mut col = collector(cfg, &args)?;
+        (paced(feed, &args).run(&mut col, &stop), col)
     } else {
-        let root = std::path::Path::new("/");
-        let mut diags = Vec::new();
-        for i in &args.iface {
-            diags.push(diag::diagnose(root, i)?);
+        let source = attach_all(&args, &policy)?;
+        let mut col = collector(cfg, &args)?;
+        // LiveIface drops detach the programs when the source goes out of scope below.
+        (paced(source, &args).run(&mut col, &stop), col)
+    };
+    if let Err(e) = res {
+        // An interval could not be accounted: still close every file written so far.
+        if let Err(f) = col.finish() {
+            tracing::error!(error = %f, "could not finish the output files");
         }
-        diag::check_privileges()?;
-        diag::check_btf(root)?;
-        for d in &diags {
-            for l in d.report() {
-                eprintln!("{l}");
-            }
-        }
-        for d in &diags {
-            let opts = LiveOptions {
-                iface: d.iface.clone(),
-                xdp_mode: match args.xdp_mode {
-                    XdpModeArg::Auto => XdpMode::Auto,
-                    XdpModeArg::Native => XdpMode::Native,
-                    XdpModeArg::Generic => XdpMode::Generic,
-                },
-                max_qps: args.max_qps,
-                policy: policy.expected,
-                egress: !args.no_egress,
-            };
-            let l = LiveIface::attach(&opts).map_err(|e| explain(&d.iface, e))?;
-            let a = l.attached();
-            eprintln!(
-                "{}: attached ingress {}{}{}{}",
-                a.iface,
-                a.ingress,
-                a.xdp_len
-                    .as_ref()
-                    .map(|p| format!(" (multi-buffer frame length: {p})"))
-                    .unwrap_or_default(),
-                a.egress
-                    .as_deref()
-                    .map(|e| format!(", egress {e}"))
-                    .unwrap_or_else(|| ", egress not observed".into()),
-                if args.capture_port {
-                    " (capture port: frames dropped after observing)"
-                } else {
-                    ""
-                }
-            );
-            speeds.push((d.iface.clone(), link_override.or(d.speed_bps)));
-            live.push(l);
+        return Err(anyhow::Error::new(e).context("accounting an interval"));
+    }
+    finish(
+        col,
+        &args,
+        if stop.is_set() {
+            stop.reason_name()
+        } else {
+            "duration"
+        },
+    )
+}
+
+fn collector(cfg: CollectorConfig, args: &LiveArgs) -> anyhow::Result<Collector> {
+    Collector::new(cfg).with_context(|| format!("output directory {}", args.out.display()))
+}
+
+fn paced<P: Polled>(inner: P, args: &LiveArgs) -> Paced<P> {
+    Paced {
+        inner,
+        interval: args.interval,
+        duration: args.duration,
+    }
+}
+
+/// Start-up diagnosis of every interface, then the programs attached to each.
+fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSource> {
+    let root = std::path::Path::new("/");
+    let mut diags = Vec::new();
+    for i in &args.iface {
+        diags.push(diag::diagnose(root, i)?);
+    }
+    diag::check_privileges()?;
+    diag::check_btf(root)?;
+    for d in &diags {
+        for l in d.report() {
+            eprintln!("{l}");
         }
     }
-    let mut col =
-        Collector::new(cfg).with_context(|| format!("output directory {}", args.out.display()))?;
-    // the live source already converts packet times to UNIX ns (clock offset 0)
-    let t0 = now_ns();
-    for (i, s) in &speeds {
-        col.begin(i, t0, *s);
+    let mut ifaces = Vec::new();
+    for d in &diags {
+        let opts = LiveOptions {
+            iface: d.iface.clone(),
+            xdp_mode: match args.xdp_mode {
+                XdpModeArg::Auto => XdpMode::Auto,
+                XdpModeArg::Native => XdpMode::Native,
+                XdpModeArg::Generic => XdpMode::Generic,
+            },
+            max_qps: args.max_qps,
+            policy: policy.expected,
+            egress: !args.no_egress,
+        };
+        let l = LiveIface::attach(&opts).map_err(|e| explain(&d.iface, e))?;
+        eprintln!("{}", attached_line(l.attached(), args.capture_port));
+        ifaces.push(Observed {
+            name: d.iface.clone(),
+            link_speed_bps: args.link_speed.or(d.speed_bps),
+            iface: l,
+        });
     }
-    install_signals();
-    let started = Instant::now();
-    let mut next = started + args.interval;
-    let mut evbuf: Vec<Event> = Vec::new();
-    let poll = Duration::from_millis(100).min(args.interval);
-    let mut stop_reason = "duration";
-    loop {
-        let sig = SIGNAL.load(Ordering::SeqCst);
-        if sig != 0 {
-            stop_reason = if sig == libc::SIGINT {
-                "SIGINT"
-            } else {
-                "SIGTERM"
-            };
-            break;
+    Ok(KernelSource::new(ifaces, args.max_qps, args.idle_evict))
+}
+
+fn attached_line(a: &Attached, capture_port: bool) -> String {
+    format!(
+        "{}: attached ingress {}{}{}{}",
+        a.iface,
+        a.ingress,
+        a.xdp_len
+            .as_ref()
+            .map(|p| format!(" (multi-buffer frame length: {p})"))
+            .unwrap_or_default(),
+        a.egress
+            .as_deref()
+            .map(|e| format!(", egress {e}"))
+            .unwrap_or_else(|| ", egress not observed".into()),
+        if capture_port {
+            " (capture port: frames dropped after observing)"
+        } else {
+            ""
         }
-        if args.duration.is_some_and(|d| started.elapsed() >= d) {
-            break;
-        }
-        for (l, (name, _)) in live.iter_mut().zip(&speeds) {
-            evbuf.clear();
-            if l.drain_events(&mut evbuf) > 0 {
-                col.on_events(name, &evbuf);
-            }
-        }
-        let now = Instant::now();
-        if now < next {
-            std::thread::sleep(poll.min(next - now));
-            continue;
-        }
-        next += args.interval;
-        if next < Instant::now() {
-            next = Instant::now() + args.interval; // fell behind: skip, do not burst
-        }
-        interval(&mut col, &mut live, synth.as_mut(), &speeds, &args)?;
-        if terminal {
-            print!(
-                "{}",
-                col.view.render(&format!(
-                    "roce-observe  {}  out {}",
-                    host,
-                    args.out.display()
-                ))
-            );
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
-        }
-    }
-    // Last partial interval, then flush, close, detach (LiveIface drops detach).
-    for (l, (name, _)) in live.iter_mut().zip(&speeds) {
-        evbuf.clear();
-        if l.drain_events(&mut evbuf) > 0 {
-            col.on_events(name, &evbuf);
-        }
-    }
-    interval(&mut col, &mut live, synth.as_mut(), &speeds, &args)?;
-    let summary = col.finish();
-    drop(live);
-    let summary = summary.context("finishing the output files")?;
+    )
+}
+
+/// Flush and close every file, write summary.json, say where everything went.
+fn finish(col: Collector, args: &LiveArgs, stop_reason: &str) -> anyhow::Result<()> {
+    let summary = col.finish().context("finishing the output files")?;
     let out = &summary["output"];
     tracing::info!(reason = stop_reason, out = %args.out.display(), "stopped: files flushed and closed, programs detached");
     eprintln!(
@@ -313,63 +272,5 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
             .unwrap_or_default(),
         args.out.join("summary.json").display()
     );
-    Ok(())
-}
-
-fn interval(
-    col: &mut Collector,
-    live: &mut [LiveIface],
-    synth: Option<&mut Synthetic>,
-    speeds: &[(String, Option<u64>)],
-    args: &LiveArgs,
-) -> anyhow::Result<()> {
-    let t = now_ns();
-    if let Some(s) = synth {
-        s.step(t);
-        let ev = s.dp.take_events();
-        col.on_events(&speeds[0].0, &ev);
-        let snap = s.dp.snapshot(&speeds[0].0, t, speeds[0].1);
-        col.on_snapshot(&snap)?;
-        return Ok(());
-    }
-    for (l, (name, speed)) in live.iter_mut().zip(speeds) {
-        let mut snap = match l.snapshot(t) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(iface = %name, error = %e, "reading the maps failed; retrying next interval");
-                continue;
-            }
-        };
-        snap.iface = name.clone();
-        if snap.link_speed_bps.is_none() {
-            snap.link_speed_bps = *speed;
-        }
-        // Events first: a first occurrence counted in this snapshot was put in the ring buffer
-        // by the same program run, so it is there by now and alerts as an event (the interval
-        // delta then leaves it out; `alerts::Dedup` counts it once in either order).
-        let mut evbuf = Vec::new();
-        if l.drain_events(&mut evbuf) > 0 {
-            col.on_events(name, &evbuf);
-        }
-        col.on_snapshot(&snap)?;
-        // A nearly full map: evict idle keys, accounting their final values next interval.
-        if snap.qps.len() as u64 * 10 >= args.max_qps as u64 * 9 {
-            let idle = col.idle_keys(
-                name,
-                t,
-                args.idle_evict.as_nanos() as u64,
-                args.max_qps as usize / 10,
-            );
-            if !idle.is_empty() {
-                match l.evict(&idle) {
-                    Ok(finals) => {
-                        tracing::info!(iface = %name, keys = finals.len(), "evicted idle QP keys from a nearly full map");
-                        col.on_evicted(name, &finals);
-                    }
-                    Err(e) => tracing::warn!(iface = %name, error = %e, "eviction failed"),
-                }
-            }
-        }
-    }
     Ok(())
 }

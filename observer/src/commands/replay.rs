@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use observer_common::maps::{Policy, policy_flags};
 use serde_json::{Value, json};
 
@@ -12,7 +13,8 @@ use super::args::{parse_duration, parse_host, parse_link_speed, parse_rotate_mb}
 use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::summary_json::summary_json;
 use crate::sinks::summary_text;
-use crate::sources::capture::{NoOutput, Output, Replay, ReplayError, ReplayOptions};
+use crate::sources::capture::{CaptureSource, ReplayError, ReplayOptions};
+use crate::sources::{Consumer, Discard, Source, Stop};
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
@@ -60,41 +62,19 @@ pub struct ReplayArgs {
 }
 
 /// `roce-observe replay`: every input through the capture source into the collector, then the
-/// summary (table or JSON) on stdout.
+/// summary (table or JSON) on stdout. SIGINT / SIGTERM / SIGHUP stop reading: what was read is
+/// accounted, the files are closed and the summary printed (exit 0).
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
-    let none = args.policy.is_none() && args.profile == "none";
-    let policy_cfg: Option<PolicyConfig> = match (&args.policy, none) {
-        (Some(p), _) => Some(PolicyConfig::from_file(p).map_err(ReplayError::Policy)?),
-        (None, true) => None,
-        (None, false) => Some(PolicyConfig::profile(&args.profile).map_err(ReplayError::Policy)?),
-    };
-    let mut dp_policy = match &policy_cfg {
-        Some(c) => c.expected,
-        None => Policy::NONE,
-    };
-    if policy_cfg.is_some() {
-        dp_policy.flags |= policy_flags::ENABLED;
-    }
+    let policy_cfg = policy(&args)?;
     let mut collector = if args.no_out {
         None
     } else {
-        // The collector needs a policy for its interval rules: with `--profile none` it gets
-        // nvidia's thresholds with nothing expected of the marking.
-        let cfg = match &policy_cfg {
-            Some(c) => c.clone(),
-            None => {
-                let mut c = PolicyConfig::profile("nvidia").map_err(ReplayError::Policy)?;
-                c.expected = Policy::NONE;
-                c
-            }
-        };
-        std::fs::create_dir_all(&args.out)?;
-        let host = args.host.clone().unwrap_or_else(crate::pipeline::host_name);
-        let mut cc = CollectorConfig::new(args.out.clone(), &host, "replay", cfg);
-        cc.rotate_secs = args.rotate.as_secs().max(1);
-        cc.rotate_bytes = args.rotate_mb << 20;
-        Some(Collector::new(cc)?)
+        Some(collector(&args, policy_cfg.as_ref())?)
     };
+    let mut dp_policy = policy_cfg.as_ref().map_or(Policy::NONE, |c| c.expected);
+    if policy_cfg.is_some() {
+        dp_policy.flags |= policy_flags::ENABLED;
+    }
     let opts = ReplayOptions {
         policy: dp_policy,
         max_qps: args.max_qps as usize,
@@ -102,66 +82,26 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         link_speed_bps: args.link_speed,
         check_icrc: !args.no_icrc,
         progress: std::io::stderr().is_terminal(),
+        stop: None,
     };
-    let mut null = NoOutput;
-    let mut errors: Vec<ReplayError> = Vec::new();
+    let mut source = CaptureSource::new(opts, args.files.clone());
+    let stop = Stop::on_signals();
     let started = Instant::now();
-    let (snaps, frames, event_counts) = {
-        let out: &mut dyn Output = match collector.as_mut() {
-            Some(c) => c,
-            None => &mut null,
-        };
-        let mut rp = Replay::new(opts, out);
-        for f in &args.files {
-            if let Err(e) = rp.feed_path(f) {
-                tracing::error!(error = %e, "replay input failed");
-                errors.push(e);
-            }
-        }
-        (rp.snapshots(), rp.frames, rp.event_counts.clone())
+    let mut discard = Discard;
+    let out: &mut dyn Consumer = match collector.as_mut() {
+        Some(c) => c,
+        None => &mut discard,
     };
+    let Ok(()) = source.run(out, &stop);
     let elapsed = started.elapsed().as_secs_f64();
-    let collector_summary = match collector {
-        Some(c) => Some(c.finish()?),
-        None => None,
-    };
-    let mut summary = summary_json(&snaps);
-    if let Value::Object(m) = &mut summary {
-        // The collector's own additions (alerts, alert occurrences, PFC storm figures, output
-        // files): the per-QP and interface totals stay replay's (the same numbers).
-        if let Some(Value::Object(c)) = &collector_summary {
-            for (k, v) in c {
-                if k != "interfaces" && k != "qps" {
-                    m.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        let mut ev: Vec<_> = event_counts.into_iter().collect();
-        ev.sort();
-        m.insert(
-            "first_events".into(),
-            Value::Object(
-                ev.into_iter()
-                    .map(|(k, v)| (k.to_string(), json!(v)))
-                    .collect(),
-            ),
-        );
-        m.insert(
-            "replay".into(),
-            json!({
-                "inputs": args.files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-                "frames": frames,
-                "seconds": elapsed,
-                "errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-                "out": (!args.no_out).then(|| args.out.display().to_string()),
-            }),
-        );
-    }
+    let collector_summary = collector.map(Collector::finish).transpose()?;
+    let summary = summary(&args, &source, collector_summary, elapsed, &stop);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print!("{}", summary_text::render(&summary, args.link_speed));
     }
+    let mut errors = source.errors;
     match errors.len() {
         0 => Ok(()),
         1 => Err(errors.remove(0).into()),
@@ -172,4 +112,78 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             anyhow::bail!("{n} inputs failed")
         }
     }
+}
+
+/// The policy of `--policy` or `--profile`; `None` for `--profile none`.
+fn policy(args: &ReplayArgs) -> Result<Option<PolicyConfig>, ReplayError> {
+    match (&args.policy, args.profile.as_str()) {
+        (Some(p), _) => PolicyConfig::from_file(p).map(Some),
+        (None, "none") => Ok(None),
+        (None, name) => PolicyConfig::profile(name).map(Some),
+    }
+    .map_err(ReplayError::Policy)
+}
+
+fn collector(args: &ReplayArgs, policy: Option<&PolicyConfig>) -> anyhow::Result<Collector> {
+    // The collector needs a policy for its interval rules: with `--profile none` it gets
+    // nvidia's thresholds with nothing expected of the marking.
+    let cfg = match policy {
+        Some(c) => c.clone(),
+        None => {
+            let mut c = PolicyConfig::profile("nvidia").map_err(ReplayError::Policy)?;
+            c.expected = Policy::NONE;
+            c
+        }
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating the output directory {}", args.out.display()))?;
+    let host = args.host.clone().unwrap_or_else(crate::pipeline::host_name);
+    let mut cc = CollectorConfig::new(args.out.clone(), &host, "replay", cfg);
+    cc.rotate_secs = args.rotate.as_secs().max(1);
+    cc.rotate_bytes = args.rotate_mb << 20;
+    Ok(Collector::new(cc)?)
+}
+
+/// Replay's own totals, with the collector's additions (alerts, alert occurrences, PFC storm
+/// figures, output files): the per-QP and interface totals stay replay's (the same numbers).
+fn summary(
+    args: &ReplayArgs,
+    source: &CaptureSource,
+    collector_summary: Option<Value>,
+    elapsed: f64,
+    stop: &Stop,
+) -> Value {
+    let mut summary = summary_json(&source.snapshots);
+    let Value::Object(m) = &mut summary else {
+        return summary;
+    };
+    if let Some(Value::Object(c)) = collector_summary {
+        for (k, v) in c {
+            if k != "interfaces" && k != "qps" {
+                m.insert(k, v);
+            }
+        }
+    }
+    let mut ev: Vec<_> = source.event_counts.iter().collect();
+    ev.sort();
+    m.insert(
+        "first_events".into(),
+        Value::Object(
+            ev.into_iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect(),
+        ),
+    );
+    m.insert(
+        "replay".into(),
+        json!({
+            "inputs": args.files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "frames": source.frames,
+            "seconds": elapsed,
+            "errors": source.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+            "out": (!args.no_out).then(|| args.out.display().to_string()),
+            "stopped_by": stop.is_set().then(|| stop.reason_name()),
+        }),
+    );
+    summary
 }

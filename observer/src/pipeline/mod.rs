@@ -861,6 +861,43 @@ impl Collector {
     }
 }
 
+/// The pipeline as every source's consumer.
+impl crate::sources::Consumer for Collector {
+    fn begin(&mut self, iface: &str, start_ns: u64, link_speed_bps: Option<u64>) {
+        Collector::begin(self, iface, start_ns, link_speed_bps);
+    }
+    fn events(
+        &mut self,
+        iface: &str,
+        events: &[Event],
+    ) -> Result<(), crate::sources::ConsumerError> {
+        self.on_events(iface, events);
+        Ok(())
+    }
+    fn snapshot(&mut self, snap: &Snapshot) -> Result<(), crate::sources::ConsumerError> {
+        Ok(self.on_snapshot(snap)?)
+    }
+    fn evicted(&mut self, iface: &str, finals: &[(QpKey, QpValue)]) {
+        self.on_evicted(iface, finals);
+    }
+    fn idle_keys(&self, iface: &str, now_ns: u64, idle_ns: u64, max: usize) -> Vec<QpKey> {
+        Collector::idle_keys(self, iface, now_ns, idle_ns, max)
+    }
+    /// Draws the terminal view once per interval, after every interface's snapshot.
+    fn interval_done(&mut self, _t_ns: u64) {
+        if self.cfg.terminal {
+            use std::io::Write;
+            let title = format!(
+                "roce-observe  {}  out {}",
+                self.cfg.host,
+                self.cfg.out_dir.display()
+            );
+            print!("{}", self.view.render(&title));
+            let _ = std::io::stdout().flush();
+        }
+    }
+}
+
 /// The interval's start: the previous snapshot's time, else the declared start of observation,
 /// else the first packet of the snapshot (replay without `begin`).
 fn interval_start(st: &IfaceState, snap: &Snapshot, off: i64) -> u64 {

@@ -16,12 +16,12 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
 
-use observer_common::maps::{Event, Policy, dir};
+use observer_common::maps::{Policy, dir};
 
 use crate::pipeline::policy::PolicyError;
-use crate::pipeline::{Collector, CollectorError};
 use crate::sources::Snapshot;
 use crate::sources::datapath::Datapath;
+use crate::sources::{Consumer, ConsumerError, Source, Stop};
 use link_layer::{LinkType, linktype_name};
 use pcap_reader::Item;
 
@@ -55,42 +55,14 @@ pub enum ReplayError {
         linktype: u32,
         iface: usize,
     },
-    #[error("collector: {0}")]
-    Collector(#[from] CollectorError),
+    #[error("the pipeline failed")]
+    Consumer(#[source] ConsumerError),
+    /// The stop was set (SIGINT, SIGTERM, SIGHUP): reading ended early, everything read so far
+    /// was accounted.
+    #[error("interrupted")]
+    Interrupted,
     #[error("policy")]
     Policy(#[source] PolicyError),
-}
-
-/// Where snapshots and events go (the collector; a recorder in tests).
-pub trait Output {
-    /// The first frame of `iface` arrived at `start_ns` (the first interval's start).
-    fn begin(&mut self, _iface: &str, _start_ns: u64, _link_speed_bps: Option<u64>) {}
-    fn events(&mut self, iface: &str, events: &[Event]) -> Result<(), ReplayError>;
-    fn snapshot(&mut self, snap: &Snapshot) -> Result<(), ReplayError>;
-}
-
-impl Output for Collector {
-    fn begin(&mut self, iface: &str, start_ns: u64, link_speed_bps: Option<u64>) {
-        Collector::begin(self, iface, start_ns, link_speed_bps);
-    }
-    fn events(&mut self, iface: &str, events: &[Event]) -> Result<(), ReplayError> {
-        self.on_events(iface, events);
-        Ok(())
-    }
-    fn snapshot(&mut self, snap: &Snapshot) -> Result<(), ReplayError> {
-        Ok(self.on_snapshot(snap)?)
-    }
-}
-
-/// Discards everything (summary only).
-pub struct NoOutput;
-impl Output for NoOutput {
-    fn events(&mut self, _: &str, _: &[Event]) -> Result<(), ReplayError> {
-        Ok(())
-    }
-    fn snapshot(&mut self, _: &Snapshot) -> Result<(), ReplayError> {
-        Ok(())
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -104,6 +76,8 @@ pub struct ReplayOptions {
     pub check_icrc: bool,
     /// Draw a progress bar on stderr (files only).
     pub progress: bool,
+    /// Stop reading when set (checked every frame, and when a read is interrupted).
+    pub stop: Option<Stop>,
 }
 
 impl Default for ReplayOptions {
@@ -115,6 +89,7 @@ impl Default for ReplayOptions {
             link_speed_bps: None,
             check_icrc: true,
             progress: false,
+            stop: None,
         }
     }
 }
@@ -130,6 +105,8 @@ struct Dp {
 /// Totals of one input.
 #[derive(Clone, Debug, Default)]
 pub struct InputStats {
+    /// Reading stopped early (the stop was set); everything read was accounted.
+    pub interrupted: bool,
     pub frames: u64,
     pub bytes_read: u64,
     pub snapshots: u64,
@@ -140,14 +117,14 @@ pub struct Replay<'o> {
     opts: ReplayOptions,
     dps: Vec<Dp>,
     by_name: HashMap<String, usize>,
-    out: &'o mut dyn Output,
+    out: &'o mut dyn Consumer,
     /// First-occurrence events by kind name (for the summary when there is no collector).
     pub event_counts: HashMap<&'static str, u64>,
     pub frames: u64,
 }
 
 impl<'o> Replay<'o> {
-    pub fn new(opts: ReplayOptions, out: &'o mut dyn Output) -> Replay<'o> {
+    pub fn new(opts: ReplayOptions, out: &'o mut dyn Consumer) -> Replay<'o> {
         Replay {
             opts,
             dps: Vec::new(),
@@ -179,7 +156,7 @@ impl<'o> Replay<'o> {
         for &i in idxs {
             let d = &self.dps[i];
             let s = d.dp.snapshot(&d.name, time_ns, self.opts.link_speed_bps);
-            self.out.snapshot(&s)?;
+            self.out.snapshot(&s).map_err(ReplayError::Consumer)?;
             n += 1;
         }
         Ok(n)
@@ -196,6 +173,10 @@ impl<'o> Replay<'o> {
         input: R,
         size: Option<u64>,
     ) -> Result<InputStats, ReplayError> {
+        let input = StopAware {
+            inner: input,
+            stop: self.opts.stop.clone(),
+        };
         self.feed_with(label, stem, size, |sink| {
             pcap_reader::read_capture(label, input, sink)
         })
@@ -254,6 +235,9 @@ impl<'o> Replay<'o> {
                     ifmap.push((di, ifc.link));
                 }
                 Item::Record(r) => {
+                    if self.opts.stop.as_ref().is_some_and(Stop::is_set) {
+                        return Err(ReplayError::Interrupted);
+                    }
                     let Some(&(di, link)) = ifmap.get(r.iface) else {
                         return Ok(());
                     };
@@ -290,7 +274,7 @@ impl<'o> Replay<'o> {
                             *self.event_counts.entry(name).or_insert(0) += 1;
                         }
                         let name = d.name.clone();
-                        self.out.events(&name, &ev)?;
+                        self.out.events(&name, &ev).map_err(ReplayError::Consumer)?;
                     }
                     stats.frames += 1;
                     if stats.frames & 0xffff == 0
@@ -316,7 +300,13 @@ impl<'o> Replay<'o> {
             snapshots = stats.snapshots,
             "input done"
         );
-        stats.bytes_read = res?;
+        // A read interrupted by the stop's signal ends the input like the stop itself.
+        let stopped = self.opts.stop.as_ref().is_some_and(Stop::is_set);
+        match res {
+            Ok(n) => stats.bytes_read = n,
+            Err(_) if stopped => stats.interrupted = true,
+            Err(e) => return Err(e),
+        }
         Ok(stats)
     }
 
@@ -345,6 +335,30 @@ impl<'o> Replay<'o> {
             .iter()
             .map(|d| d.dp.snapshot(&d.name, d.last_ns, self.opts.link_speed_bps))
             .collect()
+    }
+}
+
+/// An input whose blocking read ends when the stop is set: a signal interrupts the read
+/// (EINTR, the handlers are installed without SA_RESTART), and instead of reading again it
+/// reports the interruption, so `tcpdump ... | roce-observe replay -` stops on Ctrl-C even
+/// while no packet arrives.
+struct StopAware<R> {
+    inner: R,
+    stop: Option<Stop>,
+}
+
+impl<R: Read> Read for StopAware<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match self.inner.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    if self.stop.as_ref().is_some_and(Stop::is_set) {
+                        return Err(std::io::Error::other("stopped by a signal"));
+                    }
+                }
+                r => return r,
+            }
+        }
     }
 }
 
@@ -403,5 +417,63 @@ impl Progress {
         if self.drawn {
             eprint!("\r\x1b[2K");
         }
+    }
+}
+
+/// The capture source: every input in order (a file, or `-` for standard input), through one
+/// [`Replay`]. An input that fails is recorded and the next one is read; the stop ends reading
+/// between frames.
+pub struct CaptureSource {
+    pub opts: ReplayOptions,
+    pub inputs: Vec<std::path::PathBuf>,
+    /// After [`Source::run`]: the inputs that failed, ...
+    pub errors: Vec<ReplayError>,
+    /// ... frames read, first-occurrence events by kind, and the final totals of every
+    /// interface.
+    pub frames: u64,
+    pub event_counts: HashMap<&'static str, u64>,
+    pub snapshots: Vec<Snapshot>,
+}
+
+impl CaptureSource {
+    pub fn new(opts: ReplayOptions, inputs: Vec<std::path::PathBuf>) -> CaptureSource {
+        CaptureSource {
+            opts,
+            inputs,
+            errors: Vec::new(),
+            frames: 0,
+            event_counts: HashMap::new(),
+            snapshots: Vec::new(),
+        }
+    }
+}
+
+impl Source for CaptureSource {
+    type Error = std::convert::Infallible;
+
+    /// Never fails as a whole: each input's error is in [`CaptureSource::errors`].
+    fn run(&mut self, out: &mut dyn Consumer, stop: &Stop) -> Result<(), Self::Error> {
+        let mut opts = self.opts.clone();
+        opts.stop = Some(stop.clone());
+        let mut rp = Replay::new(opts, out);
+        for f in &self.inputs {
+            if stop.is_set() {
+                break;
+            }
+            match rp.feed_path(f) {
+                Ok(st) if st.interrupted => {
+                    tracing::warn!(input = %f.display(), frames = st.frames, "stopped early: everything read so far is accounted");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "replay input failed");
+                    self.errors.push(e);
+                }
+            }
+        }
+        self.frames = rp.frames;
+        self.event_counts = rp.event_counts.clone();
+        self.snapshots = rp.snapshots();
+        Ok(())
     }
 }

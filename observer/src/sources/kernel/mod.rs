@@ -20,6 +20,7 @@
 
 mod clock;
 pub mod diagnosis;
+pub mod interfaces;
 pub mod kfunc;
 mod mapped_table;
 mod sys;
