@@ -50,7 +50,11 @@ enum Cmd {
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     let Some(expect) = Expect::profile(&cli.profile) else {
-        bail!("unknown profile {:?} (nvidia, broadcom)", cli.profile)
+        bail!(
+            "unknown profile {:?} ({})",
+            cli.profile,
+            observer::vendor::names()
+        )
     };
     match cli.cmd {
         Cmd::Report { dir, json } => {

@@ -17,16 +17,16 @@ pub struct Expect {
 }
 
 impl Expect {
+    /// A vendor profile of `observer::vendor`, with the observer's default storm threshold.
     pub fn profile(name: &str) -> Option<Expect> {
-        match name {
-            "nvidia" | "broadcom" => Some(Expect {
-                data_dscp: 26,
-                cnp_dscp: 48,
-                rdma_priority: 3,
-                storm_xoff_per_s: 1000.0,
-            }),
-            _ => None,
-        }
+        let v = observer::vendor::profile(name)?;
+        Some(Expect {
+            data_dscp: v.data_dscp as i16,
+            cnp_dscp: v.cnp_dscp as i16,
+            rdma_priority: v.rdma_priority as usize,
+            storm_xoff_per_s: observer::pipeline::policy::Thresholds::default().pfc_storm_xoff_per_s
+                as f64,
+        })
     }
 }
 

@@ -7,6 +7,7 @@
 //!   `summary.json`);
 //! - [`schema`]: the one definition of every output table, used by the writers, by
 //!   `roce-analyze` and by the documentation;
+//! - [`vendor`]: the vendor marking profiles, defined once;
 //! - [`commands`]: the command line (the only place `anyhow` is used);
 //! - [`lab`]: a RoCE fabric in network namespaces with injected faults.
 pub mod commands;
@@ -17,3 +18,4 @@ pub mod sinks;
 pub mod sources;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testutil;
+pub mod vendor;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use observer_common::maps::policy_flags;
 
-use super::args::{parse_duration, parse_host, parse_link_speed, parse_rotate_mb};
+use super::args::{parse_duration, parse_host, parse_link_speed, parse_profile, parse_rotate_mb};
 use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
 use crate::sources::kernel::diagnosis as diag;
 use crate::sources::kernel::interfaces::{KernelSource, Observed};
@@ -47,7 +47,7 @@ pub struct LiveArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
     /// Expected marking profile (data DSCP 26 + ECT, CNP DSCP 48, PFC on priority 3).
-    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = ["nvidia", "broadcom"])]
+    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = parse_profile)]
     pub profile: String,
     /// Policy TOML: expected DSCP / PCP / ECN per class (data, ack, cnp), RDMA priority,
     /// expected RoCE MTU, alert thresholds and hold-down (overrides --profile; see README).

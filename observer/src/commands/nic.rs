@@ -14,7 +14,7 @@ use observer_common::maps::{ANY, class};
 use serde::Serialize;
 
 use super::ExitStatus;
-use super::args::parse_duration;
+use super::args::{parse_duration, parse_profile};
 use crate::pipeline::PolicyConfig;
 use crate::sources::nic::checks::{self, Check, Trust, Verdict};
 use crate::sources::nic::config::OfedEcn;
@@ -37,7 +37,7 @@ pub struct NicArgs {
     pub json: bool,
     /// Expected configuration profile: PFC on priority 3, data DSCP 26, CNP DSCP 48, CNP
     /// priority 6 (nvidia) or 7 (broadcom), trust DSCP.
-    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = ["nvidia", "broadcom"])]
+    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = parse_profile)]
     pub profile: String,
     /// Policy TOML file (overrides --profile; see docs/policy.md): rdma_priority, data.dscp,
     /// cnp.dscp, cnp.pcp are used here.
@@ -54,10 +54,9 @@ pub struct NicArgs {
 /// `profile` is the vendor profile the policy starts from. Also returns notes on values that
 /// the policy leaves open ("any") and the profile filled in.
 pub fn check_policy(cfg: &PolicyConfig, profile: &str) -> (checks::Policy, Vec<String>) {
-    let base = match profile {
-        "broadcom" => checks::Policy::broadcom(),
-        _ => checks::Policy::nvidia(),
-    };
+    let base = checks::Policy::from_profile(
+        crate::vendor::profile(profile).unwrap_or(&crate::vendor::NVIDIA),
+    );
     let e = &cfg.expected;
     let mut notes = Vec::new();
     let mut dscp = |c: usize, fallback: u8| match e.dscp[c] {

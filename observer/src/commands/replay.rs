@@ -9,7 +9,9 @@ use anyhow::Context;
 use observer_common::maps::{Policy, policy_flags};
 use serde_json::{Value, json};
 
-use super::args::{parse_duration, parse_host, parse_link_speed, parse_rotate_mb};
+use super::args::{
+    parse_duration, parse_host, parse_link_speed, parse_profile_or_none, parse_rotate_mb,
+};
 use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::summary_json::summary_json;
 use crate::sinks::summary_text;
@@ -32,7 +34,7 @@ pub struct ReplayArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
     /// Expected marking profile: nvidia, broadcom, or `none` (count only, check no marking).
-    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = ["nvidia", "broadcom", "none"])]
+    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = parse_profile_or_none)]
     pub profile: String,
     /// Policy TOML file (overrides --profile).
     #[arg(long)]

@@ -67,10 +67,16 @@ pub struct PolicyConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("unknown profile {0:?} (known: nvidia, broadcom)")]
+    #[error("unknown profile {0:?} (known: {known})", known = crate::vendor::names())]
     UnknownProfile(String),
     #[error("cannot read policy file {path}: {err}")]
-    Read { path: String, err: std::io::Error },
+    Read {
+        path: String,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("policy file {path} is larger than {} KiB: not a policy file", MAX_POLICY_BYTES >> 10)]
+    TooLarge { path: String },
     #[error("{path}:{line}: {key}: {msg}")]
     Invalid {
         path: String,
@@ -84,41 +90,47 @@ pub enum PolicyError {
         line: usize,
         msg: String,
     },
-    #[error("{0}")]
-    Other(String),
 }
 
-/// Profile names accepted by `--profile`.
-pub const PROFILES: [&str; 2] = ["nvidia", "broadcom"];
+/// Largest policy file read (a policy is a few hundred bytes; `/dev/zero` must not be read
+/// until memory runs out).
+pub const MAX_POLICY_BYTES: u64 = 1 << 20;
 
 impl PolicyConfig {
-    /// `nvidia` or `broadcom` (roce-domain.md "Markings a RoCE fabric expects"): data DSCP 26,
-    /// CNP DSCP 48, ECT on data, PFC on priority 3; the CNP priority is 6 (NVIDIA) or 7
-    /// (Broadcom), which only matters for PCP when a policy file sets one. PCP is not checked by
-    /// the profiles (hosts behind DSCP-trust ports send untagged frames); set it in a file.
+    /// A vendor profile of [`crate::vendor`]: the DSCPs of data, ACKs and CNPs, ECT on data,
+    /// PFC on the RDMA priority, the path MTU. PCP is not checked by the profiles (hosts behind
+    /// DSCP-trust ports send untagged frames); set it in a file.
     pub fn profile(name: &str) -> Result<PolicyConfig, PolicyError> {
-        let cnp_dscp = match name {
-            "nvidia" | "broadcom" => 48,
-            _ => return Err(PolicyError::UnknownProfile(name.to_string())),
-        };
+        let v = crate::vendor::profile(name)
+            .ok_or_else(|| PolicyError::UnknownProfile(name.to_string()))?;
         let mut p = Policy::NONE;
-        p.dscp = [26, 26, cnp_dscp];
+        p.dscp = [v.data_dscp, v.ack_dscp, v.cnp_dscp];
         p.pcp = [ANY, ANY, ANY];
-        p.ecn_capable = [1, 0, 0];
-        p.rdma_priority = 3;
+        p.ecn_capable = [(v.data_ecn != 0) as u8, 0, 0];
+        p.rdma_priority = v.rdma_priority;
         p.flags = policy_flags::ENABLED;
         Ok(PolicyConfig {
             expected: p,
-            expected_mtu: 4096,
+            expected_mtu: v.mtu,
             thresholds: Thresholds::default(),
         })
     }
 
     pub fn from_file(path: &Path) -> Result<PolicyConfig, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|err| PolicyError::Read {
+        use std::io::Read;
+        let read_err = |err| PolicyError::Read {
             path: path.display().to_string(),
             err,
-        })?;
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_POLICY_BYTES + 1).read_to_string(&mut text))
+            .map_err(read_err)?;
+        if text.len() as u64 > MAX_POLICY_BYTES {
+            return Err(PolicyError::TooLarge {
+                path: path.display().to_string(),
+            });
+        }
         Self::from_toml(&text, &path.display().to_string())
     }
 
@@ -306,6 +318,17 @@ struct RawThresholds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--policy /dev/zero` is an error after 1 MiB, not a read until memory runs out.
+    #[test]
+    fn an_endless_policy_file_is_refused() {
+        let e = PolicyConfig::from_file(Path::new("/dev/zero")).unwrap_err();
+        assert!(
+            matches!(&e, PolicyError::TooLarge { .. } | PolicyError::Read { .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("/dev/zero"), "{e}");
+    }
 
     fn err(text: &str) -> String {
         PolicyConfig::from_toml(text, "p.toml")

@@ -38,25 +38,23 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// NVIDIA defaults: data DSCP 26 / priority 3, CNP DSCP 48 / priority 6.
-    pub fn nvidia() -> Self {
+    /// From a vendor profile of [`crate::vendor`] (DSCP trust).
+    pub fn from_profile(v: &crate::vendor::Profile) -> Self {
         Policy {
-            rdma_priority: 3,
-            data_dscp: 26,
-            cnp_dscp: 48,
-            cnp_priority: 6,
+            rdma_priority: v.rdma_priority,
+            data_dscp: v.data_dscp,
+            cnp_dscp: v.cnp_dscp,
+            cnp_priority: v.cnp_priority,
             trust: Trust::Dscp,
         }
     }
-    /// Broadcom Thor2 defaults: data DSCP 26 / priority 3, CNP DSCP 48 / priority 7.
+    /// NVIDIA ConnectX defaults ([`crate::vendor::NVIDIA`]).
+    pub fn nvidia() -> Self {
+        Self::from_profile(&crate::vendor::NVIDIA)
+    }
+    /// Broadcom Thor2 defaults ([`crate::vendor::BROADCOM`]).
     pub fn broadcom() -> Self {
-        Policy {
-            rdma_priority: 3,
-            data_dscp: 26,
-            cnp_dscp: 48,
-            cnp_priority: 7,
-            trust: Trust::Dscp,
-        }
+        Self::from_profile(&crate::vendor::BROADCOM)
     }
 }
 
