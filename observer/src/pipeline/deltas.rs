@@ -6,6 +6,8 @@
 
 use observer_common::maps::{IfaceStats, PfcCounters, QpValue};
 
+use crate::sources::snapshot::CounterWords;
+
 /// Histogram buckets of a [`QpValue`] in one flat numbering: opcode 0..64, then DSCP per class
 /// (64 each), ECN per class (4 each), PCP per class (9 each).
 pub const HIST_BUCKETS: usize = 64 + 3 * 64 + 3 * 4 + 3 * 9;
@@ -291,49 +293,18 @@ fn sub32<const N: usize>(d: &mut [u32; N], a: &[u32; N], b: &[u32; N]) {
     }
 }
 
-fn sub64<const N: usize>(a: &[u64; N], b: &[u64; N]) -> [u64; N] {
-    let mut d = [0; N];
-    for i in 0..N {
-        d[i] = a[i].wrapping_sub(b[i]);
-    }
-    d
-}
-
 pub fn pfc_delta(a: &PfcCounters, b: &PfcCounters) -> PfcCounters {
-    PfcCounters {
-        pfc_frames: a.pfc_frames.wrapping_sub(b.pfc_frames),
-        enabled: sub64(&a.enabled, &b.enabled),
-        xoff: sub64(&a.xoff, &b.xoff),
-        xon: sub64(&a.xon, &b.xon),
-        quanta: sub64(&a.quanta, &b.quanta),
-        pause: a.pause.wrapping_sub(b.pause),
-        pause_xon: a.pause_xon.wrapping_sub(b.pause_xon),
-        pause_quanta: a.pause_quanta.wrapping_sub(b.pause_quanta),
-        other_opcode: a.other_opcode.wrapping_sub(b.other_opcode),
-    }
+    a.minus(b)
 }
 
 /// `a - b` for per-interface counters (the kernel's per-CPU sums only grow; a reloaded program
-/// starts at zero again, which [`iface_delta`] treats as a reset).
+/// starts at zero again, which [`iface_delta`] treats as a reset). Every counter, word by word
+/// ([`CounterWords`]).
 pub fn iface_delta(a: &IfaceStats, b: &IfaceStats) -> IfaceStats {
     if a.frames < b.frames {
         return *a;
     }
-    IfaceStats {
-        frames: a.frames.wrapping_sub(b.frames),
-        bytes: a.bytes.wrapping_sub(b.bytes),
-        roce: a.roce.wrapping_sub(b.roce),
-        roce_untracked: a.roce_untracked.wrapping_sub(b.roce_untracked),
-        not_roce: a.not_roce.wrapping_sub(b.not_roce),
-        excluded: sub64(&a.excluded, &b.excluded),
-        encap: sub64(&a.encap, &b.encap),
-        pfc: pfc_delta(&a.pfc, &b.pfc),
-        qp_insert_failed: a.qp_insert_failed.wrapping_sub(b.qp_insert_failed),
-        mac_insert_failed: a.mac_insert_failed.wrapping_sub(b.mac_insert_failed),
-        events_lost: a.events_lost.wrapping_sub(b.events_lost),
-        psn_contended: a.psn_contended.wrapping_sub(b.psn_contended),
-        dropped: a.dropped.wrapping_sub(b.dropped),
-    }
+    a.minus(b)
 }
 
 #[cfg(test)]

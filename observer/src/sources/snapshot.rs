@@ -18,3 +18,77 @@ pub struct Snapshot {
     /// PFC/PAUSE counters per source MAC.
     pub macs: Vec<(MacKey, PfcCounters)>,
 }
+
+/// Per-interface counter structs that are nothing but `u64` counters: they are summed over CPUs
+/// and subtracted between intervals word by word, so no field can be left out of either.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` structs whose fields are all `u64` or arrays of `u64` (no
+/// padding, every bit pattern valid): `observer_common::maps::{IfaceStats, PfcCounters}`.
+pub unsafe trait CounterWords: Copy + Sized {
+    fn words(&self) -> &[u64] {
+        // SAFETY: the trait's contract: `Self` is u64 words only, 8-aligned, no padding.
+        unsafe {
+            std::slice::from_raw_parts(self as *const Self as *const u64, size_of::<Self>() / 8)
+        }
+    }
+    fn words_mut(&mut self) -> &mut [u64] {
+        // SAFETY: as in `words`; any u64 written is a valid counter value.
+        unsafe {
+            std::slice::from_raw_parts_mut(self as *mut Self as *mut u64, size_of::<Self>() / 8)
+        }
+    }
+    /// `self += other`, every counter.
+    fn add(&mut self, other: &Self) {
+        for (a, b) in self.words_mut().iter_mut().zip(other.words()) {
+            *a = a.wrapping_add(*b);
+        }
+    }
+    /// `self - earlier`, every counter (wrapping).
+    fn minus(&self, earlier: &Self) -> Self {
+        let mut d = *self;
+        for (a, b) in d.words_mut().iter_mut().zip(earlier.words()) {
+            *a = a.wrapping_sub(*b);
+        }
+        d
+    }
+}
+
+const _: () = {
+    assert!(size_of::<IfaceStats>().is_multiple_of(8) && align_of::<IfaceStats>() == 8);
+    assert!(size_of::<PfcCounters>().is_multiple_of(8) && align_of::<PfcCounters>() == 8);
+};
+
+// SAFETY: #[repr(C)], u64 fields and u64 arrays only (observer_common::maps, where the same
+// is promised for aya::Pod).
+unsafe impl CounterWords for IfaceStats {}
+// SAFETY: as above.
+unsafe impl CounterWords for PfcCounters {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every word of the per-interface counters is summed and subtracted: a counter added to
+    /// `IfaceStats` cannot be left out of the per-CPU sum or the interval delta.
+    #[test]
+    fn every_counter_word_is_summed_and_subtracted() {
+        let n = IfaceStats::default().words().len();
+        assert_eq!(n * 8, size_of::<IfaceStats>());
+        for i in 0..n {
+            let mut a = IfaceStats::default();
+            a.words_mut()[i] = 5;
+            let mut sum = IfaceStats::default();
+            sum.add(&a);
+            sum.add(&a);
+            assert_eq!(sum.words()[i], 10, "word {i}");
+            assert_eq!(sum.minus(&a).words()[i], 5, "word {i}");
+            assert_eq!(sum.words().iter().sum::<u64>(), 10);
+        }
+        let mut s = IfaceStats::default();
+        s.pfc.xoff[3] = 7;
+        s.dropped = 2;
+        let d = s.minus(&IfaceStats::default());
+        assert_eq!((d.pfc.xoff[3], d.dropped), (7, 2));
+    }
+}

@@ -40,6 +40,7 @@ use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, Policy, QpKe
 use observer_common::qp_table::buckets_for;
 
 use crate::sources::Snapshot;
+use crate::sources::snapshot::CounterWords;
 
 /// The eBPF object built by `observer/build.rs` (aya-build) from `observer-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
@@ -474,7 +475,7 @@ impl Loaded {
                 .get(&(d as u32), 0)
                 .map_err(|e| LiveError::op("reading IFACE", e))?;
             for s in per_cpu.iter() {
-                add_iface(slot, s);
+                slot.add(s);
             }
         }
         let mut macs = Vec::new();
@@ -486,7 +487,7 @@ impl Loaded {
             };
             let mut sum = PfcCounters::default();
             for c in per_cpu.iter() {
-                add_pfc(&mut sum, c);
+                sum.add(c);
             }
             macs.push((k, sum));
         }
@@ -554,40 +555,6 @@ impl Loaded {
         }
         n
     }
-}
-
-fn add_pfc(a: &mut PfcCounters, b: &PfcCounters) {
-    a.pfc_frames += b.pfc_frames;
-    for p in 0..8 {
-        a.enabled[p] += b.enabled[p];
-        a.xoff[p] += b.xoff[p];
-        a.xon[p] += b.xon[p];
-        a.quanta[p] += b.quanta[p];
-    }
-    a.pause += b.pause;
-    a.pause_xon += b.pause_xon;
-    a.pause_quanta += b.pause_quanta;
-    a.other_opcode += b.other_opcode;
-}
-
-fn add_iface(a: &mut IfaceStats, b: &IfaceStats) {
-    a.frames += b.frames;
-    a.bytes += b.bytes;
-    a.roce += b.roce;
-    a.roce_untracked += b.roce_untracked;
-    a.not_roce += b.not_roce;
-    for (x, y) in a.excluded.iter_mut().zip(b.excluded.iter()) {
-        *x += y;
-    }
-    for (x, y) in a.encap.iter_mut().zip(b.encap.iter()) {
-        *x += y;
-    }
-    add_pfc(&mut a.pfc, &b.pfc);
-    a.qp_insert_failed += b.qp_insert_failed;
-    a.mac_insert_failed += b.mac_insert_failed;
-    a.events_lost += b.events_lost;
-    a.psn_contended += b.psn_contended;
-    a.dropped += b.dropped;
 }
 
 /// Link speed from sysfs (Mbit/s there), when the driver reports one.
