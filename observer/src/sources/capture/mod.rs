@@ -102,6 +102,21 @@ struct Dp {
     begun: bool,
 }
 
+/// The state of one input while it is read.
+struct Feed {
+    stats: InputStats,
+    /// Reader interface index -> (datapath index, link type).
+    ifmap: Vec<(usize, LinkType)>,
+    /// Datapaths this input feeds (snapshotted at its interval boundaries).
+    used: Vec<usize>,
+    /// Link-layer conversion buffer.
+    scratch: Vec<u8>,
+    interval: u64,
+    next_boundary: Option<u64>,
+    last_ts: u64,
+    progress: Option<Progress>,
+}
+
 /// Totals of one input.
 #[derive(Clone, Debug, Default)]
 pub struct InputStats {
@@ -206,93 +221,31 @@ impl<'o> Replay<'o> {
     where
         G: FnOnce(&mut dyn FnMut(Item<'_>) -> Result<(), ReplayError>) -> Result<u64, ReplayError>,
     {
-        let mut stats = InputStats::default();
-        // Reader interface index -> (datapath index, link type).
-        let mut ifmap: Vec<(usize, LinkType)> = Vec::new();
-        let mut used: Vec<usize> = Vec::new();
-        let mut scratch = Vec::with_capacity(9216);
-        let interval = self.opts.interval_ns.max(1);
-        let mut next_boundary: Option<u64> = None;
-        let mut last_ts = 0u64;
-        let mut progress = if self.opts.progress && size.is_some() {
-            Some(Progress::new(label, size))
-        } else {
-            None
+        let mut f = Feed {
+            stats: InputStats::default(),
+            ifmap: Vec::new(),
+            used: Vec::new(),
+            scratch: Vec::with_capacity(9216),
+            interval: self.opts.interval_ns.max(1),
+            next_boundary: None,
+            last_ts: 0,
+            progress: (self.opts.progress && size.is_some()).then(|| Progress::new(label, size)),
         };
-        let res = read(&mut |item| {
-            match item {
-                Item::Iface(ifc) => {
-                    let name = match (&ifc.name, ifc.index, ifc.section) {
-                        (Some(n), _, _) => format!("{stem}:{n}"),
-                        (None, 0, 0) => stem.to_string(),
-                        (None, i, 0) => format!("{stem}:if{i}"),
-                        (None, i, s) => format!("{stem}:s{s}if{i}"),
-                    };
-                    let di = self.dp_for(name);
-                    if !used.contains(&di) {
-                        used.push(di);
-                    }
-                    ifmap.push((di, ifc.link));
-                }
-                Item::Record(r) => {
-                    if self.opts.stop.as_ref().is_some_and(Stop::is_set) {
-                        return Err(ReplayError::Interrupted);
-                    }
-                    let Some(&(di, link)) = ifmap.get(r.iface) else {
-                        return Ok(());
-                    };
-                    let ts = if r.ts_ns == 0 { last_ts } else { r.ts_ns };
-                    match next_boundary {
-                        None => next_boundary = Some(boundary_after(ts, interval)),
-                        Some(b) if ts >= b => {
-                            stats.snapshots += self.emit(&used, b)?;
-                            next_boundary = Some(boundary_after(ts, interval));
-                        }
-                        _ => {}
-                    }
-                    last_ts = last_ts.max(ts);
-                    let view = link_layer::to_ethernet(link, r.data, r.orig_len, &mut scratch);
-                    let direction = match r.outbound {
-                        Some(true) => dir::EGRESS,
-                        Some(false) => dir::INGRESS,
-                        None => view.direction,
-                    };
-                    let d = &mut self.dps[di];
-                    if !d.begun {
-                        d.begun = true;
-                        self.out.begin(&d.name, ts, self.opts.link_speed_bps);
-                    }
-                    d.dp.process(view.bytes, view.wire_len, ts, direction);
-                    d.last_ns = d.last_ns.max(ts);
-                    if !d.dp.events.is_empty() {
-                        let ev = d.dp.take_events();
-                        for e in &ev {
-                            let name = observer_common::qp::ev::NAMES
-                                .get(e.kind as usize)
-                                .copied()
-                                .unwrap_or("unknown");
-                            *self.event_counts.entry(name).or_insert(0) += 1;
-                        }
-                        let name = d.name.clone();
-                        self.out.events(&name, &ev).map_err(ReplayError::Consumer)?;
-                    }
-                    stats.frames += 1;
-                    if stats.frames & 0xffff == 0
-                        && let Some(p) = progress.as_mut()
-                    {
-                        p.update(r.offset, stats.frames);
-                    }
-                }
+        let res = read(&mut |item| match item {
+            Item::Iface(ifc) => {
+                self.declare(&mut f, stem, ifc);
+                Ok(())
             }
-            Ok(())
+            Item::Record(r) => self.record(&mut f, &r),
         });
-        if let Some(p) = progress.as_mut() {
+        if let Some(p) = f.progress.as_mut() {
             p.finish();
         }
+        let mut stats = f.stats;
         self.frames += stats.frames;
         // The last (partial) interval ends at the last packet.
         if stats.frames > 0 {
-            stats.snapshots += self.emit(&used, last_ts)?;
+            stats.snapshots += self.emit(&f.used, f.last_ts)?;
         }
         tracing::info!(
             input = label,
@@ -308,6 +261,81 @@ impl<'o> Replay<'o> {
             Err(e) => return Err(e),
         }
         Ok(stats)
+    }
+
+    /// A capture interface of the input: its datapath (by name: `stem`, `stem:if_name`,
+    /// `stem:ifN`, `stem:sSifN`) and link type.
+    fn declare(&mut self, f: &mut Feed, stem: &str, ifc: &pcap_reader::Iface) {
+        let name = match (&ifc.name, ifc.index, ifc.section) {
+            (Some(n), _, _) => format!("{stem}:{n}"),
+            (None, 0, 0) => stem.to_string(),
+            (None, i, 0) => format!("{stem}:if{i}"),
+            (None, i, s) => format!("{stem}:s{s}if{i}"),
+        };
+        let di = self.dp_for(name);
+        if !f.used.contains(&di) {
+            f.used.push(di);
+        }
+        f.ifmap.push((di, ifc.link));
+    }
+
+    /// One record: a snapshot of every interface at each interval boundary it crosses, then the
+    /// frame through its interface's datapath, and its first-occurrence events to the consumer.
+    #[inline]
+    fn record(&mut self, f: &mut Feed, r: &pcap_reader::Record<'_>) -> Result<(), ReplayError> {
+        if self.opts.stop.as_ref().is_some_and(Stop::is_set) {
+            return Err(ReplayError::Interrupted);
+        }
+        let Some(&(di, link)) = f.ifmap.get(r.iface) else {
+            return Ok(());
+        };
+        let ts = if r.ts_ns == 0 { f.last_ts } else { r.ts_ns };
+        match f.next_boundary {
+            None => f.next_boundary = Some(boundary_after(ts, f.interval)),
+            Some(b) if ts >= b => {
+                f.stats.snapshots += self.emit(&f.used, b)?;
+                f.next_boundary = Some(boundary_after(ts, f.interval));
+            }
+            _ => {}
+        }
+        f.last_ts = f.last_ts.max(ts);
+        let view = link_layer::to_ethernet(link, r.data, r.orig_len, &mut f.scratch);
+        let direction = match r.outbound {
+            Some(true) => dir::EGRESS,
+            Some(false) => dir::INGRESS,
+            None => view.direction,
+        };
+        let d = &mut self.dps[di];
+        if !d.begun {
+            d.begun = true;
+            self.out.begin(&d.name, ts, self.opts.link_speed_bps);
+        }
+        d.dp.process(view.bytes, view.wire_len, ts, direction);
+        d.last_ns = d.last_ns.max(ts);
+        if !d.dp.events.is_empty() {
+            self.hand_over_events(di)?;
+        }
+        f.stats.frames += 1;
+        if f.stats.frames & 0xffff == 0
+            && let Some(p) = f.progress.as_mut()
+        {
+            p.update(r.offset, f.stats.frames);
+        }
+        Ok(())
+    }
+
+    /// The events datapath `di` produced, counted by kind and handed to the consumer.
+    fn hand_over_events(&mut self, di: usize) -> Result<(), ReplayError> {
+        let d = &mut self.dps[di];
+        let ev = d.dp.take_events();
+        for e in &ev {
+            let name = observer_common::qp::ev::NAMES
+                .get(e.kind as usize)
+                .copied()
+                .unwrap_or("unknown");
+            *self.event_counts.entry(name).or_insert(0) += 1;
+        }
+        self.out.events(&d.name, &ev).map_err(ReplayError::Consumer)
     }
 
     /// Replays a file, or standard input for `-`.

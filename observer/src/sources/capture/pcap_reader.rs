@@ -8,7 +8,9 @@ use std::cell::RefCell;
 use std::io::{self, Read};
 use std::rc::Rc;
 
-use pcap_parser::pcapng::Block;
+use pcap_parser::pcapng::{
+    Block, EnhancedPacketBlock, InterfaceDescriptionBlock, SimplePacketBlock,
+};
 use pcap_parser::traits::PcapNGPacketBlock;
 use pcap_parser::traits::PcapReaderIterator;
 use pcap_parser::{LegacyPcapReader, PcapBlockOwned, PcapError, PcapNGReader};
@@ -191,6 +193,22 @@ where
     }
 }
 
+/// The state of one reading: where it is, the capture interfaces declared so far, and the
+/// buffer's growth.
+struct Driver<'a> {
+    file: &'a str,
+    ng: bool,
+    err: &'a Rc<RefCell<Option<io::Error>>>,
+    offset: u64,
+    ifaces: Vec<Iface>,
+    /// pcapng: this section's interfaces (IDB index -> position in `ifaces`).
+    section_ifaces: Vec<usize>,
+    section: usize,
+    capacity: usize,
+    legacy_ts_ns: bool,
+    stalls: u32,
+}
+
 fn drive<P, F>(
     file: &str,
     mut r: P,
@@ -202,251 +220,291 @@ where
     P: PcapReaderIterator,
     F: FnMut(Item<'_>) -> Result<(), ReplayError>,
 {
-    let corrupt = |offset: u64, what: String| ReplayError::Corrupt {
-        file: file.to_string(),
-        offset,
-        what,
+    let mut d = Driver {
+        file,
+        ng,
+        err,
+        offset: 0,
+        ifaces: Vec::new(),
+        section_ifaces: Vec::new(),
+        section: 0,
+        capacity: BUF_CAPACITY,
+        legacy_ts_ns: false,
+        stalls: 0,
     };
-    let mut offset: u64 = 0;
-    let mut ifaces: Vec<Iface> = Vec::new();
-    // pcapng: this section's interfaces (IDB index -> position in `ifaces`).
-    let mut section_ifaces: Vec<usize> = Vec::new();
-    let mut section: usize = 0;
-    let mut capacity = BUF_CAPACITY;
-    let mut legacy_ts_ns = false;
-    let mut stalls = 0u32;
     loop {
-        let res = r.next();
-        match res {
+        match r.next() {
             Ok((len, block)) => {
-                stalls = 0;
-                match block {
-                    PcapBlockOwned::LegacyHeader(h) => {
-                        legacy_ts_ns = h.is_nanosecond_precision();
-                        let lt = (h.network.0 as u32) & 0x0fff_ffff;
-                        let link = LinkType::from_number(lt).ok_or_else(|| {
-                            ReplayError::UnsupportedLinkType {
-                                file: file.to_string(),
-                                linktype: lt,
-                                iface: 0,
-                            }
-                        })?;
-                        ifaces.push(Iface {
-                            link,
-                            name: None,
-                            index: 0,
-                            section: 0,
-                            snaplen: h.snaplen,
-                            units_per_s: if legacy_ts_ns {
-                                1_000_000_000
-                            } else {
-                                1_000_000
-                            },
-                            offset_s: 0,
-                        });
-                        sink(Item::Iface(&ifaces[0]))?;
-                    }
-                    PcapBlockOwned::Legacy(b) => {
-                        let ts_ns = (b.ts_sec as u64) * 1_000_000_000
-                            + if legacy_ts_ns {
-                                b.ts_usec as u64
-                            } else {
-                                b.ts_usec as u64 * 1000
-                            };
-                        let data = &b.data[..(b.caplen as usize).min(b.data.len())];
-                        sink(Item::Record(Record {
-                            iface: 0,
-                            ts_ns,
-                            data,
-                            orig_len: b.origlen.max(data.len() as u32),
-                            outbound: None,
-                            offset,
-                        }))?;
-                    }
-                    PcapBlockOwned::NG(Block::SectionHeader(_)) => {
-                        if offset != 0 {
-                            section += 1;
-                        }
-                        section_ifaces.clear();
-                    }
-                    PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
-                        let lt = idb.linktype.0 as u32;
-                        let index = section_ifaces.len();
-                        let link = LinkType::from_number(lt).ok_or_else(|| {
-                            ReplayError::UnsupportedLinkType {
-                                file: file.to_string(),
-                                linktype: lt,
-                                iface: index,
-                            }
-                        })?;
-                        let units_per_s = ts_resolution(idb.if_tsresol).ok_or_else(|| {
-                            corrupt(
-                                offset,
-                                format!(
-                                    "interface {index}: invalid if_tsresol {:#04x}",
-                                    idb.if_tsresol
-                                ),
-                            )
-                        })?;
-                        let name = idb.if_name().and_then(|n| n.ok()).map(str::to_string);
-                        ifaces.push(Iface {
-                            link,
-                            name,
-                            index,
-                            section,
-                            snaplen: idb.snaplen,
-                            units_per_s,
-                            offset_s: idb.if_tsoffset,
-                        });
-                        section_ifaces.push(ifaces.len() - 1);
-                        sink(Item::Iface(&ifaces[ifaces.len() - 1]))?;
-                    }
-                    PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
-                        let Some(&i) = section_ifaces.get(epb.if_id as usize) else {
-                            return Err(corrupt(
-                                offset,
-                                format!(
-                                    "packet block names interface {} which has no description block",
-                                    epb.if_id
-                                ),
-                            ));
-                        };
-                        let ifc = &ifaces[i];
-                        let data = epb.packet_data();
-                        let ts = ((epb.ts_high as u64) << 32) | epb.ts_low as u64;
-                        let ts_ns = ts_to_ns(ts, ifc.units_per_s, ifc.offset_s);
-                        // epb_flags (option 2): bits 0-1 = 01 inbound, 10 outbound.
-                        let outbound = epb
-                            .options
-                            .iter()
-                            .find(|o| o.code.0 == 2 && o.value.len() >= 4)
-                            .and_then(|o| {
-                                let v = o.value();
-                                let f = if epb.big_endian() {
-                                    u32::from_be_bytes([v[0], v[1], v[2], v[3]])
-                                } else {
-                                    u32::from_le_bytes([v[0], v[1], v[2], v[3]])
-                                };
-                                match f & 3 {
-                                    1 => Some(false),
-                                    2 => Some(true),
-                                    _ => None,
-                                }
-                            });
-                        sink(Item::Record(Record {
-                            iface: i,
-                            ts_ns,
-                            data,
-                            orig_len: epb.origlen.max(data.len() as u32),
-                            outbound,
-                            offset,
-                        }))?;
-                    }
-                    PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
-                        let Some(&i) = section_ifaces.first() else {
-                            return Err(corrupt(
-                                offset,
-                                "simple packet block before any interface description block".into(),
-                            ));
-                        };
-                        let snap = ifaces[i].snaplen;
-                        let mut data = spb.packet_data();
-                        if snap != 0 && data.len() > snap as usize {
-                            data = &data[..snap as usize];
-                        }
-                        sink(Item::Record(Record {
-                            iface: i,
-                            ts_ns: 0,
-                            data,
-                            orig_len: spb.origlen.max(data.len() as u32),
-                            outbound: None,
-                            offset,
-                        }))?;
-                    }
-                    PcapBlockOwned::NG(_) => {}
-                }
+                d.stalls = 0;
+                d.block(block, sink)?;
                 r.consume(len);
-                offset += len as u64;
+                d.offset += len as u64;
             }
             Err(PcapError::Eof) => break,
-            Err(PcapError::Incomplete(_)) => {
-                let before = r.data().len();
-                r.refill().map_err(|_| ReplayError::Io {
-                    file: file.to_string(),
-                    offset,
-                    source: err
-                        .borrow_mut()
-                        .take()
-                        .unwrap_or_else(|| io::Error::other("read failed")),
-                })?;
-                // A read that brings nothing new (and is not the end, which the next call
-                // reports) repeated many times means the reader cannot make progress.
-                if r.data().len() == before && !r.reader_exhausted() {
-                    stalls += 1;
-                    if stalls > 1000 {
-                        return Err(corrupt(offset, "input makes no progress".into()));
-                    }
-                } else {
-                    stalls = 0;
-                }
-            }
-            Err(PcapError::BufferTooSmall) => {
-                if capacity >= MAX_RECORD {
-                    return Err(corrupt(
-                        offset,
-                        format!(
-                            "record longer than {} MiB: corrupt length field",
-                            MAX_RECORD >> 20
-                        ),
-                    ));
-                }
-                capacity = (capacity * 4).min(MAX_RECORD);
-                r.grow(capacity);
-                r.refill().map_err(|_| ReplayError::Io {
-                    file: file.to_string(),
-                    offset,
-                    source: err
-                        .borrow_mut()
-                        .take()
-                        .unwrap_or_else(|| io::Error::other("read failed")),
-                })?;
-            }
-            Err(PcapError::UnexpectedEof) => {
-                let have = r.data().len();
-                return Err(corrupt(
-                    offset,
-                    format!(
-                        "truncated: the {} starting here is incomplete ({have} bytes left)",
-                        if ng { "block" } else { "record" }
-                    ),
-                ));
-            }
-            Err(PcapError::ReadError) => {
-                return Err(ReplayError::Io {
-                    file: file.to_string(),
-                    offset,
-                    source: err
-                        .borrow_mut()
-                        .take()
-                        .unwrap_or_else(|| io::Error::other("read failed")),
-                });
-            }
             Err(e) => {
-                let what = match &e {
-                    PcapError::NomError(_, k) => {
-                        format!("invalid {} ({k:?})", if ng { "block" } else { "record" })
-                    }
-                    PcapError::OwnedNomError(_, k) => {
-                        format!("invalid {} ({k:?})", if ng { "block" } else { "record" })
-                    }
-                    PcapError::HeaderNotRecognized => "header not recognized".into(),
-                    other => format!("{other:?}"),
-                };
-                return Err(corrupt(offset, what));
+                let fault = Fault::of(e, ng);
+                d.not_a_block(fault, &mut r)?
             }
         }
     }
-    Ok(offset)
+    Ok(d.offset)
+}
+
+impl Driver<'_> {
+    fn corrupt(&self, what: String) -> ReplayError {
+        ReplayError::Corrupt {
+            file: self.file.to_string(),
+            offset: self.offset,
+            what,
+        }
+    }
+
+    /// The I/O error pcap-parser reported without its cause (kept by `Counting`).
+    fn io_error(&self) -> ReplayError {
+        ReplayError::Io {
+            file: self.file.to_string(),
+            offset: self.offset,
+            source: self
+                .err
+                .borrow_mut()
+                .take()
+                .unwrap_or_else(|| io::Error::other("read failed")),
+        }
+    }
+
+    fn unsupported(&self, linktype: u32, iface: usize) -> ReplayError {
+        ReplayError::UnsupportedLinkType {
+            file: self.file.to_string(),
+            linktype,
+            iface,
+        }
+    }
+
+    /// One block (pcap: the header or a record).
+    #[inline]
+    fn block<F>(&mut self, block: PcapBlockOwned<'_>, sink: &mut F) -> Result<(), ReplayError>
+    where
+        F: FnMut(Item<'_>) -> Result<(), ReplayError>,
+    {
+        match block {
+            PcapBlockOwned::LegacyHeader(h) => {
+                self.legacy_ts_ns = h.is_nanosecond_precision();
+                let lt = (h.network.0 as u32) & 0x0fff_ffff;
+                let link = LinkType::from_number(lt).ok_or_else(|| self.unsupported(lt, 0))?;
+                self.ifaces.push(Iface {
+                    link,
+                    name: None,
+                    index: 0,
+                    section: 0,
+                    snaplen: h.snaplen,
+                    units_per_s: if self.legacy_ts_ns {
+                        1_000_000_000
+                    } else {
+                        1_000_000
+                    },
+                    offset_s: 0,
+                });
+                sink(Item::Iface(&self.ifaces[0]))
+            }
+            PcapBlockOwned::Legacy(b) => {
+                let sub = if self.legacy_ts_ns { 1 } else { 1000 };
+                let ts_ns = (b.ts_sec as u64) * 1_000_000_000 + b.ts_usec as u64 * sub;
+                let data = &b.data[..(b.caplen as usize).min(b.data.len())];
+                sink(Item::Record(Record {
+                    iface: 0,
+                    ts_ns,
+                    data,
+                    orig_len: b.origlen.max(data.len() as u32),
+                    outbound: None,
+                    offset: self.offset,
+                }))
+            }
+            PcapBlockOwned::NG(Block::SectionHeader(_)) => {
+                if self.offset != 0 {
+                    self.section += 1;
+                }
+                self.section_ifaces.clear();
+                Ok(())
+            }
+            PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => self.idb(&idb, sink),
+            PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => self.epb(&epb, sink),
+            PcapBlockOwned::NG(Block::SimplePacket(spb)) => self.spb(&spb, sink),
+            PcapBlockOwned::NG(_) => Ok(()),
+        }
+    }
+
+    /// pcapng interface description: a new capture interface of this section.
+    fn idb<F>(
+        &mut self,
+        idb: &InterfaceDescriptionBlock<'_>,
+        sink: &mut F,
+    ) -> Result<(), ReplayError>
+    where
+        F: FnMut(Item<'_>) -> Result<(), ReplayError>,
+    {
+        let lt = idb.linktype.0 as u32;
+        let index = self.section_ifaces.len();
+        let link = LinkType::from_number(lt).ok_or_else(|| self.unsupported(lt, index))?;
+        let units_per_s = ts_resolution(idb.if_tsresol).ok_or_else(|| {
+            self.corrupt(format!(
+                "interface {index}: invalid if_tsresol {:#04x}",
+                idb.if_tsresol
+            ))
+        })?;
+        let name = idb.if_name().and_then(|n| n.ok()).map(str::to_string);
+        self.ifaces.push(Iface {
+            link,
+            name,
+            index,
+            section: self.section,
+            snaplen: idb.snaplen,
+            units_per_s,
+            offset_s: idb.if_tsoffset,
+        });
+        self.section_ifaces.push(self.ifaces.len() - 1);
+        sink(Item::Iface(&self.ifaces[self.ifaces.len() - 1]))
+    }
+
+    /// pcapng enhanced packet: a record of a declared interface, with its direction flag.
+    #[inline]
+    fn epb<F>(&mut self, epb: &EnhancedPacketBlock<'_>, sink: &mut F) -> Result<(), ReplayError>
+    where
+        F: FnMut(Item<'_>) -> Result<(), ReplayError>,
+    {
+        let Some(&i) = self.section_ifaces.get(epb.if_id as usize) else {
+            return Err(self.corrupt(format!(
+                "packet block names interface {} which has no description block",
+                epb.if_id
+            )));
+        };
+        let ifc = &self.ifaces[i];
+        let data = epb.packet_data();
+        let ts = ((epb.ts_high as u64) << 32) | epb.ts_low as u64;
+        let ts_ns = ts_to_ns(ts, ifc.units_per_s, ifc.offset_s);
+        // epb_flags (option 2): bits 0-1 = 01 inbound, 10 outbound.
+        let outbound = epb
+            .options
+            .iter()
+            .find(|o| o.code.0 == 2 && o.value.len() >= 4)
+            .and_then(|o| {
+                let v = o.value();
+                let f = if epb.big_endian() {
+                    u32::from_be_bytes([v[0], v[1], v[2], v[3]])
+                } else {
+                    u32::from_le_bytes([v[0], v[1], v[2], v[3]])
+                };
+                match f & 3 {
+                    1 => Some(false),
+                    2 => Some(true),
+                    _ => None,
+                }
+            });
+        sink(Item::Record(Record {
+            iface: i,
+            ts_ns,
+            data,
+            orig_len: epb.origlen.max(data.len() as u32),
+            outbound,
+            offset: self.offset,
+        }))
+    }
+
+    /// pcapng simple packet: a record of the section's first interface, cut to its snaplen.
+    fn spb<F>(&mut self, spb: &SimplePacketBlock<'_>, sink: &mut F) -> Result<(), ReplayError>
+    where
+        F: FnMut(Item<'_>) -> Result<(), ReplayError>,
+    {
+        let Some(&i) = self.section_ifaces.first() else {
+            return Err(
+                self.corrupt("simple packet block before any interface description block".into())
+            );
+        };
+        let snap = self.ifaces[i].snaplen;
+        let mut data = spb.packet_data();
+        if snap != 0 && data.len() > snap as usize {
+            data = &data[..snap as usize];
+        }
+        sink(Item::Record(Record {
+            iface: i,
+            ts_ns: 0,
+            data,
+            orig_len: spb.origlen.max(data.len() as u32),
+            outbound: None,
+            offset: self.offset,
+        }))
+    }
+
+    /// What pcap-parser says instead of a block: more input needed (read it), a record larger
+    /// than the buffer (grow it, bounded), or damage (an error naming the offset).
+    fn not_a_block<P: PcapReaderIterator>(
+        &mut self,
+        fault: Fault,
+        r: &mut P,
+    ) -> Result<(), ReplayError> {
+        let unit = if self.ng { "block" } else { "record" };
+        match fault {
+            Fault::Incomplete => {
+                let before = r.data().len();
+                r.refill().map_err(|_| self.io_error())?;
+                // A read that brings nothing new (and is not the end, which the next call
+                // reports) repeated many times means the reader cannot make progress.
+                if r.data().len() == before && !r.reader_exhausted() {
+                    self.stalls += 1;
+                    if self.stalls > 1000 {
+                        return Err(self.corrupt("input makes no progress".into()));
+                    }
+                } else {
+                    self.stalls = 0;
+                }
+                Ok(())
+            }
+            Fault::BufferTooSmall => {
+                if self.capacity >= MAX_RECORD {
+                    return Err(self.corrupt(format!(
+                        "record longer than {} MiB: corrupt length field",
+                        MAX_RECORD >> 20
+                    )));
+                }
+                self.capacity = (self.capacity * 4).min(MAX_RECORD);
+                r.grow(self.capacity);
+                r.refill().map_err(|_| self.io_error())
+            }
+            Fault::UnexpectedEof => {
+                let have = r.data().len();
+                Err(self.corrupt(format!(
+                    "truncated: the {unit} starting here is incomplete ({have} bytes left)"
+                )))
+            }
+            Fault::ReadError => Err(self.io_error()),
+            Fault::Damage(what) => Err(self.corrupt(what)),
+        }
+    }
+}
+
+/// A pcap-parser error, owned (it borrows the reader's buffer, which handling it refills).
+enum Fault {
+    Incomplete,
+    BufferTooSmall,
+    UnexpectedEof,
+    ReadError,
+    Damage(String),
+}
+
+impl Fault {
+    fn of(e: PcapError<&[u8]>, ng: bool) -> Fault {
+        let unit = if ng { "block" } else { "record" };
+        match e {
+            PcapError::Incomplete(_) => Fault::Incomplete,
+            PcapError::BufferTooSmall => Fault::BufferTooSmall,
+            PcapError::UnexpectedEof => Fault::UnexpectedEof,
+            PcapError::ReadError => Fault::ReadError,
+            PcapError::NomError(_, k) | PcapError::OwnedNomError(_, k) => {
+                Fault::Damage(format!("invalid {unit} ({k:?})"))
+            }
+            PcapError::HeaderNotRecognized => Fault::Damage("header not recognized".into()),
+            other => Fault::Damage(format!("{other:?}")),
+        }
+    }
 }
 
 /// `if_tsresol` to units per second (pcap-parser 0.17 rejects every power-of-two resolution
