@@ -26,6 +26,8 @@ pub enum ColType {
     Timestamp,
     /// `list<struct<value: int16, pkts: int64>>`.
     Hist,
+    /// `list<struct<name: string, value: int64>>`: named counters.
+    Named,
 }
 
 impl ColType {
@@ -38,6 +40,7 @@ impl ColType {
             ColType::Boolean => DataType::Boolean,
             ColType::Timestamp => ts_type(),
             ColType::Hist => hist_type(),
+            ColType::Named => named_type(),
         }
     }
 
@@ -51,6 +54,7 @@ impl ColType {
             ColType::Boolean => "bool",
             ColType::Timestamp => "timestamp[us, UTC]",
             ColType::Hist => "list<struct<value int16, pkts int64>>",
+            ColType::Named => "list<struct<name string, value int64>>",
         }
     }
 }
@@ -64,6 +68,21 @@ pub fn hist_fields() -> Fields {
         Field::new("value", DataType::Int16, false),
         Field::new("pkts", DataType::Int64, false),
     ])
+}
+
+pub fn named_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("value", DataType::Int64, true),
+    ])
+}
+
+pub fn named_type() -> DataType {
+    DataType::List(Arc::new(Field::new(
+        "item",
+        DataType::Struct(named_fields()),
+        false,
+    )))
 }
 
 pub fn hist_type() -> DataType {
@@ -200,6 +219,7 @@ fn same_type(a: &DataType, b: &DataType) -> bool {
                     .all(|(p, q)| p.name() == q.name() && same_type(p.data_type(), q.data_type()))
         }
         (DataType::Timestamp(u, _), DataType::Timestamp(v, _)) => u == v,
+        (DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View, DataType::Utf8) => true,
         _ => a == b,
     }
 }
@@ -732,7 +752,99 @@ fn alerts_table() -> Table {
     )
 }
 
+/// What a vendor-neutral NIC quantity counts (`docs/nic.md`).
+fn quantity_doc(name: &str) -> String {
+    const DOCS: [(&str, &str); 14] = [
+        ("pfc_tx_frames_p", "PFC frames sent for priority"),
+        ("pfc_rx_frames_p", "PFC frames received for priority"),
+        (
+            "pfc_tx_pause_us_p",
+            "time this host paused the peer on priority",
+        ),
+        (
+            "pfc_rx_pause_us_p",
+            "time the peer paused this host on priority",
+        ),
+        ("pfc_tx_transitions_p", "pause transitions sent on priority"),
+        (
+            "pfc_rx_transitions_p",
+            "XOFF to XON transitions received on priority",
+        ),
+        (
+            "rx_discards_p",
+            "packets of the priority discarded at the port, priority",
+        ),
+        (
+            "rx_buf_discards_p",
+            "packets dropped for lack of receive buffer, priority",
+        ),
+        (
+            "rx_cong_discards_p",
+            "packets dropped by congestion (WRED), priority",
+        ),
+        ("global_pause_", "802.3x PAUSE (not PFC)"),
+        ("pause_storm_", "the NIC's pause-storm protection"),
+        ("cnp_", "CNPs (congestion notification packets)"),
+        ("rdma_", "RDMA traffic the NIC carried"),
+        ("port_", "port-level discards"),
+    ];
+    let what = DOCS
+        .iter()
+        .find(|(p, _)| name.starts_with(p))
+        .map(
+            |(p, d)| match name.strip_prefix(p).filter(|r| r.len() == 1) {
+                Some(prio) => format!("{d} {prio}"),
+                None => format!("{}: {d}", name.replace('_', " ")),
+            },
+        )
+        .unwrap_or_else(|| name.replace('_', " "));
+    format!("{what}; delta over the interval, null when this NIC does not report it")
+}
+
+/// Long by design: one line per column, in file order (a declaration, not logic).
+fn nic_table() -> Table {
+    use crate::sources::nic::Quantity;
+    use ColType::*;
+    let mut c = Vec::new();
+    c.push(col("host", Utf8, "", "host name"));
+    c.push(col("source", Utf8, "", "`live`"));
+    c.push(col("iface", Utf8, "", "the observed interface (netdev)"));
+    interval_columns(&mut c);
+    c.push(col(
+        "driver",
+        Utf8,
+        "",
+        "driver family the names were mapped by: `mlx5`, `bnxt`, `ice`, `rxe` or `other`",
+    ));
+    c.push(nullable(col(
+        "rdma_device",
+        Utf8,
+        "",
+        "RDMA device bound to the interface (null: none)",
+    )));
+    for q in Quantity::all() {
+        let name = q.name();
+        let doc = quantity_doc(&name);
+        c.push(nullable(col(name, Int64, q.unit(), doc)));
+    }
+    c.push(col("counter_resets", Int64, "counters", "counters that went backwards in the interval (driver reload, firmware reset): their delta is their new value"));
+    c.push(col("raw", Named, "", "every other counter the NIC reports that changed in the interval, `ethtool:NAME` or `rdma:NAME` with its delta (null: absent in one of the two samples)"));
+    c.push(col(
+        "gauges",
+        Named,
+        "",
+        "levels the NIC reports (not counts), with their current value",
+    ));
+    c.push(nullable(col("config", Utf8, "", "the QoS configuration (DCB PFC / ETS / APP, congestion control, RoCE ToS, GID types) as JSON, in the first row and whenever it changed; null otherwise")));
+    Table::new(
+        "nic",
+        "One row per interface per interval from the NIC's own counters (ethtool statistics, RDMA port counters): the view on hosts whose NIC runs RoCE itself. Quantities are vendor-neutral (docs/nic.md).",
+        c,
+    )
+}
+
 static FLOWS: LazyLock<Table> = LazyLock::new(flows_table);
+static NIC: LazyLock<Table> = LazyLock::new(nic_table);
 static INTERFACES: LazyLock<Table> = LazyLock::new(interfaces_table);
 static ALERTS: LazyLock<Table> = LazyLock::new(alerts_table);
 
@@ -746,9 +858,13 @@ pub fn alerts() -> &'static Table {
     &ALERTS
 }
 
+pub fn nic() -> &'static Table {
+    &NIC
+}
+
 /// Every table of the output tree, in documentation order.
-pub fn tables() -> [&'static Table; 3] {
-    [flows(), interfaces(), alerts()]
+pub fn tables() -> [&'static Table; 4] {
+    [flows(), interfaces(), alerts(), nic()]
 }
 
 /// The generated part of docs/schema.md.

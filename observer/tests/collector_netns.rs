@@ -341,6 +341,16 @@ fn live_observer_alerts_and_logs_what_was_sent() {
     assert_eq!(ifs["sums"]["pfc_xoff_p5"], 2);
     assert_eq!(ifs["sums"]["pfc_quanta_p3"], 600);
     assert_eq!(ifs["sums"]["pause_frames"], 1);
+    // The NIC source ran on the veth: real ethtool reads every interval into the nic table;
+    // DCB and RDMA are reported unavailable at start-up, not as errors.
+    let nic = pyarrow_read(&flows_out, "nic", &[], true);
+    assert!(nic["rows"].as_u64().unwrap() >= 1, "{nic}");
+    assert_eq!(nic["records"][0]["iface"], pair.b_if.as_str());
+    assert_eq!(nic["records"][0]["rdma_device"], Value::Null);
+    let err = obs.err();
+    assert!(err.contains("NIC source EthtoolStats: read"), "{err}");
+    assert!(err.contains("NIC source Dcb: unavailable"), "{err}");
+    assert!(!err.contains("FAILED"), "{err}");
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(flows_out.join("summary.json")).unwrap())
             .unwrap();

@@ -12,8 +12,9 @@ use observer_common::maps::policy_flags;
 use super::args::{parse_duration, parse_host, parse_link_speed, parse_profile, parse_rotate_mb};
 use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
 use crate::sources::kernel::diagnosis as diag;
-use crate::sources::kernel::interfaces::{KernelSource, Observed};
+use crate::sources::kernel::interfaces::{KernelSource, NicFeed, Observed};
 use crate::sources::kernel::{Attached, LiveError, LiveIface, LiveOptions, XdpMode};
+use crate::sources::nic::{self, LiveNicReader, NicReader};
 use crate::sources::paced::{Paced, Polled, SyntheticFeed};
 use crate::sources::synthetic::Synthetic;
 use crate::sources::{Source, Stop};
@@ -92,6 +93,10 @@ pub struct LiveArgs {
     /// Log format of the plain logs on stderr.
     #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Do not read the NIC's own counters and QoS configuration (ethtool statistics, RDMA port
+    /// counters, DCB, congestion-control settings), which are read every interval by default.
+    #[arg(long)]
+    pub no_nic: bool,
     /// Testing and demos without BPF: feed N synthetic QPs through the userspace datapath
     /// instead of attaching to an interface.
     #[arg(long, value_name = "N", hide = true)]
@@ -149,6 +154,9 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     cfg.rotate_secs = args.rotate.as_secs().max(1);
     cfg.rotate_bytes = args.rotate_mb << 20;
     cfg.terminal = terminal;
+    if !args.no_nic {
+        cfg.nic_policy = Some(super::nic::check_policy(&policy, &args.profile).0);
+    }
     let stop = Stop::on_signals();
     let (res, col) = if let Some(n) = args.synthetic_qps {
         tracing::warn!(
@@ -231,9 +239,26 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
             name: d.iface.clone(),
             link_speed_bps: args.link_speed.or(d.speed_bps),
             iface: l,
+            nic: (!args.no_nic).then(|| nic_feed(&d.iface)).flatten(),
         });
     }
     Ok(KernelSource::new(ifaces, args.max_qps, args.idle_evict))
+}
+
+/// The NIC source of `iface`, after one read that says what it will read.
+fn nic_feed(iface: &str) -> Option<NicFeed> {
+    let mut r = match LiveNicReader::new(iface, nic::LiveOptions::default()) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(iface, error = %e, "the NIC's counters cannot be read");
+            return None;
+        }
+    };
+    match r.read() {
+        Ok(s) => nic::startup_lines(&s).iter().for_each(|l| eprintln!("{l}")),
+        Err(e) => eprintln!("{iface}: NIC: first read failed: {e}"),
+    }
+    Some(NicFeed::new(Box::new(r)))
 }
 
 fn attached_line(a: &Attached, capture_port: bool) -> String {

@@ -8,6 +8,7 @@
 pub mod alerts;
 pub mod deltas;
 pub mod ip_pairs;
+pub mod nic_stage;
 pub mod policy;
 pub mod prev_values;
 pub mod rules;
@@ -76,6 +77,8 @@ pub struct CollectorConfig {
     pub rotate_bytes: u64,
     /// Draw the refreshing terminal view (stdout is a terminal) instead of plain logs.
     pub terminal: bool,
+    /// What the NIC's QoS configuration is checked against (`None`: not checked).
+    pub nic_policy: Option<crate::sources::nic::Policy>,
 }
 
 impl CollectorConfig {
@@ -94,6 +97,7 @@ impl CollectorConfig {
             rotate_secs: 300,
             rotate_bytes: 128 << 20,
             terminal: false,
+            nic_policy: None,
         }
     }
 }
@@ -201,6 +205,8 @@ pub struct Collector {
     startup_err: Option<String>,
     /// Scratch delta and its non-zero buckets (hot path, reused every key).
     scratch: Box<deltas::Scratch>,
+    /// The NIC view of each interface (its configuration, its interval's start).
+    nics: BTreeMap<String, nic_stage::NicState>,
     /// The terminal view (a sink too; kept apart so the live command can draw it).
     pub view: ViewState,
     pub last: IntervalStats,
@@ -490,6 +496,7 @@ impl Collector {
             table(TableKind::Flows),
             table(TableKind::Interfaces),
             table(TableKind::Alerts),
+            table(TableKind::Nic),
             Box::new(JsonlSink::new(cfg.out_dir.join("alerts.jsonl"))),
         ];
         if !cfg.terminal || !std::io::stderr().is_terminal() {
@@ -509,6 +516,7 @@ impl Collector {
             failing: HashSet::new(),
             startup_err,
             scratch: Box::default(),
+            nics: BTreeMap::new(),
             view: ViewState::default(),
             last: IntervalStats::default(),
             cfg,
@@ -884,6 +892,14 @@ impl crate::sources::Consumer for Collector {
         Collector::idle_keys(self, iface, now_ns, idle_ns, max)
     }
     /// Draws the terminal view once per interval, after every interface's snapshot.
+    fn nic(
+        &mut self,
+        iface: &str,
+        sample: &crate::sources::nic::NicSample,
+        counters: Option<&crate::sources::nic::Normalized>,
+    ) -> Result<(), crate::sources::ConsumerError> {
+        Ok(self.on_nic(iface, sample, counters)?)
+    }
     fn interval_done(&mut self, _t_ns: u64) {
         if self.cfg.terminal {
             use std::io::Write;

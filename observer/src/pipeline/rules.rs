@@ -31,11 +31,26 @@ pub enum Rule {
     EventsLost,
     /// A flow-log, alert or summary file could not be written (disk full, unwritable).
     OutputWriteFailed,
+    /// The NIC dropped packets of the RDMA priority (per-priority discard counters).
+    RdmaClassDrops,
+    /// The NIC received CNPs and ignored them: congestion control is off on that priority.
+    CnpIgnored,
+    /// The NIC's QoS configuration differs from the policy (one rule per check, `config_*`).
+    ConfigPfcPriorities,
+    ConfigGlobalPauseOff,
+    ConfigTrustMode,
+    ConfigDataDscpPriority,
+    ConfigCnpDscp,
+    ConfigCnpPriority,
+    ConfigEcnRpEnabled,
+    ConfigEcnNpEnabled,
+    ConfigDefaultRoceTos,
+    ConfigRoceV2Gid,
 }
 
 impl Rule {
     /// Every rule, in documentation order.
-    pub const ALL: [Rule; 14] = [
+    pub const ALL: [Rule; 26] = [
         Rule::DscpMismatch,
         Rule::PcpMismatch,
         Rule::NotEct,
@@ -50,6 +65,18 @@ impl Rule {
         Rule::QpMapFull,
         Rule::EventsLost,
         Rule::OutputWriteFailed,
+        Rule::RdmaClassDrops,
+        Rule::CnpIgnored,
+        Rule::ConfigPfcPriorities,
+        Rule::ConfigGlobalPauseOff,
+        Rule::ConfigTrustMode,
+        Rule::ConfigDataDscpPriority,
+        Rule::ConfigCnpDscp,
+        Rule::ConfigCnpPriority,
+        Rule::ConfigEcnRpEnabled,
+        Rule::ConfigEcnNpEnabled,
+        Rule::ConfigDefaultRoceTos,
+        Rule::ConfigRoceV2Gid,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -68,7 +95,24 @@ impl Rule {
             Rule::QpMapFull => "qp_map_full",
             Rule::EventsLost => "events_lost",
             Rule::OutputWriteFailed => "output_write_failed",
+            Rule::RdmaClassDrops => "rdma_class_drops",
+            Rule::CnpIgnored => "cnp_ignored",
+            Rule::ConfigPfcPriorities => "config_pfc_priorities",
+            Rule::ConfigGlobalPauseOff => "config_global_pause_off",
+            Rule::ConfigTrustMode => "config_trust_mode",
+            Rule::ConfigDataDscpPriority => "config_data_dscp_priority",
+            Rule::ConfigCnpDscp => "config_cnp_dscp",
+            Rule::ConfigCnpPriority => "config_cnp_priority",
+            Rule::ConfigEcnRpEnabled => "config_ecn_rp_enabled",
+            Rule::ConfigEcnNpEnabled => "config_ecn_np_enabled",
+            Rule::ConfigDefaultRoceTos => "config_default_roce_tos",
+            Rule::ConfigRoceV2Gid => "config_roce_v2_gid",
         }
+    }
+
+    /// Whether the rule is a configuration check of the NIC (`config_*`).
+    pub fn is_config(self) -> bool {
+        self.name().starts_with("config_")
     }
 
     pub fn from_name(name: &str) -> Option<Rule> {
@@ -81,7 +125,11 @@ impl Rule {
             | Rule::Pause8023x
             | Rule::NotEct
             | Rule::CeWithoutCnp
-            | Rule::OutputWriteFailed => Severity::Critical,
+            | Rule::OutputWriteFailed
+            | Rule::RdmaClassDrops
+            | Rule::ConfigPfcPriorities
+            | Rule::ConfigTrustMode
+            | Rule::ConfigDataDscpPriority => Severity::Critical,
             Rule::EventsLost => Severity::Info,
             _ => Severity::Warning,
         }
@@ -97,6 +145,8 @@ impl Rule {
             Rule::CeWithoutCnp => "interface and IP pair",
             Rule::PfcWithoutEcn => "interface",
             Rule::OutputWriteFailed => "output (table or file)",
+            Rule::RdmaClassDrops | Rule::CnpIgnored => "interface (NIC counters)",
+            _ => "interface (NIC configuration)",
         }
     }
 
@@ -526,10 +576,212 @@ pub fn ce_without_cnp(
     }
 }
 
+/// The subject that tells an alert from the NIC's counters from the same rule's alert from
+/// packets (both are reported where both views exist).
+pub const NIC_SUBJECT: &str = "nic counters";
+
+/// One interval of a NIC's vendor-neutral counters, as the NIC rules see it.
+pub struct NicInterval<'a> {
+    pub iface: &'a str,
+    pub counters: &'a crate::sources::nic::Normalized,
+    pub secs: f64,
+    pub end_ns: u64,
+}
+
+impl NicInterval<'_> {
+    fn delta(&self, q: crate::sources::nic::Quantity) -> Option<u64> {
+        self.counters.get(q).and_then(|v| v.delta)
+    }
+
+    fn candidate(
+        &self,
+        rule: Rule,
+        dir: Option<u8>,
+        prio: Option<u8>,
+        obs: String,
+        exp: String,
+        n: u64,
+    ) -> Alert {
+        let key = AlertKey {
+            iface: self.iface.into(),
+            dir,
+            priority: prio,
+            other: Some(NIC_SUBJECT.into()),
+            ..Default::default()
+        };
+        Alert::candidate(rule, key, self.end_ns, obs, exp, n, "nic")
+    }
+}
+
+/// The rules on a NIC's counters, through the same hold-down as the packet rules (keyed apart:
+/// [`NIC_SUBJECT`]): PFC storm (pause frames per second, pause-storm events), PFC on another
+/// priority than the RDMA one, 802.3x PAUSE, drops in the RDMA class, CE received with no CNP
+/// sent, CNPs ignored, and go-back-N (NAK sequence errors, ACK timeouts, out-of-sequence).
+pub fn nic_interval(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut Vec<Alert>) {
+    use crate::sources::nic::Quantity as Q;
+    use observer_common::maps::dir;
+    let rdma = p.rdma_priority;
+    for prio in 0..8u8 {
+        for (q, d, what) in [
+            (Q::PfcRxFrames(prio), dir::INGRESS, "received"),
+            (Q::PfcTxFrames(prio), dir::EGRESS, "sent"),
+        ] {
+            let n = x.delta(q).unwrap_or(0);
+            if n == 0 {
+                continue;
+            }
+            if prio != rdma {
+                out.push(x.candidate(
+                    Rule::PfcWrongPriority,
+                    Some(d),
+                    Some(prio),
+                    format!("{n} PFC frames {what} on priority {prio} ({q})"),
+                    format!("PFC only on priority {rdma}"),
+                    n,
+                ));
+            }
+            let rate = if x.secs > 0.0 { n as f64 / x.secs } else { 0.0 };
+            if rate > th.pfc_storm_xoff_per_s as f64 {
+                out.push(x.candidate(
+                    Rule::PfcStorm,
+                    Some(d),
+                    Some(prio),
+                    format!(
+                        "{rate:.0} PFC frames/s {what} on priority {prio} ({n} in {:.3} s, {q})",
+                        x.secs
+                    ),
+                    format!("<= {} XOFF/s", th.pfc_storm_xoff_per_s),
+                    n,
+                ));
+            }
+        }
+    }
+    let storms =
+        x.delta(Q::PauseStormEvents).unwrap_or(0) + x.delta(Q::PauseStormTxDisabled).unwrap_or(0);
+    if storms > 0 {
+        out.push(x.candidate(
+            Rule::PfcStorm,
+            None,
+            None,
+            format!("{storms} pause-storm events (the NIC's storm protection)"),
+            "no pause storm".into(),
+            storms,
+        ));
+    }
+    let pause =
+        x.delta(Q::GlobalPauseRxFrames).unwrap_or(0) + x.delta(Q::GlobalPauseTxFrames).unwrap_or(0);
+    if pause > 0 {
+        out.push(x.candidate(
+            Rule::Pause8023x,
+            None,
+            None,
+            format!("{pause} 802.3x PAUSE frames sent or received"),
+            "no 802.3x PAUSE in a RoCE fabric".into(),
+            pause,
+        ));
+    }
+    let drops: u64 = [
+        Q::RxPrioDiscards(rdma),
+        Q::RxPrioBufDiscards(rdma),
+        Q::RxPrioCongDiscards(rdma),
+    ]
+    .into_iter()
+    .filter_map(|q| x.delta(q))
+    .sum();
+    if drops > 0 {
+        out.push(x.candidate(
+            Rule::RdmaClassDrops,
+            Some(dir::INGRESS),
+            Some(rdma),
+            format!("{drops} packets of priority {rdma} discarded by the NIC"),
+            "no drop in the lossless RDMA class".into(),
+            drops,
+        ));
+    }
+    if let (Some(ce), Some(0)) = (x.delta(Q::EcnMarkedRx), x.delta(Q::CnpSent))
+        && ce >= th.ce_without_cnp_min_ce
+    {
+        out.push(x.candidate(
+            Rule::CeWithoutCnp,
+            None,
+            None,
+            format!("{ce} CE-marked RoCE packets received, 0 CNPs sent"),
+            "CNPs sent for CE-marked packets".into(),
+            ce,
+        ));
+    }
+    if let Some(n) = x.delta(Q::CnpIgnored).filter(|&n| n > 0) {
+        out.push(x.candidate(
+            Rule::CnpIgnored,
+            None,
+            None,
+            format!("{n} CNPs received and ignored"),
+            "congestion control enabled on the RDMA priority".into(),
+            n,
+        ));
+    }
+    let seq = [Q::NakSeqErrRx, Q::AckTimeouts, Q::OutOfSequence].map(|q| x.delta(q).unwrap_or(0));
+    let n: u64 = seq.iter().sum();
+    if n > 0 {
+        out.push(x.candidate(
+            Rule::GoBackN,
+            None,
+            None,
+            format!(
+                "{} NAK sequence errors received, {} ACK timeouts, {} out-of-sequence packets",
+                seq[0], seq[1], seq[2]
+            ),
+            "no retransmission".into(),
+            n,
+        ));
+    }
+}
+
+/// A failed configuration check as a `config_*` alert: observed and expected values, the
+/// setting to look at and the command that shows it.
+pub fn config_check(iface: &str, c: &crate::sources::nic::Check, t_ns: u64) -> Option<Alert> {
+    use crate::sources::nic::Verdict;
+    let rule = Rule::from_name(&c.name).filter(|r| r.is_config())?;
+    if c.verdict != Verdict::Fail {
+        return None;
+    }
+    let key = AlertKey {
+        iface: iface.into(),
+        other: Some(NIC_SUBJECT.into()),
+        ..Default::default()
+    };
+    let expected = format!(
+        "{} (setting: {}; shown by `{}`)",
+        c.expected, c.setting, c.command
+    );
+    Some(Alert::candidate(
+        rule,
+        key,
+        t_ns,
+        c.observed.clone(),
+        expected,
+        1,
+        "nic",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use observer_common::qp::opcode_bucket;
+
+    /// Every `config_*` check the NIC source makes has its rule (an alert, not a silent drop).
+    #[test]
+    fn every_nic_check_has_a_rule() {
+        let sample = crate::sources::nic::NicSample::empty("x", 0);
+        let checks =
+            crate::sources::nic::run_checks(&crate::sources::nic::Policy::nvidia(), &sample);
+        assert!(!checks.is_empty());
+        for c in checks {
+            let r = Rule::from_name(&c.name);
+            assert!(r.is_some_and(Rule::is_config), "{}", c.name);
+        }
+    }
 
     #[test]
     fn interval_rules_for_a_key() {

@@ -1,4 +1,5 @@
 //! Where the pipeline's results go, each output behind one trait, [`Sink`]: the Parquet tables
+//! (flows, interfaces, alerts, nic)
 //! ([`TableSink`], rows built by [`row_builders`], files by [`parquet_files`]), `alerts.jsonl`
 //! ([`JsonlSink`]), alert lines on stderr ([`StderrSink`]) and the terminal view
 //! ([`terminal_view::ViewState`]). The end-of-run files are [`summary_json`] and its text form
@@ -50,6 +51,10 @@ pub trait Sink {
     fn interval(&mut self, _rows: &IntervalRows<'_>) -> Result<(), OutputError> {
         Ok(())
     }
+    /// One interval of one interface's NIC counters (`nic` table rows), starting at `t_ns`.
+    fn nic(&mut self, _rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
+        Ok(())
+    }
     /// After a batch of events, at time `t_ns`: write what should not wait for the interval.
     fn flush(&mut self, _t_ns: u64) -> Result<(), OutputError> {
         Ok(())
@@ -78,6 +83,7 @@ pub enum TableKind {
     Flows,
     Interfaces,
     Alerts,
+    Nic,
 }
 
 /// One Parquet table of the output tree.
@@ -95,6 +101,7 @@ impl TableSink {
             TableKind::Flows => crate::schema::flows(),
             TableKind::Interfaces => crate::schema::interfaces(),
             TableKind::Alerts => crate::schema::alerts(),
+            TableKind::Nic => crate::schema::nic(),
         };
         let schema = table.arrow_schema();
         let mut writer =
@@ -127,6 +134,7 @@ impl Sink for TableSink {
             TableKind::Flows => "flows",
             TableKind::Interfaces => "interfaces",
             TableKind::Alerts => "alerts",
+            TableKind::Nic => "nic",
         }
     }
     fn alert(&mut self, a: &Alert, run: &RunInfo) {
@@ -138,7 +146,13 @@ impl Sink for TableSink {
         match self.kind {
             TableKind::Flows => self.writer.write(r.flows, r.start_ns),
             TableKind::Interfaces => self.writer.write(r.interfaces, r.start_ns),
-            TableKind::Alerts => Ok(()),
+            TableKind::Alerts | TableKind::Nic => Ok(()),
+        }
+    }
+    fn nic(&mut self, rows: &RecordBatch, t_ns: u64) -> Result<(), OutputError> {
+        match self.kind {
+            TableKind::Nic => self.writer.write(rows, t_ns),
+            _ => Ok(()),
         }
     }
     fn end_interval(&mut self, t_ns: u64) -> Result<(), OutputError> {

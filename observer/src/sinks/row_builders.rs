@@ -570,6 +570,99 @@ pub fn iface_row(
     r
 }
 
+/// One row of the `nic` table ([`crate::schema::nic`]).
+#[derive(Clone, Debug, Default)]
+pub struct NicRow {
+    pub iface: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub driver: String,
+    pub rdma_device: Option<String>,
+    /// One per [`crate::sources::nic::Quantity::all`], in that order (`None`: not reported).
+    pub quantities: Vec<Option<i64>>,
+    pub counter_resets: i64,
+    pub raw: Vec<(String, Option<i64>)>,
+    pub gauges: Vec<(String, Option<i64>)>,
+    pub config: Option<String>,
+}
+
+/// A `list<struct<name, value>>` column.
+fn named_lists<'a>(rows: impl Iterator<Item = &'a [(String, Option<i64>)]>) -> ArrayRef {
+    let mut offsets = vec![0i32];
+    let (mut names, mut values) = (Vec::new(), Vec::new());
+    for r in rows {
+        for (n, v) in r {
+            names.push(n.as_str());
+            values.push(*v);
+        }
+        offsets.push(names.len() as i32);
+    }
+    let st = StructArray::new(
+        schema::named_fields(),
+        vec![
+            Arc::new(StringArray::from(names)) as ArrayRef,
+            Arc::new(Int64Array::from(values)),
+        ],
+        None,
+    );
+    let item = Arc::new(Field::new(
+        "item",
+        DataType::Struct(schema::named_fields()),
+        false,
+    ));
+    Arc::new(ListArray::new(
+        item,
+        OffsetBuffer::new(offsets.into()),
+        Arc::new(st),
+        None,
+    ))
+}
+
+/// The `nic` rows of one interval as a batch.
+pub fn nic_batch(
+    host: &str,
+    source: &str,
+    rows: &[NicRow],
+) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let table = schema::nic();
+    let n = rows.len();
+    let strs = |f: &dyn Fn(&NicRow) -> Option<String>| -> ArrayRef {
+        Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
+    };
+    let ts = |f: &dyn Fn(&NicRow) -> u64| -> ArrayRef {
+        Arc::new(
+            TimestampMicrosecondArray::from(
+                rows.iter()
+                    .map(|r| (f(r) / 1000) as i64)
+                    .collect::<Vec<_>>(),
+            )
+            .with_timezone("UTC"),
+        )
+    };
+    let mut cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec![host; n])),
+        Arc::new(StringArray::from(vec![source; n])),
+        strs(&|r| Some(r.iface.clone())),
+        ts(&|r| r.start_ns),
+        ts(&|r| r.end_ns),
+        strs(&|r| Some(r.driver.clone())),
+        strs(&|r| r.rdma_device.clone()),
+    ];
+    let quantities = rows.first().map_or(0, |r| r.quantities.len());
+    for i in 0..quantities {
+        cols.push(Arc::new(Int64Array::from(
+            rows.iter().map(|r| r.quantities[i]).collect::<Vec<_>>(),
+        )));
+    }
+    cols.push(Arc::new(Int64Array::from(
+        rows.iter().map(|r| r.counter_resets).collect::<Vec<_>>(),
+    )));
+    cols.push(named_lists(rows.iter().map(|r| r.raw.as_slice())));
+    cols.push(named_lists(rows.iter().map(|r| r.gauges.as_slice())));
+    cols.push(strs(&|r| r.config.clone()));
+    RecordBatch::try_new(table.arrow_schema(), cols)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,6 +45,16 @@ pub trait Consumer {
     }
     /// Every interface's snapshot of the interval at `t_ns` was handed over.
     fn interval_done(&mut self, _t_ns: u64) {}
+    /// A sample of `iface`'s NIC (counters and QoS configuration), with the vendor-neutral
+    /// counters of the interval since the previous sample (`None` for the first).
+    fn nic(
+        &mut self,
+        _iface: &str,
+        _sample: &nic::NicSample,
+        _counters: Option<&nic::Normalized>,
+    ) -> Result<(), ConsumerError> {
+        Ok(())
+    }
 }
 
 /// Discards everything (replay's `--no-out`, tests that only want the source's totals).

@@ -7,6 +7,7 @@ use std::time::Duration;
 use observer_common::maps::Event;
 
 use super::LiveIface;
+use crate::sources::nic::{NicReader, NicSample, interval_between};
 use crate::sources::paced::{ConsumerFailed, Polled};
 use crate::sources::{Consumer, ConsumerError};
 
@@ -16,6 +17,36 @@ pub struct Observed {
     /// Link speed for PFC pause seconds (the interface's, or `--link-speed`).
     pub link_speed_bps: Option<u64>,
     pub iface: LiveIface,
+    /// The NIC's own counters and configuration (`None` with `--no-nic`).
+    pub nic: Option<NicFeed>,
+}
+
+/// A NIC read every interval, with its previous sample for the interval's deltas.
+pub struct NicFeed {
+    pub reader: Box<dyn NicReader>,
+    prev: Option<NicSample>,
+}
+
+impl NicFeed {
+    pub fn new(reader: Box<dyn NicReader>) -> NicFeed {
+        NicFeed { reader, prev: None }
+    }
+
+    /// Reads a sample and hands it, with the interval since the previous one, to `out`. A read
+    /// that fails is logged and skipped (the next interval then spans both).
+    pub fn read_into(&mut self, iface: &str, out: &mut dyn Consumer) -> Result<(), ConsumerError> {
+        let s = match self.reader.read() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(iface, error = %e, "reading the NIC's counters failed; retrying next interval");
+                return Ok(());
+            }
+        };
+        let counters = self.prev.as_ref().map(|p| interval_between(p, &s));
+        out.nic(iface, &s, counters.as_ref())?;
+        self.prev = Some(s);
+        Ok(())
+    }
 }
 
 /// Every attached interface of the live command.
@@ -73,8 +104,14 @@ impl Polled for KernelSource {
 
     fn begin(&mut self, out: &mut dyn Consumer, t0_ns: u64) {
         // The live source already converts packet times to UNIX ns (clock offset 0).
-        for o in &self.ifaces {
+        for o in &mut self.ifaces {
             out.begin(&o.name, t0_ns, o.link_speed_bps);
+            // The NIC's first sample: its configuration is checked at once.
+            if let Some(n) = &mut o.nic
+                && let Err(e) = n.read_into(&o.name, out)
+            {
+                tracing::error!(iface = %o.name, error = %e, "the pipeline failed on the NIC's first sample");
+            }
         }
     }
 
@@ -104,6 +141,10 @@ impl Polled for KernelSource {
             // (the interval delta then leaves it out; the hold-down counts it once in either
             // order).
             self.drain(i, out).map_err(ConsumerFailed)?;
+            let o = &mut self.ifaces[i];
+            if let Some(n) = &mut o.nic {
+                n.read_into(&o.name, out).map_err(ConsumerFailed)?;
+            }
             out.snapshot(&snap).map_err(ConsumerFailed)?;
             self.evict_idle(i, out, t_ns, snap.qps.len());
         }

@@ -352,3 +352,72 @@ mod tests {
         );
     }
 }
+
+/// The vendor-neutral counters of the interval between two samples of one interface: every
+/// ethtool and RDMA counter's delta (wraps, resets and absent counters handled by
+/// [`counters`]), mapped onto [`Quantity`] for the driver, the rest kept raw.
+pub fn interval_between(a: &NicSample, b: &NicSample) -> Normalized {
+    let eth_driver = b
+        .drvinfo
+        .as_ref()
+        .map(|d| Driver::from_ethtool(&d.driver))
+        .unwrap_or(Driver::Other);
+    let rdma_driver = Driver::from_rdma(
+        b.config.rdma_parent_driver.value().map(String::as_str),
+        b.rdma.as_ref().map(|r| r.dev.as_str()),
+    );
+    let eth = diff_counters(
+        eth_driver,
+        normalize::Src::Ethtool,
+        a.ethtool.as_deref(),
+        b.ethtool.as_deref(),
+    );
+    fn rdma_counters(s: &NicSample) -> Option<&[(String, u64)]> {
+        s.rdma.as_ref().map(|r| r.counters.as_slice())
+    }
+    let rdma = diff_counters(
+        rdma_driver,
+        normalize::Src::Rdma,
+        rdma_counters(a),
+        rdma_counters(b),
+    );
+    normalize(eth_driver, &eth, rdma_driver, &rdma)
+}
+
+/// What a first sample says the NIC source will read, one line per source: for the live
+/// command's start-up report.
+pub fn startup_lines(s: &NicSample) -> Vec<String> {
+    let mut out = Vec::new();
+    let drv = s
+        .drvinfo
+        .as_ref()
+        .map(|d| {
+            format!(
+                "driver {}, firmware {}, bus {}",
+                d.driver, d.fw_version, d.bus_info
+            )
+        })
+        .unwrap_or_else(|| "driver unknown".into());
+    let rdma = s
+        .rdma
+        .as_ref()
+        .map(|r| format!("RDMA device {} port {}", r.dev, r.port))
+        .unwrap_or_else(|| "no RDMA device".into());
+    out.push(format!("{}: NIC: {drv}; {rdma}", s.ifname));
+    for r in &s.sources {
+        let what = match &r.status {
+            SourceStatus::Answered { via } => format!("read ({via})"),
+            SourceStatus::Unavailable(u) => format!("unavailable ({:?}: {})", u.reason, u.detail),
+            SourceStatus::Failed { error } => format!("FAILED: {error}"),
+        };
+        out.push(format!("{}: NIC source {:?}: {what}", s.ifname, r.source));
+    }
+    if let Some(e) = &s.ethtool {
+        out.push(format!(
+            "{}: NIC: {} ethtool counters each interval",
+            s.ifname,
+            e.len()
+        ));
+    }
+    out
+}

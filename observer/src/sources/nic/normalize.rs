@@ -213,6 +213,31 @@ const PRIO_NAMES: &[(&str, PrioCtor)] = &[
 ];
 
 impl Quantity {
+    /// Every quantity: the per-priority ones for priorities 0-7, then the others, in the order
+    /// of the `nic` table's columns.
+    pub fn all() -> Vec<Quantity> {
+        let mut v: Vec<Quantity> = PRIO_NAMES.iter().flat_map(|(_, c)| (0..8).map(c)).collect();
+        v.extend(FIXED_NAMES.iter().map(|(q, _)| *q));
+        v
+    }
+
+    /// The unit of a quantity's values (the `nic` table's documentation).
+    pub fn unit(self) -> &'static str {
+        use Quantity::*;
+        match self {
+            PfcTxPauseUs(_) | PfcRxPauseUs(_) | GlobalPauseTxUs | GlobalPauseRxUs => "µs",
+            PfcTxFrames(_) | PfcRxFrames(_) | GlobalPauseTxFrames | GlobalPauseRxFrames => "frames",
+            RdmaRxBytes | RdmaTxBytes => "bytes",
+            PfcTxTransitions(_)
+            | PfcRxTransitions(_)
+            | GlobalPauseRxTransitions
+            | PauseStormEvents
+            | PauseStormTxDisabled
+            | AckTimeouts => "events",
+            _ => "packets",
+        }
+    }
+
     /// The priority of a per-priority quantity.
     pub fn priority(self) -> Option<u8> {
         use Quantity::*;
