@@ -176,115 +176,133 @@ pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
         return Err(LoadError::Empty(dir.to_path_buf()));
     }
     for path in &flows {
-        ds.files += 1;
-        for b in batches(path, schema::flows())? {
-            let (host, iface, dirc) = (
-                col_str(&b, "host", path)?,
-                col_str(&b, "iface", path)?,
-                col_str(&b, "dir", path)?,
-            );
-            let (src, dst) = (col_str(&b, "src", path)?, col_str(&b, "dst", path)?);
-            let qp = b
-                .column_by_name("qp")
-                .and_then(|c| c.as_primitive_opt::<Int32Type>())
-                .ok_or_else(|| LoadError::Column {
-                    path: path.clone(),
-                    column: "qp".into(),
-                })?;
-            for row in 0..b.num_rows() {
-                let id = QpId {
-                    host: host.value(row).into(),
-                    iface: iface.value(row).into(),
-                    dir: dirc.value(row).into(),
-                    src: src.value(row).into(),
-                    dst: dst.value(row).into(),
-                    qp: qp.value(row),
-                };
-                let t = ds.qps.entry(id).or_default();
-                t.rows += 1;
-                for (i, field) in b.schema().fields().iter().enumerate() {
-                    let c = b.column(i);
-                    if let Some(a) = c.as_primitive_opt::<Int64Type>() {
-                        *t.counts.entry(field.name().clone()).or_default() += a.value(row);
-                    } else if field.name() == "max_udp_payload" {
-                        if let Some(a) = c.as_primitive_opt::<Int32Type>() {
-                            t.max_udp_payload = t.max_udp_payload.max(a.value(row));
-                        }
-                    } else if let Some(l) = c.as_list_opt::<i32>() {
-                        let items = l.value(row);
-                        let Some(st) = items.as_struct_opt() else {
-                            continue;
-                        };
-                        let (Some(v), Some(n)) = (
-                            st.column_by_name("value")
-                                .and_then(|x| x.as_primitive_opt::<Int16Type>()),
-                            st.column_by_name("pkts")
-                                .and_then(|x| x.as_primitive_opt::<Int64Type>()),
-                        ) else {
-                            continue;
-                        };
-                        let h = t.hists.entry(field.name().clone()).or_default();
-                        for j in 0..st.len() {
-                            *h.entry(v.value(j)).or_default() += n.value(j);
-                        }
-                    }
-                }
-            }
-        }
+        load_flows(&mut ds, path)?;
     }
     for path in parquet_files(&dir.join("interfaces"))? {
-        ds.files += 1;
-        for b in batches(&path, schema::interfaces())? {
-            let (host, iface, dirc) = (
-                col_str(&b, "host", &path)?,
-                col_str(&b, "iface", &path)?,
-                col_str(&b, "dir", &path)?,
-            );
-            for row in 0..b.num_rows() {
-                let key = (
-                    host.value(row).to_string(),
-                    iface.value(row).to_string(),
-                    dirc.value(row).to_string(),
-                );
-                let t = ds.ifaces.entry(key).or_default();
-                t.rows += 1;
-                for (i, field) in b.schema().fields().iter().enumerate() {
-                    let c = b.column(i);
-                    let name = field.name();
-                    if let Some(a) = c.as_primitive_opt::<Int64Type>() {
-                        if a.is_null(row) {
-                            continue;
-                        }
-                        if name == "link_speed_bps" {
-                            t.link_speed_bps = t.link_speed_bps.max(Some(a.value(row)));
-                        } else {
-                            *t.counts.entry(name.clone()).or_default() += a.value(row);
-                        }
-                    } else if let Some(p) = name.strip_prefix("pfc_xoff_per_s_p") {
-                        let (Ok(p), Some(a)) = (
-                            p.parse::<usize>(),
-                            c.as_primitive_opt::<arrow::datatypes::Float64Type>(),
-                        ) else {
-                            continue;
-                        };
-                        if p < 8 && !a.is_null(row) {
-                            t.max_xoff_per_s[p] = t.max_xoff_per_s[p].max(a.value(row));
-                        }
+        load_interfaces(&mut ds, &path)?;
+    }
+    for path in parquet_files(&dir.join("alerts"))? {
+        load_alerts(&mut ds, &path)?;
+    }
+    Ok(ds)
+}
+
+/// One flows file: every row added to its QP key's totals.
+fn load_flows(ds: &mut Dataset, path: &Path) -> Result<(), LoadError> {
+    ds.files += 1;
+    for b in batches(path, schema::flows())? {
+        let (host, iface, dirc) = (
+            col_str(&b, "host", path)?,
+            col_str(&b, "iface", path)?,
+            col_str(&b, "dir", path)?,
+        );
+        let (src, dst) = (col_str(&b, "src", path)?, col_str(&b, "dst", path)?);
+        let qp = b
+            .column_by_name("qp")
+            .and_then(|c| c.as_primitive_opt::<Int32Type>())
+            .ok_or_else(|| LoadError::Column {
+                path: path.to_path_buf(),
+                column: "qp".into(),
+            })?;
+        for row in 0..b.num_rows() {
+            let id = QpId {
+                host: host.value(row).into(),
+                iface: iface.value(row).into(),
+                dir: dirc.value(row).into(),
+                src: src.value(row).into(),
+                dst: dst.value(row).into(),
+                qp: qp.value(row),
+            };
+            let t = ds.qps.entry(id).or_default();
+            t.rows += 1;
+            for (i, field) in b.schema().fields().iter().enumerate() {
+                let c = b.column(i);
+                if let Some(a) = c.as_primitive_opt::<Int64Type>() {
+                    *t.counts.entry(field.name().clone()).or_default() += a.value(row);
+                } else if field.name() == "max_udp_payload" {
+                    if let Some(a) = c.as_primitive_opt::<Int32Type>() {
+                        t.max_udp_payload = t.max_udp_payload.max(a.value(row));
+                    }
+                } else if let Some(l) = c.as_list_opt::<i32>() {
+                    let items = l.value(row);
+                    let Some(st) = items.as_struct_opt() else {
+                        continue;
+                    };
+                    let (Some(v), Some(n)) = (
+                        st.column_by_name("value")
+                            .and_then(|x| x.as_primitive_opt::<Int16Type>()),
+                        st.column_by_name("pkts")
+                            .and_then(|x| x.as_primitive_opt::<Int64Type>()),
+                    ) else {
+                        continue;
+                    };
+                    let h = t.hists.entry(field.name().clone()).or_default();
+                    for j in 0..st.len() {
+                        *h.entry(v.value(j)).or_default() += n.value(j);
                     }
                 }
             }
         }
     }
-    for path in parquet_files(&dir.join("alerts"))? {
-        ds.files += 1;
-        for b in batches(&path, schema::alerts())? {
-            let rule = col_str(&b, "rule", &path)?;
-            for row in 0..b.num_rows() {
-                *ds.alerts.entry(rule.value(row).to_string()).or_default() += 1;
+    Ok(())
+}
+
+/// One interfaces file: every row added to its interface direction's totals.
+fn load_interfaces(ds: &mut Dataset, path: &Path) -> Result<(), LoadError> {
+    ds.files += 1;
+    for b in batches(path, schema::interfaces())? {
+        let (host, iface, dirc) = (
+            col_str(&b, "host", path)?,
+            col_str(&b, "iface", path)?,
+            col_str(&b, "dir", path)?,
+        );
+        for row in 0..b.num_rows() {
+            let key = (
+                host.value(row).to_string(),
+                iface.value(row).to_string(),
+                dirc.value(row).to_string(),
+            );
+            let t = ds.ifaces.entry(key).or_default();
+            t.rows += 1;
+            for (i, field) in b.schema().fields().iter().enumerate() {
+                let c = b.column(i);
+                let name = field.name();
+                if let Some(a) = c.as_primitive_opt::<Int64Type>() {
+                    if a.is_null(row) {
+                        continue;
+                    }
+                    if name == "link_speed_bps" {
+                        t.link_speed_bps = t.link_speed_bps.max(Some(a.value(row)));
+                    } else {
+                        *t.counts.entry(name.clone()).or_default() += a.value(row);
+                    }
+                } else if let Some(p) = name.strip_prefix("pfc_xoff_per_s_p") {
+                    let (Ok(p), Some(a)) = (
+                        p.parse::<usize>(),
+                        c.as_primitive_opt::<arrow::datatypes::Float64Type>(),
+                    ) else {
+                        continue;
+                    };
+                    if p < 8 && !a.is_null(row) {
+                        t.max_xoff_per_s[p] = t.max_xoff_per_s[p].max(a.value(row));
+                    }
+                }
             }
         }
     }
-    Ok(ds)
+    Ok(())
+}
+
+/// One alerts file: alert rows per rule.
+fn load_alerts(ds: &mut Dataset, path: &Path) -> Result<(), LoadError> {
+    ds.files += 1;
+    for b in batches(path, schema::alerts())? {
+        let rule = col_str(&b, "rule", path)?;
+        for row in 0..b.num_rows() {
+            *ds.alerts.entry(rule.value(row).to_string()).or_default() += 1;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

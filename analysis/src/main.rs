@@ -1,5 +1,5 @@
 //! `roce-analyze`: offline checks over roce-observe's Parquet flow logs.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use analysis::load::load;
@@ -57,81 +57,94 @@ fn main() -> anyhow::Result<ExitCode> {
         )
     };
     match cli.cmd {
-        Cmd::Report { dir, json } => {
-            let ds = load(&dir)?;
-            let f = Figures::of(&ds, &expect);
-            let c = checks(&f, &expect);
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({"figures": f, "checks": c}))?
-                );
-            } else {
-                println!(
-                    "{} QP keys, {} data packets, {} files from {}",
-                    f.qps,
-                    f.data_pkts,
-                    ds.files,
-                    dir.display()
-                );
-                for x in &c {
-                    println!(
-                        "{:<5} {:<30} {}",
-                        format!("{:?}", x.verdict).to_uppercase(),
-                        x.name,
-                        x.detail
-                    );
-                }
-                if !f.alerts.is_empty() {
-                    println!("alerts: {:?}", f.alerts);
-                }
-            }
-            Ok(if c.iter().any(|x| x.verdict == Verdict::Fail) {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
-        Cmd::Baseline { dir, out } => {
-            let f = Figures::of(&load(&dir)?, &expect);
-            std::fs::write(&out, serde_json::to_string_pretty(&f)?)
-                .with_context(|| format!("writing {}", out.display()))?;
-            println!(
-                "baseline of {} QP keys, {} data packets written to {}",
-                f.qps,
-                f.data_pkts,
-                out.display()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        Cmd::Report { dir, json } => report(&dir, json, &expect),
+        Cmd::Baseline { dir, out } => baseline(&dir, &out, &expect),
         Cmd::Compare {
             baseline,
             dir,
             tolerance,
             slack,
-        } => {
-            let text = std::fs::read_to_string(&baseline)
-                .with_context(|| format!("reading {}", baseline.display()))?;
-            let base: Figures = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not a baseline", baseline.display()))?;
-            let now = Figures::of(&load(&dir)?, &expect);
-            let r = compare(&base, &now, tolerance, slack);
-            for x in &r {
-                println!(
-                    "WORSE {:<28} baseline {:.3} now {:.3}",
-                    x.figure, x.baseline, x.now
-                );
-            }
-            if r.is_empty() {
-                println!(
-                    "no figure worse than the baseline (tolerance {tolerance}, slack {slack})"
-                );
-            }
-            Ok(if r.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+        } => compare_run(&baseline, &dir, tolerance, slack, &expect),
+    }
+}
+
+/// `report`: the checks, exit 1 when one fails.
+fn report(dir: &Path, json: bool, expect: &Expect) -> anyhow::Result<ExitCode> {
+    let ds = load(dir)?;
+    let f = Figures::of(&ds, expect);
+    let c = checks(&f, expect);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"figures": f, "checks": c}))?
+        );
+    } else {
+        println!(
+            "{} QP keys, {} data packets, {} files from {}",
+            f.qps,
+            f.data_pkts,
+            ds.files,
+            dir.display()
+        );
+        for x in &c {
+            println!(
+                "{:<5} {:<30} {}",
+                format!("{:?}", x.verdict).to_uppercase(),
+                x.name,
+                x.detail
+            );
+        }
+        if !f.alerts.is_empty() {
+            println!("alerts: {:?}", f.alerts);
         }
     }
+    Ok(if c.iter().any(|x| x.verdict == Verdict::Fail) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `baseline`: a good run's figures to a JSON file.
+fn baseline(dir: &Path, out: &Path, expect: &Expect) -> anyhow::Result<ExitCode> {
+    let f = Figures::of(&load(dir)?, expect);
+    std::fs::write(out, serde_json::to_string_pretty(&f)?)
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "baseline of {} QP keys, {} data packets written to {}",
+        f.qps,
+        f.data_pkts,
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `compare`: exit 1 when a figure got worse than the baseline's.
+fn compare_run(
+    baseline: &Path,
+    dir: &Path,
+    tolerance: f64,
+    slack: f64,
+    expect: &Expect,
+) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(baseline)
+        .with_context(|| format!("reading {}", baseline.display()))?;
+    let base: Figures = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a baseline", baseline.display()))?;
+    let now = Figures::of(&load(dir)?, expect);
+    let r = compare(&base, &now, tolerance, slack);
+    for x in &r {
+        println!(
+            "WORSE {:<28} baseline {:.3} now {:.3}",
+            x.figure, x.baseline, x.now
+        );
+    }
+    if r.is_empty() {
+        println!("no figure worse than the baseline (tolerance {tolerance}, slack {slack})");
+    }
+    Ok(if r.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

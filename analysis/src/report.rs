@@ -131,16 +131,36 @@ fn pct(n: i64, of: i64) -> String {
 }
 
 /// The bring-up checks, worst first within their order of importance.
+fn check(name: &'static str, verdict: Verdict, detail: String) -> Check {
+    Check {
+        name,
+        verdict,
+        detail,
+    }
+}
+
+/// The bring-up checks, in report order.
+const CHECKS: [fn(&Figures, &Expect) -> Check; 11] = [
+    data_marking,
+    cnp_marking,
+    ecn_capable_data,
+    ce_answered_by_cnps,
+    no_go_back_n,
+    pfc_only_on_the_rdma_priority,
+    no_pfc_storm,
+    no_802_3x_pause,
+    pfc_with_ecn,
+    one_mtu,
+    exclusions,
+];
+
 pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
-    let mut c = Vec::new();
-    let mut add = |name, verdict, detail: String| {
-        c.push(Check {
-            name,
-            verdict,
-            detail,
-        })
-    };
-    add(
+    CHECKS.iter().map(|c| c(f, e)).collect()
+}
+
+/// The "data marking" check.
+fn data_marking(f: &Figures, e: &Expect) -> Check {
+    check(
         "data marking",
         if f.data_off_dscp > 0 {
             Verdict::Fail
@@ -154,8 +174,12 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
             e.data_dscp,
             pct(f.data_off_dscp, f.data_pkts)
         ),
-    );
-    add(
+    )
+}
+
+/// The "CNP marking" check.
+fn cnp_marking(f: &Figures, e: &Expect) -> Check {
+    check(
         "CNP marking",
         if f.cnp_off_dscp > 0 {
             Verdict::Fail
@@ -166,8 +190,12 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
             "{} of {} CNPs not at DSCP {}",
             f.cnp_off_dscp, f.cnp_pkts, e.cnp_dscp
         ),
-    );
-    add(
+    )
+}
+
+/// The "ECN-capable data" check.
+fn ecn_capable_data(f: &Figures, _e: &Expect) -> Check {
+    check(
         "ECN-capable data",
         if f.not_ect_data > 0 {
             Verdict::Fail
@@ -178,8 +206,12 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
             "{} Not-ECT data packets: DCQCN cannot react to them",
             f.not_ect_data
         ),
-    );
-    add(
+    )
+}
+
+/// The "CE answered by CNPs" check.
+fn ce_answered_by_cnps(f: &Figures, _e: &Expect) -> Check {
+    check(
         "CE answered by CNPs",
         if f.ce > 0 && f.cnp_pkts == 0 {
             Verdict::Fail
@@ -189,8 +221,12 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
             Verdict::Pass
         },
         format!("{} CE-marked packets, {} CNPs", f.ce, f.cnp_pkts),
-    );
-    add(
+    )
+}
+
+/// The "no go-back-N" check.
+fn no_go_back_n(f: &Figures, _e: &Expect) -> Check {
+    check(
         "no go-back-N",
         if f.psn_gaps > 0 || f.psn_retrans > 0 {
             Verdict::Fail
@@ -201,7 +237,11 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
             "{} PSN gaps ({} missing), {} retransmitted, {} NAKs, {} RNR NAKs",
             f.psn_gaps, f.psn_missing, f.psn_retrans, f.naks, f.rnr_naks
         ),
-    );
+    )
+}
+
+/// The "PFC only on the RDMA priority" check.
+fn pfc_only_on_the_rdma_priority(f: &Figures, e: &Expect) -> Check {
     let other: i64 = f
         .pfc_xoff
         .iter()
@@ -209,7 +249,7 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
         .filter(|(p, _)| *p != e.rdma_priority)
         .map(|(_, n)| n)
         .sum();
-    add(
+    check(
         "PFC only on the RDMA priority",
         if other > 0 {
             Verdict::Fail
@@ -220,8 +260,12 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
             "XOFF per priority {:?} (RDMA priority {})",
             f.pfc_xoff, e.rdma_priority
         ),
-    );
-    add(
+    )
+}
+
+/// The "no PFC storm" check.
+fn no_pfc_storm(f: &Figures, e: &Expect) -> Check {
+    check(
         "no PFC storm",
         if f.max_xoff_per_s > e.storm_xoff_per_s {
             Verdict::Fail
@@ -232,8 +276,12 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
             "largest XOFF rate {:.0}/s on one priority (threshold {:.0}/s)",
             f.max_xoff_per_s, e.storm_xoff_per_s
         ),
-    );
-    add(
+    )
+}
+
+/// The "no 802.3x PAUSE" check.
+fn no_802_3x_pause(f: &Figures, _e: &Expect) -> Check {
+    check(
         "no 802.3x PAUSE",
         if f.pause_frames > 0 {
             Verdict::Fail
@@ -241,8 +289,12 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
             Verdict::Pass
         },
         format!("{} PAUSE frames", f.pause_frames),
-    );
-    add(
+    )
+}
+
+/// The "PFC with ECN" check.
+fn pfc_with_ecn(f: &Figures, _e: &Expect) -> Check {
+    check(
         "PFC with ECN",
         if f.pfc_xoff.iter().sum::<i64>() > 0 && f.ce == 0 {
             Verdict::Warn
@@ -250,8 +302,12 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
             Verdict::Pass
         },
         "congestion handled by pauses alone when XOFF > 0 and CE = 0".into(),
-    );
-    add(
+    )
+}
+
+/// The "one MTU" check.
+fn one_mtu(f: &Figures, _e: &Expect) -> Check {
+    check(
         "one MTU",
         if f.max_payloads.len() > 1 {
             Verdict::Warn
@@ -259,8 +315,12 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
             Verdict::Info
         },
         format!("largest UDP payload per QP -> QPs: {:?}", f.max_payloads),
-    );
-    add(
+    )
+}
+
+/// The "exclusions" check.
+fn exclusions(f: &Figures, _e: &Expect) -> Check {
+    check(
         "exclusions",
         Verdict::Info,
         format!(
@@ -270,8 +330,7 @@ pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
                 .filter(|(_, n)| **n > 0)
                 .collect::<BTreeMap<_, _>>()
         ),
-    );
-    c
+    )
 }
 
 /// One difference between a baseline and a run.
