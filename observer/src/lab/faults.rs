@@ -82,11 +82,16 @@ impl NftFaults {
 
     pub fn install(&self, sw: &Netns) -> Result<(), LabError> {
         let path = std::env::temp_dir().join(format!("ro-lab-nft-{}.nft", sw.name));
-        std::fs::write(&path, self.ruleset())
-            .map_err(|e| LabError::Io(format!("{}: {e}", path.display())))?;
+        std::fs::write(&path, self.ruleset()).map_err(|source| LabError::Sys {
+            what: path.display().to_string(),
+            source,
+        })?;
         let r = sw.exec("nft", &["-f", &path.to_string_lossy()]);
         let _ = std::fs::remove_file(&path);
-        r.map_err(|m| LabError::Faults(format!("nft -f in {}: {m}", sw.name)))?;
+        r.map_err(|source| LabError::FaultsCommand {
+            what: format!("nft -f in {}", sw.name),
+            source,
+        })?;
         Ok(())
     }
 }
@@ -98,13 +103,19 @@ pub fn read_counters(sw: &Netns) -> Result<NftCounts, LabError> {
             "nft",
             &["-j", "list", "counters", "table", "bridge", "rolab"],
         )
-        .map_err(|m| LabError::Faults(format!("nft list counters: {m}")))?;
+        .map_err(|source| LabError::FaultsCommand {
+            what: "nft list counters".into(),
+            source,
+        })?;
     parse_counters(&out)
 }
 
 pub fn parse_counters(json: &str) -> Result<NftCounts, LabError> {
     let v: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| LabError::Faults(format!("nft -j output: {e}")))?;
+        serde_json::from_str(json).map_err(|source| LabError::FaultsOutput {
+            what: "nft -j output".into(),
+            source,
+        })?;
     let mut c = NftCounts::default();
     let items = v["nftables"]
         .as_array()

@@ -8,6 +8,7 @@
 //! on a fresh fabric). Everything it creates lives in `ro-lab-{h1,sw,h2}-<pid>[-n]` namespaces
 //! and is deleted on exit, on Ctrl-C / SIGTERM (the run stops and unwinds) and on failure.
 
+pub mod compare;
 pub mod faults;
 pub mod netns;
 pub mod observe;
@@ -15,17 +16,19 @@ pub mod rc;
 pub mod report;
 pub mod sock;
 pub mod topo;
+pub mod traffic;
 pub mod wire;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+pub use compare::build_report;
 use faults::{NftCounts, NftFaults, PfcPlan, PfcSent};
 pub use observe::ObserverMode;
 use rc::{Endpoint, Marking, Msg, MsgKind, QpPlan, RcConfig, ReqStats, Responder};
-use report::{AlertCheck, Row, ScenarioReport, SelfCheck, Summaries};
-use topo::{H1_IF, H1_IP, H1_MAC, H2_IF, H2_IP, H2_MAC, Topology, ip_str};
+use report::ScenarioReport;
+use topo::{H1_IP, H1_MAC, H2_IP, H2_MAC, Topology};
 
 use crate::pipeline::{PolicyConfig, rule};
 
@@ -111,14 +114,70 @@ pub enum LabError {
         #[source]
         source: crate::lab::netns::NetnsError,
     },
+    /// A fault could not be set up or read back, for a reason the lab found itself.
     #[error("faults: {0}")]
     Faults(String),
+    /// An nft command in the switch failed.
+    #[error("faults: {what}")]
+    FaultsCommand {
+        what: String,
+        #[source]
+        source: crate::lab::netns::NetnsError,
+    },
+    /// nft's JSON output could not be read.
+    #[error("faults: {what}")]
+    FaultsOutput {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("traffic: {0}")]
     Traffic(String),
+    /// roce-observe (live or fallback) misbehaved, as the lab saw it.
     #[error("observer: {0}")]
     Observer(String),
-    #[error("{0}")]
-    Io(String),
+    /// roce-observe could not be started, or its files read.
+    #[error("observer: {what}")]
+    ObserverIo {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// roce-observe's summary.json is not JSON.
+    #[error("observer: {what}")]
+    ObserverOutput {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// One of roce-observe's Parquet files could not be read.
+    #[error("observer: {what}")]
+    ObserverParquet {
+        what: String,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    /// The fallback observer's collector failed.
+    #[error("observer: {what}")]
+    Collector {
+        what: String,
+        #[source]
+        source: crate::pipeline::CollectorError,
+    },
+    /// The policy of the chosen vendor profile could not be built.
+    #[error("policy of profile {profile:?}")]
+    Policy {
+        profile: String,
+        #[source]
+        source: crate::pipeline::policy::PolicyError,
+    },
+    /// A system call or file operation of the lab itself (sockets, files it writes).
+    #[error("{what}")]
+    Sys {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("interrupted (Ctrl-C / SIGTERM); the fabric was torn down")]
     Interrupted,
     #[error("injected and observed disagree in: {0}")]
@@ -291,191 +350,109 @@ pub struct Truth {
     pub pfc: PfcSent,
 }
 
-/// Runs one scenario on a fresh fabric and returns its report (check [`ScenarioReport::ok`]).
+/// Runs one scenario on a fresh fabric and returns its report (check [`ScenarioReport::ok`]):
+/// set-up (fabric, faults, observers), traffic, collection of what was injected and observed,
+/// and the comparison. The fabric, the observers and the temporary output are removed on every
+/// exit path.
 pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<ScenarioReport, LabError> {
     let t0 = Instant::now();
     let spec = spec(name)?;
     let cfg = rc_config(args, &spec)?;
-    let tag = format!("{}-{run_no}", std::process::id());
-    let topo = Topology::create(&tag)?;
+    let topo = Topology::create(&format!("{}-{run_no}", std::process::id()))?;
     spec.nft.install(&topo.sw)?;
     tracing::info!(scenario = name, ns_h1 = %topo.h1.name, ns_sw = %topo.sw.name, ns_h2 = %topo.h2.name, "fabric up");
-
-    let out_root = match &args.out {
-        Some(p) => p.clone(),
-        None => std::env::temp_dir().join(format!("ro-lab-out-{}", std::process::id())),
-    };
-    let kept = args.out.is_some() || args.keep_out;
-    // Removes this scenario's temporary observer output on every exit path unless it is kept.
-    let _out_guard = RemoveOnDrop((!kept).then(|| out_root.join(name)));
-    let policy = PolicyConfig::profile(&args.profile)
-        .map_err(|e| LabError::UnknownProfile(e.to_string()))?;
-    let done = AtomicBool::new(false);
-    let cap_ready = [AtomicBool::new(false), AtomicBool::new(false)];
-    let resp_ready = AtomicBool::new(false);
-
+    let out = ScenarioOut::new(args, name);
+    let policy = PolicyConfig::profile(&args.profile).map_err(|source| LabError::Policy {
+        profile: args.profile.clone(),
+        source,
+    })?;
     // Live observers start (and attach) before any traffic.
-    let mut live = Vec::new();
-    if args.observer == ObserverMode::Live {
-        let exe = match &args.observer_bin {
-            Some(p) => p.clone(),
-            None => {
-                std::env::current_exe().map_err(|e| LabError::Io(format!("current_exe: {e}")))?
-            }
-        };
-        for (ns, iface, host) in [(&topo.h2, H2_IF, "h2"), (&topo.h1, H1_IF, "h1")] {
-            let mut extra = vec![
-                "--profile".to_string(),
-                args.profile.clone(),
-                "--host".into(),
-                format!("lab-{host}"),
-            ];
-            extra.extend(args.observer_args.iter().cloned());
-            let dir = out_root.join(name).join(host);
-            let _ = std::fs::remove_dir_all(&dir);
-            live.push(observe::start_live(
-                &exe,
-                ns,
-                iface,
-                &dir,
-                120,
-                &extra,
-                !args.quiet_observer,
-            )?);
-        }
-        // Both start in parallel; traffic begins once both are attached.
-        for o in live.iter_mut() {
-            o.wait_attached(Duration::from_secs(60))?;
-        }
-    }
-
-    let (truth, captured) = std::thread::scope(
-        |s| -> Result<(Truth, Vec<(serde_json::Value, u64)>), LabError> {
-            let mut caps = Vec::new();
-            if args.observer == ObserverMode::Userspace || args.pcap.is_some() {
-                for (i, (ns, iface, host)) in [(&topo.h2, H2_IF, "h2"), (&topo.h1, H1_IF, "h1")]
-                    .into_iter()
-                    .enumerate()
-                {
-                    let (done, ready) = (&done, &cap_ready[i]);
-                    let pcap = args
-                        .pcap
-                        .as_ref()
-                        .map(|d| d.join(format!("{name}-{iface}.pcap")));
-                    let col = (args.observer == ObserverMode::Userspace).then(|| {
-                        observe::FallbackCollector {
-                            out_dir: out_root.join(name).join(host),
-                            host: format!("lab-{host}"),
-                            policy: policy.clone(),
-                        }
-                    });
-                    caps.push(s.spawn(move || {
-                        observe::userspace_capture(ns, iface, done, ready, pcap.as_deref(), col)
-                    }));
-                }
-                wait_flags(&cap_ready[..], &caps)?;
-            }
-            let resp = {
-                let (cfg, done, ready, h2) = (&cfg, &done, &resp_ready, &topo.h2);
-                s.spawn(move || -> Result<Responder, LabError> {
-                    let _in = h2.enter().map_err(|source| LabError::Topology {
-                        what: "entering h2",
-                        source,
-                    })?;
-                    rc::run_responder(cfg, H2_IF, done, ready)
-                })
-            };
-            wait_flags(
-                std::slice::from_ref(&resp_ready),
-                std::slice::from_ref(&resp),
-            )?;
-            let pfc = spec.pfc.map(|plan| {
-                let sw = &topo.sw;
-                s.spawn(move || faults::send_pfc(sw, plan))
-            });
-            let req = {
-                let (cfg, h1) = (&cfg, &topo.h1);
-                s.spawn(move || -> Result<Vec<ReqStats>, LabError> {
-                    let _in = h1.enter().map_err(|source| LabError::Topology {
-                        what: "entering h1",
-                        source,
-                    })?;
-                    rc::run_requester(cfg, H1_IF)
-                })
-            };
-            let req = join(req);
-            let pfc = pfc.map(join).transpose();
-            // Stragglers (last ACKs) reach the observers before they stop.
-            std::thread::sleep(Duration::from_millis(50));
-            done.store(true, Ordering::SeqCst);
-            let resp = join(resp);
-            let caps: Vec<_> = caps.into_iter().map(join).collect();
-            let req = req?;
-            let pfc = pfc?.unwrap_or_default();
-            let resp = resp?;
-            let caps = caps.into_iter().collect::<Result<Vec<_>, _>>()?;
-            Ok((
-                Truth {
-                    req,
-                    resp,
-                    nft: NftCounts::default(),
-                    pfc,
-                },
-                caps,
-            ))
-        },
-    )?;
-    let mut truth = truth;
+    let live = match args.observer {
+        ObserverMode::Live => start_live_observers(args, &topo, &out.dir)?,
+        ObserverMode::Userspace => Vec::new(),
+    };
+    let traffic = traffic::TrafficRun::new(args, &spec, &cfg, &topo, &out.dir, &policy);
+    let (mut truth, captured) = traffic.run()?;
     truth.nft = faults::read_counters(&topo.sw)?;
-
-    let mut observed = observe::Observed::default();
-    if args.observer == ObserverMode::Userspace {
-        let mut alerts = std::collections::BTreeMap::new();
-        for (v, drops) in captured {
-            add_alerts(&mut alerts, v.get("alerts"));
-            observed.summaries.push(v);
-            observed.capture_drops += drops;
-        }
-        for host in ["h2", "h1"] {
-            let d = out_root.join(name).join(host);
-            observed.parquet_files += observe::count_ext(&d, "parquet");
-            observed.flow_rows += observe::parquet_rows(&d.join("flows"))?;
-            observed.alert_lines += observe::jsonl_lines(&d.join("alerts.jsonl"));
-        }
-        observed.alerts = Some(alerts);
-    }
-    if args.observer == ObserverMode::Live {
-        std::thread::sleep(Duration::from_millis(300));
-        let mut alerts = std::collections::BTreeMap::new();
-        for o in live.drain(..) {
-            let (v, a, lines, parquet, rows, log) = o.finish(Duration::from_secs(20))?;
-            observed.flow_rows += rows;
-            add_alerts(&mut alerts, a.as_ref());
-            observed.summaries.push(v);
-            observed.alert_lines += lines;
-            observed.parquet_files += parquet;
-            observed.logs.push(log);
-        }
-        observed.alerts = Some(alerts);
-    }
+    let observed = match args.observer {
+        ObserverMode::Userspace => observe::collect_userspace(captured, &out.dir)?,
+        ObserverMode::Live => observe::collect_live(live)?,
+    };
     drop(topo);
     let mut r = build_report(args, &spec, &cfg, &truth, &observed);
-    if kept {
+    if out.kept {
         r.info.push((
             "roce-observe output kept in".into(),
-            out_root.join(name).display().to_string(),
+            out.dir.display().to_string(),
         ));
     }
     r.secs = t0.elapsed().as_secs_f64();
     Ok(r)
 }
 
-fn add_alerts(to: &mut std::collections::BTreeMap<String, u64>, a: Option<&serde_json::Value>) {
-    if let Some(obj) = a.and_then(|a| a.as_object()) {
-        for (k, n) in obj {
-            *to.entry(k.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
+/// Where one scenario's observers write (`<out>/<scenario>`, by default under a temporary
+/// directory), removed when dropped unless `--out` or `--keep-out` keeps it.
+struct ScenarioOut {
+    dir: PathBuf,
+    kept: bool,
+    _remove: RemoveOnDrop,
+}
+
+impl ScenarioOut {
+    fn new(args: &LabArgs, name: &str) -> Self {
+        let root = match &args.out {
+            Some(p) => p.clone(),
+            None => std::env::temp_dir().join(format!("ro-lab-out-{}", std::process::id())),
+        };
+        let dir = root.join(name);
+        let kept = args.out.is_some() || args.keep_out;
+        ScenarioOut {
+            _remove: RemoveOnDrop((!kept).then(|| dir.clone())),
+            dir,
+            kept,
         }
     }
+}
+
+/// Starts roce-observe on h2 and h1 (in parallel) and waits until both are attached.
+fn start_live_observers(
+    args: &LabArgs,
+    topo: &Topology,
+    out_dir: &Path,
+) -> Result<Vec<observe::LiveObserver>, LabError> {
+    let exe = match &args.observer_bin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().map_err(|source| LabError::Sys {
+            what: "current_exe".into(),
+            source,
+        })?,
+    };
+    let mut live = Vec::new();
+    for (ns, iface, host) in topo.observed_hosts() {
+        let mut extra = vec![
+            "--profile".to_string(),
+            args.profile.clone(),
+            "--host".into(),
+            format!("lab-{host}"),
+        ];
+        extra.extend(args.observer_args.iter().cloned());
+        let dir = out_dir.join(host);
+        let _ = std::fs::remove_dir_all(&dir);
+        live.push(observe::start_live(
+            &exe,
+            ns,
+            iface,
+            &dir,
+            120,
+            &extra,
+            !args.quiet_observer,
+        )?);
+    }
+    // Both start in parallel; traffic begins once both are attached.
+    for o in live.iter_mut() {
+        o.wait_attached(Duration::from_secs(60))?;
+    }
+    Ok(live)
 }
 
 /// Deletes a directory (and its parent when that is left empty) when dropped.
@@ -489,364 +466,6 @@ impl Drop for RemoveOnDrop {
                 let _ = std::fs::remove_dir(p);
             }
         }
-    }
-}
-
-fn wait_flags<T>(
-    flags: &[AtomicBool],
-    handles: &[std::thread::ScopedJoinHandle<'_, Result<T, LabError>>],
-) -> Result<(), LabError> {
-    let t0 = Instant::now();
-    while !flags.iter().all(|f| f.load(Ordering::SeqCst)) {
-        if handles.iter().any(|h| h.is_finished()) {
-            return Err(LabError::Traffic(
-                "a lab thread failed at start (see the error below)".into(),
-            ));
-        }
-        if stop_requested() {
-            return Err(LabError::Interrupted);
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err(LabError::Traffic(
-                "lab threads did not start within 10 s".into(),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
-}
-
-fn join<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, LabError>>) -> Result<T, LabError> {
-    h.join()
-        .unwrap_or_else(|_| Err(LabError::Traffic("a lab thread panicked".into())))
-}
-
-/// The table: ground truth beside roce-observe's summary, plus the lab's self-checks.
-pub fn build_report(
-    args: &LabArgs,
-    spec: &ScenarioSpec,
-    cfg: &RcConfig,
-    t: &Truth,
-    o: &observe::Observed,
-) -> ScenarioReport {
-    let s = Summaries { docs: &o.summaries };
-    let (h1, h2) = (ip_str(&H1_IP), ip_str(&H2_IP));
-    let sum_req = |f: fn(&ReqStats) -> u64| t.req.iter().map(f).sum::<u64>();
-    let sum_resp = |f: fn(&rc::RespStats) -> u64| t.resp.qps.iter().map(f).sum::<u64>();
-    // ACK-direction packets: the receiver's tc egress when it has one, else the sender's ingress.
-    let (ack_if, ack_dir) = if s.has(H2_IF, "egress") {
-        (H2_IF, "egress")
-    } else {
-        (H1_IF, "ingress")
-    };
-    let data_in = |f: &str| s.qp_sum(H2_IF, "ingress", &h1, &h2, f);
-    let data_out = |f: &str| s.qp_sum(H1_IF, "egress", &h1, &h2, f);
-    let acks = |f: &str| s.qp_sum(ack_if, ack_dir, &h2, &h1, f);
-    let at_in = format!("{H2_IF} ingress");
-    let at_out = format!("{H1_IF} egress");
-    let at_ack = format!("{ack_if} {ack_dir}");
-    let row = |what: &str, injected: u64, isrc: &str, observed: Option<u64>, osrc: &str| Row {
-        what: what.to_string(),
-        injected,
-        injected_src: isrc.to_string(),
-        observed,
-        observed_src: osrc.to_string(),
-    };
-    let sent_obs = data_out("data_pkts");
-    let rcvd_obs = data_in("data_pkts");
-    let mut rows = vec![
-        row(
-            "RoCE data packets sent",
-            sum_req(|r| r.data_sent),
-            "requester log",
-            sent_obs,
-            &at_out,
-        ),
-        row(
-            "data packets dropped in switch",
-            t.nft.dropped,
-            "nft counter loss",
-            sent_obs.zip(rcvd_obs).map(|(a, b)| a.saturating_sub(b)),
-            &format!("{at_out} - {at_in}"),
-        ),
-        row(
-            "resent (go-back-N, RNR, timeout)",
-            sum_req(|r| r.resent()),
-            "requester log",
-            data_out("psn_retrans"),
-            &format!("{at_out} psn_retrans"),
-        ),
-        row(
-            "PSN gaps at the receiver",
-            sum_resp(|r| r.stream.gaps),
-            "responder arrivals",
-            data_in("psn_gaps"),
-            &at_in,
-        ),
-        row(
-            "PSNs missing at the receiver",
-            sum_resp(|r| r.stream.missing),
-            "responder arrivals",
-            data_in("psn_missing"),
-            &at_in,
-        ),
-        row(
-            "retransmits at the receiver",
-            sum_resp(|r| r.stream.retrans),
-            "responder arrivals",
-            data_in("psn_retrans"),
-            &at_in,
-        ),
-        row(
-            "NAKs (PSN sequence error)",
-            sum_resp(|r| r.naks_sent),
-            "responder log",
-            acks("nak_psn_seq_err"),
-            &at_ack,
-        ),
-        row(
-            "RNR NAKs",
-            sum_resp(|r| r.rnr_naks_sent),
-            "responder log",
-            acks("rnr_naks"),
-            &at_ack,
-        ),
-        row(
-            "CE-marked data packets",
-            t.nft.ce_marked,
-            "nft counter ce",
-            data_in("ce"),
-            &at_in,
-        ),
-        row(
-            "CNPs (<= 1 per QP per interval)",
-            sum_resp(|r| r.cnps_sent),
-            "responder log",
-            acks("cnp"),
-            &at_ack,
-        ),
-        row(
-            &format!("data not at DSCP {DATA_DSCP} (re-marked)"),
-            t.nft.bleached,
-            "nft counter bleach",
-            s.data_dscp_not(H2_IF, "ingress", &h1, &h2, DATA_DSCP),
-            &at_in,
-        ),
-    ];
-    let pfc_at = format!("{H2_IF} ingress");
-    for p in [3usize, 5] {
-        rows.push(row(
-            &format!("PFC XOFF on priority {p}"),
-            t.pfc.xoff[p],
-            "frames sent from sw-p2",
-            s.iface(H2_IF, "ingress", &["pfc", "xoff", &p.to_string()]),
-            &pfc_at,
-        ));
-        rows.push(row(
-            &format!("PFC XON on priority {p}"),
-            t.pfc.xon[p],
-            "frames sent from sw-p2",
-            s.iface(H2_IF, "ingress", &["pfc", "xon", &p.to_string()]),
-            &pfc_at,
-        ));
-    }
-    rows.push(row(
-        "802.3x PAUSE frames",
-        t.pfc.pause,
-        "frames sent from sw-p2",
-        s.iface(H2_IF, "ingress", &["pause", "frames"]),
-        &pfc_at,
-    ));
-    if args.observer == ObserverMode::Userspace {
-        rows.push(row(
-            "ICRC failures",
-            0,
-            "every frame built with a valid ICRC",
-            data_in("icrc_bad"),
-            &at_in,
-        ));
-    }
-
-    // The lab's own ground truth must hold together before it can judge the observer.
-    let mut checks = Vec::new();
-    let mut check = |what: &str, ok: bool, detail: String| {
-        checks.push(SelfCheck {
-            what: what.into(),
-            ok,
-            detail,
-        })
-    };
-    let done = t.req.iter().all(|r| r.completed);
-    check(
-        "every message completed",
-        done,
-        format!(
-            "{} QPs, {} messages each",
-            t.req.len(),
-            t.req.first().map_or(0, |r| r.msgs)
-        ),
-    );
-    let rcvd = sum_resp(|r| r.data_rcvd);
-    let sent = sum_req(|r| r.data_sent);
-    check(
-        "responder got sent - dropped",
-        rcvd + t.nft.dropped == sent,
-        format!("sent {sent}, dropped {}, received {rcvd}", t.nft.dropped),
-    );
-    check(
-        "switch saw every data packet",
-        t.nft.seen == sent,
-        format!("nft seen {}, sent {sent}", t.nft.seen),
-    );
-    check(
-        "responder lost no frame",
-        t.resp.socket_drops == 0,
-        format!("AF_PACKET drops {}", t.resp.socket_drops),
-    );
-    let ce_rcvd = sum_resp(|r| r.ce_rcvd);
-    check(
-        "responder saw every CE mark",
-        ce_rcvd == t.nft.ce_marked,
-        format!("CE received {ce_rcvd}, nft ce {}", t.nft.ce_marked),
-    );
-    let dscp_off: u64 = t
-        .resp
-        .qps
-        .iter()
-        .map(|r| r.data_rcvd - r.dscp_rcvd[DATA_DSCP as usize])
-        .sum();
-    check(
-        "responder saw every re-marking",
-        dscp_off == t.nft.bleached,
-        format!(
-            "data not at DSCP {DATA_DSCP}: {dscp_off}, nft bleach {}",
-            t.nft.bleached
-        ),
-    );
-    let spacing = t.resp.qps.iter().filter_map(|r| r.min_cnp_spacing).min();
-    check(
-        "CNP interval respected per QP",
-        spacing.is_none_or(|d| d >= cfg.cnp_interval),
-        format!(
-            "interval {:?}, smallest spacing {:?}",
-            cfg.cnp_interval, spacing
-        ),
-    );
-    let cnps = sum_resp(|r| r.cnps_sent);
-    let cnps_rcvd = sum_req(|r| r.cnps_rcvd);
-    check(
-        "requester cut its rate on every CNP",
-        cnps_rcvd == cnps && sum_req(|r| r.rate_cuts) == cnps,
-        format!("CNPs sent {cnps}, received {cnps_rcvd}"),
-    );
-    let icrc_bad = sum_resp(|r| r.icrc_bad);
-    check(
-        "every ICRC valid at the responder",
-        icrc_bad == 0,
-        format!("bad {icrc_bad}"),
-    );
-    if spec.nft.loss_pct > 0 {
-        check(
-            "loss scenario dropped something",
-            t.nft.dropped > 0,
-            format!("{} dropped", t.nft.dropped),
-        );
-    }
-    if spec.nft.ce_pct > 0 {
-        check(
-            "congestion scenario marked CE",
-            t.nft.ce_marked > 0 && cnps > 0,
-            format!("{} CE, {cnps} CNPs", t.nft.ce_marked),
-        );
-    }
-    if spec.rnr_qp.is_some() {
-        check(
-            "RNR scenario sent RNR NAKs",
-            sum_resp(|r| r.rnr_naks_sent) > 0,
-            String::new(),
-        );
-    }
-    if args.observer == ObserverMode::Userspace {
-        check(
-            "fallback capture lost no frame",
-            o.capture_drops == 0,
-            format!("AF_PACKET drops {}", o.capture_drops),
-        );
-    }
-    check(
-        "roce-observe wrote Parquet flow logs",
-        o.flow_rows > 0,
-        format!(
-            "{} Parquet files, {} flow rows",
-            o.parquet_files, o.flow_rows
-        ),
-    );
-
-    let mut alerts = Vec::new();
-    if let Some(a) = &o.alerts {
-        for r in &spec.must_fire {
-            alerts.push(AlertCheck {
-                rule: r.to_string(),
-                must_fire: true,
-                count: Some(*a.get(*r).unwrap_or(&0)),
-            });
-        }
-        for r in &spec.must_not_fire {
-            alerts.push(AlertCheck {
-                rule: r.to_string(),
-                must_fire: false,
-                count: Some(*a.get(*r).unwrap_or(&0)),
-            });
-        }
-    }
-    let mut info = vec![
-        (
-            "requester".to_string(),
-            format!(
-                "{} QPs, {} packets planned, {} NAKs and {} RNR NAKs received, {} timeouts, {} rate cuts, lowest rate {:.0} pps",
-                t.req.len(),
-                sum_req(|r| r.pkts_planned),
-                sum_req(|r| r.naks_rcvd),
-                sum_req(|r| r.rnr_naks_rcvd),
-                sum_req(|r| r.timeouts),
-                sum_req(|r| r.rate_cuts),
-                t.req
-                    .iter()
-                    .map(|r| r.min_rate_pps)
-                    .fold(f64::INFINITY, f64::min)
-            ),
-        ),
-        (
-            "responder".to_string(),
-            format!(
-                "{} accepted, {} out of order dropped, {} duplicates, {} ACKs, {} CE received, {} CNPs suppressed by the interval",
-                sum_resp(|r| r.accepted),
-                sum_resp(|r| r.out_of_order_dropped),
-                sum_resp(|r| r.duplicates),
-                sum_resp(|r| r.acks_sent),
-                ce_rcvd,
-                sum_resp(|r| r.cnps_suppressed)
-            ),
-        ),
-    ];
-    {
-        info.push((
-            "roce-observe output".into(),
-            format!(
-                "{} Parquet files ({} flow rows), {} alert lines",
-                o.parquet_files, o.flow_rows, o.alert_lines
-            ),
-        ));
-    }
-    ScenarioReport {
-        scenario: spec.name.clone(),
-        observer: args.observer.label().to_string(),
-        rows,
-        alerts,
-        all_alerts: o.alerts.clone().unwrap_or_default(),
-        self_checks: checks,
-        info,
-        secs: 0.0,
     }
 }
 

@@ -10,6 +10,7 @@
 //!   per-QP logic, not the kernel programs; its snapshots and events go through the real
 //!   collector, which writes Parquet, alerts and `summary.json` as in live mode.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -55,7 +56,7 @@ pub struct Observed {
     /// `summary.json` documents (one per observed interface).
     pub summaries: Vec<Value>,
     /// Alert counts by rule, summed over observers (`None` until read).
-    pub alerts: Option<std::collections::BTreeMap<String, u64>>,
+    pub alerts: Option<BTreeMap<String, u64>>,
     /// alerts.jsonl lines.
     pub alert_lines: u64,
     /// Parquet files written.
@@ -106,8 +107,10 @@ pub fn start_live(
     extra: &[String],
     echo: bool,
 ) -> Result<LiveObserver, LabError> {
-    std::fs::create_dir_all(out_dir)
-        .map_err(|e| LabError::Io(format!("{}: {e}", out_dir.display())))?;
+    std::fs::create_dir_all(out_dir).map_err(|source| LabError::Sys {
+        what: out_dir.display().to_string(),
+        source,
+    })?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &ns.name])
         .arg(exe)
@@ -120,9 +123,10 @@ pub fn start_live(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     tracing::info!(ns = %ns.name, iface, cmd = ?cmd, "starting roce-observe");
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| LabError::Observer(format!("spawning {}: {e}", exe.display())))?;
+    let mut child = cmd.spawn().map_err(|source| LabError::ObserverIo {
+        what: format!("spawning {}", exe.display()),
+        source,
+    })?;
     // Its output (live alerts, start-up report) is echoed with a prefix and kept for the report
     // and for observer.log.
     let log = Arc::new(Mutex::new(String::new()));
@@ -204,12 +208,7 @@ impl LiveObserver {
     }
 
     /// Stops it with SIGINT, waits for it to write its files, and reads them.
-    /// Returns (summary.json, its alerts, alerts.jsonl lines, Parquet files, flow-log rows, output).
-    #[allow(clippy::type_complexity)]
-    pub fn finish(
-        mut self,
-        timeout: Duration,
-    ) -> Result<(Value, Option<Value>, u64, u64, u64, String), LabError> {
+    pub fn finish(mut self, timeout: Duration) -> Result<LiveOutput, LabError> {
         let mut c = self
             .child
             .take()
@@ -238,21 +237,91 @@ impl LiveObserver {
         let log = self.log();
         let _ = std::fs::write(self.out_dir.join("observer.log"), &log);
         let sp = self.out_dir.join("summary.json");
-        let text = std::fs::read_to_string(&sp).map_err(|e| {
-            LabError::Observer(format!(
-                "{} ({e}); roce-observe on {} exited with {status}:\n{}",
+        let text = std::fs::read_to_string(&sp).map_err(|source| LabError::ObserverIo {
+            what: format!(
+                "{}; roce-observe on {} exited with {status}:\n{}",
                 sp.display(),
                 self.iface,
                 tail(&log, 20)
-            ))
+            ),
+            source,
         })?;
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| LabError::Observer(format!("{}: {e}", sp.display())))?;
-        let alerts = v.get("alerts").cloned();
-        let lines = jsonl_lines(&self.out_dir.join("alerts.jsonl"));
-        let parquet = count_ext(&self.out_dir, "parquet");
-        let flow_rows = parquet_rows(&self.out_dir.join("flows"))?;
-        Ok((v, alerts, lines, parquet, flow_rows, log))
+        let summary: Value =
+            serde_json::from_str(&text).map_err(|source| LabError::ObserverOutput {
+                what: sp.display().to_string(),
+                source,
+            })?;
+        Ok(LiveOutput {
+            alerts: summary.get("alerts").cloned(),
+            summary,
+            alert_lines: jsonl_lines(&self.out_dir.join("alerts.jsonl")),
+            parquet_files: count_ext(&self.out_dir, "parquet"),
+            flow_rows: parquet_rows(&self.out_dir.join("flows"))?,
+            log,
+        })
+    }
+}
+
+/// What a live observer left behind, read after it stopped.
+pub struct LiveOutput {
+    /// Its summary.json.
+    pub summary: Value,
+    /// The summary's alert counts by rule.
+    pub alerts: Option<Value>,
+    /// Lines of alerts.jsonl.
+    pub alert_lines: u64,
+    pub parquet_files: u64,
+    /// Rows in the flow-log Parquet files.
+    pub flow_rows: u64,
+    /// Its stdout and stderr.
+    pub log: String,
+}
+
+/// Stops the live observers (after a short pause, so their last event polls, every 100 ms, have
+/// run) and adds up what they wrote.
+pub fn collect_live(live: Vec<LiveObserver>) -> Result<Observed, LabError> {
+    std::thread::sleep(Duration::from_millis(300));
+    let mut observed = Observed::default();
+    let mut alerts = BTreeMap::new();
+    for o in live {
+        let out = o.finish(Duration::from_secs(20))?;
+        observed.flow_rows += out.flow_rows;
+        add_alerts(&mut alerts, out.alerts.as_ref());
+        observed.summaries.push(out.summary);
+        observed.alert_lines += out.alert_lines;
+        observed.parquet_files += out.parquet_files;
+        observed.logs.push(out.log);
+    }
+    observed.alerts = Some(alerts);
+    Ok(observed)
+}
+
+/// Adds up what the fallback observers returned (summary, frames lost) and wrote under
+/// `dir/h2` and `dir/h1`.
+pub fn collect_userspace(captured: Vec<(Value, u64)>, dir: &Path) -> Result<Observed, LabError> {
+    let mut observed = Observed::default();
+    let mut alerts = BTreeMap::new();
+    for (v, drops) in captured {
+        add_alerts(&mut alerts, v.get("alerts"));
+        observed.summaries.push(v);
+        observed.capture_drops += drops;
+    }
+    for host in ["h2", "h1"] {
+        let d = dir.join(host);
+        observed.parquet_files += count_ext(&d, "parquet");
+        observed.flow_rows += parquet_rows(&d.join("flows"))?;
+        observed.alert_lines += jsonl_lines(&d.join("alerts.jsonl"));
+    }
+    observed.alerts = Some(alerts);
+    Ok(observed)
+}
+
+/// Adds a summary's alert counts (`{"rule": n, ...}`) to `to`.
+fn add_alerts(to: &mut BTreeMap<String, u64>, a: Option<&Value>) {
+    if let Some(obj) = a.and_then(|a| a.as_object()) {
+        for (k, n) in obj {
+            *to.entry(k.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
+        }
     }
 }
 
@@ -273,10 +342,14 @@ pub fn parquet_rows(d: &Path) -> Result<u64, LabError> {
         if p.is_dir() {
             n += parquet_rows(&p)?;
         } else if p.extension().is_some_and(|x| x == "parquet") {
-            let f = std::fs::File::open(&p)
-                .map_err(|err| LabError::Observer(format!("{}: {err}", p.display())))?;
-            let r = SerializedFileReader::new(f)
-                .map_err(|err| LabError::Observer(format!("{}: {err}", p.display())))?;
+            let f = std::fs::File::open(&p).map_err(|source| LabError::ObserverIo {
+                what: p.display().to_string(),
+                source,
+            })?;
+            let r = SerializedFileReader::new(f).map_err(|source| LabError::ObserverParquet {
+                what: p.display().to_string(),
+                source,
+            })?;
             n += r.metadata().file_metadata().num_rows().max(0) as u64;
         }
     }
@@ -331,84 +404,141 @@ pub fn userspace_capture(
         what: "entering the observed host",
         source,
     })?;
-    let sock = RawSock::open(iface)?;
-    let mut pcap = match pcap {
-        Some(p) => Some(PcapWriter::create(p)?),
-        None => None,
-    };
-    let now_ns = || {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-    };
-    let policy = collector
-        .as_ref()
-        .map_or(Policy::NONE, |c| c.policy.expected);
-    let mut dp = Datapath::new(policy, 65536);
-    let cerr = |e: crate::pipeline::CollectorError| {
-        LabError::Observer(format!("fallback collector on {iface}: {e}"))
-    };
-    let mut col = match collector {
-        Some(c) => {
-            let mut col = Collector::new(CollectorConfig::new(
-                c.out_dir,
-                &c.host,
-                "lab-fallback",
-                c.policy,
-            ))
-            .map_err(cerr)?;
-            col.begin(iface, now_ns(), None);
-            Some(col)
-        }
-        None => None,
-    };
+    let cap = FallbackCapture::open(iface, pcap, collector)?;
     ready.store(true, Ordering::SeqCst);
-    let mut buf = vec![0u8; 65536];
-    let mut drops = 0u64;
-    let mut next_interval = Instant::now() + Duration::from_secs(1);
-    loop {
-        let finishing = done.load(Ordering::SeqCst);
-        if stop_requested() {
-            return Err(LabError::Interrupted);
+    cap.run(done)
+}
+
+/// Wall-clock time in nanoseconds since the Unix epoch (0 if the clock is before it).
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn collector_err(iface: &str) -> impl Fn(crate::pipeline::CollectorError) -> LabError + '_ {
+    move |source| LabError::Collector {
+        what: format!("fallback collector on {iface}"),
+        source,
+    }
+}
+
+impl FallbackCollector {
+    /// The collector, begun on `iface`.
+    fn start(self, iface: &str) -> Result<Collector, LabError> {
+        let cfg = CollectorConfig::new(self.out_dir, &self.host, "lab-fallback", self.policy);
+        let mut col = Collector::new(cfg).map_err(collector_err(iface))?;
+        col.begin(iface, wall_ns(), None);
+        Ok(col)
+    }
+}
+
+/// One fallback observer's capture socket, its datapath and what the frames go on to.
+struct FallbackCapture<'a> {
+    iface: &'a str,
+    sock: RawSock,
+    pcap: Option<PcapWriter>,
+    dp: Datapath,
+    col: Option<Collector>,
+    buf: Vec<u8>,
+    /// Frames the socket lost so far.
+    drops: u64,
+}
+
+impl<'a> FallbackCapture<'a> {
+    fn open(
+        iface: &'a str,
+        pcap: Option<&Path>,
+        collector: Option<FallbackCollector>,
+    ) -> Result<Self, LabError> {
+        let sock = RawSock::open(iface)?;
+        let pcap = pcap.map(PcapWriter::create).transpose()?;
+        let policy = collector
+            .as_ref()
+            .map_or(Policy::NONE, |c| c.policy.expected);
+        let dp = Datapath::new(policy, 65536);
+        let col = collector.map(|c| c.start(iface)).transpose()?;
+        Ok(FallbackCapture {
+            iface,
+            sock,
+            pcap,
+            dp,
+            col,
+            buf: vec![0u8; 65536],
+            drops: 0,
+        })
+    }
+
+    /// Captures until `done` (one last round after it), then finishes.
+    fn run(mut self, done: &AtomicBool) -> Result<(Value, u64), LabError> {
+        let mut next_interval = Instant::now() + Duration::from_secs(1);
+        loop {
+            let finishing = done.load(Ordering::SeqCst);
+            if stop_requested() {
+                return Err(LabError::Interrupted);
+            }
+            self.sock.wait(5);
+            self.drain_socket()?;
+            self.feed_collector(finishing, &mut next_interval)?;
+            if finishing {
+                break;
+            }
         }
-        sock.wait(5);
-        while let Some((n, pkttype)) = sock.recv(&mut buf) {
+        self.finish()
+    }
+
+    /// Every waiting frame through the pcap file and the datapath.
+    fn drain_socket(&mut self) -> Result<(), LabError> {
+        while let Some((n, pkttype)) = self.sock.recv(&mut self.buf) {
             let d = if pkttype == PACKET_OUTGOING {
                 dir::EGRESS
             } else {
                 dir::INGRESS
             };
-            let ts = now_ns();
-            if let Some(w) = pcap.as_mut() {
-                w.write(ts, &buf[..n])?;
+            let ts = wall_ns();
+            if let Some(w) = self.pcap.as_mut() {
+                w.write(ts, &self.buf[..n])?;
             }
-            dp.process(&buf[..n], n as u32, ts, d);
+            self.dp.process(&self.buf[..n], n as u32, ts, d);
         }
-        drops += sock.drops() as u64;
-        if let Some(c) = col.as_mut() {
-            let ev = dp.take_events();
-            if !ev.is_empty() {
-                c.on_events(iface, &ev);
-            }
-            if finishing || Instant::now() >= next_interval {
-                next_interval += Duration::from_secs(1);
-                c.on_snapshot(&dp.snapshot(iface, now_ns(), None))
-                    .map_err(cerr)?;
-            }
-        }
-        if finishing {
-            break;
-        }
+        self.drops += self.sock.drops() as u64;
+        Ok(())
     }
-    if let Some(w) = pcap.take() {
-        w.finish()?;
+
+    /// New events to the collector at once; a snapshot every second and at the end.
+    fn feed_collector(
+        &mut self,
+        finishing: bool,
+        next_interval: &mut Instant,
+    ) -> Result<(), LabError> {
+        let Some(c) = self.col.as_mut() else {
+            return Ok(());
+        };
+        let ev = self.dp.take_events();
+        if !ev.is_empty() {
+            c.on_events(self.iface, &ev);
+        }
+        if finishing || Instant::now() >= *next_interval {
+            *next_interval += Duration::from_secs(1);
+            c.on_snapshot(&self.dp.snapshot(self.iface, wall_ns(), None))
+                .map_err(collector_err(self.iface))?;
+        }
+        Ok(())
     }
-    let summary = match col {
-        Some(c) => c.finish().map_err(cerr)?,
-        None => summary_json(&[dp.snapshot(iface, now_ns(), None)]),
-    };
-    Ok((summary, drops))
+
+    /// Closes the pcap file and returns the summary (the collector's, or one made from the
+    /// datapath's last snapshot) and the frames lost.
+    fn finish(mut self) -> Result<(Value, u64), LabError> {
+        if let Some(w) = self.pcap.take() {
+            w.finish()?;
+        }
+        let summary = match self.col {
+            Some(c) => c.finish().map_err(collector_err(self.iface))?,
+            None => summary_json(&[self.dp.snapshot(self.iface, wall_ns(), None)]),
+        };
+        Ok((summary, self.drops))
+    }
 }
 
 /// A minimal pcap writer (nanosecond-resolution magic, LINKTYPE_ETHERNET).
@@ -419,7 +549,10 @@ struct PcapWriter {
 
 impl PcapWriter {
     fn create(path: &Path) -> Result<PcapWriter, LabError> {
-        let e = |err: std::io::Error| LabError::Io(format!("{}: {err}", path.display()));
+        let e = |source| LabError::Sys {
+            what: path.display().to_string(),
+            source,
+        };
         if let Some(d) = path.parent() {
             std::fs::create_dir_all(d).map_err(e)?;
         }
@@ -449,12 +582,17 @@ impl PcapWriter {
         self.w
             .write_all(&h)
             .and_then(|_| self.w.write_all(frame))
-            .map_err(|err| LabError::Io(format!("{}: {err}", self.path.display())))
+            .map_err(|source| self.error(source))
+    }
+
+    fn error(&self, source: std::io::Error) -> LabError {
+        LabError::Sys {
+            what: self.path.display().to_string(),
+            source,
+        }
     }
 
     fn finish(mut self) -> Result<(), LabError> {
-        self.w
-            .flush()
-            .map_err(|err| LabError::Io(format!("{}: {err}", self.path.display())))
+        self.w.flush().map_err(|source| self.error(source))
     }
 }

@@ -176,19 +176,29 @@ enum Cause {
     Timeout,
 }
 
+/// One requester QP. Packets are numbered by their index in `pkts` (PSN = start PSN + index).
 struct ReqQp {
     plan: QpPlan,
     pkts: Vec<Pkt>,
+    /// Oldest unacknowledged packet.
     una: usize,
+    /// Next packet to send (below `high` after a go-back: a resend).
     next: usize,
+    /// One past the highest packet ever sent.
     high: usize,
+    /// Why packets below `high` are being sent again.
     cause: Cause,
+    /// When the rate allows the next packet.
     next_tx: Instant,
+    /// Sending waits until then after an RNR NAK.
     rnr_until: Option<Instant>,
+    /// Start of the local ACK timeout.
     last_progress: Instant,
+    /// Current rate (packets per second) and DCQCN alpha.
     rate: f64,
     alpha: f64,
     last_cnp: Option<Instant>,
+    /// Last rate cut or recovery step.
     last_adjust: Instant,
     st: ReqStats,
 }
@@ -227,235 +237,324 @@ impl PsnStream {
     }
 }
 
-/// The requester on h1 (call on a thread inside h1's namespace).
+/// DCQCN-like rate control: the gain of alpha, raised on each CNP and decayed while none comes.
+const DCQCN_G: f64 = 1.0 / 16.0;
+/// How often the rate recovers (and alpha decays) while no CNP comes.
+const ADJUST_PERIOD: Duration = Duration::from_millis(2);
+/// At most this many packets of one QP leave in a row before the next QP's turn.
+const BURST: usize = 16;
+
+/// The requester on h1 (call on a thread inside h1's namespace): receives, then sends what is
+/// due, until every QP's messages are acknowledged.
 pub fn run_requester(cfg: &RcConfig, iface: &str) -> Result<Vec<ReqStats>, LabError> {
-    let sock = RawSock::open(iface)?;
-    let start = Instant::now();
-    let mut qps: Vec<ReqQp> = cfg
-        .qps
-        .iter()
-        .map(|p| {
-            let pkts = packetize(&p.msgs, cfg.mtu);
-            ReqQp {
-                st: ReqStats {
-                    req_qpn: p.req_qpn,
-                    resp_qpn: p.resp_qpn,
-                    msgs: p.msgs.len() as u64,
-                    pkts_planned: pkts.len() as u64,
-                    min_rate_pps: cfg.rate_pps,
-                    ..Default::default()
-                },
-                plan: p.clone(),
-                pkts,
-                una: 0,
-                next: 0,
-                high: 0,
-                cause: Cause::Nak,
-                next_tx: start,
-                rnr_until: None,
-                last_progress: start,
-                rate: cfg.rate_pps,
-                alpha: 1.0,
-                last_cnp: None,
-                last_adjust: start,
-            }
-        })
-        .collect();
-    let by_qpn: HashMap<u32, usize> = qps
-        .iter()
-        .enumerate()
-        .map(|(i, q)| (q.plan.req_qpn, i))
-        .collect();
-    let mut ip_id: u16 = 0x1000;
-    let mut buf = vec![0u8; 16384];
-    const G: f64 = 1.0 / 16.0;
-    let adjust_period = Duration::from_millis(2);
+    let mut r = Requester::new(cfg, iface)?;
     loop {
         if stop_requested() {
             return Err(LabError::Interrupted);
         }
-        let now = Instant::now();
-        if now.duration_since(start) > cfg.deadline {
-            let left: Vec<String> = qps
-                .iter()
-                .filter(|q| q.una < q.pkts.len())
-                .map(|q| format!("QP 0x{:06x} at {}/{}", q.plan.req_qpn, q.una, q.pkts.len()))
-                .collect();
-            return Err(LabError::Traffic(format!(
-                "requester did not finish within {:?}: {}",
-                cfg.deadline,
-                left.join(", ")
-            )));
+        if Instant::now().duration_since(r.start) > cfg.deadline {
+            return Err(r.deadline_error());
         }
-        // Receive everything waiting.
-        while let Some((n, pkttype)) = sock.recv(&mut buf) {
+        r.receive();
+        let Some(next_wake) = r.send_due()? else {
+            break;
+        };
+        let wait = next_wake.saturating_duration_since(Instant::now());
+        r.sock.wait((wait.as_micros() as i32 + 999) / 1000);
+    }
+    Ok(r.qps.into_iter().map(|q| q.st).collect())
+}
+
+/// The requester's socket and QPs.
+struct Requester<'a> {
+    cfg: &'a RcConfig,
+    sock: RawSock,
+    start: Instant,
+    qps: Vec<ReqQp>,
+    /// Index in `qps` by requester QP number (the dest QP of ACKs and CNPs).
+    by_qpn: HashMap<u32, usize>,
+    /// IPv4 identification of the next frame.
+    ip_id: u16,
+    buf: Vec<u8>,
+}
+
+impl<'a> Requester<'a> {
+    fn new(cfg: &'a RcConfig, iface: &str) -> Result<Self, LabError> {
+        let sock = RawSock::open(iface)?;
+        let start = Instant::now();
+        let qps: Vec<ReqQp> = cfg.qps.iter().map(|p| ReqQp::new(p, cfg, start)).collect();
+        let by_qpn = qps
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.plan.req_qpn, i))
+            .collect();
+        Ok(Requester {
+            cfg,
+            sock,
+            start,
+            qps,
+            by_qpn,
+            ip_id: 0x1000,
+            buf: vec![0u8; 16384],
+        })
+    }
+
+    fn deadline_error(&self) -> LabError {
+        let left: Vec<String> = self
+            .qps
+            .iter()
+            .filter(|q| q.una < q.pkts.len())
+            .map(|q| format!("QP 0x{:06x} at {}/{}", q.plan.req_qpn, q.una, q.pkts.len()))
+            .collect();
+        LabError::Traffic(format!(
+            "requester did not finish within {:?}: {}",
+            self.cfg.deadline,
+            left.join(", ")
+        ))
+    }
+
+    /// Every waiting ACK, NAK and CNP, to its QP.
+    fn receive(&mut self) {
+        while let Some((n, pkttype)) = self.sock.recv(&mut self.buf) {
             if pkttype == PACKET_OUTGOING {
                 continue;
             }
-            let Some(rx) = wire::parse(&buf[..n]) else {
+            let Some(rx) = wire::parse(&self.buf[..n]) else {
                 continue;
             };
-            if rx.dst_ip != cfg.h1.ip {
+            if rx.dst_ip != self.cfg.h1.ip {
                 continue;
             }
-            let Some(&i) = by_qpn.get(&rx.dest_qp) else {
+            let Some(&i) = self.by_qpn.get(&rx.dest_qp) else {
                 continue;
             };
-            let q = &mut qps[i];
+            let q = &mut self.qps[i];
             let now = Instant::now();
-            let idx = psn_diff(rx.psn, q.plan.start_psn);
             match rx.opcode {
-                op::CNP => {
-                    q.st.cnps_rcvd += 1;
-                    q.alpha = (1.0 - G) * q.alpha + G;
-                    q.rate = (q.rate * (1.0 - q.alpha / 2.0)).max(cfg.min_rate_pps);
-                    q.st.rate_cuts += 1;
-                    q.st.min_rate_pps = q.st.min_rate_pps.min(q.rate);
-                    q.last_cnp = Some(now);
-                    q.last_adjust = now;
-                }
-                op::ACK => {
-                    let in_window = idx >= q.una as i32 - 1 && (idx as i64) < q.high as i64;
-                    match syndrome::kind(rx.syndrome) {
-                        0 => {
-                            q.st.acks_rcvd += 1;
-                            if in_window && idx as usize + 1 > q.una {
-                                q.una = idx as usize + 1;
-                                q.last_progress = now;
-                                if q.next < q.una {
-                                    q.next = q.una;
-                                }
-                            }
-                        }
-                        1 => {
-                            q.st.rnr_naks_rcvd += 1;
-                            if in_window && idx >= 0 {
-                                let idx = idx as usize;
-                                q.una = q.una.max(idx);
-                                q.next = idx;
-                                q.cause = Cause::Rnr;
-                                q.rnr_until = Some(now + cfg.rnr_timer);
-                                q.last_progress = now;
-                            }
-                        }
-                        3 => {
-                            q.st.naks_rcvd += 1;
-                            if in_window && idx >= 0 {
-                                let idx = idx as usize;
-                                q.una = q.una.max(idx);
-                                q.next = idx;
-                                q.cause = Cause::Nak;
-                                q.last_progress = now;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
+                op::CNP => q.on_cnp(self.cfg, now),
+                op::ACK => q.on_ack(self.cfg, &rx, now),
                 _ => {}
             }
         }
-        // Timers and sending.
+    }
+
+    /// Runs every unfinished QP's timers and sends what is due; returns when to look again, or
+    /// `None` once every QP is done.
+    fn send_due(&mut self) -> Result<Option<Instant>, LabError> {
+        let cfg = self.cfg;
         let now = Instant::now();
         let mut all_done = true;
         let mut next_wake = now + Duration::from_millis(1);
-        for q in qps.iter_mut() {
+        for q in self.qps.iter_mut() {
             if q.una >= q.pkts.len() {
                 q.st.completed = true;
                 continue;
             }
             all_done = false;
-            // DCQCN-like recovery: alpha decays and the rate climbs back while no CNP comes.
-            if now.duration_since(q.last_adjust) >= adjust_period {
-                q.last_adjust = now;
-                if q.last_cnp
-                    .is_some_and(|t| now.duration_since(t) >= adjust_period)
-                {
-                    q.alpha *= 1.0 - G;
-                    q.rate = (q.rate + cfg.rate_pps) / 2.0;
-                }
+            q.recover_rate(cfg, now);
+            if let Some(t) = q.rnr_wait(now) {
+                next_wake = next_wake.min(t);
+                continue;
             }
-            if let Some(t) = q.rnr_until {
-                if now < t {
-                    next_wake = next_wake.min(t);
-                    continue;
-                }
-                q.rnr_until = None;
-            }
-            if q.next > q.una && now.duration_since(q.last_progress) > cfg.ack_timeout {
-                q.st.timeouts += 1;
-                q.next = q.una;
-                q.cause = Cause::Timeout;
-                q.last_progress = now;
-            }
-            let mut burst = 0;
-            while q.next < q.pkts.len()
-                && q.next < q.una + cfg.window as usize
-                && q.next_tx <= now
-                && burst < 16
-            {
-                let i = q.next;
-                let p = q.pkts[i];
-                if q.next == q.una {
-                    // The ACK timer starts when something becomes outstanding.
-                    q.last_progress = now;
-                }
-                let psn = psn_add(q.plan.start_psn, i as u32);
-                let a = Addr {
-                    src_mac: cfg.h1.mac,
-                    dst_mac: cfg.h2.mac,
-                    src_ip: cfg.h1.ip,
-                    dst_ip: cfg.h2.ip,
-                    udp_sport: q.plan.udp_sport,
-                    dscp: cfg.marking.data_dscp,
-                    ecn: cfg.marking.data_ecn,
-                    ip_id,
-                };
-                ip_id = ip_id.wrapping_add(1);
-                let b = BthFields {
-                    opcode: p.opcode,
-                    solicited: false,
-                    pad: 0,
-                    pkey: 0xffff,
-                    becn: false,
-                    dest_qp: q.plan.resp_qpn,
-                    ack_req: p.ack_req,
-                    psn,
-                };
-                let ext = match p.reth {
-                    Some((va, len)) => wire::reth(va, 0x1234, len).to_vec(),
-                    None => Vec::new(),
-                };
-                sock.send(&wire::frame(&a, &b, &ext, p.len as usize))?;
-                q.st.data_sent += 1;
-                if i < q.high {
-                    match q.cause {
-                        Cause::Nak => q.st.resent_after_nak += 1,
-                        Cause::Rnr => q.st.resent_after_rnr += 1,
-                        Cause::Timeout => q.st.resent_after_timeout += 1,
-                    }
-                } else {
-                    q.high = i + 1;
-                }
-                q.next += 1;
-                burst += 1;
-                let step = Duration::from_secs_f64(1.0 / q.rate.max(1.0));
-                q.next_tx = if q.next_tx + step < now {
-                    now
-                } else {
-                    q.next_tx + step
-                };
-            }
-            if q.next < q.pkts.len() && q.next < q.una + cfg.window as usize {
+            q.check_ack_timeout(cfg, now);
+            q.send_burst(cfg, &self.sock, &mut self.ip_id, now)?;
+            if q.window_open(cfg) {
                 next_wake = next_wake.min(q.next_tx);
             }
         }
-        if all_done {
-            break;
-        }
-        let wait = next_wake.saturating_duration_since(Instant::now());
-        sock.wait((wait.as_micros() as i32 + 999) / 1000);
+        Ok((!all_done).then_some(next_wake))
     }
-    Ok(qps.into_iter().map(|q| q.st).collect())
+}
+
+impl ReqQp {
+    fn new(p: &QpPlan, cfg: &RcConfig, start: Instant) -> ReqQp {
+        let pkts = packetize(&p.msgs, cfg.mtu);
+        ReqQp {
+            st: ReqStats {
+                req_qpn: p.req_qpn,
+                resp_qpn: p.resp_qpn,
+                msgs: p.msgs.len() as u64,
+                pkts_planned: pkts.len() as u64,
+                min_rate_pps: cfg.rate_pps,
+                ..Default::default()
+            },
+            plan: p.clone(),
+            pkts,
+            una: 0,
+            next: 0,
+            high: 0,
+            cause: Cause::Nak,
+            next_tx: start,
+            rnr_until: None,
+            last_progress: start,
+            rate: cfg.rate_pps,
+            alpha: 1.0,
+            last_cnp: None,
+            last_adjust: start,
+        }
+    }
+
+    /// A CNP: alpha rises and the rate is cut (rate *= 1 - alpha/2, not below the minimum).
+    fn on_cnp(&mut self, cfg: &RcConfig, now: Instant) {
+        self.st.cnps_rcvd += 1;
+        self.alpha = (1.0 - DCQCN_G) * self.alpha + DCQCN_G;
+        self.rate = (self.rate * (1.0 - self.alpha / 2.0)).max(cfg.min_rate_pps);
+        self.st.rate_cuts += 1;
+        self.st.min_rate_pps = self.st.min_rate_pps.min(self.rate);
+        self.last_cnp = Some(now);
+        self.last_adjust = now;
+    }
+
+    /// DCQCN-like recovery: every adjust period without a CNP, alpha decays and the rate climbs
+    /// halfway back to the initial rate.
+    fn recover_rate(&mut self, cfg: &RcConfig, now: Instant) {
+        if now.duration_since(self.last_adjust) >= ADJUST_PERIOD {
+            self.last_adjust = now;
+            if self
+                .last_cnp
+                .is_some_and(|t| now.duration_since(t) >= ADJUST_PERIOD)
+            {
+                self.alpha *= 1.0 - DCQCN_G;
+                self.rate = (self.rate + cfg.rate_pps) / 2.0;
+            }
+        }
+    }
+
+    /// An ACK (the window advances), an RNR NAK (resend from its PSN once the RNR timer ends)
+    /// or a NAK (go back N to its PSN). Only ACKs inside the window move anything.
+    fn on_ack(&mut self, cfg: &RcConfig, rx: &wire::Rx, now: Instant) {
+        let idx = psn_diff(rx.psn, self.plan.start_psn);
+        let in_window = idx >= self.una as i32 - 1 && (idx as i64) < self.high as i64;
+        match syndrome::kind(rx.syndrome) {
+            0 => {
+                self.st.acks_rcvd += 1;
+                if in_window && idx as usize + 1 > self.una {
+                    self.una = idx as usize + 1;
+                    self.last_progress = now;
+                    if self.next < self.una {
+                        self.next = self.una;
+                    }
+                }
+            }
+            1 => {
+                self.st.rnr_naks_rcvd += 1;
+                if in_window && idx >= 0 {
+                    self.go_back(idx as usize, Cause::Rnr, now);
+                    self.rnr_until = Some(now + cfg.rnr_timer);
+                }
+            }
+            3 => {
+                self.st.naks_rcvd += 1;
+                if in_window && idx >= 0 {
+                    self.go_back(idx as usize, Cause::Nak, now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Resends from packet `idx` on, counting the resends against `cause`.
+    fn go_back(&mut self, idx: usize, cause: Cause, now: Instant) {
+        self.una = self.una.max(idx);
+        self.next = idx;
+        self.cause = cause;
+        self.last_progress = now;
+    }
+
+    /// While an RNR NAK's timer runs: when it ends (clears it once it has).
+    fn rnr_wait(&mut self, now: Instant) -> Option<Instant> {
+        match self.rnr_until {
+            Some(t) if now < t => Some(t),
+            _ => {
+                self.rnr_until = None;
+                None
+            }
+        }
+    }
+
+    /// The local ACK timeout: nothing acknowledged for `ack_timeout` while packets are
+    /// outstanding resends from the oldest.
+    fn check_ack_timeout(&mut self, cfg: &RcConfig, now: Instant) {
+        if self.next > self.una && now.duration_since(self.last_progress) > cfg.ack_timeout {
+            self.st.timeouts += 1;
+            self.go_back(self.una, Cause::Timeout, now);
+        }
+    }
+
+    /// Whether a packet is left to send and the window has room for it.
+    fn window_open(&self, cfg: &RcConfig) -> bool {
+        self.next < self.pkts.len() && self.next < self.una + cfg.window as usize
+    }
+
+    /// Sends up to [`BURST`] packets whose time has come at the QP's rate.
+    fn send_burst(
+        &mut self,
+        cfg: &RcConfig,
+        sock: &RawSock,
+        ip_id: &mut u16,
+        now: Instant,
+    ) -> Result<(), LabError> {
+        let mut burst = 0;
+        while self.window_open(cfg) && self.next_tx <= now && burst < BURST {
+            let i = self.next;
+            if i == self.una {
+                // The ACK timer starts when something becomes outstanding.
+                self.last_progress = now;
+            }
+            let frame = self.data_frame(cfg, i, *ip_id);
+            *ip_id = ip_id.wrapping_add(1);
+            sock.send(&frame)?;
+            self.st.data_sent += 1;
+            if i < self.high {
+                match self.cause {
+                    Cause::Nak => self.st.resent_after_nak += 1,
+                    Cause::Rnr => self.st.resent_after_rnr += 1,
+                    Cause::Timeout => self.st.resent_after_timeout += 1,
+                }
+            } else {
+                self.high = i + 1;
+            }
+            self.next += 1;
+            burst += 1;
+            let step = Duration::from_secs_f64(1.0 / self.rate.max(1.0));
+            self.next_tx = if self.next_tx + step < now {
+                now
+            } else {
+                self.next_tx + step
+            };
+        }
+        Ok(())
+    }
+
+    /// Packet `i` of the send queue as a frame from h1 to h2.
+    fn data_frame(&self, cfg: &RcConfig, i: usize, ip_id: u16) -> Vec<u8> {
+        let p = self.pkts[i];
+        let a = Addr {
+            src_mac: cfg.h1.mac,
+            dst_mac: cfg.h2.mac,
+            src_ip: cfg.h1.ip,
+            dst_ip: cfg.h2.ip,
+            udp_sport: self.plan.udp_sport,
+            dscp: cfg.marking.data_dscp,
+            ecn: cfg.marking.data_ecn,
+            ip_id,
+        };
+        let b = BthFields {
+            opcode: p.opcode,
+            solicited: false,
+            pad: 0,
+            pkey: 0xffff,
+            becn: false,
+            dest_qp: self.plan.resp_qpn,
+            ack_req: p.ack_req,
+            psn: psn_add(self.plan.start_psn, i as u32),
+        };
+        let ext = match p.reth {
+            Some((va, len)) => wire::reth(va, 0x1234, len).to_vec(),
+            None => Vec::new(),
+        };
+        wire::frame(&a, &b, &ext, p.len as usize)
+    }
 }
 
 /// What the responder did and saw, per QP.
@@ -546,27 +645,13 @@ pub fn run_responder(
     let mut qps: HashMap<u32, RespQp> = cfg
         .qps
         .iter()
-        .map(|p| {
-            (
-                p.resp_qpn,
-                RespQp {
-                    plan: p.clone(),
-                    epsn: p.start_psn,
-                    msn: 0,
-                    nak: NakState::None,
-                    since_ack: 0,
-                    rq: p.rq.map(|(n, d)| (n, d, start, n)),
-                    last_cnp: None,
-                    st: RespStats {
-                        resp_qpn: p.resp_qpn,
-                        req_qpn: p.req_qpn,
-                        ..Default::default()
-                    },
-                },
-            )
-        })
+        .map(|p| (p.resp_qpn, RespQp::new(p, start)))
         .collect();
-    let mut ip_id: u16 = 0x2000;
+    let mut tx = ReplyTx {
+        cfg,
+        sock: &sock,
+        ip_id: 0x2000,
+    };
     let mut buf = vec![0u8; 16384];
     let mut drops = 0u64;
     let mut done_at: Option<Instant> = None;
@@ -598,120 +683,8 @@ pub fn run_responder(
             let Some(q) = qps.get_mut(&rx.dest_qp) else {
                 continue;
             };
-            let now = Instant::now();
-            q.st.data_rcvd += 1;
-            q.st.dscp_rcvd[rx.dscp as usize & 63] += 1;
-            q.st.stream.push(rx.psn);
-            if !rx.icrc_ok {
-                q.st.icrc_bad += 1;
-                continue;
-            }
-            let mut out: Vec<(BthFields, Vec<u8>, Marking2)> = Vec::new();
-            if rx.ecn == 3 {
-                q.st.ce_rcvd += 1;
-                if q.last_cnp
-                    .is_none_or(|t| now.duration_since(t) >= cfg.cnp_interval)
-                {
-                    if let Some(t) = q.last_cnp {
-                        let d = now.duration_since(t);
-                        q.st.min_cnp_spacing = Some(q.st.min_cnp_spacing.map_or(d, |m| m.min(d)));
-                    }
-                    q.last_cnp = Some(now);
-                    q.st.cnps_sent += 1;
-                    out.push((
-                        BthFields {
-                            opcode: op::CNP,
-                            pkey: 0xffff,
-                            becn: true,
-                            dest_qp: q.plan.req_qpn,
-                            ..Default::default()
-                        },
-                        vec![0u8; 16],
-                        Marking2::Cnp,
-                    ));
-                } else {
-                    q.st.cnps_suppressed += 1;
-                }
-            }
-            let d = psn_diff(rx.psn, q.epsn);
-            let ack = |q: &RespQp, syn: u8, psn: u32| {
-                (
-                    BthFields {
-                        opcode: op::ACK,
-                        pkey: 0xffff,
-                        dest_qp: q.plan.req_qpn,
-                        psn,
-                        ..Default::default()
-                    },
-                    wire::aeth(syn, q.msn).to_vec(),
-                    Marking2::Ack,
-                )
-            };
-            if d == 0 {
-                // Receive queue: replenish, then a SEND's first packet needs a WQE.
-                let mut rnr = false;
-                if let Some((credits, every, last, depth)) = q.rq.as_mut() {
-                    while now.duration_since(*last) >= *every {
-                        *credits = (*credits + 1).min(*depth);
-                        *last += *every;
-                    }
-                    if op::starts_send(rx.opcode) {
-                        if *credits == 0 {
-                            rnr = true;
-                        } else {
-                            *credits -= 1;
-                        }
-                    }
-                }
-                if rnr {
-                    q.nak = NakState::Rnr;
-                    q.st.rnr_naks_sent += 1;
-                    out.push(ack(q, syndrome::RNR_NAK, rx.psn));
-                } else {
-                    q.nak = NakState::None;
-                    q.epsn = psn_add(q.epsn, 1);
-                    q.st.accepted += 1;
-                    if op::ends_message(rx.opcode) {
-                        q.msn = (q.msn + 1) & 0xff_ffff;
-                        q.st.msgs_completed += 1;
-                    }
-                    q.since_ack += 1;
-                    if rx.ack_req || q.since_ack >= cfg.ack_every {
-                        q.since_ack = 0;
-                        q.st.acks_sent += 1;
-                        out.push(ack(q, syndrome::ACK, rx.psn));
-                    }
-                }
-            } else if d > 0 {
-                if q.nak == NakState::None {
-                    q.nak = NakState::Seq;
-                    q.st.naks_sent += 1;
-                    out.push(ack(q, syndrome::NAK_PSN_SEQ_ERR, q.epsn));
-                } else {
-                    q.st.out_of_order_dropped += 1;
-                }
-            } else {
-                q.st.duplicates += 1;
-                q.st.acks_sent += 1;
-                out.push(ack(q, syndrome::ACK, psn_add(q.epsn, wire::PSN_MASK)));
-            }
-            for (b, ext, m) in out {
-                let (dscp, ecn) = match m {
-                    Marking2::Ack => (cfg.marking.ack_dscp, cfg.marking.ack_ecn),
-                    Marking2::Cnp => (cfg.marking.cnp_dscp, cfg.marking.cnp_ecn),
-                };
-                let a = Addr {
-                    src_mac: cfg.h2.mac,
-                    dst_mac: cfg.h1.mac,
-                    src_ip: cfg.h2.ip,
-                    dst_ip: cfg.h1.ip,
-                    udp_sport: q.plan.udp_sport,
-                    dscp,
-                    ecn,
-                    ip_id,
-                };
-                ip_id = ip_id.wrapping_add(1);
-                sock.send(&wire::frame(&a, &b, &ext, 0))?;
+            for reply in q.on_data(cfg, &rx, Instant::now()) {
+                tx.send(q.plan.udp_sport, reply)?;
             }
         }
         drops += sock.drops() as u64;
@@ -724,10 +697,195 @@ pub fn run_responder(
     })
 }
 
+/// What the responder sends back: an ACK / NAK (AETH) or a CNP, marked as the profile says.
+struct Reply {
+    bth: BthFields,
+    ext: Vec<u8>,
+    kind: ReplyKind,
+}
+
 #[derive(Clone, Copy)]
-enum Marking2 {
+enum ReplyKind {
     Ack,
     Cnp,
+}
+
+/// The responder's sending side: frames from h2 to h1.
+struct ReplyTx<'a> {
+    cfg: &'a RcConfig,
+    sock: &'a RawSock,
+    /// IPv4 identification of the next frame.
+    ip_id: u16,
+}
+
+impl ReplyTx<'_> {
+    fn send(&mut self, udp_sport: u16, r: Reply) -> Result<(), LabError> {
+        let m = &self.cfg.marking;
+        let (dscp, ecn) = match r.kind {
+            ReplyKind::Ack => (m.ack_dscp, m.ack_ecn),
+            ReplyKind::Cnp => (m.cnp_dscp, m.cnp_ecn),
+        };
+        let (h1, h2) = (&self.cfg.h1, &self.cfg.h2);
+        let a = Addr {
+            src_mac: h2.mac,
+            dst_mac: h1.mac,
+            src_ip: h2.ip,
+            dst_ip: h1.ip,
+            udp_sport,
+            dscp,
+            ecn,
+            ip_id: self.ip_id,
+        };
+        self.ip_id = self.ip_id.wrapping_add(1);
+        self.sock.send(&wire::frame(&a, &r.bth, &r.ext, 0))
+    }
+}
+
+impl RespQp {
+    fn new(p: &QpPlan, start: Instant) -> RespQp {
+        RespQp {
+            plan: p.clone(),
+            epsn: p.start_psn,
+            msn: 0,
+            nak: NakState::None,
+            since_ack: 0,
+            rq: p.rq.map(|(n, d)| (n, d, start, n)),
+            last_cnp: None,
+            st: RespStats {
+                resp_qpn: p.resp_qpn,
+                req_qpn: p.req_qpn,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// One data packet: counted and analysed, then answered (a CNP for CE first, then by its
+    /// PSN against the expected one: accepted and maybe ACKed, NAKed, or re-ACKed).
+    fn on_data(&mut self, cfg: &RcConfig, rx: &wire::Rx, now: Instant) -> Vec<Reply> {
+        self.st.data_rcvd += 1;
+        self.st.dscp_rcvd[rx.dscp as usize & 63] += 1;
+        self.st.stream.push(rx.psn);
+        if !rx.icrc_ok {
+            self.st.icrc_bad += 1;
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        if rx.ecn == 3 {
+            out.extend(self.on_ce(cfg, now));
+        }
+        let d = psn_diff(rx.psn, self.epsn);
+        let answer = if d == 0 {
+            self.on_expected(cfg, rx, now)
+        } else if d > 0 {
+            self.on_ahead()
+        } else {
+            self.st.duplicates += 1;
+            self.st.acks_sent += 1;
+            Some(self.ack(syndrome::ACK, psn_add(self.epsn, wire::PSN_MASK)))
+        };
+        out.extend(answer);
+        out
+    }
+
+    /// A CE mark: a CNP, unless one went out less than the CNP interval ago.
+    fn on_ce(&mut self, cfg: &RcConfig, now: Instant) -> Option<Reply> {
+        self.st.ce_rcvd += 1;
+        if self
+            .last_cnp
+            .is_some_and(|t| now.duration_since(t) < cfg.cnp_interval)
+        {
+            self.st.cnps_suppressed += 1;
+            return None;
+        }
+        if let Some(t) = self.last_cnp {
+            let d = now.duration_since(t);
+            self.st.min_cnp_spacing = Some(self.st.min_cnp_spacing.map_or(d, |m| m.min(d)));
+        }
+        self.last_cnp = Some(now);
+        self.st.cnps_sent += 1;
+        Some(Reply {
+            bth: BthFields {
+                opcode: op::CNP,
+                pkey: 0xffff,
+                becn: true,
+                dest_qp: self.plan.req_qpn,
+                ..Default::default()
+            },
+            ext: vec![0u8; 16],
+            kind: ReplyKind::Cnp,
+        })
+    }
+
+    /// The expected PSN: an RNR NAK when a SEND finds no receive WQE, else accepted (ACKed on
+    /// AckReq or every `ack_every` packets).
+    fn on_expected(&mut self, cfg: &RcConfig, rx: &wire::Rx, now: Instant) -> Option<Reply> {
+        if !self.take_wqe(rx.opcode, now) {
+            self.nak = NakState::Rnr;
+            self.st.rnr_naks_sent += 1;
+            return Some(self.ack(syndrome::RNR_NAK, rx.psn));
+        }
+        self.nak = NakState::None;
+        self.epsn = psn_add(self.epsn, 1);
+        self.st.accepted += 1;
+        if op::ends_message(rx.opcode) {
+            self.msn = (self.msn + 1) & 0xff_ffff;
+            self.st.msgs_completed += 1;
+        }
+        self.since_ack += 1;
+        if !(rx.ack_req || self.since_ack >= cfg.ack_every) {
+            return None;
+        }
+        self.since_ack = 0;
+        self.st.acks_sent += 1;
+        Some(self.ack(syndrome::ACK, rx.psn))
+    }
+
+    /// The emulated receive queue: replenished (one WQE per period, up to its depth), then a
+    /// SEND's first packet takes a WQE. False when it needs one and there is none.
+    fn take_wqe(&mut self, opcode: u8, now: Instant) -> bool {
+        let Some((credits, every, last, depth)) = self.rq.as_mut() else {
+            return true;
+        };
+        while now.duration_since(*last) >= *every {
+            *credits = (*credits + 1).min(*depth);
+            *last += *every;
+        }
+        if !op::starts_send(opcode) {
+            return true;
+        }
+        if *credits == 0 {
+            return false;
+        }
+        *credits -= 1;
+        true
+    }
+
+    /// A PSN ahead of the expected one: the first of an episode gets a NAK (PSN sequence
+    /// error), the rest are dropped silently until the expected PSN comes.
+    fn on_ahead(&mut self) -> Option<Reply> {
+        if self.nak != NakState::None {
+            self.st.out_of_order_dropped += 1;
+            return None;
+        }
+        self.nak = NakState::Seq;
+        self.st.naks_sent += 1;
+        Some(self.ack(syndrome::NAK_PSN_SEQ_ERR, self.epsn))
+    }
+
+    /// An ACK / NAK with syndrome `syn` for `psn`, carrying the current MSN.
+    fn ack(&self, syn: u8, psn: u32) -> Reply {
+        Reply {
+            bth: BthFields {
+                opcode: op::ACK,
+                pkey: 0xffff,
+                dest_qp: self.plan.req_qpn,
+                psn,
+                ..Default::default()
+            },
+            ext: wire::aeth(syn, self.msn).to_vec(),
+            kind: ReplyKind::Ack,
+        }
+    }
 }
 
 #[cfg(test)]

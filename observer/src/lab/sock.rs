@@ -16,14 +16,19 @@ pub struct RawSock {
 }
 
 fn os_err(what: &str) -> LabError {
-    LabError::Io(format!("{what}: {}", std::io::Error::last_os_error()))
+    LabError::Sys {
+        what: what.to_string(),
+        source: std::io::Error::last_os_error(),
+    }
 }
 
 impl RawSock {
     /// Opens a socket on `iface` (in the current thread's namespace) receiving every frame.
     pub fn open(iface: &str) -> Result<RawSock, LabError> {
-        let name = CString::new(iface)
-            .map_err(|_| LabError::Io(format!("bad interface name {iface:?}")))?;
+        let name = CString::new(iface).map_err(|e| LabError::Sys {
+            what: format!("bad interface name {iface:?}"),
+            source: e.into(),
+        })?;
         // SAFETY: plain libc calls with valid arguments; the fd is owned right away.
         unsafe {
             let ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
@@ -107,10 +112,10 @@ impl RawSock {
                     return Ok(());
                 }
             }
-            return Err(LabError::Io(format!(
-                "send on ifindex {}: {e}",
-                self.ifindex
-            )));
+            return Err(LabError::Sys {
+                what: format!("send on ifindex {}", self.ifindex),
+                source: e,
+            });
         }
         Ok(())
     }

@@ -61,9 +61,15 @@ impl Topology {
         Ok(t)
     }
 
+    /// The observed hosts as (namespace, interface, name): h2 first, then h1.
+    pub fn observed_hosts(&self) -> [(&Netns, &'static str, &'static str); 2] {
+        [(&self.h2, H2_IF, "h2"), (&self.h1, H1_IF, "h1")]
+    }
+
+    /// The links, the bridge, the addresses, the hosts' firewall and neighbours, in that order;
+    /// returns once both switch ports are up.
     fn build(&self) -> Result<(), NetnsError> {
         let (h1, sw, h2) = (&self.h1, &self.sw, &self.h2);
-        let mtu = LINK_MTU.to_string();
         for ns in [h1, sw, h2] {
             // Quiet links: no IPv6 router solicitations or MLD reports in the observed traffic.
             ns.exec("sysctl", &["-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])?;
@@ -72,27 +78,37 @@ impl Topology {
                 &["-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"],
             )?;
         }
+        self.add_links()?;
+        self.address_hosts()?;
+        self.host_rules_and_neighbours()?;
+        // Let the bridge learn both hosts before any fault rule counts a frame.
+        wait_oper_up(sw, SW_P1)?;
+        wait_oper_up(sw, SW_P2)?;
+        Ok(())
+    }
+
+    /// The bridge and the two veth pairs (jumbo MTU, fixed MACs), the switch ports enslaved and
+    /// everything in the switch up.
+    fn add_links(&self) -> Result<(), NetnsError> {
+        let (h1, sw, h2) = (&self.h1, &self.sw, &self.h2);
+        let mtu = LINK_MTU.to_string();
         sw.exec(
             "ip",
             &["link", "add", "br0", "type", "bridge", "stp_state", "0"],
         )?;
-        h1.exec(
-            "ip",
-            &[
-                "link", "add", H1_IF, "type", "veth", "peer", "name", SW_P1, "netns", &sw.name,
-            ],
-        )?;
-        h2.exec(
-            "ip",
-            &[
-                "link", "add", H2_IF, "type", "veth", "peer", "name", SW_P2, "netns", &sw.name,
-            ],
-        )?;
+        for (ns, dev, port) in [(h1, H1_IF, SW_P1), (h2, H2_IF, SW_P2)] {
+            ns.exec(
+                "ip",
+                &[
+                    "link", "add", dev, "type", "veth", "peer", "name", port, "netns", &sw.name,
+                ],
+            )?;
+        }
         for (ns, dev, mac) in [
-            (&h1, H1_IF, H1_MAC),
-            (&h2, H2_IF, H2_MAC),
-            (&sw, SW_P1, SW_P1_MAC),
-            (&sw, SW_P2, SW_P2_MAC),
+            (h1, H1_IF, H1_MAC),
+            (h2, H2_IF, H2_MAC),
+            (sw, SW_P1, SW_P1_MAC),
+            (sw, SW_P2, SW_P2_MAC),
         ] {
             let mac = mac_str(&mac);
             ns.exec("ip", &["link", "set", dev, "address", &mac, "mtu", &mtu])?;
@@ -103,48 +119,41 @@ impl Topology {
             sw.exec("ip", &["link", "set", p, "up"])?;
         }
         sw.exec("ip", &["link", "set", "br0", "up"])?;
-        h1.exec(
-            "ip",
-            &[
-                "addr",
-                "add",
-                &format!("{}/24", ip_str(&H1_IP)),
-                "dev",
-                H1_IF,
-            ],
-        )?;
-        h2.exec(
-            "ip",
-            &[
-                "addr",
-                "add",
-                &format!("{}/24", ip_str(&H2_IP)),
-                "dev",
-                H2_IF,
-            ],
-        )?;
-        h1.exec("ip", &["link", "set", H1_IF, "up"])?;
-        h2.exec("ip", &["link", "set", H2_IF, "up"])?;
+        Ok(())
+    }
+
+    /// The hosts' addresses, then their interfaces up.
+    fn address_hosts(&self) -> Result<(), NetnsError> {
+        let hosts = [(&self.h1, H1_IF, H1_IP), (&self.h2, H2_IF, H2_IP)];
+        for (ns, dev, ip) in hosts {
+            let addr = format!("{}/24", ip_str(&ip));
+            ns.exec("ip", &["addr", "add", &addr, "dev", dev])?;
+        }
+        for (ns, dev, _) in hosts {
+            ns.exec("ip", &["link", "set", dev, "up"])?;
+        }
+        Ok(())
+    }
+
+    /// On each host: a firewall rule that keeps the kernel off UDP 4791, and the other host as
+    /// a static neighbour.
+    fn host_rules_and_neighbours(&self) -> Result<(), NetnsError> {
         // The emulated NICs own UDP 4791: the hosts' kernels must not answer it with ICMP
         // port-unreachable (AF_PACKET sockets and XDP/tc see the frames before this rule).
         let host_rules = "table inet rolab_host {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    udp dport 4791 drop\n  }\n}\n";
-        let rules_path = std::env::temp_dir().join(format!("ro-lab-host-{}.nft", h1.name));
+        let rules_path = std::env::temp_dir().join(format!("ro-lab-host-{}.nft", self.h1.name));
         std::fs::write(&rules_path, host_rules).map_err(|source| NetnsError::Sys {
             what: format!("writing {}", rules_path.display()),
             source,
         })?;
-        for ns in [h1, h2] {
-            let r = ns.exec("nft", &["-f", &rules_path.to_string_lossy()]);
-            if r.is_err() {
-                let _ = std::fs::remove_file(&rules_path);
-            }
-            r?;
+        let r = [
+            (&self.h1, H1_IF, H2_IP, H2_MAC),
+            (&self.h2, H2_IF, H1_IP, H1_MAC),
+        ]
+        .into_iter()
+        .try_for_each(|(ns, dev, peer_ip, peer_mac)| {
+            ns.exec("nft", &["-f", &rules_path.to_string_lossy()])?;
             // Static neighbours, so nothing but the lab's own frames crosses the links.
-            let (peer_ip, peer_mac, dev) = if std::ptr::eq(ns, h1) {
-                (H2_IP, H2_MAC, H1_IF)
-            } else {
-                (H1_IP, H1_MAC, H2_IF)
-            };
             ns.exec(
                 "ip",
                 &[
@@ -158,13 +167,11 @@ impl Topology {
                     "nud",
                     "permanent",
                 ],
-            )?;
-        }
+            )
+            .map(drop)
+        });
         let _ = std::fs::remove_file(&rules_path);
-        // Let the bridge learn both hosts before any fault rule counts a frame.
-        wait_oper_up(sw, SW_P1)?;
-        wait_oper_up(sw, SW_P2)?;
-        Ok(())
+        r
     }
 }
 

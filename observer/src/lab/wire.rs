@@ -1,10 +1,11 @@
 //! RoCEv2 frames as the lab's emulated NICs put them on the wire: Ethernet / IPv4 / UDP 4791 /
 //! BTH [/ RETH | AETH | CNP reserved bytes] / payload / ICRC, and the parse of the frames they
-//! receive. Built with etherparse's header types and checked with `observer_common::icrc`; the
-//! lab's own parse (not the observer's `parse::classify`), so the ground truth is independent.
+//! receive. Built by `observer_common::frames`; parsed with etherparse's header types and
+//! checked with `observer_common::icrc`: the lab's own parse (not the observer's
+//! `parse::classify`), so the ground truth is independent.
 
-use etherparse::{EtherType, Ethernet2Header, IpDscp, IpEcn, IpNumber, Ipv4Header, UdpHeader};
-use observer_common::icrc;
+use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, UdpHeader};
+use observer_common::{frames, icrc};
 
 pub const ROCE_PORT: u16 = 4791;
 pub const BTH_LEN: usize = 12;
@@ -12,7 +13,6 @@ pub const RETH_LEN: usize = 16;
 pub const AETH_LEN: usize = 4;
 pub const ICRC_LEN: usize = 4;
 const ETH_LEN: usize = 14;
-const IP_LEN: usize = 20;
 const UDP_LEN: usize = 8;
 
 /// RC and CNP opcodes the lab uses.
@@ -92,72 +92,36 @@ pub struct BthFields {
     pub psn: u32,
 }
 
-fn bth_bytes(b: &BthFields) -> [u8; BTH_LEN] {
-    let mut h = [0u8; BTH_LEN];
-    h[0] = b.opcode;
-    h[1] = ((b.solicited as u8) << 7) | ((b.pad & 3) << 4);
-    h[2..4].copy_from_slice(&b.pkey.to_be_bytes());
-    h[4] = if b.becn { 0x40 } else { 0 };
-    h[5..8].copy_from_slice(&(b.dest_qp & 0xff_ffff).to_be_bytes()[1..]);
-    h[8] = if b.ack_req { 0x80 } else { 0 };
-    h[9..12].copy_from_slice(&(b.psn & PSN_MASK).to_be_bytes()[1..]);
-    h
-}
-
-/// A complete frame: headers, `ext` (RETH/AETH/CNP reserved bytes), `payload_len` bytes of
-/// payload (a pattern derived from the PSN), padding to 4 bytes, and the ICRC.
+/// A complete frame (built by `observer_common::frames`): headers, `ext` (RETH/AETH/CNP
+/// reserved bytes), `payload_len` bytes of payload (a pattern derived from the PSN), padding to
+/// 4 bytes, and the ICRC. IPv4 with DF, UDP checksum 0 (RoCEv2 NICs send 0: the ICRC protects
+/// the payload).
 pub fn frame(a: &Addr, bth: &BthFields, ext: &[u8], payload_len: usize) -> Vec<u8> {
-    let pad = (4 - payload_len % 4) % 4;
-    let mut bth = *bth;
-    bth.pad = pad as u8;
-    let udp_payload = BTH_LEN + ext.len() + payload_len + pad + ICRC_LEN;
-    let udp_len = (UDP_LEN + udp_payload) as u16;
-    let eth = Ethernet2Header {
-        source: a.src_mac,
-        destination: a.dst_mac,
-        ether_type: EtherType::IPV4,
+    let b = frames::Bth {
+        opcode: bth.opcode,
+        se: bth.solicited,
+        pad: bth.pad,
+        pkey: bth.pkey,
+        becn: bth.becn,
+        dest_qp: bth.dest_qp & 0xff_ffff,
+        ack_req: bth.ack_req,
+        psn: bth.psn & PSN_MASK,
+        ..frames::Bth::default()
     };
-    let mut ip = Ipv4Header::new(udp_len, 64, IpNumber::UDP, a.src_ip, a.dst_ip)
-        .expect("UDP length below 65515 by construction");
-    ip.dscp = IpDscp::try_new(a.dscp & 0x3f).unwrap_or(IpDscp::ZERO);
-    ip.ecn = IpEcn::try_new(a.ecn & 3).unwrap_or(IpEcn::ZERO);
-    ip.identification = a.ip_id;
-    ip.header_checksum = ip.calc_header_checksum();
-    // RoCEv2 NICs send UDP checksum 0 (the ICRC protects the payload).
-    let udp = UdpHeader {
-        source_port: a.udp_sport,
-        destination_port: ROCE_PORT,
-        length: udp_len,
-        checksum: 0,
-    };
-    let mut f = Vec::with_capacity(ETH_LEN + IP_LEN + udp_len as usize);
-    f.extend_from_slice(&eth.to_bytes());
-    f.extend_from_slice(&ip.to_bytes());
-    f.extend_from_slice(&udp.to_bytes());
-    f.extend_from_slice(&bth_bytes(&bth));
-    f.extend_from_slice(ext);
-    let seed = bth.psn as u8;
-    f.extend((0..payload_len).map(|i| seed.wrapping_add(i as u8)));
-    f.extend(std::iter::repeat_n(0u8, pad));
-    let crc = icrc::compute(&f[ETH_LEN..], IP_LEN, false);
-    f.extend_from_slice(&crc.to_le_bytes());
-    f
+    frames::Roce::v4(a.src_ip, a.dst_ip)
+        .macs(a.src_mac, a.dst_mac)
+        .min_len(0)
+        .mark(a.dscp & 0x3f, a.ecn & 3)
+        .ip_id(a.ip_id)
+        .ports(a.udp_sport, ROCE_PORT)
+        .bth(b)
+        .ext(ext)
+        .payload_pattern(payload_len, bth.psn as u8, 1)
+        .pad_to_4()
+        .build()
 }
 
-/// RETH: virtual address, R_Key, DMA length.
-pub fn reth(va: u64, rkey: u32, dma_len: u32) -> [u8; RETH_LEN] {
-    let mut r = [0u8; RETH_LEN];
-    r[0..8].copy_from_slice(&va.to_be_bytes());
-    r[8..12].copy_from_slice(&rkey.to_be_bytes());
-    r[12..16].copy_from_slice(&dma_len.to_be_bytes());
-    r
-}
-
-/// AETH: syndrome and 24-bit MSN.
-pub fn aeth(syndrome: u8, msn: u32) -> [u8; AETH_LEN] {
-    let m = (msn & 0xff_ffff).to_be_bytes();
-    [syndrome, m[1], m[2], m[3]]
-}
+pub use observer_common::frames::{aeth, reth};
 
 /// A received RoCEv2 frame, as the lab's NICs read it.
 #[derive(Clone, Copy, Debug)]
@@ -232,30 +196,12 @@ pub fn parse(f: &[u8]) -> Option<Rx> {
 
 /// An 802.1Qbb PFC frame: class-enable vector and eight pause times (quanta).
 pub fn pfc_frame(src_mac: [u8; 6], class_enable: u8, times: [u16; 8]) -> Vec<u8> {
-    let mut f = mac_control_header(src_mac, 0x0101);
-    f.extend_from_slice(&(class_enable as u16).to_be_bytes());
-    for t in times {
-        f.extend_from_slice(&t.to_be_bytes());
-    }
-    f.resize(60, 0);
-    f
+    frames::MacControl::pfc(src_mac, class_enable as u16, times).build()
 }
 
 /// An 802.3x PAUSE frame with one pause time (quanta).
 pub fn pause_frame(src_mac: [u8; 6], quanta: u16) -> Vec<u8> {
-    let mut f = mac_control_header(src_mac, 0x0001);
-    f.extend_from_slice(&quanta.to_be_bytes());
-    f.resize(60, 0);
-    f
-}
-
-fn mac_control_header(src_mac: [u8; 6], opcode: u16) -> Vec<u8> {
-    let mut f = Vec::with_capacity(60);
-    f.extend_from_slice(&[0x01, 0x80, 0xc2, 0x00, 0x00, 0x01]);
-    f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&0x8808u16.to_be_bytes());
-    f.extend_from_slice(&opcode.to_be_bytes());
-    f
+    frames::MacControl::pause(src_mac, quanta).build()
 }
 
 #[cfg(test)]
