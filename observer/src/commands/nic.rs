@@ -611,37 +611,58 @@ fn rate_text(r: f64) -> String {
 /// Most unmapped changed counters listed in the text (all are in `--json`).
 const RAW_LINES: usize = 12;
 
-/// The text report, laid out for `width` columns.
+/// The text report, laid out for `width` columns: the header (netdev, RDMA port, sources,
+/// policy), the configuration, the checks, the counters, the result line.
 pub fn render_text(r: &NicReport, width: usize) -> String {
     let mut o = String::new();
     let w = width;
     let _ = writeln!(o, "roce-observe nic: {}", r.interface);
-    // header
-    let netdev = match &r.netdev.drvinfo {
-        Some(d) => {
-            let or_na = |s: &str| {
-                if s.is_empty() {
-                    "n/a".to_string()
-                } else {
-                    s.to_string()
-                }
-            };
-            format!(
-                "driver {} {} ({}), firmware {}, bus {}",
-                d.driver,
-                d.version,
-                match r.netdev.family {
-                    Driver::Other => "no vendor counter mapping".to_string(),
-                    f => format!("{} counter names", family_name(f)),
-                },
-                or_na(&d.fw_version),
-                or_na(&d.bus_info)
-            )
-        }
-        None => "driver information unavailable".into(),
+    field(&mut o, "  netdev    ", &netdev_text(&r.netdev), w);
+    field(&mut o, "  RDMA      ", &rdma_text(r.rdma.as_ref()), w);
+    sources_text(&mut o, &r.sources, w);
+    policy_text(&mut o, &r.policy, w);
+    configuration_text(&mut o, r, w);
+    checks_text(&mut o, &r.checks, w);
+    counters_text(&mut o, &r.counters, r.window_s, w);
+    result_text(&mut o, &r.summary, w);
+    o
+}
+
+fn trust_name(t: &Trust) -> &'static str {
+    match t {
+        Trust::Dscp => "dscp",
+        Trust::Pcp => "pcp",
+    }
+}
+
+/// The header's netdev line: driver, counter naming, firmware, bus.
+fn netdev_text(n: &NetdevInfo) -> String {
+    let Some(d) = &n.drvinfo else {
+        return "driver information unavailable".into();
     };
-    field(&mut o, "  netdev    ", &netdev, w);
-    let rdma = match &r.rdma {
+    let or_na = |s: &str| {
+        if s.is_empty() {
+            "n/a".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    format!(
+        "driver {} {} ({}), firmware {}, bus {}",
+        d.driver,
+        d.version,
+        match n.family {
+            Driver::Other => "no vendor counter mapping".to_string(),
+            f => format!("{} counter names", family_name(f)),
+        },
+        or_na(&d.fw_version),
+        or_na(&d.bus_info)
+    )
+}
+
+/// The header's RDMA line: the port whose counters were read.
+fn rdma_text(rdma: Option<&RdmaInfo>) -> String {
+    match rdma {
         Some(x) => format!(
             "{} port {} ({}, via {}), firmware {}",
             x.device,
@@ -651,10 +672,13 @@ pub fn render_text(r: &NicReport, width: usize) -> String {
             x.fw_version.value().map(String::as_str).unwrap_or("n/a")
         ),
         None => "none read (see rdma_counters below)".into(),
-    };
-    field(&mut o, "  RDMA      ", &rdma, w);
-    let answered: Vec<String> = r
-        .sources
+    }
+}
+
+/// The header's sources: the ones that answered on one line, then one line per unavailable or
+/// failed source with the reason.
+fn sources_text(o: &mut String, sources: &[SourceReport], w: usize) {
+    let answered: Vec<String> = sources
         .iter()
         .filter_map(|s| match &s.status {
             SourceStatus::Answered { via } => Some(format!("{} ({via})", source_name(s.source))),
@@ -666,79 +690,65 @@ pub fn render_text(r: &NicReport, width: usize) -> String {
     } else {
         answered.join(", ")
     };
-    field(&mut o, "  answered  ", &answered, w);
-    for s in &r.sources {
+    field(o, "  answered  ", &answered, w);
+    for s in sources {
         match &s.status {
             SourceStatus::Answered { .. } => {}
             SourceStatus::Unavailable(u) => {
                 let t = format!("{}: {u}", source_name(s.source));
-                field(&mut o, "  unavail.  ", &t, w);
+                field(o, "  unavail.  ", &t, w);
             }
             SourceStatus::Failed { error } => {
                 let t = format!("{}: {error}", source_name(s.source));
-                field(&mut o, "  FAILED    ", &t, w);
+                field(o, "  FAILED    ", &t, w);
             }
         }
     }
-    let p = &r.policy.expected;
+}
+
+/// The header's policy line (where the expectations come from, and what they are) and notes.
+fn policy_text(o: &mut String, policy: &PolicyInfo, w: usize) {
+    let p = &policy.expected;
     let pol = format!(
         "{}: PFC priority {}, data DSCP {}, CNP DSCP {} / priority {}, trust {}",
-        r.policy.source,
+        policy.source,
         p.rdma_priority,
         p.data_dscp,
         p.cnp_dscp,
         p.cnp_priority,
-        match p.trust {
-            Trust::Dscp => "dscp",
-            Trust::Pcp => "pcp",
-        }
+        trust_name(&p.trust)
     );
-    field(&mut o, "  policy    ", &pol, w);
-    for n in &r.policy.notes {
-        field(&mut o, "  note      ", n, w);
+    field(o, "  policy    ", &pol, w);
+    for n in &policy.notes {
+        field(o, "  note      ", n, w);
     }
+}
 
-    // configuration
-    let c = &r.config;
+/// `Configuration`: one labelled line per setting, its value or why it is unavailable.
+fn configuration_text(o: &mut String, r: &NicReport, w: usize) {
     let _ = writeln!(o, "\nConfiguration");
-    let rows: Vec<(&str, String)> = vec![
+    for (k, v) in configuration_rows(&r.sources, &r.config) {
+        field(o, &format!("  {k:<14}"), &v, w);
+    }
+}
+
+fn configuration_rows(sources: &[SourceReport], c: &ConfigView) -> Vec<(&'static str, String)> {
+    vec![
         (
             "PFC enabled",
-            show(&r.sources, &c.pfc_enabled, |v| {
+            show(sources, &c.pfc_enabled, |v| {
                 format!("priorities {}", list(v))
             }),
         ),
-        (
-            "global pause",
-            match &c.global_pause {
-                Some(p) => {
-                    let on = |b: Option<bool>| match b {
-                        Some(true) => "on",
-                        Some(false) => "off",
-                        None => "?",
-                    };
-                    format!("rx {}, tx {}", on(p.rx_pause), on(p.tx_pause))
-                }
-                None => "unavailable (see ethtool_pause above)".into(),
-            },
-        ),
-        (
-            "trust",
-            show(&r.sources, &c.trust, |t| {
-                match t {
-                    Trust::Dscp => "dscp",
-                    Trust::Pcp => "pcp",
-                }
-                .into()
-            }),
-        ),
+        ("global pause", global_pause_text(c.global_pause.as_ref())),
+        ("trust", show(sources, &c.trust, |t| trust_name(t).into())),
         (
             "DSCP -> prio",
-            show(&r.sources, &c.dscp_priority, |v| dscp_map_text(v)),
+            show(sources, &c.dscp_priority, |v| dscp_map_text(v)),
         ),
         (
             "ETS prio->TC",
-            show(&r.sources, &c.prio_tc, |v| {
+            show(sources, &c.prio_tc, |v| {
                 v.iter()
                     .enumerate()
                     .map(|(p, tc)| format!("{p}:{tc}"))
@@ -746,66 +756,86 @@ pub fn render_text(r: &NicReport, width: usize) -> String {
                     .join(" ")
             }),
         ),
-        ("CNP DSCP", show(&r.sources, &c.cnp_dscp, |v| v.to_string())),
+        ("CNP DSCP", show(sources, &c.cnp_dscp, |v| v.to_string())),
         (
             "CNP priority",
-            show(&r.sources, &c.cnp_priority, |v| v.to_string()),
+            show(sources, &c.cnp_priority, |v| v.to_string()),
         ),
         (
             "RoCE ToS",
-            show(&r.sources, &c.default_roce_tos, |t| {
+            show(sources, &c.default_roce_tos, |t| {
                 format!("{t} (DSCP {}, ECN bits {:02b})", t >> 2, t & 3)
             }),
         ),
         (
             "RoCE mode",
-            show(&r.sources, &c.default_roce_mode, |m| m.clone()),
+            show(sources, &c.default_roce_mode, |m| m.clone()),
         ),
-        ("GID types", show(&r.sources, &c.gid_types, |g| gid_text(g))),
-    ];
-    for (k, v) in rows {
-        field(&mut o, &format!("  {k:<14}"), &v, w);
-    }
+        ("GID types", show(sources, &c.gid_types, |g| gid_text(g))),
+    ]
+}
 
-    // checks
+fn global_pause_text(p: Option<&PauseStats>) -> String {
+    match p {
+        Some(p) => {
+            let on = |b: Option<bool>| match b {
+                Some(true) => "on",
+                Some(false) => "off",
+                None => "?",
+            };
+            format!("rx {}, tx {}", on(p.rx_pause), on(p.tx_pause))
+        }
+        None => "unavailable (see ethtool_pause above)".into(),
+    }
+}
+
+/// `Checks`: a verdict per check with what was observed; for a failed or unknown check also
+/// why, what was expected, the setting and a command to look at it.
+fn checks_text(o: &mut String, checks: &[Check], w: usize) {
     let _ = writeln!(o, "\nChecks");
-    let name_w = r.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
-    for ch in &r.checks {
-        let verdict = match ch.verdict {
-            Verdict::Pass => "PASS",
-            Verdict::Fail => "FAIL",
-            Verdict::Unknown(_) => "UNKNOWN",
-        };
-        let prefix = format!("  {verdict:<8}{:<name_w$}  ", ch.name);
-        if prefix.chars().count() + 20 <= w {
-            field(&mut o, &prefix, &ch.observed, w);
-        } else {
-            let _ = writeln!(o, "{}", prefix.trim_end());
-            field(&mut o, "            ", &ch.observed, w);
+    let name_w = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for ch in checks {
+        check_text(o, ch, name_w, w);
+    }
+}
+
+fn check_text(o: &mut String, ch: &Check, name_w: usize, w: usize) {
+    let verdict = match ch.verdict {
+        Verdict::Pass => "PASS",
+        Verdict::Fail => "FAIL",
+        Verdict::Unknown(_) => "UNKNOWN",
+    };
+    let prefix = format!("  {verdict:<8}{:<name_w$}  ", ch.name);
+    if prefix.chars().count() + 20 <= w {
+        field(o, &prefix, &ch.observed, w);
+    } else {
+        let _ = writeln!(o, "{}", prefix.trim_end());
+        field(o, "            ", &ch.observed, w);
+    }
+    let detail = |o: &mut String, label: &str, text: &str| {
+        field(o, &format!("            {label:<10}"), text, w);
+    };
+    match &ch.verdict {
+        Verdict::Pass => {}
+        Verdict::Fail => {
+            detail(o, "expected", &ch.expected);
+            detail(o, "setting", &ch.setting);
+            command_field(o, "            command   ", &ch.command, w);
         }
-        let detail = |o: &mut String, label: &str, text: &str| {
-            field(o, &format!("            {label:<10}"), text, w);
-        };
-        match &ch.verdict {
-            Verdict::Pass => {}
-            Verdict::Fail => {
-                detail(&mut o, "expected", &ch.expected);
-                detail(&mut o, "setting", &ch.setting);
-                command_field(&mut o, "            command   ", &ch.command, w);
-            }
-            Verdict::Unknown(why) => {
-                detail(&mut o, "why", why);
-                detail(&mut o, "expected", &ch.expected);
-                detail(&mut o, "setting", &ch.setting);
-                command_field(&mut o, "            command   ", &ch.command, w);
-            }
+        Verdict::Unknown(why) => {
+            detail(o, "why", why);
+            detail(o, "expected", &ch.expected);
+            detail(o, "setting", &ch.setting);
+            command_field(o, "            command   ", &ch.command, w);
         }
     }
+}
 
-    // counters
-    let k = &r.counters;
+/// `Counters over N s`: how many counters were read, the vendor-neutral quantities that
+/// changed, the unmapped counters that changed.
+fn counters_text(o: &mut String, k: &CountersView, window_s: f64, w: usize) {
     let count = |n: Option<usize>| n.map(|n| n.to_string()).unwrap_or_else(|| "n/a".into());
-    let _ = writeln!(o, "\nCounters over {:.2} s", r.window_s);
+    let _ = writeln!(o, "\nCounters over {window_s:.2} s");
     let head = format!(
         "ethtool {}, RDMA {} counters read; {} reset(s), {} 32-bit wrap(s)",
         count(k.raw_counts.ethtool),
@@ -813,76 +843,84 @@ pub fn render_text(r: &NicReport, width: usize) -> String {
         k.resets,
         k.wraps
     );
-    field(&mut o, "  raw       ", &head, w);
-    let changed: Vec<&QuantityRow> = k
-        .quantities
+    field(o, "  raw       ", &head, w);
+    quantities_text(o, &k.quantities, w);
+    unmapped_text(o, &k.raw_changed, w);
+}
+
+/// The vendor-neutral quantities that changed over the window, with their raw counter's name
+/// when the width leaves room for it.
+fn quantities_text(o: &mut String, quantities: &[QuantityRow], w: usize) {
+    let changed: Vec<&QuantityRow> = quantities
         .iter()
         .filter(|q| q.delta.is_some_and(|d| d > 0))
         .collect();
     if changed.is_empty() {
-        let why = if k.quantities.is_empty() {
+        let why = if quantities.is_empty() {
             "no vendor-neutral quantities for this driver (counters kept raw)"
         } else {
             "no vendor-neutral quantity changed"
         };
-        field(&mut o, "  neutral   ", why, w);
-    } else {
-        // the raw name column only when it has room
-        let raw_w = w.saturating_sub(51);
-        let raw_col = raw_w >= 16;
-        let head = format!("  {:<24} {:>12} {:>9}", "quantity", "delta", "per s");
-        if raw_col {
-            let _ = writeln!(o, "{head}  raw name");
-        } else {
-            let _ = writeln!(o, "{head}");
-        }
-        for q in changed {
-            let mut line = format!(
-                "  {:<24} {:>12} {:>9}",
-                q.quantity.name(),
-                q.delta.unwrap_or(0),
-                rate_text(q.rate_per_s.unwrap_or(0.0)),
-            );
-            if raw_col {
-                let _ = write!(line, "  {}", fit(&q.raw, raw_w));
-            }
-            if q.reset {
-                line.push_str(" (reset)");
-            }
-            let _ = writeln!(o, "{line}");
-        }
+        field(o, "  neutral   ", why, w);
+        return;
     }
-    if !k.raw_changed.is_empty() {
+    // the raw name column only when it has room
+    let raw_w = w.saturating_sub(51);
+    let raw_col = raw_w >= 16;
+    let head = format!("  {:<24} {:>12} {:>9}", "quantity", "delta", "per s");
+    if raw_col {
+        let _ = writeln!(o, "{head}  raw name");
+    } else {
+        let _ = writeln!(o, "{head}");
+    }
+    for q in changed {
+        let mut line = format!(
+            "  {:<24} {:>12} {:>9}",
+            q.quantity.name(),
+            q.delta.unwrap_or(0),
+            rate_text(q.rate_per_s.unwrap_or(0.0)),
+        );
+        if raw_col {
+            let _ = write!(line, "  {}", fit(&q.raw, raw_w));
+        }
+        if q.reset {
+            line.push_str(" (reset)");
+        }
+        let _ = writeln!(o, "{line}");
+    }
+}
+
+/// The counters without a vendor-neutral name that changed, at most [`RAW_LINES`] of them.
+fn unmapped_text(o: &mut String, raw_changed: &[RawRow], w: usize) {
+    if raw_changed.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "  unmapped counters that changed: {}", raw_changed.len());
+    let name_w = w.saturating_sub(37).clamp(12, 40);
+    for x in raw_changed.iter().take(RAW_LINES) {
+        let src = match x.src {
+            Src::Ethtool => "ethtool",
+            Src::Rdma => "rdma",
+        };
         let _ = writeln!(
             o,
-            "  unmapped counters that changed: {}",
-            k.raw_changed.len()
+            "    {src:<8}{:<name_w$} {:>12} {:>9}/s",
+            fit(&x.name, name_w),
+            x.delta,
+            rate_text(x.rate_per_s)
         );
-        let name_w = w.saturating_sub(37).clamp(12, 40);
-        for x in k.raw_changed.iter().take(RAW_LINES) {
-            let src = match x.src {
-                Src::Ethtool => "ethtool",
-                Src::Rdma => "rdma",
-            };
-            let _ = writeln!(
-                o,
-                "    {src:<8}{:<name_w$} {:>12} {:>9}/s",
-                fit(&x.name, name_w),
-                x.delta,
-                rate_text(x.rate_per_s)
-            );
-        }
-        if k.raw_changed.len() > RAW_LINES {
-            let _ = writeln!(
-                o,
-                "    ... {} more (--json lists them all)",
-                k.raw_changed.len() - RAW_LINES
-            );
-        }
     }
+    if raw_changed.len() > RAW_LINES {
+        let _ = writeln!(
+            o,
+            "    ... {} more (--json lists them all)",
+            raw_changed.len() - RAW_LINES
+        );
+    }
+}
 
-    // summary
-    let s = &r.summary;
+/// The closing `Result:` line, after a blank line.
+fn result_text(o: &mut String, s: &Summary, w: usize) {
     let mut line = format!(
         "\nResult: {}: {} failed, {} passed, {} unknown",
         s.result.to_uppercase(),
@@ -896,7 +934,6 @@ pub fn render_text(r: &NicReport, width: usize) -> String {
     let mut tail = String::new();
     field(&mut tail, "", line.trim_start(), w);
     let _ = write!(o, "\n{tail}");
-    o
 }
 
 /// A name cut to `width` columns, the cut marked with `~` (table cells only; `--json` has
@@ -985,9 +1022,9 @@ pub fn run(args: NicArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::nic::RdmaPort;
     use crate::sources::nic::config::CcParam;
     use crate::sources::nic::dcb::{DcbApp, DcbIeee, IeeeEts, IeeePfc};
+    use crate::sources::nic::{RdmaPort, Unavailable};
 
     fn mlx5_sample(t: u64, pause3: u64, cnp: u64) -> NicSample {
         let mut s = NicSample::empty("ens1f0np0", t);
@@ -1177,4 +1214,572 @@ mod tests {
             "prio 0: DSCP 1-2,5; prio 3: DSCP 26"
         );
     }
+
+    /// A report that reaches the text's other branches: no drvinfo or RDMA port, unavailable
+    /// and failed sources, readings unavailable for the same reason as a source (pointed to)
+    /// and for their own, policy notes, unknown checks with a long name and a long command, no
+    /// vendor-neutral quantities, more unmapped counters than are listed.
+    fn degraded_report() -> NicReport {
+        let mut r = report("nvidia");
+        let dcb_gone = Unavailable::new(UnavailableReason::NotSupported, "no dcbnl_ops");
+        r.netdev.drvinfo = None;
+        r.rdma = None;
+        r.sources = vec![
+            SourceReport {
+                source: SourceKind::Dcb,
+                status: SourceStatus::Unavailable(dcb_gone.clone()),
+            },
+            SourceReport {
+                source: SourceKind::RdmaCounters,
+                status: SourceStatus::Unavailable(Unavailable::new(
+                    UnavailableReason::NoSuchDevice,
+                    "no RDMA device bound to ens1f0np0",
+                )),
+            },
+            SourceReport {
+                source: SourceKind::EthtoolPause,
+                status: SourceStatus::Failed {
+                    error: "netlink: malformed reply".into(),
+                },
+            },
+        ];
+        r.policy.notes =
+            vec!["data.dscp is \"any\" in the policy: checking DSCP 26 (profile nvidia)".into()];
+        r.config.pfc_enabled = Reading::Unavailable(dcb_gone.clone());
+        r.config.global_pause = None;
+        r.config.trust = Reading::Read(Trust::Pcp);
+        r.config.dscp_priority = Reading::Read(Vec::new());
+        r.config.prio_tc = Reading::Unavailable(dcb_gone);
+        r.config.cnp_dscp = Reading::unavailable(
+            UnavailableReason::Permission,
+            "/sys/kernel/debug/mlx5/0000:3b:00.0/cc_params/np_cnp_dscp: permission denied",
+        );
+        r.config.default_roce_mode = Reading::Read("RoCE v2".into());
+        r.config.gid_types = Reading::Read(vec![
+            GidEntry {
+                index: 0,
+                gid_type: "IB/RoCE v1".into(),
+                ndev: None,
+            },
+            GidEntry {
+                index: 1,
+                gid_type: "RoCE v2".into(),
+                ndev: Some("ens1f0np0".into()),
+            },
+            GidEntry {
+                index: 2,
+                gid_type: "something else".into(),
+                ndev: None,
+            },
+        ]);
+        r.checks.push(Check {
+            name: "config_a_check_with_a_rather_long_name".into(),
+            verdict: Verdict::Unknown("the DCB netlink interface is not supported".into()),
+            observed: "unreadable".into(),
+            expected: "PFC on priority 3 only".into(),
+            setting: "IEEE 802.1Qaz PFC".into(),
+            command: "mlnx_qos -i ens1f0np0   dcb pfc show dev ens1f0np0 and a very long tail that does not fit on any line at all, however wide   x".into(),
+        });
+        r.summary = summary(&r.checks);
+        r.counters.raw_counts = RawCounts {
+            ethtool: None,
+            rdma: Some(0),
+        };
+        r.counters.quantities.clear();
+        r.counters.raw_changed = (0..15u64)
+            .map(|i| RawRow {
+                src: if i % 2 == 0 { Src::Ethtool } else { Src::Rdma },
+                name: format!("a_counter_with_a_long_vendor_specific_name_number_{i}"),
+                delta: i * 1_000_003,
+                rate_per_s: i as f64 * 2_000_006.0,
+            })
+            .collect();
+        r.counters.resets = 1;
+        r.counters.wraps = 2;
+        r
+    }
+
+    fn render_at(r: &NicReport, widths: &[usize]) -> String {
+        widths
+            .iter()
+            .map(|&w| format!("--- width {w}\n{}", render_text(r, w)))
+            .collect()
+    }
+
+    #[test]
+    fn golden_text_report() {
+        let mut quiet = report("nvidia");
+        for q in &mut quiet.counters.quantities {
+            q.delta = Some(0);
+        }
+        quiet.netdev.family = Driver::Other;
+        if let Some(d) = &mut quiet.netdev.drvinfo {
+            d.fw_version.clear();
+            d.bus_info.clear();
+        }
+        let mut reset = report("broadcom");
+        reset.window_s = 0.0;
+        for q in &mut reset.counters.quantities {
+            q.reset = true;
+            q.raw = "a_very_long_raw_counter_name_that_is_cut_to_the_column".into();
+        }
+        let got = [
+            render_at(&report("broadcom"), &[60, 80]),
+            render_at(&degraded_report(), &[60, 140]),
+            render_text(&quiet, 80),
+            render_text(&reset, 100),
+        ]
+        .join("=====\n");
+        assert_eq!(got, GOLDEN_TEXT);
+    }
+
+    const GOLDEN_TEXT: &str = r#"--- width 60
+roce-observe nic: ens1f0np0
+  netdev    driver mlx5_core 6.8.0 (mlx5 counter names),
+            firmware 28.39.1002 (MT_0000000834), bus
+            0000:3b:00.0
+  RDMA      mlx5_0 port 1 (mlx5, via netlink), firmware n/a
+  answered  ethtool_stats (ioctl)
+  FAILED    config: a deliberately long error text that has
+            to wrap at eighty columns without garbage
+  policy    profile broadcom: PFC priority 3, data DSCP 26,
+            CNP DSCP 48 / priority 7, trust dscp
+
+Configuration
+  PFC enabled   priorities 3
+  global pause  rx off, tx off
+  trust         dscp
+  DSCP -> prio  prio 0: DSCP 0-7; prio 1: DSCP 8-15; prio 2:
+                DSCP 16-23; prio 3: DSCP 24-31; prio 4: DSCP
+                32-39; prio 5: DSCP 40-47; prio 6: DSCP
+                48-55; prio 7: DSCP 56-63
+  ETS prio->TC  0:0 1:1 2:2 3:3 4:4 5:5 6:6 7:7
+  CNP DSCP      48
+  CNP priority  6
+  RoCE ToS      106 (DSCP 26, ECN bits 10)
+  RoCE mode     unavailable (absent: not read)
+  GID types     unavailable (absent: not read)
+
+Checks
+  PASS    config_pfc_priorities      PFC enabled on: 3
+                                     (pfc_en=0x08)
+  PASS    config_global_pause_off    rx off, tx off
+  PASS    config_trust_mode          trust dscp (64 DSCP APP
+                                     entries)
+  PASS    config_data_dscp_priority  DSCP 26 -> priority 3
+  PASS    config_cnp_dscp            CNP DSCP 48
+  FAIL    config_cnp_priority        CNP priority 6
+            expected  CNP priority 7
+            setting   /sys/kernel/debug/mlx5/0000:3b:00.0/cc_params/np_cnp_prio
+            command   cat
+                      /sys/kernel/debug/mlx5/0000:3b:00.0/cc_params/np_cnp_prio
+  UNKNOWN config_ecn_rp_enabled      unreadable
+            why       absent: not read (MLNX_OFED-only file;
+                      upstream kernels expose no
+                      per-priority ECN enable)
+            expected  ECN reaction point (rate reduction on
+                      CNP) enabled on priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+            command
+      cat /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+  UNKNOWN config_ecn_np_enabled      unreadable
+            why       absent: not read (MLNX_OFED-only file;
+                      upstream kernels expose no
+                      per-priority ECN enable)
+            expected  ECN notification point (CNP on CE)
+                      enabled on priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+            command
+      cat /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+  PASS    config_default_roce_tos    ToS 106 = DSCP 26, ECN
+                                     bits 10
+  UNKNOWN config_roce_v2_gid         unreadable
+            why       absent: not read
+            expected  at least one RoCE v2 GID
+            setting   /sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types/*
+            command   rdma link show
+                      (and: show_gids)
+
+Counters over 0.50 s
+  raw       ethtool 3, RDMA 1 counters read; 0 reset(s), 0
+            32-bit wrap(s)
+  quantity                        delta     per s
+  pfc_rx_frames_p3                   20      40.0
+  cnp_sent                           50     100.0
+  unmapped counters that changed: 1
+    ethtool rx_bytes                          20      40.0/s
+
+Result: FAIL: 1 failed, 6 passed, 3 unknown (unknown = the
+setting could not be read here; not a failure)
+--- width 80
+roce-observe nic: ens1f0np0
+  netdev    driver mlx5_core 6.8.0 (mlx5 counter names), firmware 28.39.1002
+            (MT_0000000834), bus 0000:3b:00.0
+  RDMA      mlx5_0 port 1 (mlx5, via netlink), firmware n/a
+  answered  ethtool_stats (ioctl)
+  FAILED    config: a deliberately long error text that has to wrap at eighty
+            columns without garbage
+  policy    profile broadcom: PFC priority 3, data DSCP 26, CNP DSCP 48 /
+            priority 7, trust dscp
+
+Configuration
+  PFC enabled   priorities 3
+  global pause  rx off, tx off
+  trust         dscp
+  DSCP -> prio  prio 0: DSCP 0-7; prio 1: DSCP 8-15; prio 2: DSCP 16-23; prio 3:
+                DSCP 24-31; prio 4: DSCP 32-39; prio 5: DSCP 40-47; prio 6: DSCP
+                48-55; prio 7: DSCP 56-63
+  ETS prio->TC  0:0 1:1 2:2 3:3 4:4 5:5 6:6 7:7
+  CNP DSCP      48
+  CNP priority  6
+  RoCE ToS      106 (DSCP 26, ECN bits 10)
+  RoCE mode     unavailable (absent: not read)
+  GID types     unavailable (absent: not read)
+
+Checks
+  PASS    config_pfc_priorities      PFC enabled on: 3 (pfc_en=0x08)
+  PASS    config_global_pause_off    rx off, tx off
+  PASS    config_trust_mode          trust dscp (64 DSCP APP entries)
+  PASS    config_data_dscp_priority  DSCP 26 -> priority 3
+  PASS    config_cnp_dscp            CNP DSCP 48
+  FAIL    config_cnp_priority        CNP priority 6
+            expected  CNP priority 7
+            setting   /sys/kernel/debug/mlx5/0000:3b:00.0/cc_params/np_cnp_prio
+            command
+      cat /sys/kernel/debug/mlx5/0000:3b:00.0/cc_params/np_cnp_prio
+  UNKNOWN config_ecn_rp_enabled      unreadable
+            why       absent: not read (MLNX_OFED-only file; upstream kernels
+                      expose no per-priority ECN enable)
+            expected  ECN reaction point (rate reduction on CNP) enabled on
+                      priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+            command   cat /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+  UNKNOWN config_ecn_np_enabled      unreadable
+            why       absent: not read (MLNX_OFED-only file; upstream kernels
+                      expose no per-priority ECN enable)
+            expected  ECN notification point (CNP on CE) enabled on priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+            command   cat /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+  PASS    config_default_roce_tos    ToS 106 = DSCP 26, ECN bits 10
+  UNKNOWN config_roce_v2_gid         unreadable
+            why       absent: not read
+            expected  at least one RoCE v2 GID
+            setting   /sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types/*
+            command   rdma link show
+                      (and: show_gids)
+
+Counters over 0.50 s
+  raw       ethtool 3, RDMA 1 counters read; 0 reset(s), 0 32-bit wrap(s)
+  quantity                        delta     per s  raw name
+  pfc_rx_frames_p3                   20      40.0  rx_prio3_pause
+  cnp_sent                           50     100.0  np_cnp_sent
+  unmapped counters that changed: 1
+    ethtool rx_bytes                                           20      40.0/s
+
+Result: FAIL: 1 failed, 6 passed, 3 unknown (unknown = the setting could not be
+read here; not a failure)
+=====
+--- width 60
+roce-observe nic: ens1f0np0
+  netdev    driver information unavailable
+  RDMA      none read (see rdma_counters below)
+  answered  none
+  unavail.  dcb: not_supported: no dcbnl_ops
+  unavail.  rdma_counters: no_such_device: no RDMA device
+            bound to ens1f0np0
+  FAILED    ethtool_pause: netlink: malformed reply
+  policy    profile nvidia: PFC priority 3, data DSCP 26,
+            CNP DSCP 48 / priority 6, trust dscp
+  note      data.dscp is "any" in the policy: checking DSCP
+            26 (profile nvidia)
+
+Configuration
+  PFC enabled   unavailable (see dcb above)
+  global pause  unavailable (see ethtool_pause above)
+  trust         pcp
+  DSCP -> prio  no DSCP entries in the APP table
+  ETS prio->TC  unavailable (see dcb above)
+  CNP DSCP      unavailable (permission:
+                /sys/kernel/debug/mlx5/0000:3b:00.0/cc_params/np_cnp_dscp:
+                permission denied)
+  CNP priority  6
+  RoCE ToS      106 (DSCP 26, ECN bits 10)
+  RoCE mode     RoCE v2
+  GID types     1 RoCE v2, 1 IB/RoCE v1, 1 other
+
+Checks
+  PASS    config_pfc_priorities
+            PFC enabled on: 3 (pfc_en=0x08)
+  PASS    config_global_pause_off
+            rx off, tx off
+  PASS    config_trust_mode
+            trust dscp (64 DSCP APP entries)
+  PASS    config_data_dscp_priority
+            DSCP 26 -> priority 3
+  PASS    config_cnp_dscp
+            CNP DSCP 48
+  PASS    config_cnp_priority
+            CNP priority 6
+  UNKNOWN config_ecn_rp_enabled
+            unreadable
+            why       absent: not read (MLNX_OFED-only file;
+                      upstream kernels expose no
+                      per-priority ECN enable)
+            expected  ECN reaction point (rate reduction on
+                      CNP) enabled on priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+            command
+      cat /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+  UNKNOWN config_ecn_np_enabled
+            unreadable
+            why       absent: not read (MLNX_OFED-only file;
+                      upstream kernels expose no
+                      per-priority ECN enable)
+            expected  ECN notification point (CNP on CE)
+                      enabled on priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+            command
+      cat /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+  PASS    config_default_roce_tos
+            ToS 106 = DSCP 26, ECN bits 10
+  UNKNOWN config_roce_v2_gid
+            unreadable
+            why       absent: not read
+            expected  at least one RoCE v2 GID
+            setting   /sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types/*
+            command   rdma link show
+                      (and: show_gids)
+  UNKNOWN config_a_check_with_a_rather_long_name
+            unreadable
+            why       the DCB netlink interface is not
+                      supported
+            expected  PFC on priority 3 only
+            setting   IEEE 802.1Qaz PFC
+            command   mlnx_qos -i ens1f0np0
+                      dcb pfc show dev ens1f0np0 and a very
+                      long tail that does not fit on any
+                      line at all, however wide
+                      x
+
+Counters over 0.50 s
+  raw       ethtool n/a, RDMA 0 counters read; 1 reset(s), 2
+            32-bit wrap(s)
+  neutral   no vendor-neutral quantities for this driver
+            (counters kept raw)
+  unmapped counters that changed: 15
+    ethtool a_counter_with_a_long_~            0       0.0/s
+    rdma    a_counter_with_a_long_~      1000003     2.00M/s
+    ethtool a_counter_with_a_long_~      2000006     4.00M/s
+    rdma    a_counter_with_a_long_~      3000009     6.00M/s
+    ethtool a_counter_with_a_long_~      4000012     8.00M/s
+    rdma    a_counter_with_a_long_~      5000015    10.00M/s
+    ethtool a_counter_with_a_long_~      6000018    12.00M/s
+    rdma    a_counter_with_a_long_~      7000021    14.00M/s
+    ethtool a_counter_with_a_long_~      8000024    16.00M/s
+    rdma    a_counter_with_a_long_~      9000027    18.00M/s
+    ethtool a_counter_with_a_long_~     10000030    20.00M/s
+    rdma    a_counter_with_a_long_~     11000033    22.00M/s
+    ... 3 more (--json lists them all)
+
+Result: PASS: 0 failed, 7 passed, 4 unknown (unknown = the
+setting could not be read here; not a failure)
+--- width 140
+roce-observe nic: ens1f0np0
+  netdev    driver information unavailable
+  RDMA      none read (see rdma_counters below)
+  answered  none
+  unavail.  dcb: not_supported: no dcbnl_ops
+  unavail.  rdma_counters: no_such_device: no RDMA device bound to ens1f0np0
+  FAILED    ethtool_pause: netlink: malformed reply
+  policy    profile nvidia: PFC priority 3, data DSCP 26, CNP DSCP 48 / priority 6, trust dscp
+  note      data.dscp is "any" in the policy: checking DSCP 26 (profile nvidia)
+
+Configuration
+  PFC enabled   unavailable (see dcb above)
+  global pause  unavailable (see ethtool_pause above)
+  trust         pcp
+  DSCP -> prio  no DSCP entries in the APP table
+  ETS prio->TC  unavailable (see dcb above)
+  CNP DSCP      unavailable (permission: /sys/kernel/debug/mlx5/0000:3b:00.0/cc_params/np_cnp_dscp: permission denied)
+  CNP priority  6
+  RoCE ToS      106 (DSCP 26, ECN bits 10)
+  RoCE mode     RoCE v2
+  GID types     1 RoCE v2, 1 IB/RoCE v1, 1 other
+
+Checks
+  PASS    config_pfc_priorities                   PFC enabled on: 3 (pfc_en=0x08)
+  PASS    config_global_pause_off                 rx off, tx off
+  PASS    config_trust_mode                       trust dscp (64 DSCP APP entries)
+  PASS    config_data_dscp_priority               DSCP 26 -> priority 3
+  PASS    config_cnp_dscp                         CNP DSCP 48
+  PASS    config_cnp_priority                     CNP priority 6
+  UNKNOWN config_ecn_rp_enabled                   unreadable
+            why       absent: not read (MLNX_OFED-only file; upstream kernels expose no per-priority ECN enable)
+            expected  ECN reaction point (rate reduction on CNP) enabled on priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+            command   cat /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+  UNKNOWN config_ecn_np_enabled                   unreadable
+            why       absent: not read (MLNX_OFED-only file; upstream kernels expose no per-priority ECN enable)
+            expected  ECN notification point (CNP on CE) enabled on priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+            command   cat /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+  PASS    config_default_roce_tos                 ToS 106 = DSCP 26, ECN bits 10
+  UNKNOWN config_roce_v2_gid                      unreadable
+            why       absent: not read
+            expected  at least one RoCE v2 GID
+            setting   /sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types/*
+            command   rdma link show
+                      (and: show_gids)
+  UNKNOWN config_a_check_with_a_rather_long_name  unreadable
+            why       the DCB netlink interface is not supported
+            expected  PFC on priority 3 only
+            setting   IEEE 802.1Qaz PFC
+            command   mlnx_qos -i ens1f0np0
+                      dcb pfc show dev ens1f0np0 and a very long tail that does not fit on any line at all, however wide
+                      x
+
+Counters over 0.50 s
+  raw       ethtool n/a, RDMA 0 counters read; 1 reset(s), 2 32-bit wrap(s)
+  neutral   no vendor-neutral quantities for this driver (counters kept raw)
+  unmapped counters that changed: 15
+    ethtool a_counter_with_a_long_vendor_specific_n~            0       0.0/s
+    rdma    a_counter_with_a_long_vendor_specific_n~      1000003     2.00M/s
+    ethtool a_counter_with_a_long_vendor_specific_n~      2000006     4.00M/s
+    rdma    a_counter_with_a_long_vendor_specific_n~      3000009     6.00M/s
+    ethtool a_counter_with_a_long_vendor_specific_n~      4000012     8.00M/s
+    rdma    a_counter_with_a_long_vendor_specific_n~      5000015    10.00M/s
+    ethtool a_counter_with_a_long_vendor_specific_n~      6000018    12.00M/s
+    rdma    a_counter_with_a_long_vendor_specific_n~      7000021    14.00M/s
+    ethtool a_counter_with_a_long_vendor_specific_n~      8000024    16.00M/s
+    rdma    a_counter_with_a_long_vendor_specific_n~      9000027    18.00M/s
+    ethtool a_counter_with_a_long_vendor_specific_n~     10000030    20.00M/s
+    rdma    a_counter_with_a_long_vendor_specific_n~     11000033    22.00M/s
+    ... 3 more (--json lists them all)
+
+Result: PASS: 0 failed, 7 passed, 4 unknown (unknown = the setting could not be read here; not a failure)
+=====
+roce-observe nic: ens1f0np0
+  netdev    driver mlx5_core 6.8.0 (no vendor counter mapping), firmware n/a,
+            bus n/a
+  RDMA      mlx5_0 port 1 (mlx5, via netlink), firmware n/a
+  answered  ethtool_stats (ioctl)
+  FAILED    config: a deliberately long error text that has to wrap at eighty
+            columns without garbage
+  policy    profile nvidia: PFC priority 3, data DSCP 26, CNP DSCP 48 / priority
+            6, trust dscp
+
+Configuration
+  PFC enabled   priorities 3
+  global pause  rx off, tx off
+  trust         dscp
+  DSCP -> prio  prio 0: DSCP 0-7; prio 1: DSCP 8-15; prio 2: DSCP 16-23; prio 3:
+                DSCP 24-31; prio 4: DSCP 32-39; prio 5: DSCP 40-47; prio 6: DSCP
+                48-55; prio 7: DSCP 56-63
+  ETS prio->TC  0:0 1:1 2:2 3:3 4:4 5:5 6:6 7:7
+  CNP DSCP      48
+  CNP priority  6
+  RoCE ToS      106 (DSCP 26, ECN bits 10)
+  RoCE mode     unavailable (absent: not read)
+  GID types     unavailable (absent: not read)
+
+Checks
+  PASS    config_pfc_priorities      PFC enabled on: 3 (pfc_en=0x08)
+  PASS    config_global_pause_off    rx off, tx off
+  PASS    config_trust_mode          trust dscp (64 DSCP APP entries)
+  PASS    config_data_dscp_priority  DSCP 26 -> priority 3
+  PASS    config_cnp_dscp            CNP DSCP 48
+  PASS    config_cnp_priority        CNP priority 6
+  UNKNOWN config_ecn_rp_enabled      unreadable
+            why       absent: not read (MLNX_OFED-only file; upstream kernels
+                      expose no per-priority ECN enable)
+            expected  ECN reaction point (rate reduction on CNP) enabled on
+                      priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+            command   cat /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+  UNKNOWN config_ecn_np_enabled      unreadable
+            why       absent: not read (MLNX_OFED-only file; upstream kernels
+                      expose no per-priority ECN enable)
+            expected  ECN notification point (CNP on CE) enabled on priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+            command   cat /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+  PASS    config_default_roce_tos    ToS 106 = DSCP 26, ECN bits 10
+  UNKNOWN config_roce_v2_gid         unreadable
+            why       absent: not read
+            expected  at least one RoCE v2 GID
+            setting   /sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types/*
+            command   rdma link show
+                      (and: show_gids)
+
+Counters over 0.50 s
+  raw       ethtool 3, RDMA 1 counters read; 0 reset(s), 0 32-bit wrap(s)
+  neutral   no vendor-neutral quantity changed
+  unmapped counters that changed: 1
+    ethtool rx_bytes                                           20      40.0/s
+
+Result: PASS: 0 failed, 7 passed, 3 unknown (unknown = the setting could not be
+read here; not a failure)
+=====
+roce-observe nic: ens1f0np0
+  netdev    driver mlx5_core 6.8.0 (mlx5 counter names), firmware 28.39.1002 (MT_0000000834), bus
+            0000:3b:00.0
+  RDMA      mlx5_0 port 1 (mlx5, via netlink), firmware n/a
+  answered  ethtool_stats (ioctl)
+  FAILED    config: a deliberately long error text that has to wrap at eighty columns without
+            garbage
+  policy    profile broadcom: PFC priority 3, data DSCP 26, CNP DSCP 48 / priority 7, trust dscp
+
+Configuration
+  PFC enabled   priorities 3
+  global pause  rx off, tx off
+  trust         dscp
+  DSCP -> prio  prio 0: DSCP 0-7; prio 1: DSCP 8-15; prio 2: DSCP 16-23; prio 3: DSCP 24-31; prio 4:
+                DSCP 32-39; prio 5: DSCP 40-47; prio 6: DSCP 48-55; prio 7: DSCP 56-63
+  ETS prio->TC  0:0 1:1 2:2 3:3 4:4 5:5 6:6 7:7
+  CNP DSCP      48
+  CNP priority  6
+  RoCE ToS      106 (DSCP 26, ECN bits 10)
+  RoCE mode     unavailable (absent: not read)
+  GID types     unavailable (absent: not read)
+
+Checks
+  PASS    config_pfc_priorities      PFC enabled on: 3 (pfc_en=0x08)
+  PASS    config_global_pause_off    rx off, tx off
+  PASS    config_trust_mode          trust dscp (64 DSCP APP entries)
+  PASS    config_data_dscp_priority  DSCP 26 -> priority 3
+  PASS    config_cnp_dscp            CNP DSCP 48
+  FAIL    config_cnp_priority        CNP priority 6
+            expected  CNP priority 7
+            setting   /sys/kernel/debug/mlx5/0000:3b:00.0/cc_params/np_cnp_prio
+            command   cat /sys/kernel/debug/mlx5/0000:3b:00.0/cc_params/np_cnp_prio
+  UNKNOWN config_ecn_rp_enabled      unreadable
+            why       absent: not read (MLNX_OFED-only file; upstream kernels expose no per-priority
+                      ECN enable)
+            expected  ECN reaction point (rate reduction on CNP) enabled on priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+            command   cat /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3
+  UNKNOWN config_ecn_np_enabled      unreadable
+            why       absent: not read (MLNX_OFED-only file; upstream kernels expose no per-priority
+                      ECN enable)
+            expected  ECN notification point (CNP on CE) enabled on priority 3
+            setting   /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+            command   cat /sys/class/net/ens1f0np0/ecn/roce_np/enable/3
+  PASS    config_default_roce_tos    ToS 106 = DSCP 26, ECN bits 10
+  UNKNOWN config_roce_v2_gid         unreadable
+            why       absent: not read
+            expected  at least one RoCE v2 GID
+            setting   /sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types/*
+            command   rdma link show
+                      (and: show_gids)
+
+Counters over 0.00 s
+  raw       ethtool 3, RDMA 1 counters read; 0 reset(s), 0 32-bit wrap(s)
+  quantity                        delta     per s  raw name
+  pfc_rx_frames_p3                   20      40.0  a_very_long_raw_counter_name_that_is_cut_to_the_~ (reset)
+  cnp_sent                           50     100.0  a_very_long_raw_counter_name_that_is_cut_to_the_~ (reset)
+  unmapped counters that changed: 1
+    ethtool rx_bytes                                           20      40.0/s
+
+Result: FAIL: 1 failed, 6 passed, 3 unknown (unknown = the setting could not be read here; not a
+failure)
+"#;
 }

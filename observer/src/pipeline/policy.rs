@@ -151,107 +151,142 @@ impl PolicyConfig {
             key: key.to_string(),
             msg,
         };
-        let mut cfg = match &raw.profile {
-            Some(p) => match p.get_ref() {
-                toml::Value::String(s) => PolicyConfig::profile(s)
-                    .map_err(|e| invalid("profile", p.span(), e.to_string()))?,
-                v => {
-                    return Err(invalid(
-                        "profile",
-                        p.span(),
-                        format!("expected a string, found {}", v.type_str()),
-                    ));
-                }
-            },
-            None => PolicyConfig::profile("nvidia")?,
-        };
-        if let Some(v) = &raw.rdma_priority {
-            cfg.expected.rdma_priority = int_in(v, "rdma_priority", 0, 7, &invalid)? as u8;
-        }
-        if let Some(v) = &raw.expected_mtu {
-            let m = int_in(v, "expected_mtu", 256, 4096, &invalid)?;
-            if ![256, 512, 1024, 2048, 4096].contains(&m) {
-                return Err(invalid(
-                    "expected_mtu",
-                    v.span(),
-                    format!("{m} is not a RoCE MTU (256, 512, 1024, 2048, 4096)"),
-                ));
-            }
-            cfg.expected_mtu = m as u32;
-        }
+        let mut cfg = base_profile(raw.profile.as_ref(), &invalid)?;
+        apply_top_level(&raw, &mut cfg, &invalid)?;
         for (c, sec) in [
             (class::DATA, &raw.data),
             (class::ACK, &raw.ack),
             (class::CNP, &raw.cnp),
         ] {
-            let Some(sec) = sec else { continue };
-            let name = class::NAMES[c];
-            if let Some(v) = &sec.dscp {
-                let key = format!("{name}.dscp");
-                cfg.expected.dscp[c] = match v.get_ref() {
-                    toml::Value::String(s) if s == "any" => ANY,
-                    _ => int_in(v, &key, 0, 63, &invalid)? as u8,
-                };
-            }
-            if let Some(v) = &sec.pcp {
-                let key = format!("{name}.pcp");
-                cfg.expected.pcp[c] = match v.get_ref() {
-                    toml::Value::String(s) if s == "any" => ANY,
-                    toml::Value::String(s) if s == "untagged" => PCP_NONE,
-                    _ => int_in(v, &key, 0, 7, &invalid)? as u8,
-                };
-            }
-            if let Some(v) = &sec.ecn {
-                let key = format!("{name}.ecn");
-                cfg.expected.ecn_capable[c] = match v.get_ref() {
-                    toml::Value::String(s) if s == "ect" => 1,
-                    toml::Value::String(s) if s == "any" => 0,
-                    v2 => {
-                        return Err(invalid(
-                            &key,
-                            v.span(),
-                            format!("expected \"ect\" or \"any\", found {}", show(v2)),
-                        ));
-                    }
-                };
+            if let Some(sec) = sec {
+                apply_class(c, sec, &mut cfg.expected, &invalid)?;
             }
         }
         if let Some(t) = &raw.thresholds {
-            let th = &mut cfg.thresholds;
-            if let Some(v) = &t.pfc_storm_xoff_per_s {
-                th.pfc_storm_xoff_per_s =
-                    int_in(v, "thresholds.pfc_storm_xoff_per_s", 1, i64::MAX, &invalid)? as u64;
-            }
-            if let Some(v) = &t.ce_without_cnp_min_ce {
-                th.ce_without_cnp_min_ce =
-                    int_in(v, "thresholds.ce_without_cnp_min_ce", 1, i64::MAX, &invalid)? as u64;
-            }
-            if let Some(v) = &t.pfc_without_ecn_min_xoff {
-                th.pfc_without_ecn_min_xoff = int_in(
-                    v,
-                    "thresholds.pfc_without_ecn_min_xoff",
-                    1,
-                    i64::MAX,
-                    &invalid,
-                )? as u64;
-            }
-            if let Some(v) = &t.hold_down_s {
-                let s = match v.get_ref() {
-                    toml::Value::Integer(i) if *i >= 0 => *i as f64,
-                    toml::Value::Float(f) if *f >= 0.0 && f.is_finite() => *f,
-                    v2 => {
-                        return Err(invalid(
-                            "thresholds.hold_down_s",
-                            v.span(),
-                            format!("expected seconds (a number >= 0), found {}", show(v2)),
-                        ));
-                    }
-                };
-                th.hold_down_ns = (s * 1e9) as u64;
-            }
+            apply_thresholds(t, &mut cfg.thresholds, &invalid)?;
         }
         Ok(cfg)
     }
+}
+
+/// Builds the [`PolicyError::Invalid`] of a key from its span and message (knows the file and
+/// its lines).
+type Invalid<'a> = dyn Fn(&str, std::ops::Range<usize>, String) -> PolicyError + 'a;
+
+/// The profile the file starts from (`profile`; nvidia when absent).
+fn base_profile(
+    profile: Option<&Spanned<toml::Value>>,
+    invalid: &Invalid,
+) -> Result<PolicyConfig, PolicyError> {
+    let Some(p) = profile else {
+        return PolicyConfig::profile("nvidia");
+    };
+    match p.get_ref() {
+        toml::Value::String(s) => {
+            PolicyConfig::profile(s).map_err(|e| invalid("profile", p.span(), e.to_string()))
+        }
+        v => Err(invalid(
+            "profile",
+            p.span(),
+            format!("expected a string, found {}", v.type_str()),
+        )),
+    }
+}
+
+/// The top-level keys past `profile`: `rdma_priority`, `expected_mtu`.
+fn apply_top_level(
+    raw: &RawPolicy,
+    cfg: &mut PolicyConfig,
+    invalid: &Invalid,
+) -> Result<(), PolicyError> {
+    if let Some(v) = &raw.rdma_priority {
+        cfg.expected.rdma_priority = int_in(v, "rdma_priority", 0, 7, invalid)? as u8;
+    }
+    if let Some(v) = &raw.expected_mtu {
+        let m = int_in(v, "expected_mtu", 256, 4096, invalid)?;
+        if ![256, 512, 1024, 2048, 4096].contains(&m) {
+            return Err(invalid(
+                "expected_mtu",
+                v.span(),
+                format!("{m} is not a RoCE MTU (256, 512, 1024, 2048, 4096)"),
+            ));
+        }
+        cfg.expected_mtu = m as u32;
+    }
+    Ok(())
+}
+
+/// One traffic class's section (`[data]`, `[ack]`, `[cnp]`): `dscp`, `pcp`, `ecn`.
+fn apply_class(
+    c: usize,
+    sec: &RawClass,
+    expected: &mut Policy,
+    invalid: &Invalid,
+) -> Result<(), PolicyError> {
+    let name = class::NAMES[c];
+    if let Some(v) = &sec.dscp {
+        let key = format!("{name}.dscp");
+        expected.dscp[c] = match v.get_ref() {
+            toml::Value::String(s) if s == "any" => ANY,
+            _ => int_in(v, &key, 0, 63, invalid)? as u8,
+        };
+    }
+    if let Some(v) = &sec.pcp {
+        let key = format!("{name}.pcp");
+        expected.pcp[c] = match v.get_ref() {
+            toml::Value::String(s) if s == "any" => ANY,
+            toml::Value::String(s) if s == "untagged" => PCP_NONE,
+            _ => int_in(v, &key, 0, 7, invalid)? as u8,
+        };
+    }
+    if let Some(v) = &sec.ecn {
+        let key = format!("{name}.ecn");
+        expected.ecn_capable[c] = match v.get_ref() {
+            toml::Value::String(s) if s == "ect" => 1,
+            toml::Value::String(s) if s == "any" => 0,
+            v2 => {
+                return Err(invalid(
+                    &key,
+                    v.span(),
+                    format!("expected \"ect\" or \"any\", found {}", show(v2)),
+                ));
+            }
+        };
+    }
+    Ok(())
+}
+
+/// The `[thresholds]` section.
+fn apply_thresholds(
+    t: &RawThresholds,
+    th: &mut Thresholds,
+    invalid: &Invalid,
+) -> Result<(), PolicyError> {
+    let at_least_one = |v, key| int_in(v, key, 1, i64::MAX, invalid).map(|n| n as u64);
+    if let Some(v) = &t.pfc_storm_xoff_per_s {
+        th.pfc_storm_xoff_per_s = at_least_one(v, "thresholds.pfc_storm_xoff_per_s")?;
+    }
+    if let Some(v) = &t.ce_without_cnp_min_ce {
+        th.ce_without_cnp_min_ce = at_least_one(v, "thresholds.ce_without_cnp_min_ce")?;
+    }
+    if let Some(v) = &t.pfc_without_ecn_min_xoff {
+        th.pfc_without_ecn_min_xoff = at_least_one(v, "thresholds.pfc_without_ecn_min_xoff")?;
+    }
+    if let Some(v) = &t.hold_down_s {
+        let s = match v.get_ref() {
+            toml::Value::Integer(i) if *i >= 0 => *i as f64,
+            toml::Value::Float(f) if *f >= 0.0 && f.is_finite() => *f,
+            v2 => {
+                return Err(invalid(
+                    "thresholds.hold_down_s",
+                    v.span(),
+                    format!("expected seconds (a number >= 0), found {}", show(v2)),
+                ));
+            }
+        };
+        th.hold_down_ns = (s * 1e9) as u64;
+    }
+    Ok(())
 }
 
 fn show(v: &toml::Value) -> String {
@@ -269,7 +304,7 @@ fn int_in(
     key: &str,
     lo: i64,
     hi: i64,
-    invalid: &dyn Fn(&str, std::ops::Range<usize>, String) -> PolicyError,
+    invalid: &Invalid,
 ) -> Result<i64, PolicyError> {
     match v.get_ref() {
         toml::Value::Integer(i) if (lo..=hi).contains(i) => Ok(*i),
@@ -397,4 +432,105 @@ mod tests {
             "p.toml:1: profile: unknown profile \"cisco\" (known: nvidia, broadcom)"
         );
     }
+
+    /// Every value branch of the parser: what each accepts, and each error message exactly.
+    #[test]
+    fn every_key_accepts_and_refuses_exactly() {
+        assert_eq!(
+            PolicyConfig::from_toml("", "p.toml").unwrap(),
+            PolicyConfig::profile("nvidia").unwrap()
+        );
+        let p = PolicyConfig::from_toml(
+            "profile = \"nvidia\"\nrdma_priority = 0\nexpected_mtu = 4096\n[data]\ndscp = 0\npcp = \"any\"\necn = \"any\"\n[ack]\ndscp = 63\npcp = 7\necn = \"ect\"\n[cnp]\ndscp = 48\npcp = 0\n[thresholds]\npfc_storm_xoff_per_s = 1\nce_without_cnp_min_ce = 2\npfc_without_ecn_min_xoff = 3\nhold_down_s = 0\n",
+            "p.toml",
+        )
+        .unwrap();
+        assert_eq!(p.expected.rdma_priority, 0);
+        assert_eq!(p.expected_mtu, 4096);
+        assert_eq!(p.expected.dscp, [0, 63, 48]);
+        assert_eq!(p.expected.pcp, [ANY, 7, 0]);
+        assert_eq!(p.expected.ecn_capable, [0, 1, 0]);
+        assert_eq!(
+            p.thresholds,
+            Thresholds {
+                pfc_storm_xoff_per_s: 1,
+                ce_without_cnp_min_ce: 2,
+                pfc_without_ecn_min_xoff: 3,
+                hold_down_ns: 0,
+            }
+        );
+        let cases = [
+            "profile = 3\n",
+            "profile = [\"nvidia\"]\n",
+            "rdma_priority = 8\n",
+            "rdma_priority = -1\n",
+            "rdma_priority = \"3\"\n",
+            "rdma_priority = 3.0\n",
+            "expected_mtu = 9000\n",
+            "expected_mtu = 128\n",
+            "expected_mtu = 3000\n",
+            "expected_mtu = true\n",
+            "[ack]\ndscp = \"all\"\n",
+            "[ack]\ndscp = -1\n",
+            "[cnp]\npcp = 8\n",
+            "[cnp]\necn = \"ECT\"\n",
+            "[cnp]\necn = 1.5\n",
+            "[cnp]\necn = true\n",
+            "[cnp]\necn = [1]\n",
+            "[data]\necn = { a = 1 }\n",
+            "[data]\nflow = 1\n",
+            "[thresholds]\npfc_storm_xoff_per_s = 0\n",
+            "[thresholds]\nce_without_cnp_min_ce = \"ten\"\n",
+            "[thresholds]\npfc_without_ecn_min_xoff = 0\n",
+            "[thresholds]\nhold_down_s = -1\n",
+            "[thresholds]\nhold_down_s = -0.5\n",
+            "[thresholds]\nhold_down_s = nan\n",
+            "[thresholds]\nhold_down_s = inf\n",
+            "[thresholds]\nhold_down_s = \"10s\"\n",
+            "mtu = 4096\n",
+            "[data\n",
+            "x\n",
+            "rdma_priority = 3\nrdma_priority = 4\n",
+        ];
+        let got: String = cases
+            .iter()
+            .map(|c| format!("{c:?} => {}\n", err(c)))
+            .collect();
+        assert_eq!(got, GOLDEN_ERRORS);
+        let p = PolicyConfig::from_toml("[thresholds]\nhold_down_s = 1\n", "p.toml").unwrap();
+        assert_eq!(p.thresholds.hold_down_ns, 1_000_000_000);
+    }
+
+    const GOLDEN_ERRORS: &str = r#""profile = 3\n" => p.toml:1: profile: expected a string, found integer
+"profile = [\"nvidia\"]\n" => p.toml:1: profile: expected a string, found array
+"rdma_priority = 8\n" => p.toml:1: rdma_priority: 8 is out of range 0..=7
+"rdma_priority = -1\n" => p.toml:1: rdma_priority: -1 is out of range 0..=7
+"rdma_priority = \"3\"\n" => p.toml:1: rdma_priority: expected an integer, found "3"
+"rdma_priority = 3.0\n" => p.toml:1: rdma_priority: expected an integer, found 3
+"expected_mtu = 9000\n" => p.toml:1: expected_mtu: 9000 is out of range 256..=4096
+"expected_mtu = 128\n" => p.toml:1: expected_mtu: 128 is out of range 256..=4096
+"expected_mtu = 3000\n" => p.toml:1: expected_mtu: 3000 is not a RoCE MTU (256, 512, 1024, 2048, 4096)
+"expected_mtu = true\n" => p.toml:1: expected_mtu: expected an integer, found true
+"[ack]\ndscp = \"all\"\n" => p.toml:2: ack.dscp: expected an integer, found "all"
+"[ack]\ndscp = -1\n" => p.toml:2: ack.dscp: -1 is out of range 0..=63
+"[cnp]\npcp = 8\n" => p.toml:2: cnp.pcp: 8 is out of range 0..=7
+"[cnp]\necn = \"ECT\"\n" => p.toml:2: cnp.ecn: expected "ect" or "any", found "ECT"
+"[cnp]\necn = 1.5\n" => p.toml:2: cnp.ecn: expected "ect" or "any", found 1.5
+"[cnp]\necn = true\n" => p.toml:2: cnp.ecn: expected "ect" or "any", found true
+"[cnp]\necn = [1]\n" => p.toml:2: cnp.ecn: expected "ect" or "any", found array
+"[data]\necn = { a = 1 }\n" => p.toml:2: data.ecn: expected "ect" or "any", found table
+"[data]\nflow = 1\n" => p.toml:2: unknown field `flow`, expected one of `dscp`, `pcp`, `ecn`
+"[thresholds]\npfc_storm_xoff_per_s = 0\n" => p.toml:2: thresholds.pfc_storm_xoff_per_s: 0 is out of range 1..=9223372036854775807
+"[thresholds]\nce_without_cnp_min_ce = \"ten\"\n" => p.toml:2: thresholds.ce_without_cnp_min_ce: expected an integer, found "ten"
+"[thresholds]\npfc_without_ecn_min_xoff = 0\n" => p.toml:2: thresholds.pfc_without_ecn_min_xoff: 0 is out of range 1..=9223372036854775807
+"[thresholds]\nhold_down_s = -1\n" => p.toml:2: thresholds.hold_down_s: expected seconds (a number >= 0), found -1
+"[thresholds]\nhold_down_s = -0.5\n" => p.toml:2: thresholds.hold_down_s: expected seconds (a number >= 0), found -0.5
+"[thresholds]\nhold_down_s = nan\n" => p.toml:2: thresholds.hold_down_s: expected seconds (a number >= 0), found NaN
+"[thresholds]\nhold_down_s = inf\n" => p.toml:2: thresholds.hold_down_s: expected seconds (a number >= 0), found inf
+"[thresholds]\nhold_down_s = \"10s\"\n" => p.toml:2: thresholds.hold_down_s: expected seconds (a number >= 0), found "10s"
+"mtu = 4096\n" => p.toml:1: unknown field `mtu`, expected one of `profile`, `rdma_priority`, `expected_mtu`, `data`, `ack`, `cnp`, `thresholds`
+"[data\n" => p.toml:1: unclosed table, expected `]`
+"x\n" => p.toml:1: key with no value, expected `=`
+"rdma_priority = 3\nrdma_priority = 4\n" => p.toml:2: duplicate key
+"#;
 }
