@@ -1,13 +1,20 @@
 //! Shared between the eBPF programs (`observer-ebpf`) and userspace (`observer`):
 //! the frame parser ([`parse`]), the per-QP state machine ([`qp`]), the map layouts
-//! ([`maps`]), the kernel per-QP table ([`qp_table`]) and, in userspace, the ICRC check ([`icrc`]).
+//! ([`maps`]), the kernel per-QP table ([`qp_table`]) and, in userspace, the ICRC check ([`icrc`])
+//! and the frame builder of the tests, benchmarks and lab (`frames`, feature `frames`).
 //!
 //! Everything here is `no_std`, allocation-free and bounded, so the same code is compiled for
 //! `bpfel-unknown-none` and for the host. The definitions follow `shared/docs/metrics.md`;
 //! README.md ("What is counted") restates them.
 #![cfg_attr(not(test), no_std)]
 
+// The frame builder allocates; userspace only (the eBPF crate uses no features).
+#[cfg(feature = "frames")]
+extern crate alloc;
+
 pub mod cursor;
+#[cfg(feature = "frames")]
+pub mod frames;
 #[cfg(feature = "icrc")]
 pub mod icrc;
 pub mod maps;

@@ -17,8 +17,8 @@
 //! per-QP times then come from the `CLOCK` map); "(no ticker)" shows the coarse clock fallback.
 
 use anyhow::{Context, Result, bail};
-use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, SingleVlanHeader, UdpHeader};
 use observer::sources::kernel::{ProgTester, prog};
+use observer_common::frames::{self, Bth, Icrc, Tag};
 use observer_common::maps::Policy;
 
 struct Case {
@@ -30,109 +30,49 @@ struct Case {
     clock: bool,
 }
 
-fn eth(tags: &[(u8, u16)], et: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    let first = if tags.is_empty() { et } else { 0x8100 };
-    Ethernet2Header {
-        source: [2, 0, 0, 0, 0, 0xa],
-        destination: [2, 0, 0, 0, 0, 0xb],
-        ether_type: EtherType(first),
-    }
-    .write(&mut f)
-    .expect("vec write");
-    for (i, &(pcp, vid)) in tags.iter().enumerate() {
-        let next = if i + 1 < tags.len() { 0x8100 } else { et };
-        SingleVlanHeader {
-            pcp: etherparse::VlanPcp::try_new(pcp).expect("pcp"),
-            drop_eligible_indicator: false,
-            vlan_id: etherparse::VlanId::try_new(vid).expect("vid"),
-            ether_type: EtherType(next),
-        }
-        .write(&mut f)
-        .expect("vec write");
-    }
-    f.extend_from_slice(payload);
-    if f.len() < 60 {
-        f.resize(60, 0);
-    }
-    f
-}
-
-fn ipv4_udp(proto: IpNumber, dport: u16, l4_payload: &[u8], dscp_ecn: u8) -> Vec<u8> {
-    let mut l3 = Vec::new();
-    let udp_len = if proto == IpNumber::UDP { 8 } else { 0 };
-    let mut h = Ipv4Header::new(
-        (udp_len + l4_payload.len()) as u16,
-        64,
-        proto,
-        [10, 77, 0, 1],
-        [10, 77, 0, 2],
-    )
-    .expect("ipv4");
-    h.dscp = etherparse::IpDscp::try_new(dscp_ecn >> 2).expect("dscp");
-    h.ecn = etherparse::IpEcn::try_new(dscp_ecn & 3).expect("ecn");
-    h.header_checksum = h.calc_header_checksum();
-    h.write(&mut l3).expect("vec write");
-    if proto == IpNumber::UDP {
-        UdpHeader::without_ipv4_checksum(49152, dport, l4_payload.len())
-            .expect("udp")
-            .write(&mut l3)
-            .expect("vec write");
-    }
-    l3.extend_from_slice(l4_payload);
-    l3
-}
-
-/// BTH (+ AETH) and `extra` payload bytes.
-fn bth(opcode: u8, psn: u32, aeth: Option<u32>, extra: usize) -> Vec<u8> {
-    let mut p = vec![opcode, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0x80];
-    p.extend_from_slice(&psn.to_be_bytes()[1..]);
+/// A RoCEv2 frame from 10.77.0.1 to 10.77.0.2 with a C-tag (VLAN 100), UDP 49152 -> 4791, BTH to
+/// QP 0x11 with AckReq, `extra` bytes of 0x5a after the BTH (and AETH) and no ICRC computed
+/// (the kernel does not check it).
+fn roce(pcp: u8, opcode: u8, psn: u32, aeth: Option<u32>, extra: usize, dscp_ecn: u8) -> Vec<u8> {
+    let mut r = frames::Roce::v4([10, 77, 0, 1], [10, 77, 0, 2])
+        .tag(Tag::dot1q(pcp, 100))
+        .mark(dscp_ecn >> 2, dscp_ecn & 3)
+        .bth(Bth {
+            ack_req: true,
+            ..Bth::new(opcode, 0x11, psn)
+        })
+        .payload_pattern(extra, 0x5a, 0)
+        .icrc(Icrc::Absent);
     if let Some(a) = aeth {
-        p.extend_from_slice(&a.to_be_bytes());
+        r = r.ext(&a.to_be_bytes());
     }
-    p.resize(p.len() + extra, 0x5a);
-    p
+    r.build()
 }
 
 /// A tagged RoCEv2 RC SEND data frame of exactly `len` bytes.
 fn roce_data(len: usize) -> Vec<u8> {
     let hdr = 14 + 4 + 20 + 8 + 12;
-    eth(
-        &[(3, 100)],
-        0x0800,
-        &ipv4_udp(
-            IpNumber::UDP,
-            4791,
-            &bth(0x04, 7, None, len - hdr),
-            26 << 2 | 2,
-        ),
-    )
+    roce(3, 0x04, 7, None, len - hdr, 26 << 2 | 2)
 }
 
 fn cases() -> Vec<Case> {
-    let ack = eth(
-        &[(3, 100)],
-        0x0800,
-        &ipv4_udp(IpNumber::UDP, 4791, &bth(0x11, 7, Some(5), 4), 26 << 2),
-    );
-    let cnp = eth(
-        &[(6, 100)],
-        0x0800,
-        &ipv4_udp(IpNumber::UDP, 4791, &bth(0x81, 0, None, 20), 48 << 2 | 1),
-    );
-    let mut pfc = vec![0x01, 0x01, 0x00, 0x08];
-    for p in 0..8u16 {
-        pfc.extend_from_slice(&(if p == 3 { 0xffffu16 } else { 0 }).to_be_bytes());
-    }
-    let pfc = eth(&[], 0x8808, &pfc);
-    let udp = eth(&[], 0x0800, &ipv4_udp(IpNumber::UDP, 53, &[0u8; 100], 0));
-    // ERSPAN II: GRE with sequence, protocol 0x88be, 8-byte ERSPAN header, inner frame.
+    let ack = roce(3, 0x11, 7, Some(5), 4, 26 << 2);
+    let cnp = roce(6, 0x81, 0, None, 20, 48 << 2 | 1);
+    // PFC XOFF on priority 3 (to MAC_B rather than the MAC control address).
+    let mut pfc = frames::MacControl::pfc(frames::MAC_A, 0x08, [0, 0, 0, 0xffff, 0, 0, 0, 0]);
+    pfc.eth.dst = frames::MAC_B;
+    let pfc = pfc.build();
+    let udp = frames::Roce::v4([10, 77, 0, 1], [10, 77, 0, 2])
+        .ports(49152, 53)
+        .no_bth()
+        .payload_bytes(&[0u8; 100])
+        .icrc(Icrc::Absent)
+        .build();
+    // ERSPAN II: GRE with sequence 7, protocol 0x88be, 8-byte ERSPAN header, inner frame.
     let inner = roce_data(1100 - (14 + 20 + 8 + 8));
-    let mut gre = vec![
-        0x10, 0x00, 0x88, 0xbe, 0, 0, 0, 7, 0x10, 0, 0, 1, 0, 0, 0, 0,
-    ];
-    gre.extend_from_slice(&inner);
-    let erspan = eth(&[], 0x0800, &ipv4_udp(IpNumber::GRE, 0, &gre, 0));
+    let erspan = frames::Mirror::erspan2(7, frames::erspan2_header(0, 1, 0))
+        .outer(frames::MAC_A, frames::MAC_B, [10, 77, 0, 1], [10, 77, 0, 2])
+        .wrap(&inner);
     vec![
         Case {
             name: "RoCE data 1100 B",

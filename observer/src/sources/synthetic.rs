@@ -3,6 +3,7 @@
 //! command's lifecycle without BPF). The frames are well-formed (IPv4 header checksum set,
 //! ICRC computed), so the parser treats them like captured ones.
 
+use observer_common::frames;
 use observer_common::maps::Policy;
 
 use crate::sources::datapath::Datapath;
@@ -43,95 +44,35 @@ impl Roce {
         }
     }
 
+    /// The frame (built by `observer_common::frames`): from 02:00:00:00:00:01 to
+    /// 02:00:00:00:00:02, VLAN 10 when tagged, IPv4 id 0 with DF, BTH P_Key 0xffff with AckReq
+    /// clear, an AETH with MSN 1 for ACKs, payload bytes 0xab; not padded.
     pub fn frame(&self) -> Vec<u8> {
-        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1];
+        let mut r = frames::Roce::v4(self.src, self.dst)
+            .macs([0x02, 0, 0, 0, 0, 1], [0x02, 0, 0, 0, 0, 2])
+            .min_len(0)
+            .mark(self.dscp, self.ecn)
+            .ports(self.sport, frames::ROCE_PORT)
+            .bth(frames::Bth::new(self.opcode, self.qp, self.psn))
+            .payload_pattern(self.payload, 0xab, 0);
         if let Some(p) = self.pcp {
-            f.extend_from_slice(&[0x81, 0x00, (p & 7) << 5, 10]);
+            r = r.tag(frames::Tag::dot1q(p & 7, 10));
         }
-        f.extend_from_slice(&[0x08, 0x00]);
-        let aeth = if self.opcode == 0x11 { 4 } else { 0 };
-        let udp_len = 8 + 12 + aeth + self.payload + 4;
-        let ip_len = 20 + udp_len;
-        let ip0 = f.len();
-        f.extend_from_slice(&[0x45, (self.dscp << 2) | (self.ecn & 3)]);
-        f.extend_from_slice(&(ip_len as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
-        f.extend_from_slice(&self.src);
-        f.extend_from_slice(&self.dst);
-        let mut sum: u32 = f[ip0..ip0 + 20]
-            .chunks(2)
-            .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
+        if self.opcode == 0x11 {
+            r = r.aeth(self.syndrome, 1);
         }
-        let ck = !(sum as u16);
-        f[ip0 + 10..ip0 + 12].copy_from_slice(&ck.to_be_bytes());
-        f.extend_from_slice(&self.sport.to_be_bytes());
-        f.extend_from_slice(&4791u16.to_be_bytes());
-        f.extend_from_slice(&(udp_len as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 0]);
-        f.extend_from_slice(&[self.opcode, 0, 0xff, 0xff, 0]);
-        f.extend_from_slice(&self.qp.to_be_bytes()[1..]);
-        f.push(0);
-        f.extend_from_slice(&self.psn.to_be_bytes()[1..]);
-        if aeth > 0 {
-            f.extend_from_slice(&[self.syndrome, 0, 0, 1]);
-        }
-        f.resize(f.len() + self.payload, 0xab);
-        // ICRC (IBA A17) over the masked headers, little-endian.
-        let l2 = if self.pcp.is_some() { 18 } else { 14 };
-        let mut m = vec![0xffu8; 8];
-        m.extend_from_slice(&f[l2..]);
-        let ipm = 8;
-        m[ipm + 1] = 0xff; // TOS
-        m[ipm + 8] = 0xff; // TTL
-        m[ipm + 10] = 0xff; // checksum
-        m[ipm + 11] = 0xff;
-        m[ipm + 20 + 6] = 0xff; // UDP checksum
-        m[ipm + 20 + 7] = 0xff;
-        m[ipm + 28 + 4] = 0xff; // BTH reserved byte
-        let crc = crc32(&m);
-        f.extend_from_slice(&crc.to_le_bytes());
-        f
+        r.build()
     }
-}
-
-fn crc32(b: &[u8]) -> u32 {
-    let mut c = !0u32;
-    for &x in b {
-        c ^= x as u32;
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0xedb8_8320
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
 }
 
 /// A PFC frame: `enable` bit p = priority p, `times[p]` its pause quanta.
 pub fn pfc_frame(src_mac: [u8; 6], enable: u8, times: [u16; 8]) -> Vec<u8> {
-    let mut f = vec![0x01, 0x80, 0xc2, 0, 0, 0x01];
-    f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&[0x88, 0x08, 0x01, 0x01, 0, enable]);
-    for t in times {
-        f.extend_from_slice(&t.to_be_bytes());
-    }
-    f.resize(60, 0);
-    f
+    frames::MacControl::pfc(src_mac, enable as u16, times).build()
 }
 
 /// An 802.3x PAUSE frame.
 pub fn pause_frame(src_mac: [u8; 6], quanta: u16) -> Vec<u8> {
-    let mut f = vec![0x01, 0x80, 0xc2, 0, 0, 0x01];
-    f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&[0x88, 0x08, 0x00, 0x01]);
-    f.extend_from_slice(&quanta.to_be_bytes());
-    f.resize(60, 0);
-    f
+    frames::MacControl::pause(src_mac, quanta).build()
 }
 
 /// `n` QPs between 10.77.x.y hosts, each sending `per_qp` well-marked data packets per step.

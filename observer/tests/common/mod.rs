@@ -1,12 +1,11 @@
-//! Shared by the eBPF tests: frames built with etherparse (RoCEv2 over IPv4/IPv6 with VLAN
-//! tags, PFC and PAUSE, GRE/ERSPAN mirror encapsulation) and the kernel-vs-userspace comparison.
+//! Shared by the eBPF tests: frame descriptions built by `observer_common::frames` (RoCEv2 over
+//! IPv4/IPv6 with VLAN tags, PFC and PAUSE, GRE/ERSPAN mirror encapsulation) and the
+//! kernel-vs-userspace comparison.
 #![allow(dead_code)]
 
-use etherparse::{
-    EtherType, Ethernet2Header, IpDscp, IpEcn, IpFragOffset, IpNumber, Ipv4Header, Ipv4Options,
-    Ipv6FlowLabel, Ipv6Header, SingleVlanHeader, UdpHeader, VlanId, VlanPcp,
-};
+use etherparse::EtherType;
 use observer::sources::Snapshot;
+use observer_common::frames;
 use observer_common::maps::{Event, QpKey, QpValue};
 
 pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa];
@@ -75,136 +74,68 @@ impl Roce {
         }
     }
 
-    /// UDP payload: BTH, optional AETH, payload bytes.
-    pub fn udp_payload(&self) -> Vec<u8> {
-        let mut p = vec![
-            self.opcode,
-            self.flags,
-            0xff,
-            0xff,
-            0,
-            (self.dest_qp >> 16) as u8,
-            (self.dest_qp >> 8) as u8,
-            self.dest_qp as u8,
-            0x80,
-            (self.psn >> 16) as u8,
-            (self.psn >> 8) as u8,
-            self.psn as u8,
-        ];
-        if let Some(a) = self.aeth {
-            p.extend_from_slice(&a.to_be_bytes());
-        }
-        p.extend((0..self.payload).map(|i| i as u8));
-        p
-    }
-
-    /// The whole Ethernet frame.
+    /// The whole Ethernet frame, built by `observer_common::frames`: from MAC_A to MAC_B,
+    /// padded to 60 bytes; IPv4 id 0 with DF; IPv6 flow label 0; BTH P_Key 0xffff, AckReq set;
+    /// payload bytes 0, 1, 2, ... with no ICRC computed (the payload includes its 4 bytes).
     pub fn build(&self) -> Vec<u8> {
-        let payload = self.udp_payload();
-        let udp = UdpHeader::without_ipv4_checksum(self.sport, self.dport, payload.len()).unwrap();
-        let mut l3 = Vec::new();
-        let et = if let Some((s, d)) = self.v6 {
-            let h = Ipv6Header {
-                traffic_class: (self.dscp << 2) | self.ecn,
-                flow_label: Ipv6FlowLabel::try_new(0).unwrap(),
-                payload_length: (8 + payload.len()) as u16,
-                next_header: IpNumber::UDP,
-                hop_limit: 64,
-                source: s,
-                destination: d,
-            };
-            h.write(&mut l3).unwrap();
-            EtherType::IPV6
-        } else {
-            let mut h = Ipv4Header::new(
-                (8 + payload.len()) as u16,
-                64,
-                IpNumber::UDP,
-                self.src4,
-                self.dst4,
-            )
-            .unwrap();
-            h.dscp = IpDscp::try_new(self.dscp).unwrap();
-            h.ecn = IpEcn::try_new(self.ecn).unwrap();
-            h.more_fragments = self.more_fragments;
-            h.fragment_offset = IpFragOffset::try_new(self.frag_offset).unwrap();
-            if self.options > 0 {
-                let opts: Vec<u8> = vec![1; self.options]; // NOP options
-                h.options = Ipv4Options::try_from(&opts[..]).unwrap();
-                h.set_payload_len(8 + payload.len()).unwrap();
+        let r = match self.v6 {
+            Some((s, d)) => frames::Roce::v6(s, d),
+            None => {
+                let r = frames::Roce::v4(self.src4, self.dst4).fragment(
+                    true,
+                    self.more_fragments,
+                    self.frag_offset,
+                );
+                r.ip_options(&vec![1; self.options]) // NOP options
             }
-            h.header_checksum = h.calc_header_checksum();
-            h.write(&mut l3).unwrap();
-            EtherType::IPV4
         };
-        udp.write(&mut l3).unwrap();
-        l3.extend_from_slice(&payload);
-        ethernet(MAC_A, MAC_B, &self.tags, et, &l3)
+        let mut bth = frames::Bth::new(self.opcode, self.dest_qp, self.psn);
+        bth.set_flags(self.flags);
+        bth.ack_req = true;
+        let mut r = r
+            .macs(MAC_A, MAC_B)
+            .tags(&tags(&self.tags))
+            .mark(self.dscp, self.ecn)
+            .ports(self.sport, self.dport)
+            .bth(bth)
+            .payload_pattern(self.payload, 0, 1)
+            .icrc(frames::Icrc::Absent);
+        if let Some(a) = self.aeth {
+            r = r.ext(&a.to_be_bytes());
+        }
+        r.build()
     }
+}
+
+fn tags(tags: &[Tag]) -> Vec<frames::Tag> {
+    tags.iter()
+        .map(|&(tpid, pcp, vid)| frames::Tag::new(tpid, pcp, vid))
+        .collect()
 }
 
 /// Ethernet header, stacked tags (outermost first), then `payload`; padded to 60 bytes.
 pub fn ethernet(
     src: [u8; 6],
     dst: [u8; 6],
-    tags: &[Tag],
+    tags_: &[Tag],
     et: EtherType,
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut f = Vec::new();
-    let first = tags.first().map(|t| EtherType(t.0)).unwrap_or(et);
-    Ethernet2Header {
-        source: src,
-        destination: dst,
-        ether_type: first,
-    }
-    .write(&mut f)
-    .unwrap();
-    for (i, &(_, pcp, vid)) in tags.iter().enumerate() {
-        let next = tags.get(i + 1).map(|t| EtherType(t.0)).unwrap_or(et);
-        SingleVlanHeader {
-            pcp: VlanPcp::try_new(pcp).unwrap(),
-            drop_eligible_indicator: false,
-            vlan_id: VlanId::try_new(vid).unwrap(),
-            ether_type: next,
-        }
-        .write(&mut f)
-        .unwrap();
-    }
-    f.extend_from_slice(payload);
-    if f.len() < 60 {
-        f.resize(60, 0);
-    }
-    f
+    let mut e = frames::Eth::new(src, dst);
+    e.tags = tags(tags_);
+    e.frame(et.0, payload)
 }
 
 /// A PFC frame (802.1Qbb): class-enable vector and 8 pause times.
-pub fn pfc(src: [u8; 6], tags: &[Tag], enable: u16, times: [u16; 8]) -> Vec<u8> {
-    let mut p = vec![0x01, 0x01];
-    p.extend_from_slice(&enable.to_be_bytes());
-    for t in times {
-        p.extend_from_slice(&t.to_be_bytes());
-    }
-    ethernet(
-        src,
-        [0x01, 0x80, 0xc2, 0, 0, 0x01],
-        tags,
-        EtherType(0x8808),
-        &p,
-    )
+pub fn pfc(src: [u8; 6], tags_: &[Tag], enable: u16, times: [u16; 8]) -> Vec<u8> {
+    let mut m = frames::MacControl::pfc(src, enable, times);
+    m.eth.tags = tags(tags_);
+    m.build()
 }
 
 /// An 802.3x PAUSE frame.
 pub fn pause(src: [u8; 6], time: u16) -> Vec<u8> {
-    let mut p = vec![0x00, 0x01];
-    p.extend_from_slice(&time.to_be_bytes());
-    ethernet(
-        src,
-        [0x01, 0x80, 0xc2, 0, 0, 0x01],
-        &[],
-        EtherType(0x8808),
-        &p,
-    )
+    frames::MacControl::pause(src, time).build()
 }
 
 /// Mirror encapsulations.
@@ -215,45 +146,16 @@ pub enum Mirror {
     Erspan3,
 }
 
-/// `inner` mirrored inside outer Ethernet/IPv4/GRE (and ERSPAN II / III headers).
+/// `inner` mirrored inside outer Ethernet/IPv4/GRE (and ERSPAN II / III headers): from
+/// 02:00:00:00:09:01 / 10.77.9.1 to 02:00:00:00:09:02 / 10.77.9.2; ERSPAN II with GRE sequence
+/// 7, session 1; ERSPAN III with sequence 9, session 1, no platform subheader.
 pub fn mirrored(m: Mirror, inner: &[u8]) -> Vec<u8> {
-    let mut gre_payload = Vec::new();
     match m {
-        Mirror::GreTeb => {
-            gre_payload.extend_from_slice(&[0x00, 0x00, 0x65, 0x58]);
-        }
-        Mirror::Erspan2 => {
-            // GRE with the sequence number bit, protocol 0x88be, sequence 7.
-            gre_payload.extend_from_slice(&[0x10, 0x00, 0x88, 0xbe, 0, 0, 0, 7]);
-            // ERSPAN II: version 1, VLAN 0, COS/En/T, session 1, index 0.
-            gre_payload.extend_from_slice(&[0x10, 0x00, 0x00, 0x01, 0, 0, 0, 0]);
-        }
-        Mirror::Erspan3 => {
-            gre_payload.extend_from_slice(&[0x10, 0x00, 0x22, 0xeb, 0, 0, 0, 9]);
-            // ERSPAN III: version 2, ..., timestamp, SGT, flags (O bit clear: no subheader).
-            gre_payload.extend_from_slice(&[0x20, 0x00, 0x00, 0x01, 0, 0, 0, 0, 0, 0, 0, 0]);
-        }
+        Mirror::GreTeb => frames::Mirror::gre_teb(),
+        Mirror::Erspan2 => frames::Mirror::erspan2(7, frames::erspan2_header(0, 1, 0)),
+        Mirror::Erspan3 => frames::Mirror::erspan3(9, &frames::erspan3_header(0, 1, 0, None)),
     }
-    gre_payload.extend_from_slice(inner);
-    let mut h = Ipv4Header::new(
-        gre_payload.len() as u16,
-        64,
-        IpNumber::GRE,
-        [10, 77, 9, 1],
-        [10, 77, 9, 2],
-    )
-    .unwrap();
-    h.header_checksum = h.calc_header_checksum();
-    let mut l3 = Vec::new();
-    h.write(&mut l3).unwrap();
-    l3.extend_from_slice(&gre_payload);
-    ethernet(
-        [0x02, 0, 0, 0, 9, 1],
-        [0x02, 0, 0, 0, 9, 2],
-        &[],
-        EtherType::IPV4,
-        &l3,
-    )
+    .wrap(inner)
 }
 
 /// A snapshot with what legitimately differs between the kernel and userspace taken out:

@@ -1,6 +1,7 @@
-//! Generated capture corpus: one file per case of metrics.md, frames built with etherparse,
-//! ICRCs computed with observer_common::icrc (verified against the real oferby capture), written
-//! with the tiny pcap/pcapng writers below (pcap-parser does not write).
+//! Generated capture corpus: one file per case of metrics.md, frames built by
+//! `observer_common::frames` (ICRCs computed with observer_common::icrc, verified against the
+//! real oferby capture), written with the tiny pcap/pcapng writers below (pcap-parser does not
+//! write).
 //!
 //! Shared by the tests (`mod support;`) and by `cargo xtask bench-replay` (`#[path]`).
 #![allow(dead_code)]
@@ -9,10 +10,7 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use etherparse::{
-    EtherType, Ethernet2Header, IpDscp, IpEcn, IpFragOffset, IpNumber, Ipv4Header, Ipv4Options,
-    Ipv6FlowLabel, Ipv6Header, SingleVlanHeader, UdpHeader, VlanId, VlanPcp,
-};
+use observer_common::frames::{self, Bth, Icrc, MacControl, Tag};
 
 pub const LINKTYPE_ETHERNET: u32 = 1;
 pub const LINKTYPE_SLL: u32 = 113;
@@ -118,238 +116,106 @@ impl Roce {
         self
     }
 
-    /// UDP payload: BTH, extension headers, payload, ICRC.
-    fn bth_and_rest(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(12 + 20 + self.payload + 4);
-        b.push(self.opcode);
-        b.push(self.tver & 0x0f);
-        b.extend_from_slice(&0xffffu16.to_be_bytes());
-        b.push(if self.becn { 0x40 } else { 0 });
-        b.extend_from_slice(&self.dest_qp.to_be_bytes()[1..]);
-        b.push(0x80);
-        b.extend_from_slice(&(self.psn & 0xff_ffff).to_be_bytes()[1..]);
+    /// The Ethernet frame, built by `observer_common::frames`: from MAC_A to MAC_B, VLAN ids
+    /// 100, 101, ...; padded to 60 bytes; IPv4 options NOPs ending with an EOL, fragments
+    /// without DF and with id 0x4242; IPv6 flow label 0x12345; BTH AckReq set; the AETH's MSN
+    /// is the PSN; a RETH (VA 0x1000, R_Key 0x1234, the payload length) on RDMA WRITE FIRST /
+    /// ONLY; payload byte i = i * 31 + PSN.
+    pub fn frame(&self) -> Vec<u8> {
+        let mut r = ip(self.src, self.dst, self.ip_options, self.frag)
+            .tags(&tags(&self.tags))
+            .mark(self.dscp, self.ecn)
+            .ports(self.sport, self.dport)
+            .bth(Bth {
+                tver: self.tver,
+                becn: self.becn,
+                ack_req: true,
+                ..Bth::new(self.opcode, self.dest_qp, self.psn)
+            });
         if let Some(s) = self.syndrome {
-            b.push(s);
-            b.extend_from_slice(&(self.psn & 0xff_ffff).to_be_bytes()[1..]);
+            r = r.aeth(s, self.psn);
         }
         if matches!(self.opcode, 0x06 | 0x0a) {
-            // RETH: VA, R_Key, DMA length.
-            b.extend_from_slice(&0x1000u64.to_be_bytes());
-            b.extend_from_slice(&0x1234u32.to_be_bytes());
-            b.extend_from_slice(&(self.payload as u32).to_be_bytes());
+            r = r.reth(0x1000, 0x1234, self.payload as u32);
         }
-        let start = b.len();
-        b.resize(start + self.payload, 0);
-        for (i, x) in b[start..].iter_mut().enumerate() {
-            *x = (i as u8).wrapping_mul(31).wrapping_add(self.psn as u8);
-        }
-        b.extend_from_slice(&[0; 4]); // ICRC, filled in by `frame`
-        b
-    }
-
-    /// The Ethernet frame.
-    pub fn frame(&self) -> Vec<u8> {
-        let udp_payload = self.bth_and_rest();
-        let (l3, l4_off, v6) = ip_udp(
-            self.src,
-            self.dst,
-            self.sport,
-            self.dport,
-            &udp_payload,
-            self.dscp,
-            self.ecn,
-            self.ip_options,
-            self.frag,
-        );
-        let mut l3 = l3;
-        let n = l3.len();
-        let mut icrc = observer_common::icrc::compute(&l3[..n - 4], l4_off, v6);
-        if self.bad_icrc {
-            icrc ^= 0xdead_beef;
-        }
-        l3[n - 4..].copy_from_slice(&icrc.to_le_bytes());
-        eth(
-            MAC_A,
-            MAC_B,
-            &self.tags,
-            if v6 { 0x86dd } else { 0x0800 },
-            &l3,
-        )
+        r.payload_pattern(self.payload, self.psn as u8, 31)
+            .icrc(if self.bad_icrc {
+                Icrc::Xor(0xdead_beef)
+            } else {
+                Icrc::Computed
+            })
+            .build()
     }
 }
 
-/// IP + UDP packet around `payload`; returns (bytes, UDP offset within them, is IPv6).
-#[allow(clippy::too_many_arguments)]
-pub fn ip_udp(
-    src: IpAddr,
-    dst: IpAddr,
-    sport: u16,
-    dport: u16,
-    payload: &[u8],
-    dscp: u8,
-    ecn: u8,
-    ip_options: usize,
-    frag: Option<(bool, u16)>,
-) -> (Vec<u8>, usize, bool) {
-    let mut out = Vec::with_capacity(payload.len() + 80);
-    let udp_len = (8 + payload.len()) as u16;
-    let (l4_off, v6) = match (src, dst) {
+/// The IP layer of a corpus frame (MAC_A to MAC_B, UDP 49152 to 4791, no BTH yet).
+fn ip(src: IpAddr, dst: IpAddr, ip_options: usize, frag: Option<(bool, u16)>) -> frames::Roce {
+    match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut h = Ipv4Header::new(udp_len, 64, IpNumber::UDP, s.octets(), d.octets())
-                .expect("ipv4 header");
-            h.dscp = IpDscp::try_new(dscp).expect("dscp");
-            h.ecn = IpEcn::try_new(ecn).expect("ecn");
+            let mut r = frames::Roce::v4(s.octets(), d.octets());
             if ip_options > 0 {
                 let opts: Vec<u8> = (0..ip_options)
                     .map(|i| if i + 1 == ip_options { 0 } else { 1 })
                     .collect();
-                h.options = Ipv4Options::try_from(opts.as_slice()).expect("options");
-                h.total_len = h.header_len() as u16 + udp_len;
+                r = r.ip_options(&opts);
             }
             if let Some((mf, off)) = frag {
-                h.dont_fragment = false;
-                h.more_fragments = mf;
-                h.fragment_offset = IpFragOffset::try_new(off).expect("frag offset");
-                h.identification = 0x4242;
+                r = r.fragment(false, mf, off).ip_id(0x4242);
             }
-            h.header_checksum = h.calc_header_checksum();
-            h.write(&mut out).expect("write");
-            (h.header_len(), false)
+            r
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let h = Ipv6Header {
-                traffic_class: (dscp << 2) | (ecn & 3),
-                flow_label: Ipv6FlowLabel::try_new(0x12345).expect("flow label"),
-                payload_length: udp_len,
-                next_header: IpNumber::UDP,
-                hop_limit: 64,
-                source: s.octets(),
-                destination: d.octets(),
-            };
-            h.write(&mut out).expect("write");
-            (40, true)
+            frames::Roce::v6(s.octets(), d.octets()).flow_label(0x12345)
         }
         _ => panic!("mixed address families"),
-    };
-    let u = UdpHeader {
-        source_port: sport,
-        destination_port: dport,
-        length: udp_len,
-        checksum: 0,
-    };
-    u.write(&mut out).expect("write");
-    out.extend_from_slice(payload);
-    (out, l4_off, v6)
+    }
+    .macs(MAC_A, MAC_B)
 }
 
-/// Ethernet header with tags (outermost first) around `l3`.
-pub fn eth(src: [u8; 6], dst: [u8; 6], tags: &[(u16, u8)], ethertype: u16, l3: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(l3.len() + 14 + 4 * tags.len());
-    let first = tags.first().map(|t| t.0).unwrap_or(ethertype);
-    Ethernet2Header {
-        source: src,
-        destination: dst,
-        ether_type: EtherType(first),
-    }
-    .write(&mut out)
-    .expect("write");
-    for (i, &(_, pcp)) in tags.iter().enumerate() {
-        let next = tags.get(i + 1).map(|t| t.0).unwrap_or(ethertype);
-        SingleVlanHeader {
-            pcp: VlanPcp::try_new(pcp).expect("pcp"),
-            drop_eligible_indicator: false,
-            vlan_id: VlanId::try_new(100 + i as u16).expect("vid"),
-            ether_type: EtherType(next),
-        }
-        .write(&mut out)
-        .expect("write");
-    }
-    out.extend_from_slice(l3);
-    pad(out)
-}
-
-/// Pads to the 60-byte Ethernet minimum (no FCS), as a NIC would.
-fn pad(mut f: Vec<u8>) -> Vec<u8> {
-    if f.len() < 60 {
-        f.resize(60, 0);
-    }
-    f
+fn tags(t: &[(u16, u8)]) -> Vec<Tag> {
+    t.iter()
+        .enumerate()
+        .map(|(i, &(tpid, pcp))| Tag::new(tpid, pcp, 100 + i as u16))
+        .collect()
 }
 
 /// A plain UDP frame (not RoCE, garbage on 4791, short BTH, ...).
 pub fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let (l3, _, _) = ip_udp(
-        IpAddr::from(src),
-        IpAddr::from(dst),
-        sport,
-        dport,
-        payload,
-        0,
-        0,
-        0,
-        None,
-    );
-    eth(MAC_A, MAC_B, &[], 0x0800, &l3)
+    ip(IpAddr::from(src), IpAddr::from(dst), 0, None)
+        .mark(0, 0)
+        .ports(sport, dport)
+        .no_bth()
+        .payload_bytes(payload)
+        .icrc(Icrc::Absent)
+        .build()
 }
 
 /// PFC frame (802.1Qbb) from `src`.
 pub fn pfc(src: [u8; 6], enable: u16, times: [u16; 8]) -> Vec<u8> {
-    let mut f = vec![0x01, 0x80, 0xc2, 0, 0, 0x01];
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&[0x88, 0x08, 0x01, 0x01]);
-    f.extend_from_slice(&enable.to_be_bytes());
-    for t in times {
-        f.extend_from_slice(&t.to_be_bytes());
-    }
-    pad(f)
+    MacControl::pfc(src, enable, times).build()
 }
 
 /// 802.3x PAUSE frame.
 pub fn pause(src: [u8; 6], time: u16) -> Vec<u8> {
-    let mut f = vec![0x01, 0x80, 0xc2, 0, 0, 0x01];
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&[0x88, 0x08, 0x00, 0x01]);
-    f.extend_from_slice(&time.to_be_bytes());
-    pad(f)
+    MacControl::pause(src, time).build()
 }
 
-/// ERSPAN (type II when `v3` is false, else type III) / GRE / IPv4 / Ethernet around `inner`.
+/// ERSPAN (type II when `v3` is false, else type III) / GRE / IPv4 / Ethernet around `inner`:
+/// from 02:00:00:00:00:99 / 10.99.0.1 to 02:00:00:00:00:98 / 10.99.0.2, GRE sequence 7,
+/// session 1.
 pub fn erspan(inner: &[u8], v3: bool) -> Vec<u8> {
-    let mut gre = Vec::new();
-    // GRE: S bit (sequence number present), protocol.
-    gre.extend_from_slice(&0x1000u16.to_be_bytes());
-    gre.extend_from_slice(&(if v3 { 0x22ebu16 } else { 0x88beu16 }).to_be_bytes());
-    gre.extend_from_slice(&7u32.to_be_bytes());
     if v3 {
-        // Ver 2, VLAN, COS, BSO, T, session ID; timestamp; SGT, P, FT, HW ID, D, Gra, O=0.
-        gre.extend_from_slice(&[0x20, 0x00, 0x00, 0x01]);
-        gre.extend_from_slice(&[0, 0, 0, 0]);
-        gre.extend_from_slice(&[0, 0, 0, 0]);
+        frames::Mirror::erspan3(7, &frames::erspan3_header(0, 1, 0, None))
     } else {
-        // Ver 1, VLAN, COS, En, T, session ID; reserved, index.
-        gre.extend_from_slice(&[0x10, 0x00, 0x00, 0x01]);
-        gre.extend_from_slice(&[0, 0, 0, 0]);
+        frames::Mirror::erspan2(7, frames::erspan2_header(0, 1, 0))
     }
-    gre.extend_from_slice(inner);
-    let mut h = Ipv4Header::new(
-        gre.len() as u16,
-        64,
-        IpNumber(47),
+    .outer(
+        [0x02, 0, 0, 0, 0, 0x99],
+        [0x02, 0, 0, 0, 0, 0x98],
         [10, 99, 0, 1],
         [10, 99, 0, 2],
     )
-    .expect("ipv4");
-    h.header_checksum = h.calc_header_checksum();
-    let mut l3 = Vec::new();
-    h.write(&mut l3).expect("write");
-    l3.extend_from_slice(&gre);
-    eth(
-        [0x02, 0, 0, 0, 0, 0x99],
-        [0x02, 0, 0, 0, 0, 0x98],
-        &[],
-        0x0800,
-        &l3,
-    )
+    .wrap(inner)
 }
 
 /// Linux cooked (SLL) form of an untagged Ethernet frame.
