@@ -9,6 +9,8 @@
 //!   instructions, for profiling the datapath with perf (needs root).
 //! - `bench-replay [--packets N] [--keep]`: replay packets per second beside tshark on a
 //!   generated capture, peak RSS.
+//! - `bench-nic [--intervals N] [--iface IF]`: the NIC view's CPU per interval with 2,000
+//!   ethtool counters beside the collector's interval cost, and one real read's wall time.
 //! - `schema-doc`: writes docs/schema.md from the output schema's one definition
 //!   (`observer::schema`).
 mod bench_ebpf;
@@ -16,6 +18,11 @@ mod bench_replay;
 mod jit_dump;
 
 fn bench_collector(args: &[String]) -> anyhow::Result<()> {
+    run_example("bench_collector", args)
+}
+
+/// Runs an example of the observer crate, built in release mode.
+fn run_example(name: &str, args: &[String]) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let st = std::process::Command::new(cargo)
         .args([
@@ -25,12 +32,12 @@ fn bench_collector(args: &[String]) -> anyhow::Result<()> {
             "-p",
             "observer",
             "--example",
-            "bench_collector",
+            name,
             "--",
         ])
         .args(args)
         .status()?;
-    anyhow::ensure!(st.success(), "bench-collector failed");
+    anyhow::ensure!(st.success(), "{name} failed");
     Ok(())
 }
 
@@ -46,15 +53,16 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("bench-ebpf") => bench_ebpf::main(&args[1..]),
         Some("bench-collector") => bench_collector(&args[1..]),
+        Some("bench-nic") => run_example("bench_nic", &args[1..]),
         Some("bench-replay") => bench_replay::run(&args[1..]),
         Some("jit-dump") => jit_dump::main(&args[1..]),
         Some("jit-lines") => jit_dump::lines(&args[1..]),
         Some("schema-doc") => schema_doc(),
         Some(other) => anyhow::bail!(
-            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-replay, jit-dump, jit-lines, schema-doc)"
+            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc)"
         ),
         None => anyhow::bail!(
-            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-replay, jit-dump, jit-lines, schema-doc"
+            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc"
         ),
     }
 }
