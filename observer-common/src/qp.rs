@@ -380,6 +380,10 @@ pub unsafe fn update<O: Ops + Default>(
 /// operations), and the key's spill value as `counts` (atomic operations) on any other CPU;
 /// readers add the spill value's counts to the value's (see `table::QpSlot`).
 ///
+/// Long by design: the packet path of the kernel programs, written as one inlined sequence
+/// whose shape the verifier's budget and the measured ns per packet depend on (see
+/// docs/datapath.md); splitting it moves code the datapath benchmark would have to re-measure.
+///
 /// # Safety
 /// `counts` and `state` point to live, aligned values; every concurrent writer of a field uses
 /// atomic operations for it, or none does.

@@ -150,6 +150,39 @@ fn measure(t: &mut ProgTester, p: &str, frame: &[u8], runs: usize, repeat: u32) 
     Ok(median(v))
 }
 
+/// One CPU runs every packet, as one RX queue's packets are processed on its CPU: the per-QP
+/// value's owner (the inserting CPU) is the CPU of every later packet.
+fn pin_to_this_cpu() -> Result<()> {
+    // SAFETY: sched_getcpu has no preconditions; sched_setaffinity reads the set we own and
+    // affects this thread only.
+    let cpu_no = unsafe { libc::sched_getcpu() };
+    if cpu_no >= 0 {
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu_no as usize, &mut set);
+            if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                bail!("sched_setaffinity: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The kernel release and the CPU model, for the report's header.
+fn machine() -> (String, String) {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_default();
+    (kernel, cpu)
+}
+
 pub fn main(args: &[String]) -> Result<()> {
     let mut repeat: u32 = 1_000_000;
     let mut runs: usize = 9;
@@ -166,30 +199,8 @@ pub fn main(args: &[String]) -> Result<()> {
     if runs == 0 || repeat == 0 {
         bail!("--runs and --repeat must be positive");
     }
-    // One CPU runs every packet, as one RX queue's packets are processed on its CPU: the per-QP
-    // value's owner (the inserting CPU) is the CPU of every later packet.
-    // SAFETY: sched_getcpu has no preconditions; sched_setaffinity reads the set we own and
-    // affects this thread only.
-    let cpu_no = unsafe { libc::sched_getcpu() };
-    if cpu_no >= 0 {
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu_no as usize, &mut set);
-            if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                bail!("sched_setaffinity: {}", std::io::Error::last_os_error());
-            }
-        }
-    }
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_default();
+    pin_to_this_cpu()?;
+    let (kernel, cpu) = machine();
     println!(
         "kernel datapath, BPF_PROG_TEST_RUN, median of {runs} runs x {repeat} packets; kernel {}; {cpu}",
         kernel.trim()

@@ -116,6 +116,26 @@ fn median(v: &[Run]) -> Run {
 /// Fields tshark extracts: the tshark comparison test's set.
 use corpus::TSHARK_FIELDS;
 
+/// The generated captures and their sizes.
+struct Inputs {
+    packets: u64,
+    big: PathBuf,
+    small: PathBuf,
+    cut: PathBuf,
+    big_bytes: u64,
+    small_bytes: u64,
+    cut_bytes: u64,
+}
+
+/// The medians measured.
+struct Timings {
+    big: Run,
+    noicrc: Run,
+    small: Run,
+    cut: Run,
+    tshark: Run,
+}
+
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let mut packets: u64 = 2_000_000;
     let mut keep = false;
@@ -127,6 +147,23 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             other => bail!("unknown option {other} (options: --packets N, --keep)"),
         }
     }
+    let dir = std::env::temp_dir().join(format!("roce-bench-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let bin = build_binary(&dir)?;
+    let inputs = generate_inputs(&dir, packets)?;
+    let t = time_all(&bin, &dir, &inputs)?;
+    report(&inputs, &t);
+    if keep {
+        println!("captures kept in {}", dir.display());
+    } else {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    Ok(())
+}
+
+/// A release build of roce-observe, copied into `dir` (the target directory may be shared with
+/// other builds).
+fn build_binary(dir: &Path) -> anyhow::Result<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -147,12 +184,12 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     if !st.success() {
         bail!("cargo build failed");
     }
-    let dir = std::env::temp_dir().join(format!("roce-bench-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    // A private copy: the target directory may be shared with other builds.
     let bin = dir.join("roce-observe");
     std::fs::copy(target.join("release/roce-observe"), &bin)?;
+    Ok(bin)
+}
 
+fn generate_inputs(dir: &Path, packets: u64) -> anyhow::Result<Inputs> {
     let big = dir.join("bench.pcap");
     let small = dir.join("bench-small.pcap");
     let cut = dir.join("bench-snap128.pcap");
@@ -162,15 +199,30 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let small_bytes = generate(&small, packets / 10, 65535)?;
     let cut_bytes = generate(&cut, packets, 128)?;
     eprintln!("generated in {:.1} s", t.elapsed().as_secs_f64());
+    // Warm the page cache so replay and tshark both read from memory.
+    for f in [&big, &small, &cut] {
+        std::io::copy(&mut std::fs::File::open(f)?, &mut std::io::sink())?;
+    }
+    Ok(Inputs {
+        packets,
+        big,
+        small,
+        cut,
+        big_bytes,
+        small_bytes,
+        cut_bytes,
+    })
+}
 
-    // As a user runs it: the collector on (Parquet flow logs, alerts, summary.json into a
-    // fresh directory per run), the summary as JSON on stdout.
+/// Replay as a user runs it (the collector on: Parquet flow logs, alerts, summary.json into a
+/// fresh directory per run, the summary as JSON on stdout), median of 3; tshark once.
+fn time_all(bin: &Path, dir: &Path, i: &Inputs) -> anyhow::Result<Timings> {
     let out_dir = dir.join("out");
     let replay = |file: &Path, extra: &[&str]| -> anyhow::Result<Run> {
         let mut runs = Vec::new();
         for _ in 0..3 {
             let _ = std::fs::remove_dir_all(&out_dir);
-            let mut c = Command::new(&bin);
+            let mut c = Command::new(bin);
             c.args(["replay", "--profile", "nvidia", "--json", "--out"])
                 .arg(&out_dir)
                 .args(extra)
@@ -179,23 +231,29 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         }
         Ok(median(&runs))
     };
-    // Warm the page cache so replay and tshark both read from memory.
-    for f in [&big, &small, &cut] {
-        std::io::copy(&mut std::fs::File::open(f)?, &mut std::io::sink())?;
-    }
     eprintln!("timing replay...");
-    let r_big = replay(&big, &[])?;
-    let r_noicrc = replay(&big, &["--no-icrc"])?;
-    let r_small = replay(&small, &[])?;
-    let r_cut = replay(&cut, &[])?;
+    let big = replay(&i.big, &[])?;
+    let noicrc = replay(&i.big, &["--no-icrc"])?;
+    let small = replay(&i.small, &[])?;
+    let cut = replay(&i.cut, &[])?;
     eprintln!("timing tshark once (slow)...");
     let mut tc = Command::new("tshark");
-    tc.arg("-r").arg(&big).args(["-T", "fields"]);
+    tc.arg("-r").arg(&i.big).args(["-T", "fields"]);
     for f in TSHARK_FIELDS {
         tc.args(["-e", f]);
     }
-    let t_big = timed(&mut tc)?;
+    let tshark = timed(&mut tc)?;
+    Ok(Timings {
+        big,
+        noicrc,
+        small,
+        cut,
+        tshark,
+    })
+}
 
+fn report(i: &Inputs, t: &Timings) {
+    let packets = i.packets;
     let mpps = |secs: f64, n: u64| n as f64 / secs / 1e6;
     // SAFETY: plain libc query.
     let load = {
@@ -215,7 +273,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     println!(
         "| input | packets | file MB | wall s | cpu s | Mpps (wall) | Mpps (cpu) | peak RSS MB |\n|---|---:|---:|---:|---:|---:|---:|---:|"
     );
-    let row = |name: &str, n: u64, bytes: u64, r: Run| {
+    let row = |name: &str, n: u64, bytes: u64, r: &Run| {
         println!(
             "| {name} | {n} | {:.0} | {:.3} | {:.3} | {:.2} | {:.2} | {:.1} |",
             bytes as f64 / 1e6,
@@ -229,50 +287,44 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     row(
         "replay, full frames, ICRC verified",
         packets,
-        big_bytes,
-        r_big,
+        i.big_bytes,
+        &t.big,
     );
     row(
         "replay, full frames, --no-icrc",
         packets,
-        big_bytes,
-        r_noicrc,
+        i.big_bytes,
+        &t.noicrc,
     );
     row(
         "replay, snaplen 128 (mirror-truncated)",
         packets,
-        cut_bytes,
-        r_cut,
+        i.cut_bytes,
+        &t.cut,
     );
     row(
         "replay, 1/10 of the packets",
         packets / 10,
-        small_bytes,
-        r_small,
+        i.small_bytes,
+        &t.small,
     );
     row(
         "tshark -T fields (same fields), once",
         packets,
-        big_bytes,
-        t_big,
+        i.big_bytes,
+        &t.tshark,
     );
     println!();
     println!(
         "replay vs tshark on the same file: {:.0}x faster by wall time, {:.0}x by CPU time",
-        t_big.wall / r_big.wall,
-        t_big.cpu / r_big.cpu,
+        t.tshark.wall / t.big.wall,
+        t.tshark.cpu / t.big.cpu,
     );
     println!(
         "memory: peak RSS {:.1} MB for {} packets vs {:.1} MB for {} packets (same 64 QPs)",
-        r_big.rss_kib as f64 / 1024.0,
+        t.big.rss_kib as f64 / 1024.0,
         packets,
-        r_small.rss_kib as f64 / 1024.0,
+        t.small.rss_kib as f64 / 1024.0,
         packets / 10
     );
-    if keep {
-        println!("captures kept in {}", dir.display());
-    } else {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    Ok(())
 }

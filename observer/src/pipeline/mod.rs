@@ -657,7 +657,7 @@ impl Collector {
 
     /// One interval's cumulative state of one interface: deltas against the previous snapshot
     /// of that interface (keys, then the interface), rows and alert candidates, the hold-down,
-    /// then every sink. It reads as the list of stages; each stage is a function above.
+    /// then every sink. Long by design: it reads as the list of stages, each a function above.
     pub fn on_snapshot(&mut self, snap: &Snapshot) -> Result<(), CollectorError> {
         self.startup_output_check(snap.time_ns);
         let off = self.clock_offset_ns;

@@ -424,7 +424,8 @@ pub struct IfaceInterval<'a> {
     pub pfc_src_macs: Option<&'a str>,
 }
 
-/// The per-interface-direction rules (one after another, each a few lines): 802.3x PAUSE, PFC on another priority than the RDMA one,
+/// The per-interface-direction rules. Long by design: the rules one after another, each a few
+/// lines: 802.3x PAUSE, PFC on another priority than the RDMA one,
 /// PFC storm (XOFF per second above the threshold), per-QP map full, events lost. Returns the
 /// largest XOFF rate per priority of the interval (the storm figure).
 pub fn iface_interval(
@@ -618,6 +619,12 @@ impl NicInterval<'_> {
 /// priority than the RDMA one, 802.3x PAUSE, drops in the RDMA class, CE received with no CNP
 /// sent, CNPs ignored, and go-back-N (NAK sequence errors, ACK timeouts, out-of-sequence).
 pub fn nic_interval(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut Vec<Alert>) {
+    nic_pfc(x, p, th, out);
+    nic_loss_and_congestion(x, p, th, out);
+}
+
+/// PFC frames per priority: on another priority than the RDMA one, or above the storm rate.
+fn nic_pfc(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut Vec<Alert>) {
     use crate::sources::nic::Quantity as Q;
     use observer_common::maps::dir;
     let rdma = p.rdma_priority;
@@ -656,6 +663,14 @@ pub fn nic_interval(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut 
             }
         }
     }
+}
+
+/// Pause storms, 802.3x PAUSE, drops of the RDMA class, CE without CNP, ignored CNPs and
+/// go-back-N on the NIC.
+fn nic_loss_and_congestion(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut Vec<Alert>) {
+    use crate::sources::nic::Quantity as Q;
+    use observer_common::maps::dir;
+    let rdma = p.rdma_priority;
     let storms =
         x.delta(Q::PauseStormEvents).unwrap_or(0) + x.delta(Q::PauseStormTxDisabled).unwrap_or(0);
     if storms > 0 {
