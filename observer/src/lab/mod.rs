@@ -76,7 +76,7 @@ pub struct LabArgs {
     #[arg(long)]
     pub quiet_observer: bool,
     /// Vendor marking profile of the emulated NICs and of roce-observe's policy (nvidia, broadcom).
-    #[arg(long, default_value = "nvidia")]
+    #[arg(long, default_value = "nvidia", value_parser = crate::commands::args::parse_profile)]
     pub profile: String,
 }
 
@@ -106,7 +106,7 @@ pub enum LabError {
     NotRoot,
     #[error("unknown scenario {0:?} (known: clean, lossy, bleached, congested, pfc-storm, all)")]
     UnknownScenario(String),
-    #[error("unknown profile {0:?} (the lab knows: nvidia, broadcom)")]
+    #[error("unknown profile {0:?} (the lab knows: {known})", known = crate::vendor::names())]
     UnknownProfile(String),
     #[error("topology: {what}")]
     Topology {
@@ -282,11 +282,9 @@ pub fn spec(name: &str) -> Result<ScenarioSpec, LabError> {
 
 /// The traffic of a scenario.
 pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabError> {
-    let marking = match args.profile.as_str() {
-        "nvidia" => Marking::NVIDIA,
-        "broadcom" => Marking::BROADCOM,
-        p => return Err(LabError::UnknownProfile(p.to_string())),
-    };
+    let marking = crate::vendor::profile(&args.profile)
+        .map(Marking::of)
+        .ok_or_else(|| LabError::UnknownProfile(args.profile.clone()))?;
     // Start PSNs: one QP crosses the 24-bit wrap during the run.
     let starts = [0x000000u32, 0xfffe80, 0x123456, 0x7fff00];
     let round: Vec<Msg> = [

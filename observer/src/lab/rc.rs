@@ -47,17 +47,17 @@ pub struct Marking {
 }
 
 impl Marking {
-    /// NVIDIA ConnectX defaults (roce-domain.md): data and ACKs DSCP 26 ECT(0), CNP DSCP 48.
-    pub const NVIDIA: Marking = Marking {
-        data_dscp: 26,
-        data_ecn: 2,
-        ack_dscp: 26,
-        ack_ecn: 2,
-        cnp_dscp: 48,
-        cnp_ecn: 0,
-    };
-    /// Broadcom Thor2 defaults: the same DSCPs (the CNP priority, 7, matters only when tagged).
-    pub const BROADCOM: Marking = Marking::NVIDIA;
+    /// What an emulated NIC of a vendor profile ([`crate::vendor`]) sends.
+    pub const fn of(v: &crate::vendor::Profile) -> Marking {
+        Marking {
+            data_dscp: v.data_dscp,
+            data_ecn: v.data_ecn,
+            ack_dscp: v.ack_dscp,
+            ack_ecn: v.ack_ecn,
+            cnp_dscp: v.cnp_dscp,
+            cnp_ecn: v.cnp_ecn,
+        }
+    }
 }
 
 /// One QP pair: requester QP on h1, responder QP on h2.
