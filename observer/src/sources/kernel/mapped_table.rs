@@ -101,6 +101,7 @@ impl QpTable {
         unsafe { &*(self.count.ptr as *const AtomicU64) }
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Packets counted in spill values (their key's lock was held by another CPU), over the
     /// live slots: how often one key's packets met on two CPUs.
     pub fn spilled_pkts(&self) -> u64 {
@@ -116,6 +117,7 @@ impl QpTable {
         n
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Takes (`held`) or lets go of every bucket's insert lock, as a kernel inserter whose CPU
     /// stalled holding it would: for the tests of the inserts' wait and give-up.
     pub fn hold_insert_locks(&self, held: bool) {
@@ -133,6 +135,7 @@ impl QpTable {
         }
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Keys in the table (inserted and not yet evicted).
     pub fn keys(&self) -> u64 {
         self.keys_in_table().load(Ordering::Relaxed)
