@@ -11,7 +11,7 @@
 use std::sync::{Arc, LazyLock};
 
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
-use observer_common::maps::{QpValue, class};
+use observer_common::maps::{IfaceStats, QpValue, class};
 use observer_common::parse::{encap, reason};
 
 /// A column's type, as written.
@@ -380,6 +380,90 @@ pub const QP_COUNTS: [QpCount; 21] = [
     },
 ];
 
+/// A per-interface count: an `interfaces` column, a `summary.json` field of every interface
+/// direction.
+pub struct IfaceCount {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub doc: &'static str,
+    pub get: fn(&IfaceStats) -> u64,
+}
+
+/// The interface's traffic counts, in `interfaces` column order (after the link speed).
+pub const IFACE_TRAFFIC: [IfaceCount; 5] = [
+    IfaceCount {
+        name: "frames",
+        unit: "frames",
+        doc: "every frame the program ran on",
+        get: |s| s.frames,
+    },
+    IfaceCount {
+        name: "bytes",
+        unit: "bytes",
+        doc: "their wire length",
+        get: |s| s.bytes,
+    },
+    IfaceCount {
+        name: "roce",
+        unit: "frames",
+        doc: "RoCEv2 packets",
+        get: |s| s.roce,
+    },
+    IfaceCount {
+        name: "roce_untracked",
+        unit: "frames",
+        doc: "RoCEv2 packets not tracked per QP (map full, insert gave up)",
+        get: |s| s.roce_untracked,
+    },
+    IfaceCount {
+        name: "not_roce",
+        unit: "frames",
+        doc: "other frames",
+        get: |s| s.not_roce,
+    },
+];
+
+/// The interface's other MAC control frames and the observer's own health counts, in
+/// `interfaces` column order (after 802.3x PAUSE).
+pub const IFACE_HEALTH: [IfaceCount; 6] = [
+    IfaceCount {
+        name: "mac_control_other",
+        unit: "frames",
+        doc: "other MAC control opcodes",
+        get: |s| s.pfc.other_opcode,
+    },
+    IfaceCount {
+        name: "qp_insert_failed",
+        unit: "packets",
+        doc: "RoCE packets whose new key could not be inserted (map full, or the insert gave up)",
+        get: |s| s.qp_insert_failed,
+    },
+    IfaceCount {
+        name: "mac_insert_failed",
+        unit: "frames",
+        doc: "PFC / PAUSE frames whose new source MAC could not be inserted",
+        get: |s| s.mac_insert_failed,
+    },
+    IfaceCount {
+        name: "events_lost",
+        unit: "events",
+        doc: "first-occurrence events lost (ring buffer full; interval counts are complete)",
+        get: |s| s.events_lost,
+    },
+    IfaceCount {
+        name: "psn_contended",
+        unit: "packets",
+        doc: "PSN updates that gave up under compare-and-swap contention",
+        get: |s| s.psn_contended,
+    },
+    IfaceCount {
+        name: "dropped",
+        unit: "frames",
+        doc: "dropped after observing (`--capture-port`)",
+        get: |s| s.dropped,
+    },
+];
+
 /// Histogram columns of `flows`: opcodes, then dscp / ecn / pcp per class.
 pub fn hist_names() -> Vec<String> {
     let mut v = vec!["opcodes".to_string()];
@@ -533,21 +617,9 @@ fn interfaces_table() -> Table {
         "bit/s",
         "link speed (null when unknown)",
     )));
-    c.push(col(
-        "frames",
-        Int64,
-        "frames",
-        "every frame the program ran on",
-    ));
-    c.push(col("bytes", Int64, "bytes", "their wire length"));
-    c.push(col("roce", Int64, "frames", "RoCEv2 packets"));
-    c.push(col(
-        "roce_untracked",
-        Int64,
-        "frames",
-        "RoCEv2 packets not tracked per QP (map full, insert gave up)",
-    ));
-    c.push(col("not_roce", Int64, "frames", "other frames"));
+    for q in &IFACE_TRAFFIC {
+        c.push(col(q.name, Int64, q.unit, q.doc));
+    }
     for r in reason::NAMES {
         c.push(col(
             format!("excluded_{r}"),
@@ -619,42 +691,9 @@ fn interfaces_table() -> Table {
         "s",
         "802.3x pause seconds (null without a speed)",
     )));
-    c.push(col(
-        "mac_control_other",
-        Int64,
-        "frames",
-        "other MAC control opcodes",
-    ));
-    c.push(col(
-        "qp_insert_failed",
-        Int64,
-        "packets",
-        "RoCE packets whose new key could not be inserted (map full, or the insert gave up)",
-    ));
-    c.push(col(
-        "mac_insert_failed",
-        Int64,
-        "frames",
-        "PFC / PAUSE frames whose new source MAC could not be inserted",
-    ));
-    c.push(col(
-        "events_lost",
-        Int64,
-        "events",
-        "first-occurrence events lost (ring buffer full; interval counts are complete)",
-    ));
-    c.push(col(
-        "psn_contended",
-        Int64,
-        "packets",
-        "PSN updates that gave up under compare-and-swap contention",
-    ));
-    c.push(col(
-        "dropped",
-        Int64,
-        "frames",
-        "dropped after observing (`--capture-port`)",
-    ));
+    for q in &IFACE_HEALTH {
+        c.push(col(q.name, Int64, q.unit, q.doc));
+    }
     c.push(col(
         "tracked_qps",
         Int64,

@@ -524,12 +524,8 @@ pub fn iface_row(
         Cell::T(start_ns),
         Cell::T(end_ns),
         Cell::OI(link_bps.map(|b| b as i64)),
-        i(s.frames),
-        i(s.bytes),
-        i(s.roce),
-        i(s.roce_untracked),
-        i(s.not_roce),
     ];
+    r.extend(schema::IFACE_TRAFFIC.iter().map(|c| i((c.get)(s))));
     r.extend(s.excluded.iter().map(|&v| i(v)));
     r.extend(s.encap.iter().skip(1).map(|&v| i(v)));
     r.push(i(s.pfc.pfc_frames));
@@ -552,18 +548,8 @@ pub fn iface_row(
     r.push(i(s.pfc.pause_xon));
     r.push(i(s.pfc.pause_quanta));
     r.push(Cell::F(pause_s(s.pfc.pause_quanta)));
-    for v in [
-        s.pfc.other_opcode,
-        s.qp_insert_failed,
-        s.mac_insert_failed,
-        s.events_lost,
-        s.psn_contended,
-        s.dropped,
-        x.tracked_qps,
-        x.active_qps,
-        x.new_qps,
-        x.evictions,
-    ] {
+    r.extend(schema::IFACE_HEALTH.iter().map(|c| i((c.get)(s))));
+    for v in [x.tracked_qps, x.active_qps, x.new_qps, x.evictions] {
         r.push(i(v));
     }
     r.push(Cell::OS(x.pfc_src_macs.clone()));

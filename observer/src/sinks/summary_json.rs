@@ -9,7 +9,7 @@ use observer_common::parse::{encap, reason};
 use observer_common::qp::bucket_opcode;
 use serde_json::{Map, Value, json};
 
-use crate::schema::QP_COUNTS;
+use crate::schema::{IFACE_HEALTH, IFACE_TRAFFIC, QP_COUNTS};
 use crate::sources::Snapshot;
 
 /// A key's address as printed everywhere: IPv4-mapped addresses as dotted quads.
@@ -88,14 +88,9 @@ pub fn iface_json(iface: &str, d: usize, s: &IfaceStats) -> Value {
     for (i, n) in s.encap.iter().enumerate().skip(1) {
         enc.insert(encap::NAMES[i].to_string(), json!(n));
     }
-    json!({
+    let mut v = json!({
         "iface": iface,
         "dir": dir::NAMES[d],
-        "frames": s.frames,
-        "bytes": s.bytes,
-        "roce": s.roce,
-        "roce_untracked": s.roce_untracked,
-        "not_roce": s.not_roce,
         "excluded": Value::Object(excl),
         "encap": Value::Object(enc),
         "pfc": {
@@ -110,13 +105,14 @@ pub fn iface_json(iface: &str, d: usize, s: &IfaceStats) -> Value {
             "xon": s.pfc.pause_xon,
             "quanta": s.pfc.pause_quanta,
         },
-        "mac_control_other": s.pfc.other_opcode,
-        "qp_insert_failed": s.qp_insert_failed,
-        "mac_insert_failed": s.mac_insert_failed,
-        "events_lost": s.events_lost,
-        "psn_contended": s.psn_contended,
-        "dropped": s.dropped,
-    })
+    });
+    // The scalar counts: the same names and definitions as the interfaces table's columns.
+    if let Value::Object(m) = &mut v {
+        for c in IFACE_TRAFFIC.iter().chain(&IFACE_HEALTH) {
+            m.insert(c.name.to_string(), json!((c.get)(s)));
+        }
+    }
+    v
 }
 
 /// `{"interfaces": [...], "qps": [...]}` for a set of snapshots (one per interface). QPs are
