@@ -756,6 +756,12 @@ fn alerts_table() -> Table {
         )),
         nullable(col("dst", Utf8, "", "destination address")),
         nullable(col("qp", Int64, "", "destination QP")),
+        nullable(col(
+            "qp_hex",
+            Utf8,
+            "",
+            "the same QP in hex, as the text lines show it (`0x000012`)",
+        )),
         nullable(col("priority", Int64, "", "PFC priority")),
         col("observed", Utf8, "", "what was seen, e.g. `dscp 0 x4`"),
         col(

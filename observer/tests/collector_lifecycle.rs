@@ -359,6 +359,15 @@ fn disk_full_alerts_keeps_counting_and_recovers() {
             .any(|a| a["rule"] == rule::OUTPUT_WRITE_FAILED && a["severity"] == "critical"),
         "{al:?}"
     );
+    // every alert once, every line whole (a write cut by the full disk is undone, not retried
+    // on top of its first half)
+    let emitted: u64 = summary["alerts"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(al.len() as u64, emitted, "{al:?}");
     let parquet: Vec<_> = all_files(&out)
         .into_iter()
         .filter(|f| f.extension().is_some_and(|e| e == "parquet"))

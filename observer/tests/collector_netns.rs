@@ -233,6 +233,28 @@ fn live_observer_alerts_and_logs_what_was_sent() {
         terr.contains("already attached") && terr.contains("--xdp-mode generic"),
         "{terr}"
     );
+    let second = |mode: &str, iface: &str, dir: &str| {
+        Command::new("ip")
+            .args(["netns", "exec", &pair.b.name])
+            .arg(env!("CARGO_BIN_EXE_roce-observe"))
+            .args(["--iface", iface, "--plain", "--no-nic", "--xdp-mode", mode])
+            .args(["--duration", "1s", "--out"])
+            .arg(out.join(dir))
+            .output()
+            .unwrap()
+    };
+    // ... in generic mode it is not told to use generic mode
+    let g = second("generic", &pair.b_if, "second-generic");
+    let gerr = String::from_utf8_lossy(&g.stderr);
+    assert!(!g.status.success());
+    assert!(gerr.contains("already attached"), "{gerr}");
+    assert!(!gerr.contains("run with --xdp-mode generic"), "{gerr}");
+    // native XDP on an interface whose driver has none (loopback): said so, not a bare
+    // bpf_link_create error
+    let n = second("native", "lo", "lo-native");
+    let nerr = String::from_utf8_lossy(&n.stderr);
+    assert!(!n.status.success());
+    assert!(nerr.contains("has no native XDP"), "{nerr}");
     let (frames, roce) = fault_frames();
     send_raw(&pair.a, &pair.a_if, &frames);
     let latency = wait_alert(&flows_out, rule::DSCP_MISMATCH, Duration::from_secs(3))

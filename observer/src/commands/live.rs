@@ -129,8 +129,12 @@ fn load_policy(args: &LiveArgs) -> anyhow::Result<PolicyConfig> {
 }
 
 /// A live error with what to do about it.
-fn explain(iface: &str, e: LiveError) -> anyhow::Error {
+fn explain(iface: &str, e: LiveError, mode: XdpModeArg) -> anyhow::Error {
     match e {
+        // Generic XDP is the way around a native program, not around a generic one.
+        LiveError::XdpSlotTaken(_) if mode == XdpModeArg::Generic => anyhow::anyhow!(
+            "{e} in generic mode\n  see what holds it: `ip link show dev {iface}` / `bpftool net show dev {iface}`, and detach it"
+        ),
         LiveError::XdpSlotTaken(_) => anyhow::anyhow!(
             "{e}\n  see what holds it: `ip link show dev {iface}` / `bpftool net show dev {iface}`; or run with --xdp-mode generic"
         ),
@@ -233,7 +237,7 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
             policy: policy.expected,
             egress: !args.no_egress,
         };
-        let l = LiveIface::attach(&opts).map_err(|e| explain(&d.iface, e))?;
+        let l = LiveIface::attach(&opts).map_err(|e| explain(&d.iface, e, args.xdp_mode))?;
         eprintln!("{}", attached_line(l.attached(), args.capture_port));
         ifaces.push(Observed {
             name: d.iface.clone(),

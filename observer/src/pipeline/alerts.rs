@@ -91,7 +91,7 @@ impl Alert {
             s += &format!(" {} -> {}", ip_of(&a), ip_of(&b));
         }
         if let Some(q) = self.key.qp {
-            s += &format!(" qp 0x{q:06x}");
+            s += &format!(" qp 0x{q:06x} ({q})");
         }
         if let Some(c) = self.key.class {
             s += &format!(" ({})", class::NAMES[(c as usize).min(class::COUNT - 1)]);
@@ -102,11 +102,15 @@ impl Alert {
         if let Some(o) = &self.key.other {
             s += &format!(" {o}");
         }
-        s += &format!(": observed {}, expected {}", self.observed, self.expected);
         if self.summary {
-            s += &format!(" ({} more since the first alert)", self.count);
-        } else if self.count > 1 {
-            s += &format!(" (count {})", self.count);
+            // One count per line: the held-back occurrences, not the latest interval's
+            // `observed` (which carries counts of its own); that stays in the JSON.
+            s += &format!(
+                ": {} more occurrences since the first alert, expected {}",
+                self.count, self.expected
+            );
+        } else {
+            s += &format!(": observed {}, expected {}", self.observed, self.expected);
         }
         s
     }
@@ -126,6 +130,7 @@ impl Alert {
             "src": self.key.src.map(|a| ip_of(&a).to_string()),
             "dst": self.key.dst.map(|a| ip_of(&a).to_string()),
             "qp": self.key.qp,
+            "qp_hex": self.key.qp.map(|q| format!("0x{q:06x}")),
             "priority": self.key.priority,
             "subject": self.key.other,
             "observed": self.observed,
@@ -160,6 +165,7 @@ impl Alert {
             Cell::OS(self.key.src.map(|a| ip_of(&a).to_string())),
             Cell::OS(self.key.dst.map(|a| ip_of(&a).to_string())),
             Cell::OI(self.key.qp.map(|q| q as i64)),
+            Cell::OS(self.key.qp.map(|q| format!("0x{q:06x}"))),
             Cell::OI(self.key.priority.map(|q| q as i64)),
             Cell::S(self.observed.clone()),
             Cell::S(self.expected.clone()),

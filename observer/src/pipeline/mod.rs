@@ -180,6 +180,7 @@ struct IfaceState {
 #[derive(Clone, Debug, Default)]
 pub struct IntervalStats {
     pub iface: String,
+    // `alerts`: emitted for this interface since its previous interval, events included.
     pub start_ns: u64,
     pub end_ns: u64,
     pub tracked_qps: u64,
@@ -207,6 +208,9 @@ pub struct Collector {
     scratch: Box<deltas::Scratch>,
     /// The NIC view of each interface (its configuration, its interval's start).
     nics: BTreeMap<String, nic_stage::NicState>,
+    /// Alerts emitted per interface since its last interval log line (events between
+    /// intervals included).
+    alerts_since_log: BTreeMap<String, u64>,
     /// The terminal view (a sink too; kept apart so the live command can draw it).
     pub view: ViewState,
     pub last: IntervalStats,
@@ -374,11 +378,16 @@ fn account_keys(
     }
 }
 
-/// `mac=frames,...` of the source MACs that sent PFC or PAUSE in direction `d`.
-fn pfc_src_macs(mac_delta: &[(MacKey, PfcCounters)], d: usize) -> Option<String> {
+/// `mac=frames,...` of the source MACs that sent PFC or PAUSE in direction `d`, counting
+/// `frames(counters)` per MAC (MACs with none are left out).
+fn src_macs(
+    mac_delta: &[(MacKey, PfcCounters)],
+    d: usize,
+    frames: fn(&PfcCounters) -> u64,
+) -> Option<String> {
     let macs: Vec<String> = mac_delta
         .iter()
-        .filter(|(k, _)| k.dir as usize == d)
+        .filter(|(k, c)| k.dir as usize == d && frames(c) > 0)
         .map(|(k, c)| {
             let m = k.mac;
             format!(
@@ -389,7 +398,7 @@ fn pfc_src_macs(mac_delta: &[(MacKey, PfcCounters)], d: usize) -> Option<String>
                 m[3],
                 m[4],
                 m[5],
-                c.pfc_frames + c.pause
+                frames(c)
             )
         })
         .collect();
@@ -424,14 +433,16 @@ fn account_iface(
         st.prev_iface[d] = snap.iface_stats[d];
         xoff_all += di.pfc.xoff.iter().sum::<u64>();
         roce_all += di.roce;
-        let macs = pfc_src_macs(&mac_delta, d);
+        let macs = src_macs(&mac_delta, d, |c| c.pfc_frames + c.pause);
+        // the 802.3x alert names the senders of PAUSE only, with their PAUSE frames
+        let pause_macs = src_macs(&mac_delta, d, |c| c.pause);
         let x = IfaceInterval {
             iface,
             dir: d as u8,
             delta: &di,
             secs,
             end_ns: end,
-            pfc_src_macs: macs.as_deref(),
+            pause_src_macs: pause_macs.as_deref(),
         };
         let rates = rules::iface_interval(
             &x,
@@ -517,6 +528,7 @@ impl Collector {
             startup_err,
             scratch: Box::default(),
             nics: BTreeMap::new(),
+            alerts_since_log: BTreeMap::new(),
             view: ViewState::default(),
             last: IntervalStats::default(),
             cfg,
@@ -590,7 +602,10 @@ impl Collector {
             s.alert(&a, &self.run);
         }
         Sink::alert(&mut self.view, &a, &self.run);
-        self.last.alerts += 1;
+        *self
+            .alerts_since_log
+            .entry(a.key.iface.clone())
+            .or_default() += 1;
     }
 
     fn offer(&mut self, a: Alert) {
@@ -727,6 +742,7 @@ impl Collector {
             self.emit(a);
         }
         self.each_sink(end, |s| s.end_interval(end));
+        self.last.alerts = self.alerts_since_log.remove(&snap.iface).unwrap_or(0);
         if self.cfg.terminal {
             self.view
                 .update(&self.last, kp.top, &snap.iface_stats, link, max_xoff);

@@ -420,8 +420,8 @@ pub struct IfaceInterval<'a> {
     pub secs: f64,
     /// Interval end (alert time).
     pub end_ns: u64,
-    /// `mac=frames,...` senders of PFC / PAUSE in the interval.
-    pub pfc_src_macs: Option<&'a str>,
+    /// `mac=frames,...` senders of 802.3x PAUSE in the interval (PFC senders left out).
+    pub pause_src_macs: Option<&'a str>,
 }
 
 /// The per-interface-direction rules. Long by design: the rules one after another, each a few
@@ -449,7 +449,7 @@ pub fn iface_interval(
     };
     if di.pfc.pause > 0 {
         let from = x
-            .pfc_src_macs
+            .pause_src_macs
             .map(|m| format!(" from {m}"))
             .unwrap_or_default();
         out.push(mk(
@@ -498,7 +498,7 @@ pub fn iface_interval(
             Rule::QpMapFull,
             key.clone(),
             format!(
-                "{} new QP keys not tracked, {} RoCE packets untracked",
+                "{} RoCE packets of new QP keys that could not be inserted ({} RoCE packets untracked in all)",
                 di.qp_insert_failed, di.roce_untracked
             ),
             "room in the per-QP map (raise --max-qps)".into(),

@@ -377,6 +377,16 @@ impl JsonlWriter {
             path: self.path.display().to_string(),
             err,
         };
+        // A file deleted since it was opened (or its directory): writing on would put every
+        // later alert into an unlinked file. Open the path again.
+        if self
+            .file
+            .as_ref()
+            .is_some_and(|f| !same_file(f, &self.path))
+        {
+            tracing::warn!(path = %self.path.display(), "alerts.jsonl was removed; creating it again");
+            self.file = None;
+        }
         if self.file.is_none() {
             if let Some(d) = self.path.parent() {
                 fs::create_dir_all(d).map_err(io)?;
@@ -395,25 +405,34 @@ impl JsonlWriter {
             buf.push('\n');
         }
         let f = self.file.as_mut().expect("opened above");
-        // O_APPEND: a short write leaves a partial line; the retry starts on a new line.
+        // Each line whole or not at all, and once: a write cut short (disk full) is undone by
+        // cutting the file back to where this batch began, and the batch is retried whole.
+        let start = f.metadata().map(|m| m.len()).map_err(io)?;
         match f.write_all(buf.as_bytes()).and_then(|_| f.flush()) {
             Ok(()) => {
                 self.pending.clear();
                 Ok(())
             }
             Err(err) => {
-                self.file = None;
-                if let Some(first) = self.pending.front_mut()
-                    && !first.starts_with('\n')
-                {
-                    first.insert(0, '\n');
+                if let Err(e) = f.set_len(start) {
+                    tracing::error!(path = %self.path.display(), error = %e, "could not cut a partly written batch back");
                 }
+                self.file = None;
                 Err(OutputError::Io {
                     path: self.path.display().to_string(),
                     err,
                 })
             }
         }
+    }
+}
+
+/// Whether the open file `f` is still the file at `path` (same device and inode).
+fn same_file(f: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 
@@ -453,6 +472,24 @@ mod tests {
         let d = std::env::temp_dir().join(format!("ro-out-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         d
+    }
+
+    /// Alerts written after the output directory was deleted reach a new alerts.jsonl instead
+    /// of an unlinked file.
+    #[test]
+    fn alerts_jsonl_is_created_again_when_deleted() {
+        let root = tmpdir("jsonl-del");
+        let mut w = JsonlWriter::new(root.join("alerts.jsonl"));
+        w.push("{\"a\":1}".into());
+        w.flush().unwrap();
+        fs::remove_dir_all(&root).unwrap();
+        w.push("{\"a\":2}".into());
+        w.flush().unwrap();
+        assert_eq!(
+            fs::read_to_string(root.join("alerts.jsonl")).unwrap(),
+            "{\"a\":2}\n"
+        );
+        let _ = fs::remove_dir_all(&root);
     }
 
     #[test]

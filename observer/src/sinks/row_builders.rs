@@ -360,7 +360,8 @@ impl FlowsBuilder {
         self.psn_max.push(d.psn_max().unwrap_or(0) as i32);
         self.psn_valid.append(d.psn_max_p1 != 0);
         self.sport.push(d.last_udp_sport as i32);
-        let t = |ns: u64| (ns as i64).saturating_add(clock_offset_ns) / 1000;
+        // In i128: a time after 2262 (2^63 ns) must not wrap to a negative one.
+        let t = |ns: u64| ((ns as i128 + clock_offset_ns as i128).max(0) / 1000) as i64;
         self.first
             .push(if d.first_ns != 0 { t(d.first_ns) } else { 0 });
         self.first_valid.append(d.first_ns != 0);

@@ -60,6 +60,7 @@ pub fn qp_json(iface: &str, k: &QpKey, v: &QpValue) -> Value {
         "src": ip_of(&k.src_ip).to_string(),
         "dst": ip_of(&k.dst_ip).to_string(),
         "qp": k.dest_qp,
+        "qp_hex": format!("0x{:06x}", k.dest_qp),
         "first_ns": v.first_ns,
         "last_ns": v.last_ns,
         "max_udp_payload": v.max_udp_payload,

@@ -118,8 +118,15 @@ pub enum LiveError {
     Verifier { prog: String, log_tail: String },
     #[error("the kernel has no BTF (/sys/kernel/btf/vmlinux missing)")]
     NoBtf,
-    #[error("an XDP program is already attached to {0}: detach it or use --xdp-mode generic")]
+    #[error("an XDP program is already attached to {0}")]
     XdpSlotTaken(String),
+    /// The driver has no native XDP (`--xdp-mode native` on such an interface).
+    #[error("{iface}: the driver has no native XDP (use --xdp-mode auto or generic)")]
+    NativeXdpUnsupported {
+        iface: String,
+        #[source]
+        source: ProgramError,
+    },
     /// A load, map or attach step that failed, with the error it failed with (aya's
     /// `MapError`, `ProgramError`, `EbpfError`, an I/O error, ...).
     #[error("{what}: {source}")]
@@ -683,10 +690,14 @@ impl LiveIface {
     }
 }
 
-fn xdp_attach_error(iface: &str, e: ProgramError) -> LiveError {
+fn xdp_attach_error(iface: &str, e: ProgramError, native: bool) -> LiveError {
     match errno_of(&e) {
         Some(libc::EBUSY | libc::EEXIST) => LiveError::XdpSlotTaken(iface.to_string()),
         Some(libc::EPERM) => LiveError::NotPermitted,
+        Some(libc::EOPNOTSUPP | libc::EINVAL) if native => LiveError::NativeXdpUnsupported {
+            iface: iface.to_string(),
+            source: e,
+        },
         _ => LiveError::op(format!("attaching XDP to {iface}"), e),
     }
 }
@@ -715,7 +726,7 @@ fn attach_ingress(
         match xdp.attach(ifindex, mode) {
             Ok(_) => return Ok(name.to_string()),
             Err(e) => {
-                let err = xdp_attach_error(&opts.iface, e);
+                let err = xdp_attach_error(&opts.iface, e, name == "xdp-native");
                 if matches!(err, LiveError::XdpSlotTaken(_) | LiveError::NotPermitted) {
                     return Err(err);
                 }

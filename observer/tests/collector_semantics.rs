@@ -1,0 +1,219 @@
+//! Numbers a person reads at a glance must not contradict each other: the 802.3x alert names
+//! only PAUSE senders, a hold-down summary line carries one count, QP numbers come in hex and
+//! decimal, the interval log counts the alerts of its interval (events included), `--profile
+//! none` checks nothing (not even the MTU), `--fail-on` gates a CI job, and times after 2262 do
+//! not wrap. Each test failed before its fix.
+
+mod collector_util;
+
+use std::process::Command;
+
+use observer::pipeline::alerts::{Alert, AlertKey, Dedup};
+use observer::pipeline::rules::Rule;
+use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
+use observer::sinks::row_builders::{FlowsBuilder, flows_schema};
+use observer::sources::datapath::Datapath;
+use observer::sources::synthetic::{Roce, pause_frame, pfc_frame};
+use observer_common::maps::{Policy, QpKey, QpValue, policy_flags};
+use serde_json::Value;
+
+use collector_util::*;
+
+const T0: u64 = 1_795_239_299_000_000_000;
+const S: u64 = 1_000_000_000;
+
+fn alerts(out: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("alerts.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn collector(name: &str) -> (Collector, std::path::PathBuf) {
+    let out = fresh_dir(name);
+    let cfg = CollectorConfig::new(
+        out.clone(),
+        "h",
+        "replay",
+        PolicyConfig::profile("nvidia").unwrap(),
+    );
+    let mut col = Collector::new(cfg).unwrap();
+    col.quiet_stderr();
+    col.begin("e0", T0, Some(100_000_000_000));
+    (col, out)
+}
+
+#[test]
+fn pause_alert_names_pause_senders_only() {
+    let (mut col, out) = collector("sem-pause");
+    let mut dp = Datapath::new(Policy::NONE, 1024);
+    let pfc_sender = [2, 0, 0, 0, 0, 0x0a];
+    let pause_sender = [2, 0, 0, 0, 0, 0x0b];
+    for _ in 0..5 {
+        let f = pfc_frame(pfc_sender, 1 << 3, [0, 0, 0, 100, 0, 0, 0, 0]);
+        dp.process(&f, f.len() as u32, T0 + 1, 0);
+    }
+    for _ in 0..2 {
+        let f = pause_frame(pause_sender, 50);
+        dp.process(&f, f.len() as u32, T0 + 2, 0);
+    }
+    col.on_snapshot(&dp.snapshot("e0", T0 + S, None)).unwrap();
+    col.finish().unwrap();
+    let a = alerts(&out);
+    let pause = a
+        .iter()
+        .find(|a| a["rule"] == "pause_802_3x")
+        .expect("a pause alert");
+    let obs = pause["observed"].as_str().unwrap();
+    assert!(obs.contains("02:00:00:00:00:0b=2"), "{obs}");
+    assert!(
+        !obs.contains("02:00:00:00:00:0a"),
+        "a PFC sender in the PAUSE list: {obs}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_summary_line_has_one_count_and_qps_come_in_hex_and_decimal() {
+    let key = AlertKey {
+        iface: "e0".into(),
+        qp: Some(0x12),
+        ..Default::default()
+    };
+    let cand = |t, n| {
+        Alert::candidate(
+            Rule::DscpMismatch,
+            key.clone(),
+            t,
+            format!("dscp 0 x{n}"),
+            "dscp 26".into(),
+            n,
+            "interval",
+        )
+    };
+    let mut d = Dedup::new(10 * S);
+    let first = d.offer(cand(T0, 5)).expect("the first alert");
+    assert!(
+        first.message().contains("qp 0x000012 (18)"),
+        "{}",
+        first.message()
+    );
+    assert!(d.offer(cand(T0 + S, 28)).is_none());
+    assert!(d.offer(cand(T0 + 2 * S, 6)).is_none());
+    let sum = d.tick(T0 + 10 * S, false).remove(0);
+    let m = sum.message();
+    assert!(m.contains("34 more occurrences"), "{m}");
+    assert!(
+        !m.contains("x28") && !m.contains("x6"),
+        "two counts on one line: {m}"
+    );
+    let j = sum.json("h", "replay");
+    assert_eq!(j["qp"], 18);
+    assert_eq!(j["qp_hex"], "0x000012");
+}
+
+#[test]
+fn the_interval_log_counts_alerts_raised_by_events_of_its_interval() {
+    let (mut col, out) = collector("sem-log");
+    let mut p = PolicyConfig::profile("nvidia").unwrap().expected;
+    p.flags |= policy_flags::ENABLED;
+    let mut dp = Datapath::new(p, 1024);
+    for (i, qp) in [0x11u32, 0x12, 0x13, 0x14].into_iter().enumerate() {
+        let mut r = Roce::data([10, 77, 0, 1], [10, 77, 0, 2], qp, 0);
+        r.dscp = 0; // off the policy: a first-occurrence event per QP
+        let f = r.frame();
+        dp.process(&f, f.len() as u32, T0 + i as u64, 0);
+    }
+    let ev = dp.take_events();
+    assert!(ev.len() >= 4, "{ev:?}");
+    col.on_events("e0", &ev);
+    col.on_snapshot(&dp.snapshot("e0", T0 + S, None)).unwrap();
+    assert_eq!(col.last.alerts, 4, "the four dscp alerts of this interval");
+    col.finish().unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn times_after_2262_do_not_wrap() {
+    let t = 9_300_000_000_000_000_000u64; // year 2264, past 2^63 ns
+    let mut b = FlowsBuilder::new("h", "replay", "e0", t, t + S);
+    let mut v = QpValue::ZERO;
+    v.pkts = 1;
+    v.first_ns = t;
+    v.last_ns = t + 1000;
+    b.push(&QpKey::default(), &v, true, false, 0);
+    let batch = b.finish(&flows_schema()).unwrap();
+    let col = batch
+        .column_by_name("first_pkt")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
+        .unwrap();
+    assert_eq!(col.value(0), (t / 1000) as i64);
+}
+
+/// A pcap of RDMA WRITE FIRST packets of 1024 bytes: a path MTU of 1024 where nvidia expects
+/// 4096 (`mtu_below_expected`, a warning), marking otherwise as expected.
+fn mtu_1024_capture(path: &std::path::Path) {
+    let mut h = Vec::new();
+    h.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    h.extend_from_slice(&2u16.to_le_bytes());
+    h.extend_from_slice(&4u16.to_le_bytes());
+    h.extend_from_slice(&[0; 8]);
+    h.extend_from_slice(&65535u32.to_le_bytes());
+    h.extend_from_slice(&1u32.to_le_bytes());
+    for psn in 0..20u32 {
+        let mut r = Roce::data([10, 77, 0, 1], [10, 77, 0, 2], 0x21, psn);
+        r.opcode = 0x06; // RDMA WRITE FIRST: its payload is the path MTU
+        let f = r.frame();
+        for w in [1_795_000_000u32, psn, f.len() as u32, f.len() as u32] {
+            h.extend_from_slice(&w.to_le_bytes());
+        }
+        h.extend_from_slice(&f);
+    }
+    std::fs::write(path, h).unwrap();
+}
+
+fn replay(args: &[&str], file: &std::path::Path, out: &std::path::Path) -> (i32, Value, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .arg("replay")
+        .args(args)
+        .args(["--json", "--out"])
+        .arg(out)
+        .arg(file)
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (
+        o.status.code().unwrap_or(-1),
+        v,
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn profile_none_checks_nothing_and_fail_on_gates_on_severity() {
+    let dir = fresh_dir("sem-replay");
+    let pcap = dir.join("mtu.pcap");
+    mtu_1024_capture(&pcap);
+    let (code, v, err) = replay(&["--profile", "none"], &pcap, &dir.join("none"));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["qps"][0]["pkts"], 20);
+    assert_eq!(
+        v["alerts"],
+        serde_json::json!({}),
+        "--profile none raised alerts: {v}"
+    );
+    let (code, v, err) = replay(&["--fail-on", "critical"], &pcap, &dir.join("crit"));
+    assert_eq!(code, 0, "only a warning was raised: {err}");
+    assert_eq!(v["alerts"]["mtu_below_expected"], 1);
+    let (code, v, err) = replay(&["--fail-on", "warning"], &pcap, &dir.join("warn"));
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        v["qps"][0]["pkts"], 20,
+        "the summary is printed before the exit status"
+    );
+    assert!(err.contains("mtu_below_expected"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
