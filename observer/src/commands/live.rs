@@ -239,8 +239,11 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
         };
         let l = LiveIface::attach(&opts).map_err(|e| explain(&d.iface, e, args.xdp_mode))?;
         eprintln!("{}", attached_line(l.attached(), args.capture_port));
+        let ifindex = Some(l.attached().ifindex);
         ifaces.push(Observed {
             name: d.iface.clone(),
+            opts,
+            ifindex,
             link_speed_bps: args.link_speed.or(d.speed_bps),
             iface: l,
             nic: (!args.no_nic).then(|| nic_feed(&d.iface)).flatten(),

@@ -25,6 +25,7 @@ use crate::sinks::row_builders::{self as tables, FlowsBuilder, IfaceExtra};
 use crate::sinks::terminal_view::{self as view, ViewState};
 use crate::sinks::{IntervalRows, JsonlSink, RunInfo, Sink, StderrSink, TableKind, TableSink};
 use crate::sources::Snapshot;
+use crate::sources::snapshot::CounterWords;
 use alerts::{Alert, AlertKey, Dedup};
 use rules::{IfaceInterval, Rule};
 
@@ -49,7 +50,9 @@ pub mod rule {
     pub const QP_MAP_FULL: &str = Rule::QpMapFull.name();
     pub const EVENTS_LOST: &str = Rule::EventsLost.name();
     pub const OUTPUT_WRITE_FAILED: &str = Rule::OutputWriteFailed.name();
-    /// Every rule's name, in documentation order.
+    pub const IFACE_GONE: &str = Rule::IfaceGone.name();
+    /// Every packet rule's name, in documentation order (the NIC and configuration rules
+    /// follow in `Rule::ALL`).
     pub const ALL: [&str; 14] = {
         let mut a = [""; 14];
         let mut i = 0;
@@ -174,6 +177,34 @@ struct IfaceState {
     evictions_total: u64,
     /// Rows written in the last interval (sizes the next interval's builders).
     last_active: usize,
+    /// The interface's counters of earlier attachments (it was deleted and came back): added
+    /// to the current ones in the summary.
+    before_restart: [IfaceStats; dir::COUNT],
+    /// Likewise each key's counts of earlier attachments.
+    qps_before_restart: HashMap<QpKey, QpValue>,
+}
+
+impl IfaceState {
+    /// The interface came back and is observed afresh, its counters from zero: every key's
+    /// last values are kept for the summary, the previous values are forgotten (the new
+    /// counters are deltas from nothing), the interface's totals so far are kept aside.
+    fn restart(&mut self) {
+        for (k, v) in self.prev.iter() {
+            match self.qps_before_restart.get_mut(k) {
+                Some(b) => observer_common::qp::add_counts(b, v),
+                None => {
+                    self.qps_before_restart.insert(*k, *v);
+                }
+            }
+        }
+        for d in 0..dir::COUNT {
+            self.before_restart[d].add(&self.prev_iface[d]);
+        }
+        self.prev = prev_values::PrevStore::default();
+        self.pairs = PairIndex::default();
+        self.prev_iface = [IfaceStats::default(); dir::COUNT];
+        self.prev_macs.clear();
+    }
 }
 
 /// Figures of the last interval (for the view, logs and tests).
@@ -801,12 +832,26 @@ impl Collector {
                 let mut macs: Vec<(MacKey, PfcCounters)> =
                     st.prev_macs.iter().map(|(k, v)| (*k, *v)).collect();
                 macs.sort_by_key(|a| a.0);
+                if !st.qps_before_restart.is_empty() {
+                    let idx: HashMap<QpKey, usize> =
+                        qps.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
+                    for (k, b) in &st.qps_before_restart {
+                        match idx.get(k) {
+                            Some(&i) => observer_common::qp::add_counts(&mut qps[i].1, b),
+                            None => qps.push((*k, *b)),
+                        }
+                    }
+                }
+                let mut iface_stats = st.prev_iface;
+                for (s, b) in iface_stats.iter_mut().zip(&st.before_restart) {
+                    s.add(b);
+                }
                 Snapshot {
                     iface: name.clone(),
                     time_ns: st.prev_time.unwrap_or(0),
                     link_speed_bps: st.link_bps,
                     qps,
-                    iface_stats: st.prev_iface,
+                    iface_stats,
                     macs,
                 }
             })
@@ -906,6 +951,27 @@ impl crate::sources::Consumer for Collector {
     }
     fn idle_keys(&self, iface: &str, now_ns: u64, idle_ns: u64, max: usize) -> Vec<QpKey> {
         Collector::idle_keys(self, iface, now_ns, idle_ns, max)
+    }
+    fn iface_gone(&mut self, iface: &str, t_ns: u64) {
+        let a = Alert::candidate(
+            Rule::IfaceGone,
+            AlertKey {
+                iface: iface.into(),
+                ..Default::default()
+            },
+            t_ns,
+            "the interface was deleted".into(),
+            "the observed interface present (it is attached again when it comes back)".into(),
+            1,
+            "interval",
+        );
+        self.offer(a);
+        self.each_sink(t_ns, |s| s.flush(t_ns));
+    }
+    fn iface_restarted(&mut self, iface: &str, _t_ns: u64) {
+        if let Some(st) = self.ifaces.get_mut(iface) {
+            st.restart();
+        }
     }
     /// Draws the terminal view once per interval, after every interface's snapshot.
     fn nic(

@@ -31,6 +31,8 @@ pub enum Rule {
     EventsLost,
     /// A flow-log, alert or summary file could not be written (disk full, unwritable).
     OutputWriteFailed,
+    /// The observed interface disappeared (deleted, or deleted and re-created).
+    IfaceGone,
     /// The NIC dropped packets of the RDMA priority (per-priority discard counters).
     RdmaClassDrops,
     /// The NIC received CNPs and ignored them: congestion control is off on that priority.
@@ -50,7 +52,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in documentation order.
-    pub const ALL: [Rule; 26] = [
+    pub const ALL: [Rule; 27] = [
         Rule::DscpMismatch,
         Rule::PcpMismatch,
         Rule::NotEct,
@@ -65,6 +67,7 @@ impl Rule {
         Rule::QpMapFull,
         Rule::EventsLost,
         Rule::OutputWriteFailed,
+        Rule::IfaceGone,
         Rule::RdmaClassDrops,
         Rule::CnpIgnored,
         Rule::ConfigPfcPriorities,
@@ -95,6 +98,7 @@ impl Rule {
             Rule::QpMapFull => "qp_map_full",
             Rule::EventsLost => "events_lost",
             Rule::OutputWriteFailed => "output_write_failed",
+            Rule::IfaceGone => "iface_gone",
             Rule::RdmaClassDrops => "rdma_class_drops",
             Rule::CnpIgnored => "cnp_ignored",
             Rule::ConfigPfcPriorities => "config_pfc_priorities",
@@ -126,6 +130,7 @@ impl Rule {
             | Rule::NotEct
             | Rule::CeWithoutCnp
             | Rule::OutputWriteFailed
+            | Rule::IfaceGone
             | Rule::RdmaClassDrops
             | Rule::ConfigPfcPriorities
             | Rule::ConfigTrustMode
@@ -145,6 +150,7 @@ impl Rule {
             Rule::CeWithoutCnp => "interface and IP pair",
             Rule::PfcWithoutEcn => "interface",
             Rule::OutputWriteFailed => "output (table or file)",
+            Rule::IfaceGone => "interface",
             Rule::RdmaClassDrops | Rule::CnpIgnored => "interface (NIC counters)",
             _ => "interface (NIC configuration)",
         }

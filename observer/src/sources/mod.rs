@@ -45,6 +45,12 @@ pub trait Consumer {
     }
     /// Every interface's snapshot of the interval at `t_ns` was handed over.
     fn interval_done(&mut self, _t_ns: u64) {}
+    /// The observed interface disappeared at about `t_ns` (deleted): no snapshot of it until
+    /// it comes back.
+    fn iface_gone(&mut self, _iface: &str, _t_ns: u64) {}
+    /// An interface of the same name is back and observed afresh (new programs, counters from
+    /// zero): what was counted before stays counted.
+    fn iface_restarted(&mut self, _iface: &str, _t_ns: u64) {}
     /// A sample of `iface`'s NIC (counters and QoS configuration), with the vendor-neutral
     /// counters of the interval since the previous sample (`None` for the first).
     fn nic(

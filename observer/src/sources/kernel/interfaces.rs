@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use observer_common::maps::Event;
 
-use super::LiveIface;
+use super::{LiveIface, LiveOptions, current_ifindex};
 use crate::sources::nic::{NicReader, NicSample, interval_between};
 use crate::sources::paced::{ConsumerFailed, Polled};
 use crate::sources::{Consumer, ConsumerError};
@@ -14,11 +14,52 @@ use crate::sources::{Consumer, ConsumerError};
 /// One attached interface.
 pub struct Observed {
     pub name: String,
+    /// How it was attached: the same again when an interface of this name comes back.
+    pub opts: LiveOptions,
+    /// Its index when attached; `None` while it is gone.
+    pub ifindex: Option<u32>,
     /// Link speed for PFC pause seconds (the interface's, or `--link-speed`).
     pub link_speed_bps: Option<u64>,
     pub iface: LiveIface,
     /// The NIC's own counters and configuration (`None` with `--no-nic`).
     pub nic: Option<NicFeed>,
+}
+
+impl Observed {
+    /// Whether the interface is there to be read: a deleted interface is said gone (once), and
+    /// one of the same name that comes back (a new index) is attached afresh and said restarted.
+    fn present(&mut self, out: &mut dyn Consumer, t_ns: u64) -> bool {
+        let now = current_ifindex(&self.name);
+        if now.is_some() && now == self.ifindex {
+            return true;
+        }
+        if now.is_none() {
+            if self.ifindex.take().is_some() {
+                tracing::error!(iface = %self.name, "the observed interface is gone; waiting for it to come back");
+                out.iface_gone(&self.name, t_ns);
+            }
+            return false;
+        }
+        // Back (or re-created while we were not looking): the old programs went with the old
+        // device; attach the same way again.
+        if self.ifindex.is_some() {
+            out.iface_gone(&self.name, t_ns);
+        }
+        match LiveIface::attach(&self.opts) {
+            Ok(l) => {
+                tracing::warn!(iface = %self.name, ingress = %l.attached().ingress, "the interface is back; attached again");
+                self.ifindex = Some(l.attached().ifindex);
+                self.iface = l;
+                out.iface_restarted(&self.name, t_ns);
+                true
+            }
+            Err(e) => {
+                self.ifindex = None;
+                tracing::warn!(iface = %self.name, error = %e, "the interface is back but attaching failed; retrying next interval");
+                false
+            }
+        }
+    }
 }
 
 /// A NIC read every interval, with its previous sample for the interval's deltas.
@@ -124,6 +165,9 @@ impl Polled for KernelSource {
 
     fn interval(&mut self, out: &mut dyn Consumer, t_ns: u64) -> Result<(), ConsumerFailed> {
         for i in 0..self.ifaces.len() {
+            if !self.ifaces[i].present(out, t_ns) {
+                continue;
+            }
             let o = &mut self.ifaces[i];
             let mut snap = match o.iface.snapshot(t_ns) {
                 Ok(s) => s,

@@ -577,6 +577,11 @@ fn link_speed(iface: &str) -> Option<u64> {
     (mbit > 0).then_some(mbit as u64 * 1_000_000)
 }
 
+/// The interface's index now (`None`: no interface of that name).
+pub fn current_ifindex(name: &str) -> Option<u32> {
+    ifindex(name).ok()
+}
+
 fn ifindex(name: &str) -> Result<u32, LiveError> {
     let c = std::ffi::CString::new(name).map_err(|_| LiveError::NoSuchInterface(name.into()))?;
     // SAFETY: if_nametoindex reads a valid NUL-terminated string.
