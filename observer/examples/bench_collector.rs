@@ -4,6 +4,7 @@
 //! and Parquet bytes per QP row. Prints a table of medians.
 //!
 //! Usage: bench_collector [--intervals N] [--sizes 10000,100000]
+//! (`BENCH_NO_JOURNAL=1`: without the crash journal, to measure what it costs).
 
 use std::time::Instant;
 
@@ -104,6 +105,7 @@ fn run(qps: usize, active: usize, intervals: usize) -> Row {
     let mut cfg = CollectorConfig::new(out.clone(), "bench", "live", policy);
     cfg.rotate_secs = 3600;
     cfg.rotate_bytes = 1 << 30;
+    cfg.journal = std::env::var_os("BENCH_NO_JOURNAL").is_none();
     let mut col = Collector::new(cfg).expect("collector");
     let mut snap = Snapshot {
         iface: "bench0".into(),
@@ -221,6 +223,7 @@ fn live_interval(n: u32, intervals: usize) -> Result<(f64, f64), String> {
     let mut cfg = CollectorConfig::new(out.clone(), "bench", "live", policy);
     cfg.rotate_secs = 3600;
     cfg.rotate_bytes = 1 << 30;
+    cfg.journal = std::env::var_os("BENCH_NO_JOURNAL").is_none();
     let mut col = Collector::new(cfg).map_err(|e| e.to_string())?;
     let t0 = 1_795_239_299_000_000_000u64;
     col.begin("bench0", t0, Some(400_000_000_000));

@@ -82,6 +82,9 @@ pub struct CollectorConfig {
     pub terminal: bool,
     /// What the NIC's QoS configuration is checked against (`None`: not checked).
     pub nic_policy: Option<crate::sources::nic::Policy>,
+    /// Journal every interval's rows durably, so a crash loses at most the interval being read
+    /// (on by default).
+    pub journal: bool,
 }
 
 impl CollectorConfig {
@@ -101,6 +104,7 @@ impl CollectorConfig {
             rotate_bytes: 128 << 20,
             terminal: false,
             nic_policy: None,
+            journal: true,
         }
     }
 }
@@ -532,8 +536,16 @@ impl Collector {
             e.to_string()
         });
         let (rs, rb) = (cfg.rotate_secs, cfg.rotate_bytes);
-        let table =
-            |k| Box::new(TableSink::new(k, &cfg.out_dir, &cfg.host, rs, rb)) as Box<dyn Sink>;
+        let table = |k| {
+            Box::new(TableSink::new(
+                k,
+                &cfg.out_dir,
+                &cfg.host,
+                rs,
+                rb,
+                cfg.journal,
+            )) as Box<dyn Sink>
+        };
         let mut sinks = vec![
             table(TableKind::Flows),
             table(TableKind::Interfaces),

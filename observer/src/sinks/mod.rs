@@ -96,7 +96,14 @@ pub struct TableSink {
 }
 
 impl TableSink {
-    pub fn new(kind: TableKind, out: &Path, host: &str, rotate_s: u64, rotate_b: u64) -> Self {
+    pub fn new(
+        kind: TableKind,
+        out: &Path,
+        host: &str,
+        rotate_s: u64,
+        rotate_b: u64,
+        journal: bool,
+    ) -> Self {
         let table = match kind {
             TableKind::Flows => crate::schema::flows(),
             TableKind::Interfaces => crate::schema::interfaces(),
@@ -104,10 +111,26 @@ impl TableSink {
             TableKind::Nic => crate::schema::nic(),
         };
         let schema = table.arrow_schema();
+        // A crashed run's open windows first (SIGKILL, OOM kill, power loss).
+        match parquet_files::recover_journals(out, table.name) {
+            Ok(r) if r.files > 0 => tracing::warn!(
+                table = table.name,
+                files = r.files,
+                rows = r.rows,
+                "recovered the rows of a run that did not stop cleanly"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(table = table.name, error = %e, "could not recover a journal")
+            }
+        }
         let mut writer =
             TableWriter::new(out, table.name, host, schema.clone(), rotate_s, rotate_b);
         if kind == TableKind::Flows {
             writer = writer.with_encodings(row_builders::flows_encoding);
+        }
+        if !journal {
+            writer = writer.without_journal();
         }
         TableSink {
             kind,

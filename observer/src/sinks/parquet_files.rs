@@ -103,8 +103,12 @@ struct OpenFile {
     start_ns: u64,
     date: String,
     hour: String,
-    stamp: String,
+    /// The final file's directory and name, chosen when the window opens (the journal is named
+    /// after it, so a recovery can tell whether the file was completed).
+    dir: PathBuf,
+    name: String,
     rows: u64,
+    journal: Option<Journal>,
 }
 
 struct Finished {
@@ -112,6 +116,163 @@ struct Finished {
     name: String,
     data: Vec<u8>,
     rows: u64,
+    /// Deleted once the file is in place.
+    journal: Option<PathBuf>,
+}
+
+/// The rows of an open window, appended durably (fsync) at every interval as an Arrow IPC
+/// stream: after a SIGKILL, an OOM kill or a power loss, the next start writes them into the
+/// Parquet file the window would have become, so at most the interval being read is lost.
+struct Journal {
+    path: PathBuf,
+    writer: arrow::ipc::writer::StreamWriter<File>,
+}
+
+impl Journal {
+    fn create(path: PathBuf, schema: &SchemaRef) -> std::io::Result<Journal> {
+        if let Some(d) = path.parent() {
+            fs::create_dir_all(d)?;
+        }
+        let f = File::create(&path)?;
+        let writer =
+            arrow::ipc::writer::StreamWriter::try_new(f, schema).map_err(std::io::Error::other)?;
+        Ok(Journal { path, writer })
+    }
+
+    /// Appends a batch and makes it durable.
+    fn append(&mut self, batch: &RecordBatch) -> std::io::Result<()> {
+        self.writer.write(batch).map_err(std::io::Error::other)?;
+        self.writer.flush().map_err(std::io::Error::other)?;
+        self.writer.get_ref().sync_data()
+    }
+}
+
+/// Where the journals of an output tree are.
+fn journal_dir(root: &Path) -> PathBuf {
+    root.join(".journal")
+}
+
+/// The journal of the window that becomes `name`, written by this process:
+/// `<name>.<pid>.journal` (the pid tells a crashed writer's journal from a running one's).
+fn journal_of(journals: &Path, name: &str) -> PathBuf {
+    journals.join(format!("{name}.{}.journal", std::process::id()))
+}
+
+/// What a journal's name says: the final file's name, date and hour directories, and the pid
+/// of the process that wrote it.
+fn parse_journal_name(file: &str) -> Option<(String, String, String, u32)> {
+    let rest = file.strip_suffix(".journal")?;
+    let (name, pid) = rest.rsplit_once('.')?;
+    let pid: u32 = pid.parse().ok()?;
+    let stem = name.strip_suffix(".parquet")?;
+    // ...-YYYYMMDDTHHMMSSZ-SEQ
+    let (before_seq, _seq) = stem.rsplit_once('-')?;
+    let stamp = before_seq.rsplit_once('-')?.1;
+    let b = stamp.as_bytes();
+    if b.len() != 16
+        || b[8] != b'T'
+        || b[15] != b'Z'
+        || !stamp[..8].bytes().all(|c| c.is_ascii_digit())
+    {
+        return None;
+    }
+    let date = format!("{}-{}-{}", &stamp[..4], &stamp[4..6], &stamp[6..8]);
+    let hour = stamp[9..11].to_string();
+    Some((name.to_string(), date, hour, pid))
+}
+
+/// Rows recovered from the journals of crashed runs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    pub files: u64,
+    pub rows: u64,
+}
+
+/// Writes the journals a crashed run of `table` left under `root` into the Parquet files they
+/// would have become, then removes them. A journal of a process still running is left alone;
+/// one whose file was already completed is only removed; a journal cut short by the crash
+/// gives the batches written before the cut. Errors name the journal.
+pub fn recover_journals(root: &Path, table: &str) -> Result<Recovered, OutputError> {
+    let mut out = Recovered::default();
+    let dir = journal_dir(root);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(out);
+    };
+    let own = std::process::id();
+    for e in entries.flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let Some((name, date, hour, pid)) = parse_journal_name(&file) else {
+            continue;
+        };
+        if !name.starts_with(&format!("{table}-")) {
+            continue;
+        }
+        if pid != own && Path::new(&format!("/proc/{pid}")).exists() {
+            continue; // another observer's open window
+        }
+        let target_dir = root
+            .join(table)
+            .join(format!("date={date}"))
+            .join(format!("hour={hour}"));
+        let journal = e.path();
+        if !target_dir.join(&name).exists() {
+            out.rows += write_recovered(&journal, &target_dir, &name)?;
+            out.files += 1;
+        }
+        fs::remove_file(&journal).map_err(|err| OutputError::Io {
+            path: journal.display().to_string(),
+            err,
+        })?;
+    }
+    Ok(out)
+}
+
+/// The batches of one journal into `dir/name` (tmp, fsync, rename). Returns the rows.
+fn write_recovered(journal: &Path, dir: &Path, name: &str) -> Result<u64, OutputError> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |err| OutputError::Io { path, err }
+    };
+    let f = File::open(journal).map_err(io(journal))?;
+    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::BufReader::new(f), None)
+        .map_err(|err| OutputError::Arrow {
+            table: format!("journal {}", journal.display()),
+            err,
+        })?;
+    let schema = reader.schema();
+    // A crash while appending leaves a cut last message: the batches before it are whole.
+    let batches: Vec<RecordBatch> = reader.map_while(Result::ok).collect();
+    let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+    if rows == 0 {
+        return Ok(0);
+    }
+    let perr = |err| OutputError::Parquet {
+        table: format!("recovered {name}"),
+        err,
+    };
+    let mut w = ArrowWriter::try_new(
+        Vec::new(),
+        schema,
+        Some(
+            WriterProperties::builder()
+                .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
+                .build(),
+        ),
+    )
+    .map_err(perr)?;
+    for b in &batches {
+        w.write(b).map_err(perr)?;
+    }
+    let data = w.into_inner().map_err(perr)?;
+    fs::create_dir_all(dir).map_err(io(dir))?;
+    let fin = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut file = File::create(&tmp).map_err(io(&tmp))?;
+    file.write_all(&data).map_err(io(&tmp))?;
+    file.sync_all().map_err(io(&tmp))?;
+    fs::rename(&tmp, &fin).map_err(io(&fin))?;
+    tracing::warn!(file = %fin.display(), rows, "recovered a window a crashed run had not completed");
+    Ok(rows)
 }
 
 /// Encoding of a column without a dictionary, by path and physical type (`None`: dictionary).
@@ -159,6 +320,8 @@ pub struct TableWriter {
     pub stats: WriterStats,
     /// Final paths written, oldest first (the last 64, for tests and the end-of-run log).
     pub recent: VecDeque<PathBuf>,
+    /// Journal each window's rows (off for tests of the writer alone).
+    journaling: bool,
 }
 
 impl TableWriter {
@@ -184,7 +347,14 @@ impl TableWriter {
             seq: 0,
             stats: WriterStats::default(),
             recent: VecDeque::new(),
+            journaling: true,
         }
+    }
+
+    /// No journal (a writer whose loss on a crash does not matter, or a test of the writer).
+    pub fn without_journal(mut self) -> TableWriter {
+        self.journaling = false;
+        self
     }
 
     /// Per-column encodings: `encoding(path, physical type)` (the Parquet column path, e.g.
@@ -213,24 +383,20 @@ impl TableWriter {
         self.rotate_if_due(t_ns)?;
         if batch.num_rows() > 0 {
             if self.open.is_none() {
-                let (date, hour, stamp) = utc_parts(t_ns);
-                let writer =
-                    ArrowWriter::try_new(Vec::new(), self.schema(), Some(self.props.clone()))
-                        .map_err(|err| self.perr(err))?;
-                self.open = Some(OpenFile {
-                    writer,
-                    start_ns: t_ns,
-                    date,
-                    hour,
-                    stamp,
-                    rows: 0,
-                });
+                self.open = Some(self.open_window(t_ns)?);
             }
             let o = self.open.as_mut().expect("opened above");
             o.writer.write(batch).map_err(|err| OutputError::Parquet {
                 table: self.table.into(),
                 err,
             })?;
+            if let Some(j) = &mut o.journal
+                && let Err(e) = j.append(batch)
+            {
+                // The rows are still written at rotation; only crash safety is lost.
+                tracing::error!(table = self.table, journal = %j.path.display(), error = %e, "journal write failed: a crash now would lose this window");
+                o.journal = None;
+            }
             o.rows += batch.num_rows() as u64;
             let size = o.writer.bytes_written() + o.writer.in_progress_size();
             if size as u64 >= self.rotate_bytes {
@@ -259,31 +425,64 @@ impl TableWriter {
         }
     }
 
+    /// A new window starting at `t_ns`: its Parquet writer, its final name, its journal.
+    fn open_window(&mut self, t_ns: u64) -> Result<OpenFile, OutputError> {
+        let (date, hour, stamp) = utc_parts(t_ns);
+        let writer = ArrowWriter::try_new(Vec::new(), self.schema(), Some(self.props.clone()))
+            .map_err(|err| self.perr(err))?;
+        let dir = self
+            .root
+            .join(self.table)
+            .join(format!("date={date}"))
+            .join(format!("hour={hour}"));
+        let journals = journal_dir(&self.root);
+        let name = loop {
+            let n = format!(
+                "{}-{}-{}-{:04}.parquet",
+                self.table, self.host, stamp, self.seq
+            );
+            self.seq += 1;
+            let taken = dir.join(&n).exists()
+                || journal_of(&journals, &n).exists()
+                || self.pending.iter().any(|p| p.dir == dir && p.name == n);
+            if !taken {
+                break n;
+            }
+        };
+        let journal = if self.journaling {
+            let path = journal_of(&journals, &name);
+            Journal::create(path.clone(), &self.schema)
+                .inspect_err(|e| {
+                    tracing::error!(table = self.table, journal = %path.display(), error = %e, "cannot create the journal: a crash would lose this window");
+                })
+                .ok()
+        } else {
+            None
+        };
+        Ok(OpenFile {
+            writer,
+            start_ns: t_ns,
+            date,
+            hour,
+            dir,
+            name,
+            rows: 0,
+            journal,
+        })
+    }
+
     fn close_open(&mut self) -> Result<(), OutputError> {
         let Some(o) = self.open.take() else {
             return Ok(());
         };
+        let journal = o.journal.map(|j| j.path);
         let data = o.writer.into_inner().map_err(|err| self.perr(err))?;
-        let dir = self
-            .root
-            .join(self.table)
-            .join(format!("date={}", o.date))
-            .join(format!("hour={}", o.hour));
-        let name = loop {
-            let n = format!(
-                "{}-{}-{}-{:04}.parquet",
-                self.table, self.host, o.stamp, self.seq
-            );
-            self.seq += 1;
-            if !dir.join(&n).exists() && !self.pending.iter().any(|p| p.dir == dir && p.name == n) {
-                break n;
-            }
-        };
         self.pending.push_back(Finished {
-            dir,
-            name,
+            dir: o.dir,
+            name: o.name,
             data,
             rows: o.rows,
+            journal,
         });
         let mut total: usize = self.pending.iter().map(|p| p.data.len()).sum();
         while total > MAX_PENDING_BYTES && self.pending.len() > 1 {
@@ -320,6 +519,11 @@ impl TableWriter {
                 });
             }
             let f = self.pending.pop_front().expect("front exists");
+            if let Some(j) = &f.journal
+                && let Err(e) = fs::remove_file(j)
+            {
+                tracing::warn!(journal = %j.display(), error = %e, "could not remove a journal whose file is written");
+            }
             self.stats.files += 1;
             self.stats.rows += f.rows;
             self.stats.bytes += f.data.len() as u64;
