@@ -1,14 +1,26 @@
 //! Loading the tables: every `*.parquet` (final names only, never `*.parquet.tmp`) below
 //! `<dir>/<table>/`, aggregated over all intervals.
 
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int16Type, Int32Type, Int64Type};
 use observer::schema;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+
+/// Directory levels below a table's directory that are searched (`date=/hour=/` is 2).
+pub const MAX_DEPTH: usize = 16;
+/// Largest uncompressed size of one column chunk accepted from a file's metadata.
+const MAX_CHUNK_BYTES: i64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -32,10 +44,20 @@ pub enum LoadError {
         #[source]
         err: observer::schema::SchemaMismatch,
     },
+    /// A file whose metadata is inconsistent, or whose decoding panicked inside the parquet
+    /// or arrow crates.
+    #[error("{path}: corrupt Parquet file: {what}")]
+    Corrupt { path: PathBuf, what: String },
     #[error("{path}: column {column:?} missing or of an unexpected type")]
     Column { path: PathBuf, column: String },
     #[error("{0}: no flow logs (expected {0}/flows/date=.../hour=.../*.parquet)")]
     Empty(PathBuf),
+    #[error("{0} does not exist (expected the --out directory of roce-observe)")]
+    NotFound(PathBuf),
+    #[error("{0} is not a directory (expected the --out directory of roce-observe)")]
+    NotADirectory(PathBuf),
+    #[error("{0}: directories nested deeper than {MAX_DEPTH} levels")]
+    TooDeep(PathBuf),
 }
 
 /// Identity of a QP key as written in the flow logs.
@@ -102,13 +124,16 @@ pub struct Dataset {
     pub files: usize,
 }
 
+/// Every `*.parquet` below `root` (absent: none), sorted. Symbolic links to directories are
+/// not followed (a link loop would never end), links to regular files are; only regular files
+/// are read (a FIFO named `x.parquet` would block); at most [`MAX_DEPTH`] levels.
 fn parquet_files(root: &Path) -> Result<Vec<PathBuf>, LoadError> {
     let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    while let Some((d, depth)) = stack.pop() {
         let rd = match std::fs::read_dir(&d) {
             Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && depth == 0 => continue,
             Err(err) => return Err(LoadError::Io { path: d, err }),
         };
         for e in rd {
@@ -117,9 +142,24 @@ fn parquet_files(root: &Path) -> Result<Vec<PathBuf>, LoadError> {
                 err,
             })?;
             let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "parquet") {
+            let io = |err| LoadError::Io {
+                path: p.clone(),
+                err,
+            };
+            let mut ty = e.file_type().map_err(io)?;
+            if ty.is_symlink() {
+                match std::fs::metadata(&p) {
+                    Ok(m) if m.is_file() => ty = m.file_type(),
+                    // a link to a directory, or a dangling link: not followed
+                    _ => continue,
+                }
+            }
+            if ty.is_dir() {
+                if depth + 1 > MAX_DEPTH {
+                    return Err(LoadError::TooDeep(p));
+                }
+                stack.push((p, depth + 1));
+            } else if ty.is_file() && p.extension().is_some_and(|x| x == "parquet") {
                 out.push(p);
             }
         }
@@ -128,9 +168,164 @@ fn parquet_files(root: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(out)
 }
 
-/// Every batch of one file, after checking its columns against `table`'s definition.
+thread_local! {
+    /// Set while this thread decodes a file under [`guarded`].
+    static GUARDED: Cell<bool> = const { Cell::new(false) };
+    /// Where the last panic under [`guarded`] happened (recorded by [`quiet_decoder_panics`]'s
+    /// hook).
+    static PANIC_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Installs a panic hook that keeps the panics caught by [`load`] (a corrupt file's decoding
+/// panicking inside the parquet or arrow crates) off stderr, recording where they happened for
+/// the error instead; every other panic goes to the previous hook. The command line calls it
+/// once at start.
+pub fn quiet_decoder_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if GUARDED.with(Cell::get) {
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+                PANIC_AT.with(|p| *p.borrow_mut() = at);
+            } else {
+                prev(info);
+            }
+        }));
+    });
+}
+
+/// Runs the decoding of one file, turning a panic into [`LoadError::Corrupt`]. The last line of
+/// defence: the parquet and arrow crates panic on some corrupt inputs (out-of-range offsets
+/// and lengths in the metadata or pages, inconsistent array lengths) instead of returning an
+/// error, and [`check_metadata`] cannot see into every page. A failed file fails the whole
+/// [`load`], so the `Dataset` that `f` may have half updated is never returned.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T, LoadError>) -> Result<T, LoadError> {
+    let was = GUARDED.with(|g| g.replace(true));
+    PANIC_AT.with(|p| p.borrow_mut().take());
+    let r = catch_unwind(AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(was));
+    r.unwrap_or_else(|payload| {
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("(no message)");
+        let at = PANIC_AT
+            .with(|p| p.borrow_mut().take())
+            .map(|a| format!(" at {a}"))
+            .unwrap_or_default();
+        Err(LoadError::Corrupt {
+            path: path.into(),
+            what: format!("the Parquet decoder panicked: {msg}{at}"),
+        })
+    })
+}
+
+/// The footer's sanity, before any data is decoded: magic numbers, every row group's rows and
+/// every column chunk's type, byte range (inside the file's data, before the footer), value
+/// count and size. Returns the file's metadata.
+fn check_metadata(path: &Path, f: &mut File) -> Result<ParquetMetaData, LoadError> {
+    let corrupt = |what: String| LoadError::Corrupt {
+        path: path.into(),
+        what,
+    };
+    let io = |err| LoadError::Io {
+        path: path.into(),
+        err,
+    };
+    let len = f.metadata().map_err(io)?.len();
+    if len < 12 {
+        return Err(corrupt(format!("{len} bytes, too short for Parquet")));
+    }
+    let mut head = [0u8; 4];
+    let mut tail = [0u8; 8];
+    f.read_exact(&mut head).map_err(io)?;
+    f.seek(SeekFrom::End(-8)).map_err(io)?;
+    f.read_exact(&mut tail).map_err(io)?;
+    if &head != b"PAR1" || &tail[4..] != b"PAR1" {
+        return Err(corrupt("no PAR1 magic at both ends".into()));
+    }
+    let footer = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as u64;
+    if footer + 12 > len {
+        return Err(corrupt(format!(
+            "footer of {footer} bytes in a {len}-byte file"
+        )));
+    }
+    let data_end = len - 8 - footer;
+    let md = ParquetMetaDataReader::new()
+        .parse_and_finish(&*f)
+        .map_err(|err| LoadError::Parquet {
+            path: path.into(),
+            err,
+        })?;
+    let descr = md.file_metadata().schema_descr();
+    let mut rows = 0i64;
+    for (g, rg) in md.row_groups().iter().enumerate() {
+        let n = rg.num_rows();
+        if n < 0 {
+            return Err(corrupt(format!("row group {g}: {n} rows")));
+        }
+        rows = rows.saturating_add(n);
+        if rg.num_columns() != descr.num_columns() {
+            return Err(corrupt(format!(
+                "row group {g}: {} column chunks, the schema has {} columns",
+                rg.num_columns(),
+                descr.num_columns()
+            )));
+        }
+        for (i, c) in rg.columns().iter().enumerate() {
+            let name = c.column_path().string();
+            let bad = |what: String| corrupt(format!("row group {g}, column {name}: {what}"));
+            if c.column_type() != descr.column(i).physical_type() {
+                return Err(bad(format!(
+                    "type {} in the chunk, {} in the schema",
+                    c.column_type(),
+                    descr.column(i).physical_type()
+                )));
+            }
+            let start = c.dictionary_page_offset().unwrap_or(c.data_page_offset());
+            let size = c.compressed_size();
+            let end = start.checked_add(size);
+            if start < 4 || size < 0 || end.is_none_or(|e| e as u64 > data_end) {
+                return Err(bad(format!(
+                    "bytes {start}..+{size} outside the data (4..{data_end})"
+                )));
+            }
+            if c.data_page_offset() < start || c.data_page_offset() >= start + size {
+                return Err(bad(format!(
+                    "data pages at {} outside the chunk {start}..+{size}",
+                    c.data_page_offset()
+                )));
+            }
+            // Every row has at least one (definition / repetition level) value.
+            if c.num_values() < n {
+                return Err(bad(format!("{} values for {n} rows", c.num_values())));
+            }
+            if !(0..=MAX_CHUNK_BYTES).contains(&c.uncompressed_size()) {
+                return Err(bad(format!(
+                    "{} bytes uncompressed (at most {MAX_CHUNK_BYTES})",
+                    c.uncompressed_size()
+                )));
+            }
+        }
+    }
+    if rows != md.file_metadata().num_rows() {
+        return Err(corrupt(format!(
+            "{} rows in the row groups, {} in the footer",
+            rows,
+            md.file_metadata().num_rows()
+        )));
+    }
+    Ok(md)
+}
+
+/// Every batch of one file, after checking its metadata ([`check_metadata`]) and its columns
+/// against `table`'s definition.
 fn batches(path: &Path, table: &schema::Table) -> Result<Vec<RecordBatch>, LoadError> {
-    let f = File::open(path).map_err(|err| LoadError::Io {
+    let mut f = File::open(path).map_err(|err| LoadError::Io {
         path: path.into(),
         err,
     })?;
@@ -138,14 +333,15 @@ fn batches(path: &Path, table: &schema::Table) -> Result<Vec<RecordBatch>, LoadE
         path: path.into(),
         err,
     };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(perr)?;
-    table
-        .check(builder.schema())
-        .map_err(|err| LoadError::Schema {
-            path: path.into(),
-            err,
-        })?;
-    let r = builder.build().map_err(perr)?;
+    let md = check_metadata(path, &mut f)?;
+    let md = ArrowReaderMetadata::try_new(Arc::new(md), ArrowReaderOptions::new()).map_err(perr)?;
+    table.check(md.schema()).map_err(|err| LoadError::Schema {
+        path: path.into(),
+        err,
+    })?;
+    let r = ParquetRecordBatchReaderBuilder::new_with_metadata(f, md)
+        .build()
+        .map_err(perr)?;
     r.map(|b| {
         b.map_err(|err| LoadError::Arrow {
             path: path.into(),
@@ -170,21 +366,44 @@ fn col_str<'a>(
 
 /// Reads `<dir>/flows`, `<dir>/interfaces` and `<dir>/alerts`.
 pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(LoadError::NotADirectory(dir.into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(LoadError::NotFound(dir.into()));
+        }
+        Err(err) => {
+            return Err(LoadError::Io {
+                path: dir.into(),
+                err,
+            });
+        }
+    }
     let mut ds = Dataset::default();
     let flows = parquet_files(&dir.join("flows"))?;
     if flows.is_empty() {
         return Err(LoadError::Empty(dir.to_path_buf()));
     }
     for path in &flows {
-        load_flows(&mut ds, path)?;
+        guarded(path, || load_flows(&mut ds, path))?;
     }
     for path in parquet_files(&dir.join("interfaces"))? {
-        load_interfaces(&mut ds, &path)?;
+        guarded(&path, || load_interfaces(&mut ds, &path))?;
     }
     for path in parquet_files(&dir.join("alerts"))? {
-        load_alerts(&mut ds, &path)?;
+        guarded(&path, || load_alerts(&mut ds, &path))?;
     }
     Ok(ds)
+}
+
+/// Adds `v` to a column's sum: a sum beyond i64 (no real count gets there) is a corrupt file,
+/// not an overflow panic (debug) or a wrapped figure (release).
+fn add(sum: &mut i64, v: i64, path: &Path, column: &str) -> Result<(), LoadError> {
+    *sum = sum.checked_add(v).ok_or_else(|| LoadError::Corrupt {
+        path: path.into(),
+        what: format!("the sum of column {column:?} overflows"),
+    })?;
+    Ok(())
 }
 
 /// One flows file: every row added to its QP key's totals.
@@ -218,7 +437,8 @@ fn load_flows(ds: &mut Dataset, path: &Path) -> Result<(), LoadError> {
             for (i, field) in b.schema().fields().iter().enumerate() {
                 let c = b.column(i);
                 if let Some(a) = c.as_primitive_opt::<Int64Type>() {
-                    *t.counts.entry(field.name().clone()).or_default() += a.value(row);
+                    let sum = t.counts.entry(field.name().clone()).or_default();
+                    add(sum, a.value(row), path, field.name())?;
                 } else if field.name() == "max_udp_payload" {
                     if let Some(a) = c.as_primitive_opt::<Int32Type>() {
                         t.max_udp_payload = t.max_udp_payload.max(a.value(row));
@@ -238,7 +458,12 @@ fn load_flows(ds: &mut Dataset, path: &Path) -> Result<(), LoadError> {
                     };
                     let h = t.hists.entry(field.name().clone()).or_default();
                     for j in 0..st.len() {
-                        *h.entry(v.value(j)).or_default() += n.value(j);
+                        add(
+                            h.entry(v.value(j)).or_default(),
+                            n.value(j),
+                            path,
+                            field.name(),
+                        )?;
                     }
                 }
             }
@@ -274,7 +499,12 @@ fn load_interfaces(ds: &mut Dataset, path: &Path) -> Result<(), LoadError> {
                     if name == "link_speed_bps" {
                         t.link_speed_bps = t.link_speed_bps.max(Some(a.value(row)));
                     } else {
-                        *t.counts.entry(name.clone()).or_default() += a.value(row);
+                        add(
+                            t.counts.entry(name.clone()).or_default(),
+                            a.value(row),
+                            path,
+                            name,
+                        )?;
                     }
                 } else if let Some(p) = name.strip_prefix("pfc_xoff_per_s_p") {
                     let (Ok(p), Some(a)) = (

@@ -2,10 +2,10 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use analysis::load::load;
-use analysis::report::{Expect, Figures, Verdict, checks, compare};
+use analysis::load::{load, quiet_decoder_panics};
+use analysis::report::{Expect, Figures, Verdict, checks, compare, parse_margin, read_baseline};
 use anyhow::{Context, bail};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Offline checks over roce-observe's Parquet flow logs (the `--out` directory of
 /// `roce-observe` or `roce-observe replay`).
@@ -36,19 +36,22 @@ enum Cmd {
     },
     /// Compare a run against a baseline; exit 1 when a figure got worse.
     Compare {
+        /// The baseline file (`roce-analyze baseline -o FILE`).
         baseline: PathBuf,
+        /// The run's output directory.
         dir: PathBuf,
-        /// Relative tolerance (0.1 = 10% worse is still fine).
-        #[arg(long, default_value_t = 0.1)]
+        /// Relative tolerance (0.1 = 10% worse is still fine); finite, 0 or more.
+        #[arg(long, default_value_t = 0.1, value_parser = parse_margin, allow_hyphen_values = true)]
         tolerance: f64,
-        /// Absolute slack added to the tolerance (in the figure's unit).
-        #[arg(long, default_value_t = 0.0)]
+        /// Absolute slack added to the tolerance (in the figure's unit); finite, 0 or more.
+        #[arg(long, default_value_t = 0.0, value_parser = parse_margin, allow_hyphen_values = true)]
         slack: f64,
     },
 }
 
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    quiet_decoder_panics();
     let Some(expect) = Expect::profile(&cli.profile) else {
         bail!(
             "unknown profile {:?} ({})",
@@ -64,7 +67,10 @@ fn main() -> anyhow::Result<ExitCode> {
             dir,
             tolerance,
             slack,
-        } => compare_run(&baseline, &dir, tolerance, slack, &expect),
+        } => {
+            swapped_hint(&baseline, &dir);
+            compare_run(&baseline, &dir, tolerance, slack, &expect)
+        }
     }
 }
 
@@ -119,6 +125,27 @@ fn baseline(dir: &Path, out: &Path, expect: &Expect) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
+/// A usage error (exit 2) when `compare`'s arguments are the wrong way round: a directory
+/// where the baseline file is expected, or a file where the run's directory is expected.
+fn swapped_hint(baseline: &Path, dir: &Path) {
+    let which = if baseline.is_dir() {
+        format!("{} is a directory", baseline.display())
+    } else if dir.exists() && !dir.is_dir() {
+        format!("{} is not a directory", dir.display())
+    } else {
+        return;
+    };
+    Cli::command()
+        .error(
+            clap::error::ErrorKind::InvalidValue,
+            format!(
+                "{which}: compare takes the baseline file first, then the run's directory \
+                 (roce-analyze compare BASELINE.json DIR)"
+            ),
+        )
+        .exit()
+}
+
 /// `compare`: exit 1 when a figure got worse than the baseline's.
 fn compare_run(
     baseline: &Path,
@@ -127,10 +154,7 @@ fn compare_run(
     slack: f64,
     expect: &Expect,
 ) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(baseline)
-        .with_context(|| format!("reading {}", baseline.display()))?;
-    let base: Figures = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a baseline", baseline.display()))?;
+    let base: Figures = read_baseline(baseline)?;
     let now = Figures::of(&load(dir)?, expect);
     let r = compare(&base, &now, tolerance, slack);
     for x in &r {

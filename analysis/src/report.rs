@@ -1,6 +1,8 @@
 //! The bring-up checks over a [`Dataset`], and golden-baseline comparison.
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +73,8 @@ pub struct Figures {
 }
 
 impl Figures {
+    /// The figures of a dataset. Sums saturate: the per-key sums are checked when loading, and
+    /// a corrupt file's huge values must not overflow (a panic) across keys.
     pub fn of(ds: &Dataset, e: &Expect) -> Figures {
         let mut f = Figures {
             alerts: ds.alerts.clone(),
@@ -78,43 +82,46 @@ impl Figures {
         };
         for t in ds.qps.values() {
             f.qps += 1;
-            f.data_pkts += t.count("data_pkts");
-            f.cnp_pkts += t.count("cnp");
-            f.ce += t.count("ce");
-            f.not_ect_data += t.count("not_ect_data");
-            f.psn_gaps += t.count("psn_gaps");
-            f.psn_missing += t.count("psn_missing");
-            f.psn_retrans += t.count("psn_retrans");
-            f.naks += t.count("naks");
-            f.rnr_naks += t.count("rnr_naks");
-            f.data_off_dscp += t
-                .hist("dscp_data")
-                .iter()
-                .filter(|(v, _)| **v != e.data_dscp)
-                .map(|(_, n)| n)
-                .sum::<i64>();
-            f.cnp_off_dscp += t
-                .hist("dscp_cnp")
-                .iter()
-                .filter(|(v, _)| **v != e.cnp_dscp)
-                .map(|(_, n)| n)
-                .sum::<i64>();
+            f.data_pkts = f.data_pkts.saturating_add(t.count("data_pkts"));
+            f.cnp_pkts = f.cnp_pkts.saturating_add(t.count("cnp"));
+            f.ce = f.ce.saturating_add(t.count("ce"));
+            f.not_ect_data = f.not_ect_data.saturating_add(t.count("not_ect_data"));
+            f.psn_gaps = f.psn_gaps.saturating_add(t.count("psn_gaps"));
+            f.psn_missing = f.psn_missing.saturating_add(t.count("psn_missing"));
+            f.psn_retrans = f.psn_retrans.saturating_add(t.count("psn_retrans"));
+            f.naks = f.naks.saturating_add(t.count("naks"));
+            f.rnr_naks = f.rnr_naks.saturating_add(t.count("rnr_naks"));
+            f.data_off_dscp = f.data_off_dscp.saturating_add(
+                t.hist("dscp_data")
+                    .iter()
+                    .filter(|(v, _)| **v != e.data_dscp)
+                    .map(|(_, n)| n)
+                    .fold(0, |a, n| a.saturating_add(*n)),
+            );
+            f.cnp_off_dscp = f.cnp_off_dscp.saturating_add(
+                t.hist("dscp_cnp")
+                    .iter()
+                    .filter(|(v, _)| **v != e.cnp_dscp)
+                    .map(|(_, n)| n)
+                    .fold(0, |a, n| a.saturating_add(*n)),
+            );
             if t.count("data_pkts") > 0 {
                 *f.max_payloads.entry(t.max_udp_payload).or_default() += 1;
             }
         }
         for t in ds.ifaces.values() {
             for (p, x) in f.pfc_xoff.iter_mut().enumerate() {
-                *x += t.count(&format!("pfc_xoff_p{p}"));
+                *x = x.saturating_add(t.count(&format!("pfc_xoff_p{p}")));
             }
-            f.pause_frames += t.count("pause_frames");
+            f.pause_frames = f.pause_frames.saturating_add(t.count("pause_frames"));
             f.max_xoff_per_s = t
                 .max_xoff_per_s
                 .iter()
                 .fold(f.max_xoff_per_s, |a, b| a.max(*b));
             for (k, v) in &t.counts {
                 if let Some(r) = k.strip_prefix("excluded_") {
-                    *f.excluded.entry(r.to_string()).or_default() += v;
+                    let x = f.excluded.entry(r.to_string()).or_default();
+                    *x = x.saturating_add(*v);
                 }
             }
         }
@@ -368,6 +375,59 @@ fn rates(f: &Figures) -> Vec<(&'static str, f64)> {
 }
 
 /// Figures of `now` worse than `base` by more than `tolerance` (relative) and `slack` (absolute).
+/// Largest baseline file read: a baseline is a few kilobytes, and a path such as `/dev/zero`
+/// must not be read until memory runs out.
+pub const MAX_BASELINE_BYTES: u64 = 16 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    #[error("{path}: {err}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("{0}: larger than {max} MiB, not a baseline", max = MAX_BASELINE_BYTES >> 20)]
+    TooLarge(PathBuf),
+    #[error("{path} is not a baseline (a JSON file written by `roce-analyze baseline`)")]
+    Json {
+        path: PathBuf,
+        #[source]
+        err: serde_json::Error,
+    },
+}
+
+/// Reads a baseline written by `roce-analyze baseline`, at most [`MAX_BASELINE_BYTES`].
+pub fn read_baseline(path: &Path) -> Result<Figures, BaselineError> {
+    let io = |err| BaselineError::Io {
+        path: path.into(),
+        err,
+    };
+    let mut text = Vec::new();
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(MAX_BASELINE_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(io)?;
+    if text.len() as u64 > MAX_BASELINE_BYTES {
+        return Err(BaselineError::TooLarge(path.into()));
+    }
+    serde_json::from_slice(&text).map_err(|err| BaselineError::Json {
+        path: path.into(),
+        err,
+    })
+}
+
+/// A `--tolerance` or `--slack`: finite and not negative (NaN would make every comparison
+/// false, so a worse run would pass; infinity would accept anything).
+pub fn parse_margin(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("{s:?}: must be a finite number, 0 or more"));
+    }
+    Ok(v)
+}
+
 pub fn compare(base: &Figures, now: &Figures, tolerance: f64, slack: f64) -> Vec<Regression> {
     rates(base)
         .into_iter()

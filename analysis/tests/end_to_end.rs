@@ -2,47 +2,11 @@
 //! corpus's generated frames) read back by roce-analyze: its figures must equal the collector's
 //! own summary, and the baseline comparison must flag a lossy run against a clean one.
 
-#[path = "../../observer/tests/support/corpus.rs"]
-mod corpus;
+mod support;
 
 use analysis::load::load;
 use analysis::report::{Expect, Figures, Verdict, checks, compare};
-use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
-use observer::sources::datapath::Datapath;
-
-/// Runs the Ethernet cases named `names` through Datapath + Collector into `out`; returns the
-/// collector's summary JSON.
-fn write_logs(out: &std::path::Path, names: &[&str]) -> serde_json::Value {
-    let policy = PolicyConfig::profile("nvidia").unwrap();
-    let mut col = Collector::new(CollectorConfig::new(
-        out.to_path_buf(),
-        "t",
-        "replay",
-        policy.clone(),
-    ))
-    .unwrap();
-    let t0 = 1_700_000_000_000_000_000u64;
-    // One interface per case: cases reuse keys and PSNs.
-    for c in corpus::corpus()
-        .into_iter()
-        .filter(|c| names.contains(&c.name))
-    {
-        assert_eq!(c.linktype, corpus::LINKTYPE_ETHERNET, "{}", c.name);
-        let mut dp = Datapath::new(policy.expected, 10_000);
-        for (i, r) in c.recs.iter().enumerate() {
-            dp.process(&r.data, r.data.len() as u32, t0 + r.ts_ns, 0);
-            col.on_events(c.name, &dp.take_events());
-            if i % 7 == 6 {
-                col.on_snapshot(&dp.snapshot(c.name, t0 + r.ts_ns, Some(100_000_000_000)))
-                    .unwrap();
-            }
-        }
-        let end = c.recs.last().map(|r| r.ts_ns).unwrap_or(0) + 1_000_000_000;
-        col.on_snapshot(&dp.snapshot(c.name, t0 + end, Some(100_000_000_000)))
-            .unwrap();
-    }
-    col.finish().unwrap()
-}
+use support::write_logs;
 
 fn sum(summary: &serde_json::Value, field: &str) -> i64 {
     summary["qps"]
@@ -135,7 +99,7 @@ fn baseline_flags_a_lossy_run_and_not_a_clean_one() {
     );
     // A missing directory is a clear error, not a panic.
     let err = load(&run_dir.join("nope")).unwrap_err().to_string();
-    assert!(err.contains("no flow logs"), "{err}");
+    assert!(err.contains("nope does not exist"), "{err}");
     let _ = std::fs::remove_dir_all(&base_dir);
     let _ = std::fs::remove_dir_all(&run_dir);
 }
@@ -191,7 +155,7 @@ fn command_line_exit_codes_and_json() {
         .output()
         .unwrap();
     assert!(!missing.status.success());
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("no flow logs"));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
     for d in [&base, &run] {
         let _ = std::fs::remove_dir_all(d);
     }
