@@ -12,6 +12,7 @@ use observer_common::parse::{self, kind};
 use observer_common::qp::{self, Plain};
 
 use crate::sources::Snapshot;
+use crate::sources::kernel::MAX_MACS;
 
 /// Hasher of the per-QP and per-MAC maps: foldhash (randomly seeded), several times faster than
 /// SipHash on the 40-byte key, which dominated replay's per-packet cost.
@@ -26,6 +27,9 @@ pub struct Datapath {
     pub qps: HashMap<QpKey, QpValue, FastHash>,
     pub iface: [IfaceStats; dir::COUNT],
     pub macs: HashMap<MacKey, PfcCounters, FastHash>,
+    /// Largest number of source MACs with PFC / PAUSE counters: the kernel's `MACS` map size
+    /// ([`MAX_MACS`]); frames of further MACs count `mac_insert_failed`, as in the kernel.
+    pub max_macs: usize,
     /// Events produced since the last [`Datapath::take_events`].
     pub events: Vec<Event>,
     /// Whether to check the ICRC (replay does, the kernel cannot).
@@ -40,6 +44,7 @@ impl Datapath {
             qps: HashMap::default(),
             iface: [IfaceStats::default(); dir::COUNT],
             macs: HashMap::default(),
+            max_macs: MAX_MACS as usize,
             events: Vec::new(),
             check_icrc: true,
         }
@@ -57,7 +62,7 @@ impl Datapath {
                     dir: d as u8,
                     _pad: 0,
                 };
-                let full = self.macs.len() >= self.max_qps;
+                let full = self.macs.len() >= self.max_macs;
                 match self.macs.get_mut(&key) {
                     Some(c) => qp::account_mac_control(c, &f.mac_ctrl),
                     None if full => self.iface[d].mac_insert_failed += 1,

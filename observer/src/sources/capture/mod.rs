@@ -13,6 +13,7 @@ pub mod pcap_reader;
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::time::Instant;
 
@@ -100,14 +101,27 @@ struct Dp {
     last_ns: u64,
     /// The output was told when this interface's first frame arrived.
     begun: bool,
+    /// The input (number, see [`Replay::inputs`]) that last fed this datapath.
+    fed_by: u64,
+}
+
+/// A capture interface the input declared. Its datapath is made at its first packet: a
+/// declared interface without packets costs this entry and nothing else (no datapath, no
+/// snapshot, no output row).
+struct Declared {
+    /// The datapath's name (`stem`, `stem:if_name`, ...).
+    name: String,
+    link: LinkType,
+    /// The datapath, once the interface has had a packet.
+    dp: Option<usize>,
 }
 
 /// The state of one input while it is read.
 struct Feed {
     stats: InputStats,
-    /// Reader interface index -> (datapath index, link type).
-    ifmap: Vec<(usize, LinkType)>,
-    /// Datapaths this input feeds (snapshotted at its interval boundaries).
+    /// Reader interface index -> its datapath (once it has a packet) and link type.
+    ifmap: Vec<Declared>,
+    /// Datapaths this input has fed (snapshotted at its interval boundaries).
     used: Vec<usize>,
     /// Link-layer conversion buffer.
     scratch: Vec<u8>,
@@ -133,6 +147,8 @@ pub struct Replay<'o> {
     dps: Vec<Dp>,
     by_name: HashMap<String, usize>,
     out: &'o mut dyn Consumer,
+    /// Inputs begun so far (numbers the current one, for [`Dp::fed_by`]).
+    inputs: u64,
     /// First-occurrence events by kind name (for the summary when there is no collector).
     pub event_counts: HashMap<&'static str, u64>,
     pub frames: u64,
@@ -145,6 +161,7 @@ impl<'o> Replay<'o> {
             dps: Vec::new(),
             by_name: HashMap::new(),
             out,
+            inputs: 0,
             event_counts: HashMap::new(),
             frames: 0,
         }
@@ -161,6 +178,7 @@ impl<'o> Replay<'o> {
             dp,
             last_ns: 0,
             begun: false,
+            fed_by: 0,
         });
         self.by_name.insert(name, self.dps.len() - 1);
         self.dps.len() - 1
@@ -188,9 +206,23 @@ impl<'o> Replay<'o> {
         input: R,
         size: Option<u64>,
     ) -> Result<InputStats, ReplayError> {
+        self.feed_fd(label, stem, input, None, size)
+    }
+
+    /// [`Replay::feed`] with the input's file descriptor, when it has one: a non-blocking
+    /// input is then waited for with poll(2) instead of failing with EAGAIN.
+    fn feed_fd<R: Read>(
+        &mut self,
+        label: &str,
+        stem: &str,
+        input: R,
+        fd: Option<RawFd>,
+        size: Option<u64>,
+    ) -> Result<InputStats, ReplayError> {
         let input = StopAware {
             inner: input,
             stop: self.opts.stop.clone(),
+            fd,
         };
         self.feed_with(label, stem, size, |sink| {
             pcap_reader::read_capture(label, input, sink)
@@ -221,6 +253,7 @@ impl<'o> Replay<'o> {
     where
         G: FnOnce(&mut dyn FnMut(Item<'_>) -> Result<(), ReplayError>) -> Result<u64, ReplayError>,
     {
+        self.inputs += 1;
         let mut f = Feed {
             stats: InputStats::default(),
             ifmap: Vec::new(),
@@ -263,8 +296,9 @@ impl<'o> Replay<'o> {
         Ok(stats)
     }
 
-    /// A capture interface of the input: its datapath (by name: `stem`, `stem:if_name`,
-    /// `stem:ifN`, `stem:sSifN`) and link type.
+    /// A capture interface of the input: its datapath's name (`stem`, `stem:if_name`,
+    /// `stem:ifN`, `stem:sSifN`; the reader has made `if_name` printable) and link type. The
+    /// datapath itself is made at the interface's first packet ([`Replay::activate`]).
     fn declare(&mut self, f: &mut Feed, stem: &str, ifc: &pcap_reader::Iface) {
         let name = match (&ifc.name, ifc.index, ifc.section) {
             (Some(n), _, _) => format!("{stem}:{n}"),
@@ -272,11 +306,26 @@ impl<'o> Replay<'o> {
             (None, i, 0) => format!("{stem}:if{i}"),
             (None, i, s) => format!("{stem}:s{s}if{i}"),
         };
+        f.ifmap.push(Declared {
+            name,
+            link: ifc.link,
+            dp: None,
+        });
+    }
+
+    /// The first packet of declared interface `i` of this input: its datapath (an existing one
+    /// of the same name continues), snapshotted from now on at this input's boundaries.
+    #[cold]
+    fn activate(&mut self, f: &mut Feed, i: usize) -> usize {
+        let name = std::mem::take(&mut f.ifmap[i].name);
         let di = self.dp_for(name);
-        if !f.used.contains(&di) {
+        f.ifmap[i].dp = Some(di);
+        let d = &mut self.dps[di];
+        if d.fed_by != self.inputs {
+            d.fed_by = self.inputs;
             f.used.push(di);
         }
-        f.ifmap.push((di, ifc.link));
+        di
     }
 
     /// One record: a snapshot of every interface at each interval boundary it crosses, then the
@@ -286,9 +335,11 @@ impl<'o> Replay<'o> {
         if self.opts.stop.as_ref().is_some_and(Stop::is_set) {
             return Err(ReplayError::Interrupted);
         }
-        let Some(&(di, link)) = f.ifmap.get(r.iface) else {
+        let Some(decl) = f.ifmap.get(r.iface) else {
             return Ok(());
         };
+        let link = decl.link;
+        let declared_dp = decl.dp;
         let ts = if r.ts_ns == 0 { f.last_ts } else { r.ts_ns };
         match f.next_boundary {
             None => f.next_boundary = Some(boundary_after(ts, f.interval)),
@@ -299,6 +350,10 @@ impl<'o> Replay<'o> {
             _ => {}
         }
         f.last_ts = f.last_ts.max(ts);
+        let di = match declared_dp {
+            Some(di) => di,
+            None => self.activate(f, r.iface),
+        };
         let view = link_layer::to_ethernet(link, r.data, r.orig_len, &mut f.scratch);
         let direction = match r.outbound {
             Some(true) => dir::EGRESS,
@@ -341,8 +396,9 @@ impl<'o> Replay<'o> {
     /// Replays a file, or standard input for `-`.
     pub fn feed_path(&mut self, path: &Path) -> Result<InputStats, ReplayError> {
         if path.as_os_str() == "-" {
-            let stdin = std::io::stdin().lock();
-            return self.feed("stdin", "stdin", stdin, None);
+            let stdin = std::io::stdin();
+            let fd = stdin.as_raw_fd();
+            return self.feed_fd("stdin", "stdin", stdin.lock(), Some(fd), None);
         }
         let label = path.display().to_string();
         let f = std::fs::File::open(path).map_err(|e| ReplayError::Open {
@@ -354,7 +410,8 @@ impl<'o> Replay<'o> {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| label.clone());
-        self.feed(&label, &stem, f, size)
+        let fd = f.as_raw_fd();
+        self.feed_fd(&label, &stem, f, Some(fd), size)
     }
 
     /// Current cumulative state of every interface.
@@ -369,10 +426,38 @@ impl<'o> Replay<'o> {
 /// An input whose blocking read ends when the stop is set: a signal interrupts the read
 /// (EINTR, the handlers are installed without SA_RESTART), and instead of reading again it
 /// reports the interruption, so `tcpdump ... | roce-observe replay -` stops on Ctrl-C even
-/// while no packet arrives.
+/// while no packet arrives. A non-blocking input (O_NONBLOCK, e.g. a standard input inherited
+/// from a parent that set it) is waited for instead of failing with EAGAIN: with poll(2) on
+/// `fd` when known, else by short sleeps; the stop is checked at least every [`WAIT_SLICE_MS`].
 struct StopAware<R> {
     inner: R,
     stop: Option<Stop>,
+    fd: Option<RawFd>,
+}
+
+/// Longest wait for a non-blocking input without checking the stop.
+const WAIT_SLICE_MS: i32 = 100;
+
+impl<R> StopAware<R> {
+    fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(Stop::is_set)
+    }
+
+    /// Waits until the input is readable (or has hung up), at most one slice.
+    fn wait_readable(&self) {
+        match self.fd {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd; an error (EINTR from a signal) just ends the wait.
+                unsafe { libc::poll(&mut p, 1, WAIT_SLICE_MS) };
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    }
 }
 
 impl<R: Read> Read for StopAware<R> {
@@ -380,9 +465,15 @@ impl<R: Read> Read for StopAware<R> {
         loop {
             match self.inner.read(buf) {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                    if self.stop.as_ref().is_some_and(Stop::is_set) {
+                    if self.stopped() {
                         return Err(std::io::Error::other("stopped by a signal"));
                     }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if self.stopped() {
+                        return Err(std::io::Error::other("stopped by a signal"));
+                    }
+                    self.wait_readable();
                 }
                 r => return r,
             }

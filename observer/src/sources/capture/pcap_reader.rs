@@ -1,8 +1,10 @@
-//! Streaming capture reader: pcap (any byte order, microsecond or nanosecond, the "modified"
-//! variant) and pcapng (every interface's own time resolution and offset) over any [`Read`],
-//! through pcap-parser's streaming readers. Nothing is read ahead beyond one buffer, so standard
+//! Streaming capture reader: pcap (both byte orders, microsecond or nanosecond, the "modified"
+//! variant in both byte orders, the FCS length of the link-type field) and pcapng (every
+//! interface's own time resolution, offset and FCS length) over any [`Read`]: pcapng through
+//! pcap-parser's streaming reader, pcap through [`LegacyStream`] (pcap-parser's legacy reader
+//! knows no big-endian "modified" pcap). Nothing is read ahead beyond one buffer, so standard
 //! input works as a live stream. The byte offset of every record is counted here, so damage is
-//! reported where it is.
+//! reported where it is. Trailing FCS bytes are removed here, before any counting.
 
 use std::cell::RefCell;
 use std::io::{self, Read};
@@ -13,7 +15,7 @@ use pcap_parser::pcapng::{
 };
 use pcap_parser::traits::PcapNGPacketBlock;
 use pcap_parser::traits::PcapReaderIterator;
-use pcap_parser::{LegacyPcapReader, PcapBlockOwned, PcapError, PcapNGReader};
+use pcap_parser::{LegacyPcapBlock, PcapBlockOwned, PcapError, PcapHeader, PcapNGReader};
 
 use super::ReplayError;
 use super::link_layer::LinkType;
@@ -22,6 +24,12 @@ use super::link_layer::LinkType;
 const BUF_CAPACITY: usize = 1 << 20;
 /// Largest record (pcap record or pcapng block) accepted; larger is treated as corruption.
 pub const MAX_RECORD: usize = 64 << 20;
+/// Most capture interfaces (pcapng Interface Description Blocks) one input may declare; beyond
+/// it the input is rejected as corrupt (each declared interface costs memory here even without
+/// a packet).
+pub const MAX_IFACES: usize = 65_536;
+/// Longest capture interface name kept (characters); longer names are cut.
+pub const MAX_NAME_CHARS: usize = 64;
 
 /// One capture interface (the pcap file, or one pcapng Interface Description Block).
 #[derive(Clone, Debug)]
@@ -34,6 +42,9 @@ pub struct Iface {
     /// pcapng section number (0 for pcap).
     pub section: usize,
     pub snaplen: u32,
+    /// Bytes of FCS at the end of every frame (pcap link-type field, pcapng `if_fcslen`),
+    /// removed before the frame is handed on.
+    pub fcs_len: u32,
     /// Timestamp units per second and offset in seconds.
     units_per_s: u64,
     offset_s: i64,
@@ -45,7 +56,7 @@ pub struct Record<'a> {
     pub iface: usize,
     pub ts_ns: u64,
     pub data: &'a [u8],
-    /// Original length on the wire (at least `data.len()`).
+    /// Original length on the wire without the FCS (at least `data.len()`).
     pub orig_len: u32,
     /// pcapng `epb_flags` direction: Some(true) outbound, Some(false) inbound.
     pub outbound: Option<bool>,
@@ -158,14 +169,7 @@ where
             prefix.get(2).copied().unwrap_or(0),
             prefix.get(3).copied().unwrap_or(0),
         ]);
-        let known = [
-            0xa1b2_c3d4u32,
-            0xa1b2_3c4d,
-            0xa1b2_cd34,
-            0xd4c3_b2a1,
-            0x4d3c_b2a1,
-        ];
-        if prefix.len() < 4 || !known.contains(&magic) {
+        if prefix.len() < 4 || LegacyFormat::of(magic).is_none() {
             return Err(corrupt(
                 0,
                 format!("not a pcap or pcapng file (magic {magic:#010x})"),
@@ -187,8 +191,10 @@ where
             .map_err(|e| corrupt(0, format!("pcapng header: {e:?}")))?;
         drive(file, r, true, &err, &mut sink)
     } else {
-        let r = LegacyPcapReader::new(BUF_CAPACITY, reader)
-            .map_err(|e| corrupt(0, format!("pcap header: {e:?}")))?;
+        let r = LegacyStream::new(BUF_CAPACITY, reader).map_err(|e| match e {
+            Some(e) => io_err(0, e),
+            None => corrupt(0, "pcap file header cut short".into()),
+        })?;
         drive(file, r, false, &err, &mut sink)
     }
 }
@@ -206,6 +212,8 @@ struct Driver<'a> {
     section: usize,
     capacity: usize,
     legacy_ts_ns: bool,
+    /// pcap: FCS bytes at the end of every record.
+    legacy_fcs: u32,
     stalls: u32,
 }
 
@@ -230,6 +238,7 @@ where
         section: 0,
         capacity: BUF_CAPACITY,
         legacy_ts_ns: false,
+        legacy_fcs: 0,
         stalls: 0,
     };
     loop {
@@ -289,14 +298,16 @@ impl Driver<'_> {
         match block {
             PcapBlockOwned::LegacyHeader(h) => {
                 self.legacy_ts_ns = h.is_nanosecond_precision();
-                let lt = (h.network.0 as u32) & 0x0fff_ffff;
+                let (lt, fcs_len) = legacy_link(h.network.0 as u32);
                 let link = LinkType::from_number(lt).ok_or_else(|| self.unsupported(lt, 0))?;
+                self.legacy_fcs = fcs_len;
                 self.ifaces.push(Iface {
                     link,
                     name: None,
                     index: 0,
                     section: 0,
                     snaplen: h.snaplen,
+                    fcs_len,
                     units_per_s: if self.legacy_ts_ns {
                         1_000_000_000
                     } else {
@@ -310,11 +321,12 @@ impl Driver<'_> {
                 let sub = if self.legacy_ts_ns { 1 } else { 1000 };
                 let ts_ns = (b.ts_sec as u64) * 1_000_000_000 + b.ts_usec as u64 * sub;
                 let data = &b.data[..(b.caplen as usize).min(b.data.len())];
+                let (data, orig_len) = strip_fcs(data, b.origlen, self.legacy_fcs);
                 sink(Item::Record(Record {
                     iface: 0,
                     ts_ns,
                     data,
-                    orig_len: b.origlen.max(data.len() as u32),
+                    orig_len,
                     outbound: None,
                     offset: self.offset,
                 }))
@@ -344,6 +356,11 @@ impl Driver<'_> {
     {
         let lt = idb.linktype.0 as u32;
         let index = self.section_ifaces.len();
+        if self.ifaces.len() >= MAX_IFACES {
+            return Err(self.corrupt(format!(
+                "more than {MAX_IFACES} interface description blocks: refusing the rest"
+            )));
+        }
         let link = LinkType::from_number(lt).ok_or_else(|| self.unsupported(lt, index))?;
         let units_per_s = ts_resolution(idb.if_tsresol).ok_or_else(|| {
             self.corrupt(format!(
@@ -351,13 +368,28 @@ impl Driver<'_> {
                 idb.if_tsresol
             ))
         })?;
-        let name = idb.if_name().and_then(|n| n.ok()).map(str::to_string);
+        // if_name (2), as text without control characters, bounded; if_fcslen (13).
+        let name = idb
+            .options
+            .iter()
+            .find(|o| o.code.0 == 2)
+            .and_then(|o| o.as_bytes().ok())
+            .map(|v| sanitize_name(&String::from_utf8_lossy(v)))
+            .filter(|n| !n.is_empty());
+        let fcs_len = idb
+            .options
+            .iter()
+            .find(|o| o.code.0 == 13)
+            .and_then(|o| o.as_bytes().ok())
+            .and_then(|v| v.first())
+            .map_or(0, |&v| fcslen_option(v));
         self.ifaces.push(Iface {
             link,
             name,
             index,
             section: self.section,
             snaplen: idb.snaplen,
+            fcs_len,
             units_per_s,
             offset_s: idb.if_tsoffset,
         });
@@ -381,29 +413,35 @@ impl Driver<'_> {
         let data = epb.packet_data();
         let ts = ((epb.ts_high as u64) << 32) | epb.ts_low as u64;
         let ts_ns = ts_to_ns(ts, ifc.units_per_s, ifc.offset_s);
-        // epb_flags (option 2): bits 0-1 = 01 inbound, 10 outbound.
-        let outbound = epb
+        // epb_flags (option 2): bits 0-1 = 01 inbound, 10 outbound; bits 5-8 the FCS length
+        // in bytes (0: the interface's).
+        let flags = epb
             .options
             .iter()
             .find(|o| o.code.0 == 2 && o.value.len() >= 4)
-            .and_then(|o| {
+            .map_or(0, |o| {
                 let v = o.value();
-                let f = if epb.big_endian() {
+                if epb.big_endian() {
                     u32::from_be_bytes([v[0], v[1], v[2], v[3]])
                 } else {
                     u32::from_le_bytes([v[0], v[1], v[2], v[3]])
-                };
-                match f & 3 {
-                    1 => Some(false),
-                    2 => Some(true),
-                    _ => None,
                 }
             });
+        let outbound = match flags & 3 {
+            1 => Some(false),
+            2 => Some(true),
+            _ => None,
+        };
+        let fcs = match (flags >> 5) & 0xf {
+            0 => ifc.fcs_len,
+            n => n,
+        };
+        let (data, orig_len) = strip_fcs(data, epb.origlen, fcs);
         sink(Item::Record(Record {
             iface: i,
             ts_ns,
             data,
-            orig_len: epb.origlen.max(data.len() as u32),
+            orig_len,
             outbound,
             offset: self.offset,
         }))
@@ -424,11 +462,12 @@ impl Driver<'_> {
         if snap != 0 && data.len() > snap as usize {
             data = &data[..snap as usize];
         }
+        let (data, orig_len) = strip_fcs(data, spb.origlen, self.ifaces[i].fcs_len);
         sink(Item::Record(Record {
             iface: i,
             ts_ns: 0,
             data,
-            orig_len: spb.origlen.max(data.len() as u32),
+            orig_len,
             outbound: None,
             offset: self.offset,
         }))
@@ -515,6 +554,276 @@ fn ts_resolution(r: u8) -> Option<u64> {
         (e <= 63).then(|| 1u64 << e)
     } else {
         (r <= 19).then(|| 10u64.pow(r as u32))
+    }
+}
+
+/// The link type and the FCS length in bytes of a pcap header's link-type field. libpcap and
+/// Wireshark (`LT_FCS_LENGTH_PRESENT`): bit 26 set, the FCS length in 16-bit words in bits
+/// 28-31, the link type in bits 0-15. The first pcap drafts: bit 28 set, the length in bits
+/// 29-31. Without either flag there is no FCS.
+fn legacy_link(network: u32) -> (u32, u32) {
+    let fcs_words = if network & 0x0400_0000 != 0 {
+        network >> 28
+    } else if network & 0x1000_0000 != 0 {
+        (network >> 29) & 7
+    } else {
+        0
+    };
+    (network & 0xffff, fcs_words * 2)
+}
+
+/// pcapng `if_fcslen` in bytes. The specification says bits but gives '4' as its example, and
+/// writers (Wireshark) store bytes: small values are bytes, multiples of 8 from 16 up are bits.
+fn fcslen_option(v: u8) -> u32 {
+    match v {
+        0..=8 => v as u32,
+        _ if v.is_multiple_of(8) => v as u32 / 8,
+        _ => 0,
+    }
+}
+
+/// Removes `fcs` trailing FCS bytes: the original length loses them, and the captured bytes
+/// are cut to it (a frame cut by the snaplen may hold none or part of the FCS).
+#[inline]
+fn strip_fcs(data: &[u8], orig_len: u32, fcs: u32) -> (&[u8], u32) {
+    let orig = orig_len.max(data.len() as u32);
+    if fcs == 0 {
+        return (data, orig);
+    }
+    let orig = orig.saturating_sub(fcs);
+    (&data[..data.len().min(orig as usize)], orig)
+}
+
+/// A capture interface's name as it may be printed: control characters (terminal escapes,
+/// newlines) and bidirectional-text overrides replaced by `?`, at most [`MAX_NAME_CHARS`]
+/// characters.
+pub fn sanitize_name(raw: &str) -> String {
+    raw.chars()
+        .take(MAX_NAME_CHARS)
+        .map(|c| {
+            let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+            if c.is_control() || bidi { '?' } else { c }
+        })
+        .collect()
+}
+
+/// The variant of a pcap file, from its magic number read little-endian.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LegacyFormat {
+    big_endian: bool,
+    nanos: bool,
+    /// Kuznetsov's "modified" pcap: 24-byte record headers (ifindex, protocol, packet type).
+    modified: bool,
+}
+
+impl LegacyFormat {
+    fn of(magic_le: u32) -> Option<LegacyFormat> {
+        let (big_endian, nanos, modified) = match magic_le {
+            0xa1b2_c3d4 => (false, false, false),
+            0xa1b2_3c4d => (false, true, false),
+            0xa1b2_cd34 => (false, false, true),
+            0xd4c3_b2a1 => (true, false, false),
+            0x4d3c_b2a1 => (true, true, false),
+            0x34cd_b2a1 => (true, false, true),
+            _ => return None,
+        };
+        Some(LegacyFormat {
+            big_endian,
+            nanos,
+            modified,
+        })
+    }
+
+    fn parser(self) -> LegacyParse {
+        match (self.modified, self.big_endian) {
+            (false, false) => pcap_parser::parse_pcap_frame,
+            (false, true) => pcap_parser::parse_pcap_frame_be,
+            (true, false) => pcap_parser::parse_pcap_frame_modified,
+            (true, true) => parse_frame_modified_be,
+        }
+    }
+}
+
+/// The 24-byte pcap file header in either byte order, any variant, and its record parser. The
+/// header's magic number is given in its little-endian form (so `is_nanosecond_precision`
+/// holds for both byte orders). None: not a pcap header (or fewer than 24 bytes).
+fn legacy_header(b: &[u8]) -> Option<(PcapHeader, LegacyParse)> {
+    let b: &[u8; 24] = b.get(..24)?.try_into().ok()?;
+    let fmt = LegacyFormat::of(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))?;
+    let u16_at = |o: usize| {
+        let v = [b[o], b[o + 1]];
+        if fmt.big_endian {
+            u16::from_be_bytes(v)
+        } else {
+            u16::from_le_bytes(v)
+        }
+    };
+    let u32_at = |o: usize| {
+        let v = [b[o], b[o + 1], b[o + 2], b[o + 3]];
+        if fmt.big_endian {
+            u32::from_be_bytes(v)
+        } else {
+            u32::from_le_bytes(v)
+        }
+    };
+    let magic_number = match (fmt.modified, fmt.nanos) {
+        (true, _) => 0xa1b2_cd34,
+        (false, true) => 0xa1b2_3c4d,
+        (false, false) => 0xa1b2_c3d4,
+    };
+    let h = PcapHeader {
+        magic_number,
+        version_major: u16_at(4),
+        version_minor: u16_at(6),
+        thiszone: u32_at(8) as i32,
+        sigfigs: u32_at(12),
+        snaplen: u32_at(16),
+        network: pcap_parser::Linktype(u32_at(20) as i32),
+    };
+    Some((h, fmt.parser()))
+}
+
+/// A big-endian "modified" pcap record: the 16-byte record header, 8 more bytes (ifindex,
+/// protocol, packet type, padding), the data.
+fn parse_frame_modified_be(i: &[u8]) -> nom::IResult<&[u8], LegacyPcapBlock<'_>, PcapError<&[u8]>> {
+    const HDR: usize = 24;
+    if i.len() < HDR {
+        return Err(nom::Err::Incomplete(nom::Needed::new(HDR - i.len())));
+    }
+    let at = |o: usize| u32::from_be_bytes([i[o], i[o + 1], i[o + 2], i[o + 3]]);
+    let caplen = at(8);
+    let end = HDR.saturating_add(caplen as usize);
+    if i.len() < end {
+        return Err(nom::Err::Incomplete(nom::Needed::new(end - i.len())));
+    }
+    Ok((
+        &i[end..],
+        LegacyPcapBlock {
+            ts_sec: at(0),
+            ts_usec: at(4),
+            caplen,
+            origlen: at(12),
+            data: &i[HDR..end],
+        },
+    ))
+}
+
+/// Streaming pcap reader (every variant of [`legacy_header`]) over any [`Read`], with
+/// pcap-parser's reader interface: the header first, then one record per `next`, from one
+/// buffer that is refilled (and grown for a larger record) on demand.
+struct LegacyStream<R> {
+    header: PcapHeader,
+    parse: LegacyParse,
+    header_given: bool,
+    reader: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    consumed: usize,
+    exhausted: bool,
+}
+
+impl<R: Read> LegacyStream<R> {
+    /// Reads the file header. Err(None): the input ended before a whole, known header (the
+    /// caller has checked it, so this is a short read).
+    fn new(capacity: usize, mut reader: R) -> Result<LegacyStream<R>, Option<io::Error>> {
+        let mut buf = vec![0u8; capacity.max(64)];
+        let mut end = 0;
+        while end < 24 {
+            match reader.read(&mut buf[end..]) {
+                Ok(0) => break,
+                Ok(n) => end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Some(e)),
+            }
+        }
+        let (header, parse) = legacy_header(&buf[..end]).ok_or(None)?;
+        Ok(LegacyStream {
+            header,
+            parse,
+            header_given: false,
+            reader,
+            buf,
+            start: 0,
+            end,
+            consumed: 0,
+            exhausted: false,
+        })
+    }
+}
+
+impl<R: Read> PcapReaderIterator for LegacyStream<R> {
+    fn next(&mut self) -> Result<(usize, PcapBlockOwned<'_>), PcapError<&[u8]>> {
+        if !self.header_given {
+            self.header_given = true;
+            return Ok((
+                self.header.size(),
+                PcapBlockOwned::from(self.header.clone()),
+            ));
+        }
+        let data = &self.buf[self.start..self.end];
+        if data.is_empty() && self.exhausted {
+            return Err(PcapError::Eof);
+        }
+        match (self.parse)(data) {
+            Ok((rem, b)) => Ok((data.len() - rem.len(), PcapBlockOwned::from(b))),
+            Err(nom::Err::Error(e)) | Err(nom::Err::Failure(e)) => Err(e),
+            Err(nom::Err::Incomplete(_)) if self.exhausted => Err(PcapError::UnexpectedEof),
+            Err(nom::Err::Incomplete(nom::Needed::Size(n))) => {
+                if data.len().saturating_add(n.get()) >= self.buf.len() {
+                    Err(PcapError::BufferTooSmall)
+                } else {
+                    Err(PcapError::Incomplete(n.get()))
+                }
+            }
+            Err(nom::Err::Incomplete(nom::Needed::Unknown)) => Err(PcapError::Incomplete(0)),
+        }
+    }
+    fn consume(&mut self, offset: usize) {
+        self.start = (self.start + offset).min(self.end);
+        self.consumed += offset;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+    fn consume_noshift(&mut self, offset: usize) {
+        self.consume(offset)
+    }
+    fn consumed(&self) -> usize {
+        self.consumed
+    }
+    fn refill(&mut self) -> Result<(), PcapError<&[u8]>> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            return Ok(());
+        }
+        let n = self
+            .reader
+            .read(&mut self.buf[self.end..])
+            .map_err(|_| PcapError::ReadError)?;
+        self.exhausted = n == 0;
+        self.end += n;
+        Ok(())
+    }
+    fn position(&self) -> usize {
+        self.start
+    }
+    fn grow(&mut self, new_size: usize) -> bool {
+        if new_size > self.buf.len() {
+            self.buf.resize(new_size, 0);
+        }
+        true
+    }
+    fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+    fn reader_exhausted(&self) -> bool {
+        self.exhausted
     }
 }
 
@@ -620,25 +929,17 @@ where
         };
         return drive(file, r, true, &err, &mut sink);
     }
-    let h = match pcap_parser::parse_pcap_header(data) {
-        Ok((_, h)) => h,
-        Err(nom::Err::Incomplete(_)) => return Err(corrupt("pcap file header cut short".into())),
-        Err(_) => {
-            let mut m = [0u8; 4];
-            let n = data.len().min(4);
-            m[..n].copy_from_slice(&data[..n]);
-            return Err(corrupt(format!(
-                "not a pcap or pcapng file (magic {:#010x})",
-                u32::from_le_bytes(m)
-            )));
-        }
-    };
-    let parse: LegacyParse = if h.is_modified_format() {
-        pcap_parser::parse_pcap_frame_modified
-    } else if h.is_bigendian() {
-        pcap_parser::parse_pcap_frame_be
-    } else {
-        pcap_parser::parse_pcap_frame
+    let mut m = [0u8; 4];
+    let n = data.len().min(4);
+    m[..n].copy_from_slice(&data[..n]);
+    let magic = u32::from_le_bytes(m);
+    if n < 4 || LegacyFormat::of(magic).is_none() {
+        return Err(corrupt(format!(
+            "not a pcap or pcapng file (magic {magic:#010x})"
+        )));
+    }
+    let Some((h, parse)) = legacy_header(data) else {
+        return Err(corrupt("pcap file header cut short".into()));
     };
     let r = SliceReader {
         data,
