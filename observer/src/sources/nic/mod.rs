@@ -404,6 +404,22 @@ pub fn startup_lines(s: &NicSample) -> Vec<String> {
         .map(|r| format!("RDMA device {} port {}", r.dev, r.port))
         .unwrap_or_else(|| "no RDMA device".into());
     out.push(format!("{}: NIC: {drv}; {rdma}", s.ifname));
+    match &s.config.gid_types {
+        Reading::Read(g) => {
+            let v2 = g.iter().filter(|e| e.gid_type == "RoCE v2").count();
+            out.push(format!(
+                "{}: NIC: {} GIDs, {v2} of them RoCE v2",
+                s.ifname,
+                g.len()
+            ));
+        }
+        Reading::Unavailable(u) => {
+            out.push(format!(
+                "{}: NIC: GID types unavailable ({})",
+                s.ifname, u.detail
+            ));
+        }
+    }
     for r in &s.sources {
         let what = match &r.status {
             SourceStatus::Answered { via } => format!("read ({via})"),
