@@ -157,7 +157,10 @@ fn pcapng_sections(frames: &[Vec<u8>]) -> Vec<u8> {
     corpus::write_pcapng(&mut w, &ifs, &r).unwrap();
     let first: Vec<Rec> = r[..r.len() / 2]
         .iter()
-        .map(|x| Rec { iface: 0, ..x.clone() })
+        .map(|x| Rec {
+            iface: 0,
+            ..x.clone()
+        })
         .collect();
     corpus::write_pcapng(&mut w, &ifs[..1], &first).unwrap();
     w
@@ -221,7 +224,14 @@ fn captures() -> Vec<(String, Vec<u8>)> {
     }
     let f = small_exchange(4);
     let mut le = Vec::new();
-    corpus::write_pcap(&mut le, LINKTYPE_ETHERNET, 65535, false, &recs(f.clone(), 0)).unwrap();
+    corpus::write_pcap(
+        &mut le,
+        LINKTYPE_ETHERNET,
+        65535,
+        false,
+        &recs(f.clone(), 0),
+    )
+    .unwrap();
     let mut ns = Vec::new();
     corpus::write_pcap(&mut ns, LINKTYPE_ETHERNET, 65535, true, &recs(f.clone(), 0)).unwrap();
     out.push(("le_usec.pcap".into(), le.clone()));
@@ -232,15 +242,24 @@ fn captures() -> Vec<(String, Vec<u8>)> {
     let sections = pcapng_sections(&f);
     out.push(("two_sections.pcapng".into(), sections.clone()));
     out.push(("be.pcapng".into(), pcapng_be(&f)));
-    out.push(("many_ifaces.pcapng".into(), pcapng_many_ifaces(1000, &f[..2])));
+    out.push((
+        "many_ifaces.pcapng".into(),
+        pcapng_many_ifaces(1000, &f[..2]),
+    ));
     // Truncated: in the file header, in a record header, in a record's data; a pcapng cut in
     // the SHB, in a block, and before its trailing length.
     out.push(("cut_header.pcap".into(), le[..13].to_vec()));
     out.push(("cut_rec_header.pcap".into(), le[..24 + 9].to_vec()));
     out.push(("cut_rec_data.pcap".into(), le[..le.len() - 7].to_vec()));
     out.push(("cut_shb.pcapng".into(), sections[..20].to_vec()));
-    out.push(("cut_block.pcapng".into(), sections[..sections.len() / 2 + 3].to_vec()));
-    out.push(("cut_trailer.pcapng".into(), sections[..sections.len() - 2].to_vec()));
+    out.push((
+        "cut_block.pcapng".into(),
+        sections[..sections.len() / 2 + 3].to_vec(),
+    ));
+    out.push((
+        "cut_trailer.pcapng".into(),
+        sections[..sections.len() - 2].to_vec(),
+    ));
     // Corrupt lengths: caplen 0xffffffff; caplen > snaplen (65535) but present; orig_len <
     // caplen; pcapng block length not a multiple of 4, below the minimum, huge, and a trailing
     // length that differs.
@@ -291,10 +310,16 @@ const POLICIES: &[(&str, &str)] = &[
         "profile = \"broadcom\"\nrdma_priority = 4\nexpected_mtu = 1024\n\n[data]\ndscp = 24\npcp = 4\necn = \"ect\"\n\n[ack]\ndscp = \"any\"\npcp = \"any\"\necn = \"any\"\n\n[cnp]\ndscp = 48\npcp = \"untagged\"\necn = \"any\"\n\n[thresholds]\npfc_storm_xoff_per_s = 50\nce_without_cnp_min_ce = 3\npfc_without_ecn_min_xoff = 2\nhold_down_s = 2.5\n",
     ),
     ("empty.toml", ""),
-    ("nvidia_int_hold.toml", "profile = \"nvidia\"\n[thresholds]\nhold_down_s = 0\n"),
+    (
+        "nvidia_int_hold.toml",
+        "profile = \"nvidia\"\n[thresholds]\nhold_down_s = 0\n",
+    ),
     ("err_syntax.toml", "rdma_priority = \n[data\n"),
     ("err_unknown_key.toml", "rdma_prio = 3\n"),
-    ("err_unknown_section_key.toml", "[data]\ndscp = 26\ncolour = 1\n"),
+    (
+        "err_unknown_section_key.toml",
+        "[data]\ndscp = 26\ncolour = 1\n",
+    ),
     ("err_unknown_section.toml", "[pfc]\nenabled = true\n"),
     ("err_unknown_profile.toml", "profile = \"acme\"\n"),
     ("err_profile_type.toml", "profile = 3\n"),
@@ -302,10 +327,19 @@ const POLICIES: &[(&str, &str)] = &[
     ("err_type.toml", "[cnp]\npcp = \"high\"\n"),
     ("err_mtu.toml", "expected_mtu = 1500\n"),
     ("err_ecn.toml", "[data]\necn = 2\n"),
-    ("err_threshold_zero.toml", "[thresholds]\npfc_storm_xoff_per_s = 0\n"),
+    (
+        "err_threshold_zero.toml",
+        "[thresholds]\npfc_storm_xoff_per_s = 0\n",
+    ),
     ("err_hold_down.toml", "[thresholds]\nhold_down_s = -1.5\n"),
-    ("err_hold_down_nan.toml", "[thresholds]\nhold_down_s = nan\n"),
-    ("err_duplicate.toml", "rdma_priority = 3\nrdma_priority = 4\n"),
+    (
+        "err_hold_down_nan.toml",
+        "[thresholds]\nhold_down_s = nan\n",
+    ),
+    (
+        "err_duplicate.toml",
+        "rdma_priority = 3\nrdma_priority = 4\n",
+    ),
     ("err_section_not_table.toml", "data = 5\n"),
 ];
 
@@ -316,8 +350,13 @@ fn parquet_files(tmp: &Path) -> (Vec<u8>, Vec<u8>) {
     use observer::sources::capture::{Replay, ReplayOptions};
     let policy = PolicyConfig::profile("nvidia").unwrap();
     let out = tmp.join("out");
-    let mut col = Collector::new(CollectorConfig::new(out.clone(), "f", "replay", policy.clone()))
-        .unwrap();
+    let mut col = Collector::new(CollectorConfig::new(
+        out.clone(),
+        "f",
+        "replay",
+        policy.clone(),
+    ))
+    .unwrap();
     col.quiet_stderr();
     {
         let opts = ReplayOptions {
@@ -382,7 +421,13 @@ fn main() {
     write(&load, "interfaces_as_flows.parquet", &ifaces);
     write(&load, "flows_cut.parquet", &flows[..flows.len() / 2]);
     write(&load, "flows_no_footer.parquet", &flows[..flows.len() - 8]);
-    for t in ["pcap_slice", "pcap_stream", "replay", "policy", "analyze_load"] {
+    for t in [
+        "pcap_slice",
+        "pcap_stream",
+        "replay",
+        "policy",
+        "analyze_load",
+    ] {
         let (n, bytes) = fs::read_dir(root.join(t))
             .unwrap()
             .map(|e| e.unwrap().metadata().unwrap().len())

@@ -17,7 +17,11 @@ static N: AtomicU64 = AtomicU64::new(0);
 
 fn base() -> PathBuf {
     let shm = PathBuf::from("/dev/shm");
-    if shm.is_dir() { shm } else { std::env::temp_dir() }
+    if shm.is_dir() {
+        shm
+    } else {
+        std::env::temp_dir()
+    }
 }
 
 /// Removes the input's directory, also when `load` panics.

@@ -23,7 +23,13 @@ fuzz_target!(|data: &[u8]| {
         Ok(())
     });
     whole.end(res, cap.len());
-    assert_eq!(streamed.ifaces, whole.ifaces, "interfaces: streamed vs in memory");
-    assert_eq!(streamed.records, whole.records, "records: streamed vs in memory");
+    assert_eq!(
+        streamed.ifaces, whole.ifaces,
+        "interfaces: streamed vs in memory"
+    );
+    assert_eq!(
+        streamed.records, whole.records,
+        "records: streamed vs in memory"
+    );
     assert_eq!(streamed.end, whole.end, "ending: streamed vs in memory");
 });

@@ -12,5 +12,10 @@ fuzz_target!(|data: &[u8]| {
     let _ = r.feed_slice("fuzz", "fuzz", data);
     let snaps = r.snapshots();
     // A datapath (and its snapshot) is made at an interface's first frame.
-    assert!(snaps.len() as u64 <= r.frames, "{} snapshots, {} frames", snaps.len(), r.frames);
+    assert!(
+        snaps.len() as u64 <= r.frames,
+        "{} snapshots, {} frames",
+        snaps.len(),
+        r.frames
+    );
 });

@@ -35,10 +35,7 @@ impl Reading {
         match it {
             Item::Iface(i) => {
                 self.ifaces += 1;
-                assert!(
-                    self.ifaces <= MAX_IFACES,
-                    "more than MAX_IFACES interfaces"
-                );
+                assert!(self.ifaces <= MAX_IFACES, "more than MAX_IFACES interfaces");
                 if let Some(n) = &i.name {
                     assert!(n.chars().count() <= MAX_NAME_CHARS, "name not cut: {n:?}");
                     assert!(!n.chars().any(char::is_control), "control char in {n:?}");
@@ -92,12 +89,19 @@ impl Reading {
             Ok(n) => {
                 assert!(n as usize <= input_len, "consumed {n} of {input_len}");
                 if let Some(last) = self.records.last() {
-                    assert!(last.offset < n, "record at {} past the end {n}", last.offset);
+                    assert!(
+                        last.offset < n,
+                        "record at {} past the end {n}",
+                        last.offset
+                    );
                 }
                 Ok(n)
             }
             Err(ReplayError::Corrupt { offset, .. }) => {
-                assert!(offset as usize <= input_len, "corrupt at {offset} of {input_len}");
+                assert!(
+                    offset as usize <= input_len,
+                    "corrupt at {offset} of {input_len}"
+                );
                 Err(("corrupt".to_string(), offset))
             }
             Err(ReplayError::UnsupportedLinkType { .. }) => Err(("linktype".to_string(), 0)),
@@ -149,7 +153,13 @@ impl Read for Chunked<'_> {
         self.interrupted = false;
         // Pieces of 1..=255 bytes, times 61 when the size is odd (so that records of a few
         // KiB also arrive in a few pieces, not hundreds).
-        let s = if s == usize::MAX { s } else if s % 2 == 1 { s * 61 } else { s };
+        let s = if s == usize::MAX {
+            s
+        } else if s % 2 == 1 {
+            s * 61
+        } else {
+            s
+        };
         let n = s.min(buf.len()).min(self.data.len() - self.pos);
         buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
         self.pos += n;
