@@ -74,6 +74,9 @@ pub struct QpValue {
     pub psn_missing: u64,
     pub psn_retrans: u64,
     pub psn_behind: u64,
+    /// New incarnations of the key (a QP number reused after the old QP is gone): the PSN
+    /// analysis restarted at this packet ([`crate::qp::new_incarnation`]).
+    pub qp_incarnations: u64,
     /// ICRC verdicts (replay only; the kernel does not compute the ICRC).
     pub icrc_ok: u64,
     pub icrc_bad: u64,
@@ -115,6 +118,7 @@ macro_rules! qp_scalar_counters {
             psn_missing,
             psn_retrans,
             psn_behind,
+            qp_incarnations,
             icrc_ok,
             icrc_bad,
             icrc_unverifiable
@@ -139,6 +143,7 @@ impl QpValue {
         psn_missing: 0,
         psn_retrans: 0,
         psn_behind: 0,
+        qp_incarnations: 0,
         icrc_ok: 0,
         icrc_bad: 0,
         icrc_unverifiable: 0,
@@ -238,6 +243,11 @@ pub struct MacKey {
     pub _pad: u8,
 }
 
+/// Default of [`Policy::incarnation_idle_ms`]: 10 s, above the RC retry timeout of common
+/// settings (local ACK timeout 4.096 us x 2^20 = 4.3 s, NCCL's default; 2^14-2^18 elsewhere),
+/// so a go-back-N resend after a timeout is never taken for a new QP.
+pub const DEFAULT_INCARNATION_IDLE_MS: u32 = 10_000;
+
 /// Policy value meaning "any value is fine".
 pub const ANY: u8 = 0xff;
 
@@ -255,7 +265,11 @@ pub struct Policy {
     pub rdma_priority: u8,
     /// [`policy_flags`] bits.
     pub flags: u8,
-    pub _pad: [u8; 5],
+    pub _pad: u8,
+    /// A data packet after the key was idle longer than this (milliseconds) whose PSN is not
+    /// the next one starts a new incarnation of the key ([`crate::qp::new_incarnation`]);
+    /// 0: only the PSN jump criterion applies.
+    pub incarnation_idle_ms: u32,
 }
 
 pub mod policy_flags {
@@ -273,7 +287,8 @@ impl Policy {
         ecn_capable: [0; 3],
         rdma_priority: 3,
         flags: 0,
-        _pad: [0; 5],
+        _pad: 0,
+        incarnation_idle_ms: DEFAULT_INCARNATION_IDLE_MS,
     };
 }
 
@@ -359,7 +374,7 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(size_of::<QpKey>(), 16 + 16 + 4 + 1 + 3);
-        let qv = 17 * 8 + 4 * 3 + 2 + 2 + (64 + 3 * 64 + 3 * 4 + 3 * 9) * 4 + 4;
+        let qv = 18 * 8 + 4 * 3 + 2 + 2 + (64 + 3 * 64 + 3 * 4 + 3 * 9) * 4 + 4;
         assert_eq!(size_of::<QpValue>(), qv);
         assert_eq!(size_of::<QpValue>() % 8, 0);
         assert_eq!(size_of::<PfcCounters>(), (1 + 32 + 4) * 8);

@@ -261,6 +261,23 @@ pub enum PsnStep {
     NotAhead(i32),
     /// Gave up after [`CAS_TRIES`] contended attempts.
     Contended,
+    /// A new incarnation of the key ([`new_incarnation`]): the PSN analysis restarts here, as
+    /// at `First`.
+    Reborn,
+}
+
+/// A PSN jump this large (either way) is no loss and no go-back-N: the IB PSN window of a live
+/// RC QP is 2^23, its outstanding packets far fewer, so only a new QP with a random initial
+/// PSN lands here.
+pub const INCARNATION_JUMP: i32 = 1 << 22;
+
+/// Whether a data packet with PSN distance `d` from the key's highest starts a new incarnation
+/// of the key (a new QP reusing the QP number): `d` is not the next PSN after the key was idle
+/// for longer than the policy's `incarnation_idle_ms` (`idle`), or `|d|` is at least
+/// [`INCARNATION_JUMP`] whatever the idle time.
+#[inline(always)]
+pub fn new_incarnation(d: i32, idle: bool) -> bool {
+    (idle && d != 1) || !(-INCARNATION_JUMP < d && d < INCARNATION_JUMP)
 }
 
 /// What [`update`] reports back to its caller.
@@ -327,11 +344,12 @@ pub fn is_suspect(f: &Frame) -> bool {
 }
 
 /// PSN analysis step for one packet of a key (metrics.md "PSN analysis"), and its d (0 for
-/// `First` and `Contended`). The d beside the enum is what the accounting reads: an enum's
-/// payload is undefined on its other variants, and LLVM computing with it speculatively once
-/// handed the eBPF verifier a pointer to shift.
+/// `First`, `Reborn` and `Contended`). The d beside the enum is what the accounting reads: an
+/// enum's payload is undefined on its other variants, and LLVM computing with it speculatively
+/// once handed the eBPF verifier a pointer to shift. `idle`: the key saw no packet for longer
+/// than the policy's incarnation idle time.
 #[inline(always)]
-unsafe fn psn_update<O: Ops>(o: &O, v: *mut QpValue, psn: u32) -> (PsnStep, i32) {
+unsafe fn psn_update<O: Ops>(o: &O, v: *mut QpValue, psn: u32, idle: bool) -> (PsnStep, i32) {
     let p = unsafe { addr_of_mut!((*v).psn_max_p1) };
     let psn = psn & 0x00ff_ffff;
     for _ in 0..CAS_TRIES {
@@ -344,6 +362,12 @@ unsafe fn psn_update<O: Ops>(o: &O, v: *mut QpValue, psn: u32) -> (PsnStep, i32)
         }
         let max = cur - 1;
         let d = psn_diff(psn, max);
+        if new_incarnation(d, idle) {
+            if unsafe { o.cas32(p, cur, psn + 1) } == cur {
+                return (PsnStep::Reborn, 0);
+            }
+            continue;
+        }
         if d <= 0 {
             return (PsnStep::NotAhead(d), d);
         }
@@ -437,7 +461,10 @@ pub unsafe fn update_split<C: Ops, S: Ops>(
             co.add64(addr_of_mut!((*v).suspect), 1);
         }
         let (step, d) = if c == class::DATA {
-            psn_update(so, state, f.bth.psn)
+            let last = core::ptr::read_volatile(addr_of_mut!((*state).last_ns));
+            let idle_ns = policy.incarnation_idle_ms as u64 * 1_000_000;
+            let idle = idle_ns != 0 && last != 0 && now_ns > last + idle_ns;
+            psn_update(so, state, f.bth.psn, idle)
         } else {
             (PsnStep::None, 0)
         };
@@ -454,6 +481,8 @@ pub unsafe fn update_split<C: Ops, S: Ops>(
             if d < 0 {
                 co.add64(addr_of_mut!((*v).psn_behind), 1);
             }
+        } else if matches!(step, PsnStep::Reborn) {
+            co.add64(addr_of_mut!((*v).qp_incarnations), 1);
         }
         // Largest UDP payload: a bounded CAS loop that only writes when larger.
         let mp = addr_of_mut!((*state).max_udp_payload);

@@ -339,6 +339,58 @@ fn psn_wrap_is_a_step_not_a_gap() {
     );
 }
 
+/// Runs data packets `(psn, time_ns)` through one key under `pol`.
+fn run_timed(pkts: &[(u32, u64)], pol: &Policy) -> QpValue {
+    let mut v = QpValue::ZERO;
+    for &(psn, t) in pkts {
+        let fr = data(psn);
+        let f = classify(&fr[..]);
+        unsafe { qp::update::<Plain>(&mut v, &f, fr.len() as u32, t, pol) };
+    }
+    v
+}
+
+#[test]
+fn qp_number_reuse_restarts_the_psn_analysis() {
+    const S: u64 = 1_000_000_000;
+    let pol = Policy::NONE; // 10 s idle by default
+    assert_eq!(pol.incarnation_idle_ms, 10_000);
+    // A new QP with the same number after 11 s idle, its initial PSN behind the old one's:
+    // without the restart every one of its packets would be a retransmission.
+    let old: Vec<(u32, u64)> = (0..5).map(|i| (5000 + i, S + i as u64)).collect();
+    let new: Vec<(u32, u64)> = (0..5).map(|i| (100 + i, 12 * S + i as u64)).collect();
+    let v = run_timed(&[old.clone(), new.clone()].concat(), &pol);
+    assert_eq!(
+        (v.qp_incarnations, v.psn_retrans, v.psn_gaps, v.psn_max()),
+        (1, 0, 0, Some(104))
+    );
+    // Idle, but the next PSN: the same QP resuming, no new incarnation.
+    let v = run_timed(&[old.clone(), vec![(5005, 30 * S)]].concat(), &pol);
+    assert_eq!((v.qp_incarnations, v.psn_gaps), (0, 0));
+    // A go-back-N resend after a shorter timeout (4.3 s) stays a retransmission.
+    let v = run_timed(&[old.clone(), vec![(5002, 5 * S)]].concat(), &pol);
+    assert_eq!((v.qp_incarnations, v.psn_retrans), (0, 1));
+    // With the idle criterion off, the same reuse is counted as PSN analysis would.
+    let off = Policy {
+        incarnation_idle_ms: 0,
+        ..Policy::NONE
+    };
+    let v = run_timed(&[old.clone(), new.clone()].concat(), &off);
+    assert_eq!((v.qp_incarnations, v.psn_retrans), (0, 5));
+    // A jump of 2^22 or more is a new QP whatever the idle time; 2^22 - 1 is a gap.
+    let v = run_timed(&[(0, 1), (1 << 22, 2), ((1 << 22) + 1, 3)], &pol);
+    assert_eq!((v.qp_incarnations, v.psn_gaps), (1, 0));
+    let v = run_timed(&[(0, 1), ((1 << 22) - 1, 2)], &pol);
+    assert_eq!(
+        (v.qp_incarnations, v.psn_gaps, v.psn_missing),
+        (0, 1, (1 << 22) - 2)
+    );
+    let v = run_timed(&[(1 << 22, 1), (0, 2)], &pol);
+    assert_eq!((v.qp_incarnations, v.psn_behind), (1, 0), "behind by 2^22");
+    assert!(qp::new_incarnation(-(1 << 22), false));
+    assert!(!qp::new_incarnation(-(1 << 22) + 1, false));
+}
+
 #[test]
 fn rnr_retry_and_duplicates() {
     let v = run(&[10, 11, 11].map(data));

@@ -251,7 +251,7 @@ pub struct QpCount {
 }
 
 /// The per-QP counts, in `flows` column order.
-pub const QP_COUNTS: [QpCount; 21] = [
+pub const QP_COUNTS: [QpCount; 22] = [
     QpCount {
         name: "pkts",
         unit: "packets",
@@ -359,6 +359,12 @@ pub const QP_COUNTS: [QpCount; 21] = [
         unit: "packets",
         doc: "PSN strictly behind the highest",
         get: |v| v.psn_behind,
+    },
+    QpCount {
+        name: "qp_incarnations",
+        unit: "keys",
+        doc: "new QP reusing the key (idle, then a PSN that is not the next; or a jump of 2^22 or more): PSN analysis restarted",
+        get: |v| v.qp_incarnations,
     },
     QpCount {
         name: "icrc_ok",
@@ -538,7 +544,7 @@ fn flows_table() -> Table {
         "evicted",
         Boolean,
         "",
-        "key removed from the kernel map after this interval (its final counts are in this row)",
+        "key removed from the kernel map after this interval (its final counts are in this row; an idle key's last row has zero counts)",
     ));
     for q in &QP_COUNTS {
         c.push(col(q.name, Int64, q.unit, q.doc));
@@ -587,7 +593,7 @@ fn flows_table() -> Table {
     }
     Table::new(
         "flows",
-        "One row per QP key with packets in the interval (keys with no new packet are not written). Counts are interval deltas.",
+        "One row per QP key with packets in the interval (keys with no new packet are not written, except a key's last row when it is evicted). Counts are interval deltas.",
         c,
     )
 }

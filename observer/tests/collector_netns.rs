@@ -457,15 +457,20 @@ fn full_map_eviction_keeps_every_packet_accounted() {
     assert!(ifs["sums"]["qp_insert_failed"].as_u64().unwrap() >= 10);
     let evictions = ifs["sums"]["evictions"].as_u64().unwrap();
     assert!(evictions >= 1, "no eviction: {}", obs.err());
-    let evicted_rows = flows["records"]
+    let evicted_rows: Vec<_> = flows["records"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|r| r["evicted"] == true)
-        .count();
+        .collect();
     assert_eq!(
-        evicted_rows as u64, 0,
-        "idle keys had no packets since their last row"
+        evicted_rows.len() as u64,
+        evictions,
+        "every eviction has its last row flagged evicted"
+    );
+    assert!(
+        evicted_rows.iter().all(|r| r["pkts"] == 0),
+        "idle keys had no packets since their last row: {evicted_rows:?}"
     );
     // new keys took the freed slots
     let late: u64 = flows["records"]

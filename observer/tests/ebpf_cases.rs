@@ -480,6 +480,58 @@ fn go_back_n_episode() {
     assert_eq!(v.pkts, psns.len() as u64);
 }
 
+/// metrics.md "QP number reuse": a jump of 2^22 or more restarts the PSN analysis in the kernel
+/// as in userspace (run_case compares the two).
+#[test]
+fn qp_reuse_by_psn_jump() {
+    let r = run_case(
+        "qp_reuse_jump",
+        &Policy::NONE,
+        &psn_frames(&[7, 8, 8 + (1 << 22), 9 + (1 << 22), 3 + (1 << 22)]),
+    );
+    if skipped() {
+        return;
+    }
+    let (_, v) = only_qp("qp_reuse_jump", &r.snap);
+    assert_eq!(
+        (v.qp_incarnations, v.psn_gaps, v.psn_retrans, v.psn_behind),
+        (1, 0, 1, 1)
+    );
+    assert_eq!(v.psn_max(), Some(9 + (1 << 22)));
+}
+
+/// The idle criterion with the kernel's packet clock: a key idle longer than the policy's
+/// incarnation idle time whose next PSN is not the next one is a new QP; with the criterion off
+/// the same packets are a retransmission.
+#[test]
+fn qp_reuse_after_idle_in_the_kernel() {
+    if !observer::testutil::require_root("qp_reuse_after_idle_in_the_kernel") {
+        return;
+    }
+    let mut t = tester();
+    let mut run = |idle_ms: u32| {
+        let pol = Policy {
+            incarnation_idle_ms: idle_ms,
+            ..Policy::NONE
+        };
+        t.set_policy(&pol).unwrap();
+        t.reset().unwrap();
+        for (i, f) in psn_frames(&[500, 501, 40, 41]).iter().enumerate() {
+            if i == 2 {
+                // well past 5 ms on the coarse clock (one tick is 1-4 ms)
+                std::thread::sleep(std::time::Duration::from_millis(40));
+            }
+            t.run(prog::XDP, f, 1).unwrap();
+        }
+        let snap = t.snapshot("test", 0).unwrap();
+        let (_, v) = only_qp("qp_reuse_idle", &snap);
+        (v.qp_incarnations, v.psn_retrans, v.psn_max())
+    };
+    assert_eq!(run(5), (1, 0, Some(41)));
+    assert_eq!(run(0), (0, 2, Some(501)));
+    t.set_policy(&Policy::NONE).unwrap();
+}
+
 #[test]
 fn psn_wrap_is_not_a_gap() {
     let r = run_case(

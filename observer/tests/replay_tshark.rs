@@ -155,6 +155,7 @@ struct Qp {
     psn_missing: u64,
     psn_retrans: u64,
     psn_behind: u64,
+    qp_incarnations: u64,
     max_udp_payload: u64,
     last_udp_sport: u64,
     opcodes: BTreeMap<String, u64>,
@@ -285,6 +286,7 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
         q.bytes_l2 += l2;
         q.bytes_ip += ip_len;
         q.bytes_udp += udp_payload;
+        let prev_ns = q.last_ns;
         if q.first_ns == 0 {
             q.first_ns = ts;
         }
@@ -323,7 +325,13 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
                     if d >= 1 << 23 {
                         d -= 1 << 24;
                     }
-                    if d >= 1 {
+                    // metrics.md "QP number reuse": idle over 10 s (the default) and not the
+                    // next PSN, or a jump of 2^22 or more: a new QP, the analysis restarts.
+                    let idle = prev_ns != 0 && ts > prev_ns + 10_000_000_000;
+                    if (idle && d != 1) || d.abs() >= 1 << 22 {
+                        q.psn_max = Some(psn);
+                        q.qp_incarnations += 1;
+                    } else if d >= 1 {
                         q.psn_max = Some(psn);
                         if d > 1 {
                             q.psn_gaps += 1;
@@ -369,7 +377,8 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
             "cnp": q.cnp, "ce": q.ce, "acks": q.acks, "naks": q.naks,
             "nak_psn_seq_err": q.nak_psn_seq_err, "rnr_naks": q.rnr_naks, "suspect": q.suspect,
             "psn_gaps": q.psn_gaps, "psn_missing": q.psn_missing, "psn_retrans": q.psn_retrans,
-            "psn_behind": q.psn_behind, "max_udp_payload": q.max_udp_payload,
+            "psn_behind": q.psn_behind, "qp_incarnations": q.qp_incarnations,
+            "max_udp_payload": q.max_udp_payload,
             "last_udp_sport": q.last_udp_sport,
             "opcodes": q.opcodes,
             "dscp": per_class(&q.dscp), "ecn": per_class(&q.ecn), "pcp": per_class(&q.pcp),

@@ -311,8 +311,9 @@ impl KeyPass {
     }
 }
 
-/// Keys the source evicted, with their final values: their last deltas (rows flagged
-/// `evicted`), then they are retired.
+/// Keys the source evicted, with their final values: their last deltas in a row flagged
+/// `evicted` (written even when the key had no packet since the last interval, as an idle key
+/// evicted from a nearly full map), then they are retired.
 fn account_evicted(
     st: &mut IfaceState,
     sc: &mut deltas::Scratch,
@@ -329,19 +330,20 @@ fn account_evicted(
         let di = (k.dir as usize).min(dir::COUNT - 1);
         kp.evictions[di] += 1;
         st.evictions_total += 1;
+        // Always a row: it says the key left the map (an idle key's last row has no packets).
         if sc.d.pkts > 0 {
             kp.active[di] += 1;
-            kp.row(
-                cx,
-                &k,
-                &sc.d,
-                &sc.nz,
-                prev.pkts == 0,
-                true,
-                &mut st.pairs,
-                pair,
-            );
         }
+        kp.row(
+            cx,
+            &k,
+            &sc.d,
+            &sc.nz,
+            prev.pkts == 0 && sc.d.pkts > 0,
+            true,
+            &mut st.pairs,
+            pair,
+        );
         st.retired.insert(k, v);
     }
 }

@@ -19,6 +19,7 @@
 //! ce_without_cnp_min_ce = 10     # CE packets per interval (IP pair) with no CNP back
 //! pfc_without_ecn_min_xoff = 1   # XOFF frames per interval with no CE at all
 //! hold_down_s = 10               # per (rule, key): one alert, then a summary after this
+//! qp_incarnation_idle_s = 10     # idle longer, then not the next PSN: a new QP (0: off)
 //! ```
 //!
 //! Errors name the file, the line and the key.
@@ -164,6 +165,18 @@ impl PolicyConfig {
         }
         if let Some(t) = &raw.thresholds {
             apply_thresholds(t, &mut cfg.thresholds, &invalid)?;
+            if let Some(v) = &t.qp_incarnation_idle_s {
+                let key = "thresholds.qp_incarnation_idle_s";
+                let ms = seconds(v, key, &invalid)? * 1e3;
+                if ms > u32::MAX as f64 {
+                    return Err(invalid(
+                        key,
+                        v.span(),
+                        format!("at most {} s", u32::MAX / 1000),
+                    ));
+                }
+                cfg.expected.incarnation_idle_ms = ms.round() as u32;
+            }
         }
         Ok(cfg)
     }
@@ -273,20 +286,22 @@ fn apply_thresholds(
         th.pfc_without_ecn_min_xoff = at_least_one(v, "thresholds.pfc_without_ecn_min_xoff")?;
     }
     if let Some(v) = &t.hold_down_s {
-        let s = match v.get_ref() {
-            toml::Value::Integer(i) if *i >= 0 => *i as f64,
-            toml::Value::Float(f) if *f >= 0.0 && f.is_finite() => *f,
-            v2 => {
-                return Err(invalid(
-                    "thresholds.hold_down_s",
-                    v.span(),
-                    format!("expected seconds (a number >= 0), found {}", show(v2)),
-                ));
-            }
-        };
-        th.hold_down_ns = (s * 1e9) as u64;
+        th.hold_down_ns = (seconds(v, "thresholds.hold_down_s", invalid)? * 1e9) as u64;
     }
     Ok(())
+}
+
+/// A duration in seconds: an integer or a finite float, 0 or more.
+fn seconds(v: &Spanned<toml::Value>, key: &str, invalid: &Invalid) -> Result<f64, PolicyError> {
+    match v.get_ref() {
+        toml::Value::Integer(i) if *i >= 0 => Ok(*i as f64),
+        toml::Value::Float(f) if *f >= 0.0 && f.is_finite() => Ok(*f),
+        v2 => Err(invalid(
+            key,
+            v.span(),
+            format!("expected seconds (a number >= 0), found {}", show(v2)),
+        )),
+    }
 }
 
 fn show(v: &toml::Value) -> String {
@@ -348,6 +363,7 @@ struct RawThresholds {
     ce_without_cnp_min_ce: Option<Spanned<toml::Value>>,
     pfc_without_ecn_min_xoff: Option<Spanned<toml::Value>>,
     hold_down_s: Option<Spanned<toml::Value>>,
+    qp_incarnation_idle_s: Option<Spanned<toml::Value>>,
 }
 
 #[cfg(test)]
@@ -487,6 +503,8 @@ mod tests {
             "[thresholds]\nhold_down_s = nan\n",
             "[thresholds]\nhold_down_s = inf\n",
             "[thresholds]\nhold_down_s = \"10s\"\n",
+            "[thresholds]\nqp_incarnation_idle_s = -2\n",
+            "[thresholds]\nqp_incarnation_idle_s = 5000000\n",
             "mtu = 4096\n",
             "[data\n",
             "x\n",
@@ -499,6 +517,11 @@ mod tests {
         assert_eq!(got, GOLDEN_ERRORS);
         let p = PolicyConfig::from_toml("[thresholds]\nhold_down_s = 1\n", "p.toml").unwrap();
         assert_eq!(p.thresholds.hold_down_ns, 1_000_000_000);
+        assert_eq!(p.expected.incarnation_idle_ms, 10_000, "the default");
+        let p = PolicyConfig::from_toml("[thresholds]\nqp_incarnation_idle_s = 2.5\n", "p.toml");
+        assert_eq!(p.unwrap().expected.incarnation_idle_ms, 2_500);
+        let p = PolicyConfig::from_toml("[thresholds]\nqp_incarnation_idle_s = 0\n", "p.toml");
+        assert_eq!(p.unwrap().expected.incarnation_idle_ms, 0, "off");
     }
 
     const GOLDEN_ERRORS: &str = r#""profile = 3\n" => p.toml:1: profile: expected a string, found integer
@@ -528,6 +551,8 @@ mod tests {
 "[thresholds]\nhold_down_s = nan\n" => p.toml:2: thresholds.hold_down_s: expected seconds (a number >= 0), found NaN
 "[thresholds]\nhold_down_s = inf\n" => p.toml:2: thresholds.hold_down_s: expected seconds (a number >= 0), found inf
 "[thresholds]\nhold_down_s = \"10s\"\n" => p.toml:2: thresholds.hold_down_s: expected seconds (a number >= 0), found "10s"
+"[thresholds]\nqp_incarnation_idle_s = -2\n" => p.toml:2: thresholds.qp_incarnation_idle_s: expected seconds (a number >= 0), found -2
+"[thresholds]\nqp_incarnation_idle_s = 5000000\n" => p.toml:2: thresholds.qp_incarnation_idle_s: at most 4294967 s
 "mtu = 4096\n" => p.toml:1: unknown field `mtu`, expected one of `profile`, `rdma_priority`, `expected_mtu`, `data`, `ack`, `cnp`, `thresholds`
 "[data\n" => p.toml:1: unclosed table, expected `]`
 "x\n" => p.toml:1: key with no value, expected `=`

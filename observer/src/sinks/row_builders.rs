@@ -51,6 +51,7 @@ fn qp_counts(v: &QpValue) -> [u64; QP_COUNTS.len()] {
         v.psn_missing,
         v.psn_retrans,
         v.psn_behind,
+        v.qp_incarnations,
         v.icrc_ok,
         v.icrc_bad,
         v.icrc_unverifiable,
