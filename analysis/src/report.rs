@@ -16,13 +16,87 @@ pub struct Expect {
     pub rdma_priority: usize,
     /// XOFF frames per second on one priority above which PFC is storming.
     pub storm_xoff_per_s: f64,
+    /// The expected marking of every packet class, as the observer's policy of the profile.
+    pub marking: Marking,
+}
+
+/// What one marking field (DSCP, PCP or ECN) of one packet class must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// Not checked.
+    Any,
+    /// This value (PCP -1: untagged).
+    Value(i16),
+    /// ECN: ECN-capable transport or CE; Not-ECT (0) is a violation.
+    Ect,
+}
+
+impl Want {
+    /// Whether a packet with value `v` is as expected.
+    pub fn allows(self, v: i16) -> bool {
+        match self {
+            Want::Any => true,
+            Want::Value(x) => v == x,
+            Want::Ect => v != 0,
+        }
+    }
+}
+
+impl std::fmt::Display for Want {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Want::Any => f.write_str("any"),
+            Want::Value(-1) => f.write_str("untagged"),
+            Want::Value(v) => write!(f, "{v}"),
+            Want::Ect => f.write_str("ECT"),
+        }
+    }
+}
+
+impl Serialize for Want {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The expected DSCP, PCP and ECN of each packet class, indexed by
+/// `observer_common::maps::class` (data, ack, cnp).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Marking {
+    pub dscp: [Want; 3],
+    pub pcp: [Want; 3],
+    pub ecn: [Want; 3],
+}
+
+impl Marking {
+    /// The marking of a policy in the kernel's form (`ANY`, `PCP_NONE`, ECN-capable flags).
+    pub fn of(p: &observer_common::maps::Policy) -> Marking {
+        use observer_common::maps::ANY;
+        use observer_common::parse::PCP_NONE;
+        Marking {
+            dscp: p.dscp.map(|d| match d {
+                ANY => Want::Any,
+                d => Want::Value(d.into()),
+            }),
+            pcp: p.pcp.map(|v| match v {
+                ANY => Want::Any,
+                PCP_NONE => Want::Value(-1),
+                v => Want::Value(v.into()),
+            }),
+            ecn: p
+                .ecn_capable
+                .map(|e| if e != 0 { Want::Ect } else { Want::Any }),
+        }
+    }
 }
 
 impl Expect {
     /// A vendor profile of `observer::vendor`, with the observer's default storm threshold.
     pub fn profile(name: &str) -> Option<Expect> {
         let v = observer::vendor::profile(name)?;
+        let policy = observer::pipeline::PolicyConfig::profile(name).ok()?;
         Some(Expect {
+            marking: Marking::of(&policy.expected),
             data_dscp: v.data_dscp as i16,
             cnp_dscp: v.cnp_dscp as i16,
             rdma_priority: v.rdma_priority as usize,
