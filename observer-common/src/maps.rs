@@ -227,6 +227,9 @@ pub struct IfaceStats {
     pub mac_insert_failed: u64,
     /// Events not delivered because the ring buffer was full.
     pub events_lost: u64,
+    /// MAC control frames whose [`PauseEvent`] was not delivered (its ring buffer full): the
+    /// pause time and the 1-s XOFF peak of that interval are then lower bounds.
+    pub pause_events_lost: u64,
     /// PSN updates that gave up after [`crate::qp::CAS_TRIES`] compare-and-swap attempts under
     /// contention (the packet is still counted everywhere else, as a retransmission-free step).
     pub psn_contended: u64,
@@ -310,6 +313,48 @@ pub struct Event {
     pub pcp: u8,
 }
 
+/// One MAC control frame (PFC or 802.3x PAUSE) with its time, for what counters cannot give:
+/// the time each priority was actually paused (the union of pause windows: a new XOFF replaces
+/// the running pause, an XON ends it) and the densest one-second window of XOFF frames. Carried
+/// by its own ring buffer; MAC control frames are rare beside RoCE packets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PauseEvent {
+    /// Frame time, nanoseconds (kernel: `bpf_ktime_get_ns`, converted to wall-clock time by the
+    /// reader; replay: capture time).
+    pub ts_ns: u64,
+    /// Pause time per priority in quanta (PFC), or `times[0]` for 802.3x PAUSE.
+    pub times: [u16; 8],
+    /// MAC control opcode (0x0101 PFC, 0x0001 PAUSE; others are not sent).
+    pub opcode: u16,
+    /// PFC class-enable vector (bit p: `times[p]` applies).
+    pub class_enable: u16,
+    pub src_mac: [u8; 6],
+    /// [`dir`].
+    pub dir: u8,
+    pub _pad: [u8; 5],
+}
+
+impl PauseEvent {
+    /// The event of a classified MAC control frame, `None` for opcodes other than PFC and PAUSE.
+    #[inline(always)]
+    pub fn of(m: &crate::parse::MacControl, ts_ns: u64, dir: u8) -> Option<PauseEvent> {
+        if m.opcode != crate::parse::MAC_CONTROL_PFC && m.opcode != crate::parse::MAC_CONTROL_PAUSE
+        {
+            return None;
+        }
+        Some(PauseEvent {
+            ts_ns,
+            times: m.times,
+            opcode: m.opcode,
+            class_enable: m.class_enable,
+            src_mac: m.src_mac,
+            dir,
+            _pad: [0; 5],
+        })
+    }
+}
+
 /// Where the kernel keeps a multi-buffer XDP frame's fragment length, read from the running
 /// kernel's BTF at load time (`XDP_LEN` global of the XDP program). With it the program reads
 /// the length the way `bpf_xdp_get_buff_len` computes it (`data_end - data`, plus
@@ -364,6 +409,8 @@ mod pod {
     unsafe impl aya::Pod for Event {}
     // SAFETY: #[repr(C)], u32 fields only; every bit pattern is a valid value.
     unsafe impl aya::Pod for XdpLenLayout {}
+    // SAFETY: #[repr(C)], integer fields and arrays, explicit padding to 40 bytes (a test).
+    unsafe impl aya::Pod for PauseEvent {}
 }
 
 #[cfg(test)]
@@ -383,5 +430,6 @@ mod tests {
         assert_eq!(size_of::<Event>() % 8, 0);
         assert_eq!(size_of::<MacKey>(), 8);
         assert_eq!(size_of::<XdpLenLayout>(), 8 * 4);
+        assert_eq!(size_of::<PauseEvent>(), 8 + 16 + 2 + 2 + 6 + 1 + 5);
     }
 }

@@ -15,7 +15,8 @@ use aya_ebpf::maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya_ebpf::programs::{TcContext, XdpContext};
 use observer_common::cursor::Bytes;
 use observer_common::maps::{
-    Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, XdpLenLayout, dir, kfunc_call,
+    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, QpValue, XdpLenLayout, dir,
+    kfunc_call,
     policy_flags,
 };
 use observer_common::parse::{self, Frame, kind};
@@ -188,6 +189,11 @@ static POLICY: Array<Policy> = Array::with_max_entries(1, 0);
 /// First occurrences per key for the live alerts (`byte_size` set at load).
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// One record per PFC / PAUSE frame, for the pause time and XOFF peak that counters cannot give
+/// (`byte_size` set at load).
+#[map]
+static PAUSES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
 /// The classified frame of the current program run (a `Frame` is too large to copy around on
 /// the 512-byte stack).
@@ -681,8 +687,26 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     }
 }
 
+/// A PFC / PAUSE frame to the `PAUSES` ring (a BPF-to-BPF call, off the RoCE path).
+#[inline(never)]
+fn send_pause(s: *mut IfaceStats, f: &Frame, d: u8) {
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(ev) = PauseEvent::of(&f.mac_ctrl, now, d) else {
+        return;
+    };
+    match PAUSES.reserve::<PauseEvent>(0) {
+        Some(mut e) => {
+            e.write(ev);
+            e.submit(0);
+        }
+        None => count(s, |s| s.pause_events_lost += 1),
+    }
+}
+
 #[inline(always)]
 fn mac_control(s: *mut IfaceStats, f: &Frame, d: u8) {
+    send_pause(s, f, d);
     let key = MacKey {
         mac: f.mac_ctrl.src_mac,
         dir: d,

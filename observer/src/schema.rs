@@ -431,7 +431,7 @@ pub const IFACE_TRAFFIC: [IfaceCount; 5] = [
 
 /// The interface's other MAC control frames and the observer's own health counts, in
 /// `interfaces` column order (after 802.3x PAUSE).
-pub const IFACE_HEALTH: [IfaceCount; 6] = [
+pub const IFACE_HEALTH: [IfaceCount; 7] = [
     IfaceCount {
         name: "mac_control_other",
         unit: "frames",
@@ -455,6 +455,12 @@ pub const IFACE_HEALTH: [IfaceCount; 6] = [
         unit: "events",
         doc: "first-occurrence events lost (ring buffer full; interval counts are complete)",
         get: |s| s.events_lost,
+    },
+    IfaceCount {
+        name: "pause_events_lost",
+        unit: "frames",
+        doc: "MAC control frames whose event was lost (ring buffer full): pause time and XOFF peak are lower bounds then",
+        get: |s| s.pause_events_lost,
     },
     IfaceCount {
         name: "psn_contended",
@@ -669,14 +675,28 @@ fn interfaces_table() -> Table {
         "pause_s",
         Float64,
         "s",
-        "quanta x 512 / link speed (null without a speed)",
+        "requested: quanta x 512 / link speed, overlapping pauses summed (null without a speed)",
     );
     per_priority(
         &mut c,
         "xoff_per_s",
         Float64,
         "frames/s",
-        "XOFF over the interval length (the storm figure)",
+        "XOFF over the interval length (the interval average)",
+    );
+    per_priority(
+        &mut c,
+        "paused_s",
+        Float64,
+        "s",
+        "time actually paused: union of pause windows (a new XOFF replaces the running pause, an XON ends it) within the interval (null without a speed)",
+    );
+    per_priority(
+        &mut c,
+        "xoff_peak_1s",
+        Int64,
+        "frames",
+        "largest XOFF count in any one-second window ending in the interval, 1 ms resolution (the storm figure)",
     );
     c.push(col("pause_frames", Int64, "frames", "802.3x PAUSE frames"));
     c.push(col(
@@ -695,7 +715,13 @@ fn interfaces_table() -> Table {
         "pause_s",
         Float64,
         "s",
-        "802.3x pause seconds (null without a speed)",
+        "802.3x requested pause seconds (null without a speed)",
+    )));
+    c.push(nullable(col(
+        "pause_paused_s",
+        Float64,
+        "s",
+        "802.3x time actually paused (union of pause windows within the interval; null without a speed)",
     )));
     for q in &IFACE_HEALTH {
         c.push(col(q.name, Int64, q.unit, q.doc));

@@ -42,6 +42,8 @@ impl Rig {
     fn events(&mut self) {
         let ev = self.dp.take_events();
         self.col.on_events("veth0", &ev);
+        let pauses = self.dp.take_pauses();
+        self.col.on_pauses("veth0", &pauses);
     }
     fn snapshot(&mut self, t: u64) {
         self.events();
@@ -427,6 +429,21 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
         .find(|r| r["pfc_xoff_p3"] == 3)
         .unwrap();
     assert_eq!(r1["pfc_xoff_per_s_p3"], 3.0);
+    // three XOFF of 100 quanta (512 ns at 100G) at one instant: each replaces the running
+    // pause, so 512 ns paused, not the 1536 ns requested; the densest second holds 3
+    assert_eq!(r1["pfc_xoff_peak_1s_p3"], 3);
+    let near = |v: &serde_json::Value, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-15;
+    assert!(
+        near(&r1["pfc_paused_s_p3"], 512e-9),
+        "{}",
+        r1["pfc_paused_s_p3"]
+    );
+    assert!(near(&r1["pfc_pause_s_p3"], 3.0 * 512e-9));
+    assert!(
+        near(&r1["pause_paused_s"], 35e-9),
+        "{}",
+        r1["pause_paused_s"]
+    );
     assert_eq!(r1["active_qps"], 9);
 
     let alt = pyarrow_read(&out, "alerts", &["count"], false);

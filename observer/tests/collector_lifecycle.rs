@@ -346,7 +346,7 @@ fn disk_full_alerts_keeps_counting_and_recovers() {
     if !require_root("disk_full_alerts_keeps_counting_and_recovers") {
         return;
     }
-    let fs = Tmpfs::new("diskfull", "512k");
+    let fs = Tmpfs::new("diskfull", "1m");
     let out = fs.dir.join("out");
     let policy = PolicyConfig::profile("nvidia").unwrap();
     let mut cfg = CollectorConfig::new(out.clone(), "h", "live", policy.clone());

@@ -354,10 +354,38 @@ fn live_observer_alerts_and_logs_what_was_sent() {
             "pfc_xoff_p5",
             "pfc_quanta_p3",
             "pause_frames",
+            "pause_events_lost",
         ],
         true,
     );
     assert_eq!(ifs["sums"]["roce"], roce);
+    // the PAUSES ring carried every PFC frame: the densest second holds the 3 XOFF on p3, and
+    // the paused time is at most the 3 requested pauses (they overlap: sent back to back)
+    assert_eq!(ifs["sums"]["pause_events_lost"], 0);
+    let recs = ifs["records"].as_array().unwrap();
+    let peak = recs
+        .iter()
+        .map(|r| r["pfc_xoff_peak_1s_p3"].as_u64().unwrap())
+        .max();
+    assert_eq!(peak, Some(3), "{recs:?}");
+    for r in recs {
+        if let (Some(bps), Some(paused)) =
+            (r["link_speed_bps"].as_f64(), r["pfc_paused_s_p3"].as_f64())
+        {
+            assert!(paused <= 3.0 * 200.0 * 512.0 / bps + 1e-12, "{r}");
+        }
+    }
+    let paused: f64 = recs
+        .iter()
+        .filter_map(|r| r["pfc_paused_s_p3"].as_f64())
+        .sum();
+    let speed = recs.iter().find_map(|r| r["link_speed_bps"].as_f64());
+    if let Some(bps) = speed {
+        assert!(
+            paused >= 200.0 * 512.0 / bps - 1e-9,
+            "paused {paused} at {bps} bit/s"
+        );
+    }
     assert_eq!(ifs["sums"]["pfc_frames"], 5);
     assert_eq!(ifs["sums"]["pfc_xoff_p3"], 3);
     assert_eq!(ifs["sums"]["pfc_xoff_p5"], 2);

@@ -11,7 +11,7 @@ use observer::sources::Snapshot;
 use observer::sources::datapath::Datapath;
 use observer::sources::kernel::{ProgTester, XdpLenPath, prog};
 use observer_common::maps::{
-    ANY, Event, IfaceStats, MacKey, PfcCounters, Policy, class, dir, policy_flags,
+    ANY, Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, class, dir, policy_flags,
 };
 use observer_common::parse::{PCP_NONE, encap, reason};
 use observer_common::qp::{self, ev, opcode_bucket};
@@ -36,6 +36,8 @@ fn tester() -> MutexGuard<'static, ProgTester> {
 struct Run {
     snap: Snapshot,
     events: Vec<Event>,
+    /// The PAUSES ring's records (times zeroed).
+    pauses: Vec<PauseEvent>,
     rets: Vec<u32>,
 }
 
@@ -67,7 +69,23 @@ fn run_on(t: &mut ProgTester, case: &str, p: &str, policy: &Policy, frames: &[Ve
         untimed(&dp.take_events()),
         "{case} ({p}): events differ from userspace"
     );
-    Run { snap, events, rets }
+    // every PFC / PAUSE frame to the PAUSES ring, as userspace records it
+    let (mut kp, mut up) = (Vec::new(), dp.take_pauses());
+    t.drain_pauses(&mut kp);
+    assert!(
+        kp.iter().all(|e| e.ts_ns > 0),
+        "{case} ({p}): untimed pause record"
+    );
+    for e in kp.iter_mut().chain(up.iter_mut()) {
+        e.ts_ns = 0;
+    }
+    assert_eq!(kp, up, "{case} ({p}): pause records differ from userspace");
+    Run {
+        snap,
+        events,
+        pauses: kp,
+        rets,
+    }
 }
 
 /// Runs the case through XDP, tc ingress and tc egress (each against userspace); returns the
@@ -77,6 +95,7 @@ fn run_case(case: &str, policy: &Policy, frames: &[Vec<u8>]) -> Run {
         return Run {
             snap: empty_snapshot(),
             events: Vec::new(),
+            pauses: Vec::new(),
             rets: Vec::new(),
         };
     }
@@ -592,6 +611,19 @@ fn pfc_enabled_priorities_only() {
     want.enabled[4] = 2;
     want.xon[4] = 2;
     assert_eq!(ingress(&r).pfc, want);
+    assert_eq!(r.pauses.len(), 2, "one PAUSES record per frame");
+    let e = r.pauses[0];
+    assert_eq!(
+        (
+            e.opcode,
+            e.class_enable,
+            e.times[3],
+            e.times[5],
+            e.src_mac,
+            e.dir
+        ),
+        (0x0101, 0b0001_1000, 0xffff, 100, MAC_A, dir::INGRESS)
+    );
     assert_eq!(
         r.snap.macs,
         vec![(

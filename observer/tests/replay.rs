@@ -846,3 +846,96 @@ fn random_corruption_never_panics() {
         "some mutations must hit a header or length field"
     );
 }
+
+/// metrics.md "PFC and 802.3x PAUSE": a 5,000 XOFF/s storm lasting half a second inside a 10 s
+/// interval reads 2,500 XOFF/s (its densest second), not the interval average of 250; the time
+/// priority 3 was paused is the union of the pause windows (about 0.5 s), not the requested
+/// quanta's sum (0.84 s).
+#[test]
+fn half_second_storm_reads_its_densest_second_and_its_real_pause_time() {
+    let d = tmp("storm-half");
+    let t0 = 1_700_000_000_000_000_000u64;
+    let mac = [2, 0, 0, 0, 0, 0xbb];
+    let xoff = corpus::pfc(mac, 1 << 3, [0, 0, 0, 0xffff, 0, 0, 0, 0]);
+    let xon = corpus::pfc(mac, 1 << 3, [0; 8]);
+    let rec = |ts_ns: u64, data: &Vec<u8>| corpus::Rec {
+        ts_ns,
+        data: data.clone(),
+        iface: 0,
+        epb_flags: 0,
+    };
+    let mut recs = vec![rec(t0, &xon)];
+    recs.extend((0..2500u64).map(|i| rec(t0 + 3_000_000_000 + i * 200_000, &xoff)));
+    recs.push(rec(t0 + 9_900_000_000, &xon));
+    let p = d.join("storm.pcap");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
+    corpus::write_pcap(&mut f, 1, 65535, true, &recs).unwrap();
+    drop(f);
+    let out = d.join("out");
+    let res = Command::new(bin())
+        .args([
+            "replay",
+            "--json",
+            "--link-speed",
+            "100G",
+            "--interval",
+            "10s",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let s: Value = serde_json::from_slice(&res.stdout).unwrap();
+    assert_eq!(s["alerts"]["pfc_storm"], 1, "{}", s["alerts"]);
+    let jl = std::fs::read_to_string(out.join("alerts.jsonl")).unwrap();
+    let storm: Value = jl
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|a| a["rule"] == "pfc_storm")
+        .unwrap();
+    assert_eq!(storm["count"], 2500, "{storm}");
+    assert!(
+        storm["observed"]
+            .as_str()
+            .unwrap()
+            .starts_with("2500 XOFF/s"),
+        "{storm}"
+    );
+    let cols = "pfc_xoff_p3,pfc_xoff_per_s_p3,pfc_xoff_peak_1s_p3,pfc_pause_s_p3,pfc_paused_s_p3";
+    let script = r#"
+import sys, glob, json, pyarrow.parquet as pq
+t = pq.read_table(glob.glob(sys.argv[1] + '/interfaces/*/*/*.parquet')[0])
+print(json.dumps([t.column(c).to_pylist() for c in sys.argv[2].split(',')]))
+"#;
+    let o = Command::new("python3")
+        .args(["-c", script])
+        .arg(&out)
+        .arg(cols)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0], serde_json::json!([2500]), "one interval: {v}");
+    let f = |i: usize| v[i][0].as_f64().unwrap();
+    assert!(
+        (f(1) - 2500.0 / 9.9).abs() < 1e-6,
+        "interval average {}",
+        f(1)
+    );
+    assert_eq!(v[2][0], 2500, "densest second");
+    let quantum_s = 512.0 / 100e9;
+    assert!(
+        (f(3) - 2500.0 * 65535.0 * quantum_s).abs() < 1e-6,
+        "requested {}",
+        f(3)
+    );
+    // paused from the first XOFF to 335.5 us after the last (0.4998 s later)
+    let want = 0.4998 + 65535.0 * quantum_s;
+    assert!((f(4) - want).abs() < 1e-8, "paused {} want {want}", f(4));
+}

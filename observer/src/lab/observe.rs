@@ -519,6 +519,10 @@ impl<'a> FallbackCapture<'a> {
         if !ev.is_empty() {
             c.on_events(self.iface, &ev);
         }
+        let pauses = self.dp.take_pauses();
+        if !pauses.is_empty() {
+            c.on_pauses(self.iface, &pauses);
+        }
         if finishing || Instant::now() >= *next_interval {
             *next_interval += Duration::from_secs(1);
             c.on_snapshot(&self.dp.snapshot(self.iface, wall_ns(), None))

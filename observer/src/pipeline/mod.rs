@@ -9,6 +9,7 @@ pub mod alerts;
 pub mod deltas;
 pub mod ip_pairs;
 pub mod nic_stage;
+pub mod pause;
 pub mod policy;
 pub mod prev_values;
 pub mod rules;
@@ -17,7 +18,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, QpKey, QpValue, class, dir};
+use observer_common::maps::{
+    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, QpKey, QpValue, class, dir,
+};
 use serde_json::{Value, json};
 
 use crate::sinks::parquet_files::OutputError;
@@ -176,8 +179,11 @@ struct IfaceState {
     evicted: Vec<(QpKey, QpValue)>,
     /// Last values of keys no longer in the map (for the summary).
     retired: HashMap<QpKey, QpValue>,
-    /// Largest XOFF frames per second seen per direction and priority.
+    /// Largest XOFF frames per second (densest one-second window) seen per direction and
+    /// priority.
     max_xoff_per_s: [[f64; 8]; dir::COUNT],
+    /// Pause clocks and XOFF windows, from the PFC / PAUSE frames.
+    pause: pause::PauseTracker,
     evictions_total: u64,
     /// Rows written in the last interval (sizes the next interval's builders).
     last_active: usize,
@@ -473,6 +479,7 @@ fn account_iface(
         let macs = src_macs(&mac_delta, d, |c| c.pfc_frames + c.pause);
         // the 802.3x alert names the senders of PAUSE only, with their PAUSE frames
         let pause_macs = src_macs(&mac_delta, d, |c| c.pause);
+        let pf = st.pause.take(d, end);
         let x = IfaceInterval {
             iface,
             dir: d as u8,
@@ -480,6 +487,7 @@ fn account_iface(
             secs,
             end_ns: end,
             pause_src_macs: pause_macs.as_deref(),
+            xoff_peak_1s: pf.xoff_peak_1s,
         };
         let rates = rules::iface_interval(
             &x,
@@ -497,6 +505,7 @@ fn account_iface(
                 new_qps: kp.new_qps[d],
                 evictions: kp.evictions[d],
                 pfc_src_macs: macs,
+                pause: pf,
             };
             rows.push(tables::iface_row(
                 &run.host,
@@ -610,6 +619,15 @@ impl Collector {
         let st = self.ifaces.entry(iface.to_string()).or_default();
         st.start_ns = Some(start_ns);
         st.link_bps = link_speed_bps;
+        st.pause.set_link_speed(link_speed_bps);
+    }
+
+    /// PFC / PAUSE frames of `iface`, in arrival order: the pause clocks and XOFF windows.
+    pub fn on_pauses(&mut self, iface: &str, pauses: &[PauseEvent]) {
+        let st = self.ifaces.entry(iface.to_string()).or_default();
+        for e in pauses {
+            st.pause.frame(e);
+        }
     }
 
     /// Keys the source removed from its map with their last values (idle eviction): accounted
@@ -724,6 +742,7 @@ impl Collector {
         let st = self.ifaces.entry(snap.iface.clone()).or_default();
         if snap.link_speed_bps.is_some() {
             st.link_bps = snap.link_speed_bps;
+            st.pause.set_link_speed(snap.link_speed_bps);
         }
         let end = snap.time_ns;
         let start = interval_start(st, snap, off).min(end);
@@ -955,6 +974,14 @@ impl crate::sources::Consumer for Collector {
         events: &[Event],
     ) -> Result<(), crate::sources::ConsumerError> {
         self.on_events(iface, events);
+        Ok(())
+    }
+    fn pauses(
+        &mut self,
+        iface: &str,
+        pauses: &[PauseEvent],
+    ) -> Result<(), crate::sources::ConsumerError> {
+        self.on_pauses(iface, pauses);
         Ok(())
     }
     fn snapshot(&mut self, snap: &Snapshot) -> Result<(), crate::sources::ConsumerError> {

@@ -428,12 +428,14 @@ pub struct IfaceInterval<'a> {
     pub end_ns: u64,
     /// `mac=frames,...` senders of 802.3x PAUSE in the interval (PFC senders left out).
     pub pause_src_macs: Option<&'a str>,
+    /// Largest XOFF count per priority in a one-second window ending in the interval.
+    pub xoff_peak_1s: [u64; 8],
 }
 
 /// The per-interface-direction rules. Long by design: the rules one after another, each a few
 /// lines: 802.3x PAUSE, PFC on another priority than the RDMA one,
-/// PFC storm (XOFF per second above the threshold), per-QP map full, events lost. Returns the
-/// largest XOFF rate per priority of the interval (the storm figure).
+/// PFC storm (XOFF frames in the densest one-second window above the threshold), per-QP map
+/// full, events lost. Returns that XOFF count per priority (the storm figure, XOFF/s).
 pub fn iface_interval(
     x: &IfaceInterval<'_>,
     p: &Policy,
@@ -481,21 +483,18 @@ pub fn iface_interval(
                 xoff + xon,
             ));
         }
-        if x.secs <= 0.0 {
-            continue;
-        }
-        let rate = xoff as f64 / x.secs;
-        *rate_out = rate;
-        if rate > th.pfc_storm_xoff_per_s as f64 {
+        let peak = x.xoff_peak_1s[prio];
+        *rate_out = peak as f64;
+        if peak > th.pfc_storm_xoff_per_s {
             out.push(mk(
                 Rule::PfcStorm,
                 prio_key(prio),
                 format!(
-                    "{rate:.0} XOFF/s on priority {prio} ({xoff} in {:.3} s)",
+                    "{peak} XOFF/s on priority {prio} (densest second; {xoff} XOFF in the {:.3} s interval)",
                     x.secs
                 ),
                 format!("<= {} XOFF/s", th.pfc_storm_xoff_per_s),
-                xoff,
+                peak,
             ));
         }
     }

@@ -501,6 +501,8 @@ pub struct IfaceExtra {
     pub evictions: u64,
     /// Source MACs that sent PFC or PAUSE in the interval, "mac:frames" comma-separated.
     pub pfc_src_macs: Option<String>,
+    /// Paused time and XOFF peak from the frames.
+    pub pause: crate::pipeline::pause::PauseFigures,
 }
 
 /// One `interfaces` row, in [`crate::schema::interfaces`] column order.
@@ -546,10 +548,14 @@ pub fn iface_row(
             .iter()
             .map(|&x| Cell::F((secs > 0.0).then(|| x as f64 / secs))),
     );
+    let paused = |c: usize| Cell::F(x.pause.paused_ns.map(|p| p[c] as f64 / 1e9));
+    r.extend((0..8).map(paused));
+    r.extend(x.pause.xoff_peak_1s.iter().map(|&v| i(v)));
     r.push(i(s.pfc.pause));
     r.push(i(s.pfc.pause_xon));
     r.push(i(s.pfc.pause_quanta));
     r.push(Cell::F(pause_s(s.pfc.pause_quanta)));
+    r.push(paused(crate::pipeline::pause::PAUSE_8023X));
     r.extend(schema::IFACE_HEALTH.iter().map(|c| i((c.get)(s))));
     for v in [x.tracked_qps, x.active_qps, x.new_qps, x.evictions] {
         r.push(i(v));
@@ -908,6 +914,10 @@ mod tests {
             new_qps: 0,
             evictions: 0,
             pfc_src_macs: None,
+            pause: crate::pipeline::pause::PauseFigures {
+                paused_ns: Some([0, 0, 0, 250_000_000, 0, 0, 0, 0, 7]),
+                xoff_peak_1s: [0, 0, 0, 9, 0, 0, 0, 0],
+            },
         };
         let r = iface_row(
             "h",
@@ -936,5 +946,19 @@ mod tests {
             .downcast_ref::<Float64Array>()
             .unwrap();
         assert_eq!(xr.value(0), 5.0);
+        let f = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Float64Array>()
+                .unwrap()
+                .value(0)
+        };
+        assert_eq!((f("pfc_paused_s_p3"), f("pause_paused_s")), (0.25, 7e-9));
+        let peak = b.column_by_name("pfc_xoff_peak_1s_p3").unwrap();
+        assert_eq!(
+            peak.as_any().downcast_ref::<Int64Array>().unwrap().value(0),
+            9
+        );
     }
 }

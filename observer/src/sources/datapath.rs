@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 
 use observer_common::icrc;
-use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, dir};
+use observer_common::maps::{
+    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, QpValue, dir,
+};
 use observer_common::parse::{self, kind};
 use observer_common::qp::{self, Plain};
 
@@ -32,6 +34,9 @@ pub struct Datapath {
     pub max_macs: usize,
     /// Events produced since the last [`Datapath::take_events`].
     pub events: Vec<Event>,
+    /// PFC / PAUSE frames since the last [`Datapath::take_pauses`] (the kernel's `PAUSES`
+    /// ring).
+    pub pauses: Vec<PauseEvent>,
     /// Whether to check the ICRC (replay does, the kernel cannot).
     pub check_icrc: bool,
 }
@@ -46,6 +51,7 @@ impl Datapath {
             macs: HashMap::default(),
             max_macs: MAX_MACS as usize,
             events: Vec::new(),
+            pauses: Vec::new(),
             check_icrc: true,
         }
     }
@@ -57,6 +63,8 @@ impl Datapath {
         qp::account_iface(&mut self.iface[d], &f, wire_len);
         match f.kind {
             kind::MAC_CONTROL => {
+                self.pauses
+                    .extend(PauseEvent::of(&f.mac_ctrl, ts_ns, d as u8));
                 let key = MacKey {
                     mac: f.mac_ctrl.src_mac,
                     dir: d as u8,
@@ -131,6 +139,11 @@ impl Datapath {
     /// Events produced since the last call.
     pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
+    }
+
+    /// PFC / PAUSE frames since the last call.
+    pub fn take_pauses(&mut self) -> Vec<PauseEvent> {
+        std::mem::take(&mut self.pauses)
     }
 
     /// Cumulative state now, in the same form the live collector reads from the kernel.

@@ -22,7 +22,7 @@ pub use snapshot::Snapshot;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use observer_common::maps::{Event, QpKey, QpValue};
+use observer_common::maps::{Event, PauseEvent, QpKey, QpValue};
 
 /// An error of the consumer (the pipeline's), carried through a source with its causes.
 pub type ConsumerError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -34,6 +34,11 @@ pub trait Consumer {
     fn begin(&mut self, _iface: &str, _start_ns: u64, _link_speed_bps: Option<u64>) {}
     /// First-occurrence events of `iface`, as they arrive.
     fn events(&mut self, iface: &str, events: &[Event]) -> Result<(), ConsumerError>;
+    /// PFC / PAUSE frames of `iface` with their times, in arrival order (for the pause time and
+    /// the XOFF peak, which counters cannot give).
+    fn pauses(&mut self, _iface: &str, _pauses: &[PauseEvent]) -> Result<(), ConsumerError> {
+        Ok(())
+    }
     /// One interval's cumulative state of one interface.
     fn snapshot(&mut self, snap: &Snapshot) -> Result<(), ConsumerError>;
     /// Keys the source removed (idle eviction) with their final values.

@@ -98,6 +98,8 @@ impl Polled for SyntheticFeed {
         self.synth.step(t_ns);
         let ev = self.synth.dp.take_events();
         out.events(&self.iface, &ev).map_err(ConsumerFailed)?;
+        let pauses = self.synth.dp.take_pauses();
+        out.pauses(&self.iface, &pauses).map_err(ConsumerFailed)?;
         let snap = self
             .synth
             .dp

@@ -367,7 +367,7 @@ impl<'o> Replay<'o> {
         }
         d.dp.process(view.bytes, view.wire_len, ts, direction);
         d.last_ns = d.last_ns.max(ts);
-        if !d.dp.events.is_empty() {
+        if !d.dp.events.is_empty() || !d.dp.pauses.is_empty() {
             self.hand_over_events(di)?;
         }
         f.stats.frames += 1;
@@ -379,7 +379,8 @@ impl<'o> Replay<'o> {
         Ok(())
     }
 
-    /// The events datapath `di` produced, counted by kind and handed to the consumer.
+    /// The events and PFC / PAUSE frames datapath `di` produced, events counted by kind, handed
+    /// to the consumer.
     fn hand_over_events(&mut self, di: usize) -> Result<(), ReplayError> {
         let d = &mut self.dps[di];
         let ev = d.dp.take_events();
@@ -390,7 +391,18 @@ impl<'o> Replay<'o> {
                 .unwrap_or("unknown");
             *self.event_counts.entry(name).or_insert(0) += 1;
         }
-        self.out.events(&d.name, &ev).map_err(ReplayError::Consumer)
+        if !ev.is_empty() {
+            self.out
+                .events(&d.name, &ev)
+                .map_err(ReplayError::Consumer)?;
+        }
+        let pauses = d.dp.take_pauses();
+        if pauses.is_empty() {
+            return Ok(());
+        }
+        self.out
+            .pauses(&d.name, &pauses)
+            .map_err(ReplayError::Consumer)
     }
 
     /// Replays a file, or standard input for `-`.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use observer_common::maps::Event;
+use observer_common::maps::{Event, PauseEvent};
 
 use super::{LiveIface, LiveOptions, current_ifindex};
 use crate::sources::nic::{NicReader, NicSample, interval_between};
@@ -98,6 +98,7 @@ pub struct KernelSource {
     /// Keys idle longer than this may be evicted from a nearly full table.
     pub idle_evict: Duration,
     evbuf: Vec<Event>,
+    pausebuf: Vec<PauseEvent>,
 }
 
 impl KernelSource {
@@ -107,6 +108,7 @@ impl KernelSource {
             max_qps,
             idle_evict,
             evbuf: Vec::new(),
+            pausebuf: Vec::new(),
         }
     }
 
@@ -115,6 +117,10 @@ impl KernelSource {
         let o = &mut self.ifaces[i];
         if o.iface.drain_events(&mut self.evbuf) > 0 {
             out.events(&o.name, &self.evbuf)?;
+        }
+        self.pausebuf.clear();
+        if o.iface.drain_pauses(&mut self.pausebuf) > 0 {
+            out.pauses(&o.name, &self.pausebuf)?;
         }
         Ok(())
     }

@@ -41,7 +41,9 @@ use aya::programs::{
     XdpMode as AyaXdpMode,
 };
 use aya::{Ebpf, EbpfError, EbpfLoader};
-use observer_common::maps::{Event, IfaceStats, MacKey, PfcCounters, Policy, QpKey, QpValue, dir};
+use observer_common::maps::{
+    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, QpValue, dir,
+};
 use observer_common::qp_table::buckets_for;
 
 use crate::sources::Snapshot;
@@ -69,6 +71,9 @@ pub mod prog {
 
 /// Size of the event ring buffer (bytes, a power of two multiple of the page size).
 pub const EVENTS_BYTES: u32 = 1 << 20;
+/// Size of the PFC / PAUSE frame ring buffer: 21,845 records of 48 bytes, drained every 100 ms
+/// (about 218,000 MAC control frames per second before `pause_events_lost` counts).
+pub const PAUSES_BYTES: u32 = 1 << 20;
 /// Largest number of source MACs with PFC/PAUSE counters (per-CPU values; MAC control senders
 /// are the link peers, a handful per interface).
 pub const MAX_MACS: u32 = 1024;
@@ -320,6 +325,7 @@ fn load_with(
         .override_global("XDP_LEN", &layout, true)
         .map_max_entries("MACS", MAX_MACS)
         .map_max_entries("EVENTS", EVENTS_BYTES)
+        .map_max_entries("PAUSES", PAUSES_BYTES)
         .load(object.bytes())
         .map_err(ebpf_error)?;
     let extra: &[&str] = if kfuncs.is_some() {
@@ -383,6 +389,7 @@ struct Loaded {
     macs: PerCpuHashMap<MapData, MacKey, PfcCounters>,
     policy: Array<MapData, Policy>,
     events: RingBuf<MapData>,
+    pauses: RingBuf<MapData>,
     /// Keys in the last per-QP map read (the next read's allocation size).
     last_qps: usize,
     /// How the XDP program takes a multi-buffer frame's length.
@@ -433,6 +440,7 @@ impl Loaded {
         let macs = take(&mut ebpf, "MACS")?;
         let policy_map = take(&mut ebpf, "POLICY")?;
         let events = take(&mut ebpf, "EVENTS")?;
+        let pauses = take(&mut ebpf, "PAUSES")?;
         let clock = take(&mut ebpf, "CLOCK")?;
         let mut l = Loaded {
             ticker: None,
@@ -444,6 +452,7 @@ impl Loaded {
             macs,
             policy: policy_map,
             events,
+            pauses,
             last_qps: 0,
             xdp_len,
         };
@@ -543,31 +552,55 @@ impl Loaded {
         }
         let mut sink = Vec::new();
         self.drain_events(&mut sink);
+        let mut sink = Vec::new();
+        self.drain_pauses(&mut sink);
         Ok(())
     }
 
     fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
         let off = mono_to_wall_offset();
-        let mut n = 0;
-        // Bounded, so a producer faster than us cannot keep the caller here: the rest waits for
-        // the next call (the ring's fd stays readable).
-        for _ in 0..MAX_DRAIN {
-            let Some(item) = self.events.next() else {
-                break;
-            };
-            if item.len() < size_of::<Event>() {
-                tracing::warn!(len = item.len(), "short event record in the ring buffer");
-                continue;
-            }
-            // SAFETY: the record holds an `Event` written by the eBPF program (same layout,
-            // #[repr(C)], every bit pattern valid); read_unaligned copes with any alignment.
-            let mut e = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const Event) };
-            e.ts_ns = to_wall(e.ts_ns, off);
-            out.push(e);
-            n += 1;
-        }
-        n
+        drain_ring(&mut self.events, out, |e: &mut Event| {
+            e.ts_ns = to_wall(e.ts_ns, off)
+        })
     }
+
+    fn drain_pauses(&mut self, out: &mut Vec<PauseEvent>) -> usize {
+        let off = mono_to_wall_offset();
+        drain_ring(&mut self.pauses, out, |e: &mut PauseEvent| {
+            e.ts_ns = to_wall(e.ts_ns, off)
+        })
+    }
+}
+
+/// Appends the records waiting in `ring` (each a `T` written by the eBPF programs), `fix`
+/// applied to each. Bounded, so a producer faster than us cannot keep the caller here: the rest
+/// waits for the next call (the ring's fd stays readable).
+fn drain_ring<T: aya::Pod>(
+    ring: &mut RingBuf<MapData>,
+    out: &mut Vec<T>,
+    mut fix: impl FnMut(&mut T),
+) -> usize {
+    let mut n = 0;
+    for _ in 0..MAX_DRAIN {
+        let Some(item) = ring.next() else {
+            break;
+        };
+        if item.len() < size_of::<T>() {
+            tracing::warn!(
+                len = item.len(),
+                want = size_of::<T>(),
+                "short record in a ring buffer"
+            );
+            continue;
+        }
+        // SAFETY: the record holds a `T` written by the eBPF program (same #[repr(C)] layout,
+        // every bit pattern valid: `Pod`); read_unaligned copes with any alignment.
+        let mut e = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const T) };
+        fix(&mut e);
+        out.push(e);
+        n += 1;
+    }
+    n
 }
 
 /// Link speed from sysfs (Mbit/s there), when the driver reports one.
@@ -688,6 +721,11 @@ impl LiveIface {
     /// wall-clock UNIX ns). Returns how many.
     pub fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
         self.loaded.drain_events(out)
+    }
+    /// Non-blocking: appends the PFC / PAUSE frames waiting in their ring buffer (times in
+    /// wall-clock UNIX ns). Returns how many.
+    pub fn drain_pauses(&mut self, out: &mut Vec<PauseEvent>) -> usize {
+        self.loaded.drain_pauses(out)
     }
     /// The ring buffer's fd, for `tokio::io::unix::AsyncFd` readiness.
     pub fn events_fd(&self) -> Option<std::os::fd::RawFd> {

@@ -83,6 +83,10 @@ impl ProgTester {
     pub fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
         self.loaded.drain_events(out)
     }
+    /// The PFC / PAUSE frame records since the last call (wall-clock times).
+    pub fn drain_pauses(&mut self, out: &mut Vec<observer_common::maps::PauseEvent>) -> usize {
+        self.loaded.drain_pauses(out)
+    }
     /// A handle that runs program `name` from any thread (BPF_PROG_TEST_RUN runs on the calling
     /// thread's CPU): for the multi-CPU tests.
     pub fn shared_runner(&self, name: &str) -> Result<SharedRunner, LiveError> {
