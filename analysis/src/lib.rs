@@ -4,4 +4,5 @@
 //! does any QP go back N; and compares a run against a recorded golden baseline.
 
 pub mod load;
+pub mod path;
 pub mod report;

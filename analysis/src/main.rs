@@ -15,7 +15,7 @@ struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
     /// Expected marking: nvidia or broadcom (data DSCP 26, CNP DSCP 48, RDMA priority 3).
-    #[arg(long, global = true, default_value = "nvidia")]
+    #[arg(long, global = true, default_value = "nvidia", value_parser = parse_profile)]
     profile: String,
 }
 
@@ -47,6 +47,29 @@ enum Cmd {
         #[arg(long, default_value_t = 0.0, value_parser = parse_margin, allow_hyphen_values = true)]
         slack: f64,
     },
+    /// Did the marking (DSCP, PCP, ECN) survive every point between sender and receiver? The
+    /// trees of several hosts, mirror ports or captures, compared QP key by QP key; exit 1 when
+    /// a marking changed against the profile, 2 on errors.
+    Path {
+        /// Output directories (`--out` of roce-observe or roce-observe replay), in the order
+        /// that breaks ties between points.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--profile`: a vendor profile's name (a usage error otherwise).
+fn parse_profile(s: &str) -> Result<String, String> {
+    match Expect::profile(s) {
+        Some(_) => Ok(s.to_string()),
+        None => Err(format!(
+            "unknown profile {s:?} ({})",
+            observer::vendor::names()
+        )),
+    }
 }
 
 fn main() -> anyhow::Result<ExitCode> {
@@ -71,6 +94,35 @@ fn main() -> anyhow::Result<ExitCode> {
             swapped_hint(&baseline, &dir);
             compare_run(&baseline, &dir, tolerance, slack, &expect)
         }
+        Cmd::Path { dirs, json } => Ok(path(&dirs, json, &expect)),
+    }
+}
+
+/// `path`: exit 1 when a marking changed against the profile, 2 when a tree cannot be read
+/// (so that 1 means only that).
+fn path(dirs: &[PathBuf], json: bool, expect: &Expect) -> ExitCode {
+    let r = match analysis::path::path(dirs, expect) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("Error: {:?}", anyhow::Error::new(e));
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&r) {
+            Ok(j) => println!("{j}"),
+            Err(e) => {
+                eprintln!("Error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{}", analysis::path::render(&r));
+    }
+    if r.totals.violations > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -1,0 +1,985 @@
+//! `roce-analyze path DIR...`: did the marking (DSCP, PCP, ECN) of each QP key survive every
+//! observation point between sender and receiver? The rules (point identity and order, the
+//! common time range, what a change and a loss are) are in docs/analysis.md#path.
+//!
+//! Three passes over the same flows files, so that memory grows with keys and points, never
+//! with rows: the time range of every key at every point, then the sums of the rows inside
+//! the range all points cover, then (only when needed) those sums again over the range narrowed
+//! to where every point's compared rows lie.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::load::{self, FlowRow, LoadError};
+use crate::report::{Expect, Marking, Want};
+
+/// The packet classes, in the order of `observer_common::maps::class`.
+pub const CLASSES: [&str; 3] = ["data", "ack", "cnp"];
+/// The marking fields: histogram column prefix, display name.
+const FIELDS: [(&str, &str); 3] = [("dscp", "DSCP"), ("pcp", "PCP"), ("ecn", "ECN")];
+/// The count columns read, in [`FlowRow::counts`] order (`pkts` first).
+const COUNTS: [&str; 7] = [
+    "pkts",
+    "data_pkts",
+    "ack_pkts",
+    "cnp",
+    "ce",
+    "psn_gaps",
+    "psn_missing",
+];
+/// Each class's packet count column.
+const CLASS_PKTS: [&str; 3] = ["data_pkts", "ack_pkts", "cnp"];
+/// The histogram columns read, field-major: index `field * 3 + class`.
+const HISTS: [&str; 9] = [
+    "dscp_data",
+    "dscp_ack",
+    "dscp_cnp",
+    "pcp_data",
+    "pcp_ack",
+    "pcp_cnp",
+    "ecn_data",
+    "ecn_ack",
+    "ecn_cnp",
+];
+/// ECN codepoint CE.
+const CE: i16 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
+}
+
+/// An observation point: where a tree's rows were counted, plus the `point` column's label
+/// when the flows table has one and the row a value.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct PointId {
+    pub host: String,
+    pub iface: String,
+    pub dir: String,
+    pub label: Option<String>,
+}
+
+impl PointId {
+    fn of(r: &FlowRow<'_>) -> PointId {
+        PointId {
+            host: r.host.into(),
+            iface: r.iface.into(),
+            dir: r.dir.into(),
+            label: r.point.map(Into::into),
+        }
+    }
+
+    /// `host/iface/dir`, with `[label]` after it for a labelled point.
+    pub fn name(&self) -> String {
+        let base = format!("{}/{}/{}", self.host, self.iface, self.dir);
+        match &self.label {
+            Some(l) => format!("{base}[{l}]"),
+            None => base,
+        }
+    }
+}
+
+/// The QP key across points: the direction belongs to the point, not to the key.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Key {
+    pub src: String,
+    pub dst: String,
+    pub qp: i32,
+}
+
+impl Key {
+    fn of(r: &FlowRow<'_>) -> Key {
+        Key {
+            src: r.src.into(),
+            dst: r.dst.into(),
+            qp: r.qp,
+        }
+    }
+
+    /// `src > dst qp 0x000012`.
+    pub fn name(&self) -> String {
+        format!("{} > {} qp {}", self.src, self.dst, qp_hex(self.qp))
+    }
+}
+
+fn qp_hex(qp: i32) -> String {
+    format!("{:#08x}", qp as u32)
+}
+
+/// One output tree: its directory and its flows files, listed once so that every pass reads
+/// the same files (files that appear while it runs are left out).
+struct Tree {
+    dir: PathBuf,
+    files: Vec<PathBuf>,
+}
+
+/// The trees of `dirs`, in command-line order; a directory given twice is read once.
+fn trees(dirs: &[PathBuf]) -> Result<Vec<Tree>, PathError> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for d in dirs {
+        let files = load::flows_files(d)?;
+        let canon = std::fs::canonicalize(d).map_err(|err| PathError::Io {
+            path: d.clone(),
+            err,
+        })?;
+        if seen.insert(canon) {
+            out.push(Tree {
+                dir: d.clone(),
+                files,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A point and the first tree (command-line position) it was found in.
+#[derive(Debug)]
+struct PointInfo {
+    id: PointId,
+    name: String,
+    tree: usize,
+}
+
+/// Time range, rows and packets of one key at one point, over all its rows.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    start: i64,
+    end: i64,
+    rows: u64,
+    pkts: i64,
+}
+
+/// The first pass: every point, and every key's range at each of its points.
+#[derive(Debug, Default)]
+struct Scan {
+    points: Vec<PointInfo>,
+    index: HashMap<PointId, usize>,
+    keys: BTreeMap<Key, BTreeMap<usize, Seen>>,
+}
+
+impl Scan {
+    fn point(&mut self, r: &FlowRow<'_>, tree: usize) -> usize {
+        let id = PointId::of(r);
+        if let Some(&i) = self.index.get(&id) {
+            return i;
+        }
+        self.points.push(PointInfo {
+            name: id.name(),
+            id: id.clone(),
+            tree,
+        });
+        self.index.insert(id, self.points.len() - 1);
+        self.points.len() - 1
+    }
+}
+
+/// Rows without packets (an idle key's eviction row) say nothing about a key's path.
+fn has_packets(r: &FlowRow<'_>) -> bool {
+    r.counts[0] > 0
+}
+
+fn scan(trees: &[Tree]) -> Result<Scan, LoadError> {
+    let mut s = Scan::default();
+    for (ti, t) in trees.iter().enumerate() {
+        for path in &t.files {
+            load::read_flow_rows(path, &COUNTS[..1], &[], |r| {
+                if !has_packets(r) {
+                    return Ok(());
+                }
+                let p = s.point(r, ti);
+                let e = s
+                    .keys
+                    .entry(Key::of(r))
+                    .or_default()
+                    .entry(p)
+                    .or_insert(Seen {
+                        start: r.start_us,
+                        end: r.end_us,
+                        rows: 0,
+                        pkts: 0,
+                    });
+                e.start = e.start.min(r.start_us);
+                e.end = e.end.max(r.end_us);
+                e.rows += 1;
+                load::add(&mut e.pkts, r.counts[0], path, "pkts")
+            })?;
+        }
+    }
+    Ok(s)
+}
+
+/// Time range (µs, start and end) compared for each key.
+type Ranges = BTreeMap<Key, (i64, i64)>;
+
+/// The range every point of a key covers: the intersection of the points' ranges, for keys at
+/// two points or more whose intersection is not empty.
+fn common_ranges(keys: &BTreeMap<Key, BTreeMap<usize, Seen>>) -> Ranges {
+    keys.iter()
+        .filter(|(_, ps)| ps.len() >= 2)
+        .filter_map(|(k, ps)| {
+            let s = ps.values().map(|x| x.start).max()?;
+            let e = ps.values().map(|x| x.end).min()?;
+            (s < e).then(|| (k.clone(), (s, e)))
+        })
+        .collect()
+}
+
+/// The sums over the compared rows of one key at one point.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Tally {
+    /// Rows inside the compared range.
+    pub rows: u64,
+    /// `pkts`, `data_pkts`, `ack_pkts`, `cnp`, `ce`, `psn_gaps`, `psn_missing`.
+    #[serde(flatten)]
+    pub counts: BTreeMap<&'static str, i64>,
+    /// `dscp_data`, `pcp_cnp`, `ecn_ack`, ...: value -> packets (PCP -1: untagged).
+    pub hists: BTreeMap<&'static str, BTreeMap<i16, i64>>,
+    /// Where the compared rows lie (µs): the first one's start, the last one's end.
+    pub start_us: Option<i64>,
+    pub end_us: Option<i64>,
+    /// Rows with packets outside the compared range, or straddling one of its ends.
+    pub excluded_rows: u64,
+    pub excluded_pkts: i64,
+}
+
+impl Tally {
+    pub fn count(&self, name: &str) -> i64 {
+        self.counts.get(name).copied().unwrap_or(0)
+    }
+
+    /// The histogram of marking field `field` (0 DSCP, 1 PCP, 2 ECN) of class `class`.
+    pub fn hist(&self, field: usize, class: usize) -> BTreeMap<i16, i64> {
+        self.hists
+            .get(HISTS[field * 3 + class])
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn add_row(&mut self, r: &FlowRow<'_>, path: &Path) -> Result<(), LoadError> {
+        self.rows += 1;
+        for (name, v) in COUNTS.iter().zip(r.counts) {
+            load::add(self.counts.entry(name).or_default(), *v, path, name)?;
+        }
+        for (name, buckets) in HISTS.iter().zip(r.hists) {
+            let h = self.hists.entry(name).or_default();
+            for &(v, n) in buckets {
+                load::add(h.entry(v).or_default(), n, path, name)?;
+            }
+        }
+        self.start_us = Some(self.start_us.map_or(r.start_us, |s| s.min(r.start_us)));
+        self.end_us = Some(self.end_us.map_or(r.end_us, |e| e.max(r.end_us)));
+        Ok(())
+    }
+}
+
+/// Tallies per key, per point number.
+type Tallies = BTreeMap<Key, BTreeMap<usize, Tally>>;
+
+/// A pass over every row of the keys in `ranges`: rows whose interval lies inside the key's
+/// range are summed, the others counted as excluded.
+fn tally(trees: &[Tree], scan: &Scan, ranges: &Ranges) -> Result<Tallies, LoadError> {
+    let mut out = Tallies::new();
+    for t in trees {
+        for path in &t.files {
+            load::read_flow_rows(path, &COUNTS, &HISTS, |r| {
+                if !has_packets(r) {
+                    return Ok(());
+                }
+                let key = Key::of(r);
+                let Some(&(s, e)) = ranges.get(&key) else {
+                    return Ok(());
+                };
+                let Some(&p) = scan.index.get(&PointId::of(r)) else {
+                    return Err(LoadError::Corrupt {
+                        path: path.clone(),
+                        what: "the file changed while it was read".into(),
+                    });
+                };
+                let t = out.entry(key).or_default().entry(p).or_default();
+                if r.start_us >= s && r.end_us <= e {
+                    t.add_row(r, path)
+                } else {
+                    t.excluded_rows += 1;
+                    load::add(&mut t.excluded_pkts, r.counts[0], path, "pkts")
+                }
+            })?;
+        }
+    }
+    Ok(out)
+}
+
+/// Each key's range narrowed to the intersection of its points' compared rows: where a tree's
+/// first interval started at its first packet (replay) inside the range, the other points' row
+/// straddling that start was left out, and its time must be left out everywhere. Keys with
+/// fewer than two points with compared rows are dropped.
+fn narrowed(tallies: &Tallies) -> Ranges {
+    tallies
+        .iter()
+        .filter_map(|(k, ps)| {
+            let spans: Vec<(i64, i64)> = ps
+                .values()
+                .filter_map(|t| Some((t.start_us?, t.end_us?)))
+                .collect();
+            let s = spans.iter().map(|x| x.0).max()?;
+            let e = spans.iter().map(|x| x.1).min()?;
+            (spans.len() >= 2 && s < e).then(|| (k.clone(), (s, e)))
+        })
+        .collect()
+}
+
+/// One point of a key's path, with its sums over the compared rows.
+#[derive(Clone, Debug, Serialize)]
+pub struct PointAt {
+    pub point: String,
+    /// The point's number in the scan.
+    #[serde(skip)]
+    index: usize,
+    #[serde(flatten)]
+    pub tally: Tally,
+}
+
+/// One marking change between consecutive points.
+#[derive(Clone, Debug, Serialize)]
+pub struct Change {
+    pub class: &'static str,
+    /// `DSCP`, `PCP` or `ECN`.
+    pub field: &'static str,
+    /// The values that lost packets at the later point.
+    pub from: Vec<i16>,
+    pub to: i16,
+    /// Packets that changed to `to` (docs/analysis.md#path).
+    pub pkts: i64,
+    /// The class's packets at the earlier point.
+    pub of: i64,
+    pub expected: Want,
+    /// `to` is not what the profile expects of this class.
+    pub violates: bool,
+    pub line: String,
+}
+
+/// What happened between two consecutive points.
+#[derive(Clone, Debug, Serialize)]
+pub struct Hop {
+    pub from: String,
+    pub to: String,
+    /// Packets per class at `from` minus those at `to` (negative: more at `to`).
+    pub lost: BTreeMap<&'static str, i64>,
+    /// ECN CE packets (all classes) at `to` minus those at `from`.
+    pub ce_added: i64,
+    pub changes: Vec<Change>,
+}
+
+/// One key's path.
+#[derive(Clone, Debug, Serialize)]
+pub struct KeyPath {
+    #[serde(flatten)]
+    pub key: Key,
+    pub qp_hex: String,
+    /// The compared range, µs.
+    pub start_us: i64,
+    pub end_us: i64,
+    /// The points in path order (docs/analysis.md#path), each with its compared rows.
+    pub points: Vec<PointAt>,
+    /// Points with rows of the key, none of them inside the compared range.
+    pub not_compared: Vec<PointAt>,
+    pub hops: Vec<Hop>,
+    /// The first point (in path order) whose compared rows have PSN gaps.
+    pub first_gap: Option<String>,
+    /// The points' compared rows do not start and end at the same times (their intervals are
+    /// not aligned): losses and changes include up to one interval at each end.
+    pub spans_differ: bool,
+}
+
+/// Path order: egress before ingress (then any other direction), more packets first, then the
+/// tree given first on the command line, then the name.
+fn path_order(a: &(usize, Tally), b: &(usize, Tally), pts: &[PointInfo]) -> std::cmp::Ordering {
+    let rank = |d: &str| match d {
+        "egress" => 0,
+        "ingress" => 1,
+        _ => 2,
+    };
+    let (pa, pb) = (&pts[a.0], &pts[b.0]);
+    rank(&pa.id.dir)
+        .cmp(&rank(&pb.id.dir))
+        .then(b.1.count("pkts").cmp(&a.1.count("pkts")))
+        .then(pa.tree.cmp(&pb.tree))
+        .then(pa.name.cmp(&pb.name))
+}
+
+/// Value changes from histogram `a` (earlier point) to `b` (later): `(from, to, packets)`.
+/// The packets that changed are min(appeared, vanished), appeared = Σ max(0, b[v] - a[v]) and
+/// vanished = Σ max(0, a[v] - b[v]): with losses only this is the appeared count (loss only
+/// removes packets), with extra packets at the later point the vanished count, attributed to
+/// values the earlier point did not have first, then to the largest gains.
+pub fn value_changes(a: &BTreeMap<i16, i64>, b: &BTreeMap<i16, i64>) -> Vec<(Vec<i16>, i16, i64)> {
+    // saturating: a corrupt file's counts may be huge or negative, and must not overflow
+    let diff =
+        |x: &BTreeMap<i16, i64>, y: &BTreeMap<i16, i64>, v: i16| at(x, v).saturating_sub(at(y, v));
+    let from: Vec<i16> = a.keys().copied().filter(|&v| diff(a, b, v) > 0).collect();
+    let mut budget = from
+        .iter()
+        .fold(0i64, |s, &v| s.saturating_add(diff(a, b, v)));
+    let mut gains: Vec<(i16, i64)> = b
+        .keys()
+        .map(|&v| (v, diff(b, a, v)))
+        .filter(|&(_, g)| g > 0)
+        .collect();
+    gains.sort_by_key(|&(v, g)| (a.contains_key(&v), std::cmp::Reverse(g), v));
+    let mut out = Vec::new();
+    for (v, g) in gains {
+        let n = g.min(budget);
+        if n > 0 {
+            out.push((from.clone(), v, n));
+            budget -= n;
+        }
+    }
+    out
+}
+
+fn show_value(v: i16) -> String {
+    if v == -1 {
+        "untagged".into()
+    } else {
+        v.to_string()
+    }
+}
+
+fn want(m: &Marking, field: usize, class: usize) -> Want {
+    [&m.dscp, &m.pcp, &m.ecn][field][class]
+}
+
+/// The hop from point `a` to point `b`.
+fn hop(a: &PointAt, b: &PointAt, expect: &Expect) -> Hop {
+    let mut changes = Vec::new();
+    let mut ce_added = 0i64;
+    for (c, class) in CLASSES.iter().enumerate() {
+        ce_added = ce_added.saturating_add(
+            at(&b.tally.hist(2, c), CE).saturating_sub(at(&a.tally.hist(2, c), CE)),
+        );
+        let of = a.tally.count(CLASS_PKTS[c]);
+        for (f, (_, field)) in FIELDS.iter().enumerate() {
+            for (from, to, pkts) in value_changes(&a.tally.hist(f, c), &b.tally.hist(f, c)) {
+                let w = want(&expect.marking, f, c);
+                let shown: Vec<String> = from.iter().map(|v| show_value(*v)).collect();
+                let line = format!(
+                    "{class} {field} {} → {} between {} and {}: {pkts} of {of} packets",
+                    shown.join(","),
+                    show_value(to),
+                    a.point,
+                    b.point
+                );
+                changes.push(Change {
+                    class,
+                    field,
+                    from,
+                    to,
+                    pkts,
+                    of,
+                    expected: w,
+                    violates: !w.allows(to),
+                    line,
+                });
+            }
+        }
+    }
+    let lost = CLASSES
+        .iter()
+        .zip(CLASS_PKTS)
+        .map(|(c, n)| (*c, a.tally.count(n).saturating_sub(b.tally.count(n))))
+        .collect();
+    Hop {
+        from: a.point.clone(),
+        to: b.point.clone(),
+        lost,
+        ce_added,
+        changes,
+    }
+}
+
+fn at(h: &BTreeMap<i16, i64>, v: i16) -> i64 {
+    h.get(&v).copied().unwrap_or(0)
+}
+
+/// The path of a key whose compared rows are at two points or more.
+fn key_path(
+    key: &Key,
+    range: (i64, i64),
+    ps: BTreeMap<usize, Tally>,
+    scan: &Scan,
+    expect: &Expect,
+) -> KeyPath {
+    let (mut points, idle): (Vec<_>, Vec<_>) = ps.into_iter().partition(|(_, t)| t.rows > 0);
+    points.sort_by(|a, b| path_order(a, b, &scan.points));
+    let named = |v: Vec<(usize, Tally)>| -> Vec<PointAt> {
+        v.into_iter()
+            .map(|(p, tally)| PointAt {
+                point: scan.points[p].name.clone(),
+                index: p,
+                tally,
+            })
+            .collect()
+    };
+    let points = named(points);
+    let hops = points
+        .windows(2)
+        .map(|w| hop(&w[0], &w[1], expect))
+        .collect();
+    let spans: HashSet<_> = points
+        .iter()
+        .map(|p| (p.tally.start_us, p.tally.end_us))
+        .collect();
+    KeyPath {
+        key: key.clone(),
+        qp_hex: qp_hex(key.qp),
+        start_us: range.0,
+        end_us: range.1,
+        first_gap: points
+            .iter()
+            .find(|p| p.tally.count("psn_gaps") > 0)
+            .map(|p| p.point.clone()),
+        spans_differ: spans.len() > 1,
+        not_compared: named(idle),
+        points,
+        hops,
+    }
+}
+
+/// A point of the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct PointSummary {
+    pub name: String,
+    #[serde(flatten)]
+    pub id: PointId,
+    /// The first tree (command-line order) it was found in.
+    pub tree: PathBuf,
+    /// Keys with packets at this point.
+    pub keys: usize,
+    /// Rows of compared keys left out at this point: outside the compared range, or straddling
+    /// one of its ends.
+    pub excluded_rows: u64,
+    pub excluded_pkts: i64,
+}
+
+/// A key's rows at one point: its range and size.
+#[derive(Clone, Debug, Serialize)]
+pub struct Span {
+    pub point: String,
+    pub start_us: i64,
+    pub end_us: i64,
+    pub rows: u64,
+    pub pkts: i64,
+}
+
+/// A key that cannot be compared: seen at one point only, or at points whose rows have no
+/// common time.
+#[derive(Clone, Debug, Serialize)]
+pub struct Uncompared {
+    #[serde(flatten)]
+    pub key: Key,
+    pub qp_hex: String,
+    pub points: Vec<Span>,
+}
+
+/// Totals over the compared keys, each key counted once: at its first point.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Totals {
+    pub keys: usize,
+    pub pkts: i64,
+    pub data_pkts: i64,
+    /// Data packets at the first point minus those at the last, summed over keys.
+    pub lost_data: i64,
+    pub changes: usize,
+    /// Changes whose later value is not the expected one.
+    pub violations: usize,
+}
+
+/// The result of `roce-analyze path`.
+#[derive(Clone, Debug, Serialize)]
+pub struct PathReport {
+    pub trees: Vec<PathBuf>,
+    pub expected: Marking,
+    pub points: Vec<PointSummary>,
+    pub keys: Vec<KeyPath>,
+    /// Keys seen at one point only: nothing to compare, not losses.
+    pub one_point: Vec<Uncompared>,
+    /// Keys at several points whose rows share no time range with whole rows at two points.
+    pub no_common_time: Vec<Uncompared>,
+    pub totals: Totals,
+}
+
+/// `roce-analyze path`: the trees of `dirs`, compared key by key along their points.
+pub fn path(dirs: &[PathBuf], expect: &Expect) -> Result<PathReport, PathError> {
+    let trees = trees(dirs)?;
+    let scan = scan(&trees)?;
+    let ranges = common_ranges(&scan.keys);
+    let mut tallies = tally(&trees, &scan, &ranges)?;
+    let ranges = match narrowed(&tallies) {
+        n if n == ranges => ranges,
+        n => {
+            tallies = tally(&trees, &scan, &n)?;
+            n
+        }
+    };
+    Ok(assemble(&trees, &scan, &ranges, tallies, expect))
+}
+
+fn uncompared(key: &Key, ps: &BTreeMap<usize, Seen>, scan: &Scan) -> Uncompared {
+    Uncompared {
+        key: key.clone(),
+        qp_hex: qp_hex(key.qp),
+        points: ps
+            .iter()
+            .map(|(p, s)| Span {
+                point: scan.points[*p].name.clone(),
+                start_us: s.start,
+                end_us: s.end,
+                rows: s.rows,
+                pkts: s.pkts,
+            })
+            .collect(),
+    }
+}
+
+/// Every key of the scan to its list: compared, at one point, or without common time.
+fn assemble(
+    trees: &[Tree],
+    scan: &Scan,
+    ranges: &Ranges,
+    mut tallies: Tallies,
+    expect: &Expect,
+) -> PathReport {
+    let mut r = PathReport {
+        trees: trees.iter().map(|t| t.dir.clone()).collect(),
+        expected: expect.marking.clone(),
+        points: Vec::new(),
+        keys: Vec::new(),
+        one_point: Vec::new(),
+        no_common_time: Vec::new(),
+        totals: Totals::default(),
+    };
+    for (key, ps) in &scan.keys {
+        let compared = ranges.get(key).zip(tallies.remove(key));
+        match compared {
+            Some((range, t)) if t.values().filter(|x| x.rows > 0).count() >= 2 => {
+                r.keys.push(key_path(key, *range, t, scan, expect));
+            }
+            _ if ps.len() == 1 => r.one_point.push(uncompared(key, ps, scan)),
+            _ => r.no_common_time.push(uncompared(key, ps, scan)),
+        }
+    }
+    r.points = point_summaries(trees, scan, &r.keys);
+    r.totals = totals(&r.keys);
+    r
+}
+
+fn point_summaries(trees: &[Tree], scan: &Scan, keys: &[KeyPath]) -> Vec<PointSummary> {
+    let mut out: Vec<PointSummary> = scan
+        .points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| PointSummary {
+            name: p.name.clone(),
+            id: p.id.clone(),
+            tree: trees[p.tree].dir.clone(),
+            keys: scan.keys.values().filter(|ps| ps.contains_key(&i)).count(),
+            excluded_rows: 0,
+            excluded_pkts: 0,
+        })
+        .collect();
+    for p in keys
+        .iter()
+        .flat_map(|k| k.points.iter().chain(&k.not_compared))
+    {
+        let s = &mut out[p.index];
+        s.excluded_rows += p.tally.excluded_rows;
+        s.excluded_pkts = s.excluded_pkts.saturating_add(p.tally.excluded_pkts);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+fn totals(keys: &[KeyPath]) -> Totals {
+    let mut t = Totals::default();
+    for k in keys {
+        let (first, last) = (&k.points[0].tally, &k.points[k.points.len() - 1].tally);
+        t.keys += 1;
+        t.pkts = t.pkts.saturating_add(first.count("pkts"));
+        t.data_pkts = t.data_pkts.saturating_add(first.count("data_pkts"));
+        t.lost_data = t.lost_data.saturating_add(
+            first
+                .count("data_pkts")
+                .saturating_sub(last.count("data_pkts")),
+        );
+        for h in &k.hops {
+            t.changes += h.changes.len();
+            t.violations += h.changes.iter().filter(|c| c.violates).count();
+        }
+    }
+    t
+}
+
+/// µs since the epoch as RFC 3339 (ms).
+fn time(us: i64) -> String {
+    observer::sinks::parquet_files::rfc3339(us.max(0) as u64 * 1000)
+}
+
+/// `DSCP 26=3240, PCP 3=3240, ECN 2=3228 3=12` for one class at one point.
+fn marking_line(t: &Tally, class: usize) -> String {
+    FIELDS
+        .iter()
+        .enumerate()
+        .map(|(f, (_, name))| {
+            let h = t.hist(f, class);
+            let vals: Vec<String> = h
+                .iter()
+                .map(|(v, n)| format!("{}={n}", show_value(*v)))
+                .collect();
+            format!("{name} {}", vals.join(" "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn rows(n: u64) -> String {
+    format!("{n} row{}", if n == 1 { "" } else { "s" })
+}
+
+fn render_point(out: &mut String, i: usize, p: &PointAt) {
+    use std::fmt::Write;
+    let t = &p.tally;
+    let _ = writeln!(
+        out,
+        "  {}. {}: {} packets in {}, {} PSN gaps, {} excluded",
+        i + 1,
+        p.point,
+        t.count("pkts"),
+        rows(t.rows),
+        t.count("psn_gaps"),
+        rows(t.excluded_rows)
+    );
+    for (c, class) in CLASSES.iter().enumerate() {
+        let n = t.count(CLASS_PKTS[c]);
+        if n > 0 {
+            let _ = writeln!(out, "       {class} {n}: {}", marking_line(t, c));
+        }
+    }
+}
+
+fn render_hop(out: &mut String, h: &Hop) {
+    use std::fmt::Write;
+    let lost: Vec<String> = h
+        .lost
+        .iter()
+        .filter(|(_, n)| **n != 0)
+        .map(|(c, n)| match n {
+            n if *n > 0 => format!("{n} {c}"),
+            n => format!("{} {c} more at the later point", n.unsigned_abs()),
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "  {} → {}: lost {}, CE added {}",
+        h.from,
+        h.to,
+        if lost.is_empty() {
+            "0".into()
+        } else {
+            lost.join(", ")
+        },
+        h.ce_added
+    );
+    for c in &h.changes {
+        let _ = writeln!(
+            out,
+            "    {} {} (expected {})",
+            if c.violates { "FAIL" } else { "ok  " },
+            c.line,
+            c.expected
+        );
+    }
+}
+
+fn render_key(out: &mut String, k: &KeyPath) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "{}: {} to {}",
+        k.key.name(),
+        time(k.start_us),
+        time(k.end_us)
+    );
+    for (i, p) in k.points.iter().enumerate() {
+        render_point(out, i, p);
+    }
+    for p in &k.not_compared {
+        let _ = writeln!(
+            out,
+            "  not compared: {}: {}, none inside the range",
+            p.point,
+            rows(p.tally.excluded_rows)
+        );
+    }
+    for h in &k.hops {
+        render_hop(out, h);
+    }
+    if let Some(g) = k
+        .points
+        .iter()
+        .find(|p| Some(&p.point) == k.first_gap.as_ref())
+    {
+        let _ = writeln!(
+            out,
+            "  PSN gaps first at {}: {} gaps, {} PSNs missing",
+            g.point,
+            g.tally.count("psn_gaps"),
+            g.tally.count("psn_missing")
+        );
+    }
+    if k.spans_differ {
+        let _ = writeln!(
+            out,
+            "  the points' intervals are not aligned: losses and changes include up to one interval at each end"
+        );
+    }
+}
+
+fn render_uncompared(out: &mut String, title: &str, keys: &[Uncompared]) {
+    use std::fmt::Write;
+    if keys.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{title}:");
+    for k in keys {
+        for s in &k.points {
+            let _ = writeln!(
+                out,
+                "  {} at {}: {} packets in {}, {} to {}",
+                k.key.name(),
+                s.point,
+                s.pkts,
+                rows(s.rows),
+                time(s.start_us),
+                time(s.end_us)
+            );
+        }
+    }
+}
+
+/// The report for people.
+pub fn render(r: &PathReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} trees, {} points, {} keys compared, {} at one point, {} without common time",
+        r.trees.len(),
+        r.points.len(),
+        r.keys.len(),
+        r.one_point.len(),
+        r.no_common_time.len()
+    );
+    for p in &r.points {
+        let _ = writeln!(
+            out,
+            "  {} ({}): {} keys, {} excluded",
+            p.name,
+            p.tree.display(),
+            p.keys,
+            rows(p.excluded_rows)
+        );
+    }
+    for k in &r.keys {
+        render_key(&mut out, k);
+    }
+    render_uncompared(&mut out, "keys at one point (not compared)", &r.one_point);
+    render_uncompared(
+        &mut out,
+        "keys without common time (not compared)",
+        &r.no_common_time,
+    );
+    let t = &r.totals;
+    let _ = writeln!(
+        out,
+        "total: {} keys, {} packets ({} data; each key counted once, at its first point), {} data packets lost, {} changes, {} against the policy",
+        t.keys, t.pkts, t.data_pkts, t.lost_data, t.changes, t.violations
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(v: &[(i16, i64)]) -> BTreeMap<i16, i64> {
+        v.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_change_counts_the_packets_that_moved() {
+        // the same packets, 30 re-marked
+        let a = h(&[(26, 100)]);
+        assert_eq!(
+            value_changes(&a, &h(&[(26, 70), (0, 30)])),
+            [(vec![26], 0, 30)]
+        );
+        // and 10 lost as well: loss only removes packets, so 30 changed, not 40
+        assert_eq!(
+            value_changes(&a, &h(&[(26, 60), (0, 30)])),
+            [(vec![26], 0, 30)]
+        );
+        // only losses: no change
+        assert!(value_changes(&a, &h(&[(26, 90)])).is_empty());
+        // nothing at all at the later point: all lost, no change
+        assert!(value_changes(&a, &h(&[])).is_empty());
+    }
+
+    #[test]
+    fn extra_packets_at_the_later_point_are_not_changes() {
+        // 3 more packets at the same value (interval edges, duplicates): no change
+        let a = h(&[(26, 100)]);
+        assert!(value_changes(&a, &h(&[(26, 103)])).is_empty());
+        // 5 at a new value but only 2 left the old one: 2 changed, to the new value
+        assert_eq!(
+            value_changes(&a, &h(&[(26, 98), (0, 5)])),
+            [(vec![26], 0, 2)]
+        );
+        // a class absent at the earlier point: nothing moved
+        assert!(value_changes(&h(&[]), &h(&[(48, 4)])).is_empty());
+    }
+
+    #[test]
+    fn changes_from_several_values_to_several() {
+        let a = h(&[(3, 50), (4, 50)]);
+        let b = h(&[(3, 40), (4, 45), (5, 5), (-1, 10)]);
+        assert_eq!(
+            value_changes(&a, &b),
+            [(vec![3, 4], -1, 10), (vec![3, 4], 5, 5)],
+            "new values first, largest first"
+        );
+    }
+
+    #[test]
+    fn point_names() {
+        let mut p = PointId {
+            host: "h1".into(),
+            iface: "eth0".into(),
+            dir: "egress".into(),
+            label: None,
+        };
+        assert_eq!(p.name(), "h1/eth0/egress");
+        p.label = Some("leaf1".into());
+        assert_eq!(p.name(), "h1/eth0/egress[leaf1]");
+        let k = Key {
+            src: "10.0.0.1".into(),
+            dst: "10.0.0.2".into(),
+            qp: 0x12,
+        };
+        assert_eq!(k.name(), "10.0.0.1 > 10.0.0.2 qp 0x000012");
+    }
+}

@@ -1,0 +1,697 @@
+//! `roce-analyze path` over trees written by `roce-observe replay` (its `run`, in this process)
+//! from generated captures: one capture as the sender's egress, a copy with chosen packets
+//! re-marked (DSCP, PCP, ECN) and dropped as the receiver's ingress; the changes and losses
+//! reported must be exactly those made.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde_json::Value;
+use support::corpus::{self, Rec, Roce};
+
+/// Capture time zero: a whole second, so intervals of 1 s start on it.
+const T0: u64 = 1_700_000_000_000_000_000;
+/// Packets per key in a full capture: one every 20 ms for 6 s.
+const N: u32 = 300;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("roce-path-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Packet `i` of key `k` (keys 1-5 of every capture, 6-8 for keys seen at one point or at
+/// different times): sent at T0 + i x 20 ms + k ms, PSN 1000 + i.
+fn base(k: u64, i: u32) -> Roce {
+    let psn = 1000 + i;
+    match k {
+        1 => Roce::v4([10, 77, 1, 1], [10, 77, 1, 2], 0x11, psn),
+        2 => Roce::v4([10, 77, 1, 1], [10, 77, 1, 2], 0x12, psn),
+        3 => Roce::v4([10, 77, 1, 2], [10, 77, 1, 1], 0x21, psn).ack(0),
+        4 => Roce::v4([10, 77, 1, 2], [10, 77, 1, 1], 0x22, psn).cnp(),
+        5 => Roce::v4([10, 77, 1, 3], [10, 77, 1, 4], 0x31, psn).tags(&[]),
+        6 => Roce::v4([10, 77, 1, 5], [10, 77, 1, 6], 0x41, psn),
+        7 => Roce::v4([10, 77, 1, 7], [10, 77, 1, 8], 0x51, psn),
+        8 => Roce::v4([10, 77, 1, 9], [10, 77, 1, 10], 0x61, psn),
+        // the fleet: A1, A2 from 10.77.2.1, B1 from 10.77.3.1
+        11 => Roce::v4([10, 77, 2, 1], [10, 77, 2, 2], 0x101, psn),
+        12 => Roce::v4([10, 77, 2, 1], [10, 77, 2, 2], 0x102, psn),
+        13 => Roce::v4([10, 77, 3, 1], [10, 77, 3, 2], 0x201, psn),
+        _ => unreachable!(),
+    }
+}
+
+fn ts(k: u64, i: u32) -> u64 {
+    T0 + i as u64 * 20_000_000 + (k % 10) * 1_000_000
+}
+
+/// The packets `f(key, i)` returns for every key of `keys` and i < N, in time order; with
+/// `clock`, a non-RoCE frame at T0 and one at T0 + 6 s, so that every tree's intervals start
+/// and end at the same times.
+fn capture(keys: &[u64], clock: bool, f: impl Fn(u64, u32) -> Option<Roce>) -> Vec<(u64, Vec<u8>)> {
+    let mut out: Vec<(u64, Vec<u8>)> = keys
+        .iter()
+        .flat_map(|&k| (0..N).map(move |i| (k, i)))
+        .filter_map(|(k, i)| f(k, i).map(|r| (ts(k, i), r.frame())))
+        .collect();
+    if clock {
+        let tick = corpus::udp_frame([10, 77, 0, 1], [10, 77, 0, 2], 1234, 5678, b"clock");
+        out.push((T0, tick.clone()));
+        out.push((T0 + 6_000_000_000, tick));
+    }
+    out.sort_by_key(|(t, _)| *t);
+    out
+}
+
+/// Writes a capture: pcapng with every packet outbound (the sender's tc egress), named
+/// `<stem>.pcapng`, interface `eth0`; or pcap (ingress).
+fn write(dir: &Path, stem: &str, pkts: &[(u64, Vec<u8>)], egress: bool) -> PathBuf {
+    let recs: Vec<Rec> = pkts
+        .iter()
+        .map(|(t, d)| Rec {
+            ts_ns: *t,
+            data: d.clone(),
+            iface: 0,
+            epb_flags: if egress { 2 } else { 0 },
+        })
+        .collect();
+    let path = dir.join(format!("{stem}.{}", if egress { "pcapng" } else { "pcap" }));
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    if egress {
+        corpus::write_pcapng(&mut w, &[(corpus::LINKTYPE_ETHERNET, "eth0", 9)], &recs).unwrap();
+    } else {
+        corpus::write_pcap(&mut w, corpus::LINKTYPE_ETHERNET, 65535, true, &recs).unwrap();
+    }
+    std::io::Write::flush(&mut w).unwrap();
+    path
+}
+
+#[derive(Parser)]
+struct ReplayCli {
+    #[command(flatten)]
+    args: observer::commands::replay::ReplayArgs,
+}
+
+/// `roce-observe replay --out OUT --host HOST FILE` (the command's own `run`).
+fn replay(out: &Path, host: &str, file: &Path) {
+    let cli = ReplayCli::try_parse_from([
+        "replay".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--host".as_ref(),
+        host.as_ref(),
+        file.as_os_str(),
+    ])
+    .unwrap();
+    observer::commands::replay::run(cli.args).unwrap();
+}
+
+/// A tree for `host` from a capture.
+fn tree(root: &Path, host: &str, stem: &str, pkts: &[(u64, Vec<u8>)], egress: bool) -> PathBuf {
+    let caps = root.join("captures");
+    std::fs::create_dir_all(&caps).unwrap();
+    let out = root.join(host);
+    replay(&out, host, &write(&caps, stem, pkts, egress));
+    out
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn analyze(args: &[&std::ffi::OsStr]) -> Run {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
+        .args(args)
+        .output()
+        .unwrap();
+    Run {
+        code: o.status.code(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// `roce-analyze path --json DIRS...`: exit status and the document.
+fn path_json(dirs: &[&Path]) -> (Option<i32>, Value) {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["path".as_ref(), "--json".as_ref()];
+    args.extend(dirs.iter().map(|d| d.as_os_str()));
+    let r = analyze(&args);
+    let j = serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", r.stdout, r.stderr));
+    (r.code, j)
+}
+
+fn path_text(dirs: &[&Path]) -> Run {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["path".as_ref()];
+    args.extend(dirs.iter().map(|d| d.as_os_str()));
+    analyze(&args)
+}
+
+/// The compared key with BTH destination QP `qp`.
+fn key(j: &Value, qp: i64) -> &Value {
+    j["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["qp"] == qp)
+        .unwrap_or_else(|| panic!("qp {qp:#x} not compared: {j:#}"))
+}
+
+fn names(k: &Value) -> Vec<&str> {
+    k["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["point"].as_str().unwrap())
+        .collect()
+}
+
+/// (line, violates) of every change of hop `h` of key `k`.
+fn changes(k: &Value, h: usize) -> Vec<(String, bool)> {
+    k["hops"][h]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["line"].as_str().unwrap().to_string(),
+                c["violates"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The egress capture of keys 1-5 (key 4's CNPs sent at DSCP 0 when i % 10 == 5) plus key 6
+/// (its first 50 packets), and the ingress copy: key 1 DSCP 26 -> 0 (i % 10 == 3) and CE
+/// (i % 25 == 7), 6 dropped (i % 50 == 20); key 2 PCP 3 -> 5 (i % 20 == 0), tag removed
+/// (i % 40 == 2), ECN 2 -> 0 (i % 30 == 1); key 3's ACKs DSCP 26 -> 24 (i % 15 == 0); key 4's
+/// CNPs all at 48; key 5: 4 dropped (i % 75 == 40); key 6 absent, key 7 only here (i in
+/// 100..150).
+fn sender(k: u64, i: u32) -> Option<Roce> {
+    let r = base(k, i);
+    match k {
+        4 if i % 10 == 5 => Some(r.mark(0, 2)),
+        6 if i >= 50 => None,
+        7 => None,
+        _ => Some(r),
+    }
+}
+
+fn receiver(k: u64, i: u32) -> Option<Roce> {
+    let r = base(k, i);
+    Some(match k {
+        1 if i % 50 == 20 => return None,
+        1 if i % 10 == 3 => r.mark(0, 2),
+        1 if i % 25 == 7 => r.mark(26, 3),
+        2 if i.is_multiple_of(20) => r.tags(&[(0x8100, 5)]),
+        2 if i % 40 == 2 => r.tags(&[]),
+        2 if i % 30 == 1 => r.mark(26, 0),
+        3 if i.is_multiple_of(15) => r.mark(24, 2),
+        5 if i % 75 == 40 => return None,
+        6 => return None,
+        7 if !(100..150).contains(&i) => return None,
+        _ => r,
+    })
+}
+
+/// (a) + (d): every change and loss made on the way is reported with its exact count; the
+/// changes against the policy make the exit status 1; keys at one point are listed, not lost.
+#[test]
+fn remarked_and_lossy_copy_reports_exactly_what_was_done() {
+    let root = tmp("remarked");
+    let keys = [1, 2, 3, 4, 5, 6, 7];
+    let a = tree(&root, "a", "h1", &capture(&keys, true, sender), true);
+    let b = tree(
+        &root,
+        "b",
+        "h2-eth0",
+        &capture(&keys, true, receiver),
+        false,
+    );
+    let (code, j) = path_json(&[&a, &b]);
+    assert_eq!(code, Some(1), "changes against the policy: {j:#}");
+    let (pa, pb) = ("a/h1:eth0/egress", "b/h2-eth0/ingress");
+
+    let k1 = key(&j, 0x11);
+    assert_eq!(names(k1), [pa, pb]);
+    assert_eq!(k1["hops"][0]["lost"]["data"], 6);
+    assert_eq!(k1["hops"][0]["ce_added"], 12);
+    assert_eq!(
+        changes(k1, 0),
+        [
+            (
+                format!("data DSCP 26 → 0 between {pa} and {pb}: 30 of 300 packets"),
+                true
+            ),
+            (
+                format!("data ECN 2 → 3 between {pa} and {pb}: 12 of 300 packets"),
+                false
+            ),
+        ]
+    );
+    assert_eq!(k1["first_gap"], pb);
+    assert_eq!(k1["points"][1]["psn_gaps"], 6);
+    assert_eq!(k1["points"][0]["hists"]["dscp_data"]["26"], 300);
+    assert_eq!(k1["points"][1]["hists"]["dscp_data"]["0"], 30);
+
+    let k2 = key(&j, 0x12);
+    assert_eq!(k2["hops"][0]["lost"]["data"], 0);
+    assert_eq!(
+        changes(k2, 0),
+        [
+            (
+                format!("data PCP 3 → 5 between {pa} and {pb}: 15 of 300 packets"),
+                false
+            ),
+            (
+                format!("data PCP 3 → untagged between {pa} and {pb}: 8 of 300 packets"),
+                false
+            ),
+            (
+                format!("data ECN 2 → 0 between {pa} and {pb}: 10 of 300 packets"),
+                true
+            ),
+        ]
+    );
+    assert_eq!(k2["first_gap"], Value::Null);
+    assert_eq!(
+        changes(key(&j, 0x21), 0),
+        [(
+            format!("ack DSCP 26 → 24 between {pa} and {pb}: 20 of 300 packets"),
+            true
+        )]
+    );
+    let k4 = key(&j, 0x22);
+    assert_eq!(
+        changes(k4, 0),
+        [(
+            format!("cnp DSCP 0 → 48 between {pa} and {pb}: 30 of 300 packets"),
+            false
+        )],
+        "toward the expected value: shown, not a failure"
+    );
+    assert_eq!(k4["hops"][0]["lost"]["cnp"], 0);
+    let k5 = key(&j, 0x31);
+    assert_eq!(k5["hops"][0]["lost"]["data"], 4);
+    assert!(changes(k5, 0).is_empty());
+    assert_eq!(k5["first_gap"], pb);
+
+    // (d) keys at one point: listed with their packets, never counted as lost
+    let one: Vec<(i64, &str, i64)> = j["one_point"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["qp"].as_i64().unwrap(),
+                k["points"][0]["point"].as_str().unwrap(),
+                k["points"][0]["pkts"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(one, [(0x41, pa, 50), (0x51, pb, 50)]);
+
+    let t = &j["totals"];
+    assert_eq!(t["keys"], 5);
+    assert_eq!(t["pkts"], 5 * N as i64, "each key once, at its first point");
+    assert_eq!(t["data_pkts"], 3 * N as i64);
+    assert_eq!(t["lost_data"], 10, "keys at one point are not losses");
+    assert_eq!(t["changes"], 7);
+    assert_eq!(t["violations"], 3);
+    assert_eq!(j["expected"]["dscp"], serde_json::json!(["26", "26", "48"]));
+
+    let text = path_text(&[&a, &b]);
+    assert_eq!(text.code, Some(1));
+    assert!(
+        text.stdout.contains(&format!(
+            "FAIL data DSCP 26 → 0 between {pa} and {pb}: 30 of 300 packets (expected 26)"
+        )),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout
+            .contains("PSN gaps first at b/h2-eth0/ingress: 6 gaps, 6 PSNs missing")
+    );
+    assert!(
+        text.stdout.contains("7 changes, 3 against the policy"),
+        "{}",
+        text.stdout
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// (b) The same capture at both points: nothing changed, nothing lost, exit 0.
+#[test]
+fn the_same_capture_at_both_points_changes_nothing() {
+    let root = tmp("same");
+    let pkts = capture(&[1, 2, 3, 4, 5], true, |k, i| Some(base(k, i)));
+    let a = tree(&root, "a", "h1", &pkts, true);
+    let b = tree(&root, "b", "h2-eth0", &pkts, false);
+    let (code, j) = path_json(&[&a, &b]);
+    assert_eq!(code, Some(0), "{j:#}");
+    assert_eq!(j["totals"]["keys"], 5);
+    assert_eq!(j["totals"]["changes"], 0);
+    assert_eq!(j["totals"]["lost_data"], 0);
+    for k in j["keys"].as_array().unwrap() {
+        let h = &k["hops"][0];
+        assert_eq!(
+            h["lost"],
+            serde_json::json!({"data": 0, "ack": 0, "cnp": 0}),
+            "{k:#}"
+        );
+        assert_eq!(h["ce_added"], 0);
+        assert_eq!(k["points"][0]["pkts"], N as i64);
+        assert_eq!(k["points"][0]["rows"], 6, "six 1 s intervals");
+        assert_eq!(k["points"][0]["excluded_rows"], 0);
+        assert_eq!(k["spans_differ"], false);
+    }
+    assert!(j["one_point"].as_array().unwrap().is_empty());
+    let text = path_text(&[&a, &b]);
+    assert_eq!(text.code, Some(0));
+    assert!(
+        text.stdout.contains("0 changes, 0 against the policy"),
+        "{}",
+        text.stdout
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// (c) Trees that overlap for part of the time: the second capture holds 1.5 s to 4.5 s of the
+/// first. Only the whole intervals both cover (2 s to 4 s) are compared, so nothing is lost;
+/// the first tree leaves out 4 rows per key, the second 2 (its short first and last rows).
+#[test]
+fn partial_overlap_compares_only_the_common_intervals() {
+    let root = tmp("overlap");
+    let keys = [1, 2, 3, 4, 5];
+    let a = tree(
+        &root,
+        "a",
+        "h1",
+        &capture(&keys, false, |k, i| Some(base(k, i))),
+        true,
+    );
+    let part = |k, i| (75..225).contains(&i).then(|| base(k, i));
+    let b = tree(&root, "b", "h2-eth0", &capture(&keys, false, part), false);
+    let (code, j) = path_json(&[&a, &b]);
+    assert_eq!(code, Some(0), "{j:#}");
+    assert_eq!(j["totals"]["keys"], 5);
+    let us = (T0 / 1000) as i64;
+    for k in j["keys"].as_array().unwrap() {
+        assert_eq!(k["start_us"], us + 2_000_000, "{k:#}");
+        assert_eq!(k["end_us"], us + 4_000_000);
+        let (p0, p1) = (&k["points"][0], &k["points"][1]);
+        assert_eq!((&p0["rows"], &p1["rows"]), (&2.into(), &2.into()));
+        assert_eq!((&p0["pkts"], &p1["pkts"]), (&100.into(), &100.into()));
+        assert_eq!(p0["excluded_rows"], 4);
+        assert_eq!(p0["excluded_pkts"], 200);
+        assert_eq!(p1["excluded_rows"], 2);
+        assert_eq!(p1["excluded_pkts"], 50);
+        assert_eq!(k["hops"][0]["lost"]["data"], 0);
+        assert!(k["hops"][0]["changes"].as_array().unwrap().is_empty());
+        assert_eq!(k["spans_differ"], false);
+    }
+    let excluded: Vec<(&str, i64)> = j["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap(),
+                p["excluded_rows"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        excluded,
+        [("a/h1:eth0/egress", 20), ("b/h2-eth0/ingress", 10)]
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// (d) Keys seen at one point only, and a key seen at both points at different times: listed
+/// apart, not compared, not losses; the run passes.
+#[test]
+fn keys_at_one_point_or_at_different_times_are_listed_not_lost() {
+    let root = tmp("one-point");
+    let a_keys = |k, i| match k {
+        6 => (i < 50).then(|| base(k, i)),
+        8 => (i < 50).then(|| base(k, i)),
+        _ => Some(base(k, i)),
+    };
+    let b_keys = |k, i| match k {
+        7 => (100..150).contains(&i).then(|| base(k, i)),
+        8 => (200..250).contains(&i).then(|| base(k, i)),
+        _ => Some(base(k, i)),
+    };
+    let a = tree(&root, "a", "h1", &capture(&[1, 6, 8], true, a_keys), true);
+    let b = tree(
+        &root,
+        "b",
+        "h2-eth0",
+        &capture(&[1, 7, 8], true, b_keys),
+        false,
+    );
+    let (code, j) = path_json(&[&a, &b]);
+    assert_eq!(code, Some(0), "{j:#}");
+    assert_eq!(j["totals"]["keys"], 1);
+    assert_eq!(j["totals"]["lost_data"], 0);
+    assert_eq!(j["totals"]["pkts"], N as i64);
+    let qps = |list: &str| -> Vec<i64> {
+        j[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["qp"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(qps("one_point"), [0x41, 0x51]);
+    assert_eq!(qps("no_common_time"), [0x61]);
+    let spans = &j["no_common_time"][0]["points"];
+    assert_eq!(spans[0]["pkts"], 50);
+    assert_eq!(spans[1]["pkts"], 50);
+    let text = path_text(&[&a, &b]);
+    assert!(
+        text.stdout.contains("keys at one point (not compared):")
+            && text
+                .stdout
+                .contains("10.77.1.5 > 10.77.1.6 qp 0x000041 at a/h1:eth0/egress: 50 packets"),
+        "{}",
+        text.stdout
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// (e) A fleet: five trees (two senders' egress, two receivers' ingress, a switch mirror that
+/// sees both flows), given in an order that is not the path's. A1 loses 5 packets between the
+/// mirror and h2; A2 leaves h1 at DSCP 0 and the switch re-marks it to 26 (toward the policy:
+/// shown, exit 0).
+#[test]
+fn a_fleet_of_trees_orders_points_along_the_path() {
+    let root = tmp("fleet");
+    let a_sent = |k, i| {
+        Some(if k == 12 {
+            base(k, i).mark(0, 2)
+        } else {
+            base(k, i)
+        })
+    };
+    let h1 = tree(&root, "h1", "h1", &capture(&[11, 12], true, a_sent), true);
+    let h3 = tree(
+        &root,
+        "h3",
+        "h3",
+        &capture(&[13], true, |k, i| Some(base(k, i))),
+        true,
+    );
+    let all = |k, i| Some(base(k, i));
+    let sw = tree(
+        &root,
+        "sw",
+        "mirror",
+        &capture(&[11, 12, 13], true, all),
+        false,
+    );
+    let a_recv = |k, i| (k != 11 || i % 60 != 30).then(|| base(k, i));
+    let h2 = tree(
+        &root,
+        "h2",
+        "h2-eth0",
+        &capture(&[11, 12], true, a_recv),
+        false,
+    );
+    let h4 = tree(&root, "h4", "h4-eth0", &capture(&[13], true, all), false);
+    let (code, j) = path_json(&[&h4, &h2, &sw, &h3, &h1]);
+    assert_eq!(code, Some(0), "{j:#}");
+    assert_eq!(j["points"].as_array().unwrap().len(), 5);
+    let (p1, p2, p3, p4, psw) = (
+        "h1/h1:eth0/egress",
+        "h2/h2-eth0/ingress",
+        "h3/h3:eth0/egress",
+        "h4/h4-eth0/ingress",
+        "sw/mirror/ingress",
+    );
+    // more packets first (the mirror before h2, though h2 was given first)
+    let a1 = key(&j, 0x101);
+    assert_eq!(names(a1), [p1, psw, p2]);
+    assert_eq!(a1["hops"][0]["lost"]["data"], 0);
+    assert_eq!(a1["hops"][1]["lost"]["data"], 5);
+    assert_eq!(a1["first_gap"], p2);
+    // a tie: the tree given first (h2 before the mirror; h4 before the mirror)
+    let a2 = key(&j, 0x102);
+    assert_eq!(names(a2), [p1, p2, psw]);
+    assert_eq!(
+        changes(a2, 0),
+        [(
+            format!("data DSCP 0 → 26 between {p1} and {p2}: 300 of 300 packets"),
+            false
+        )]
+    );
+    assert!(changes(a2, 1).is_empty());
+    assert_eq!(names(key(&j, 0x201)), [p3, p4, psw]);
+    let t = &j["totals"];
+    assert_eq!(t["keys"], 3);
+    assert_eq!(t["pkts"], 3 * N as i64, "each key once, not once per point");
+    assert_eq!(t["lost_data"], 5);
+    assert_eq!((&t["changes"], &t["violations"]), (&1.into(), &0.into()));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Every flows file below `dir`.
+fn flows_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.join("flows")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "parquet") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// (f) A missing directory, a directory without flow logs and a corrupt Parquet file are
+/// errors naming the path, exit status 2 (1 is kept for marking changes); usage errors exit 2.
+#[test]
+fn errors_name_the_path() {
+    let root = tmp("errors");
+    let pkts = capture(&[1], true, |k, i| Some(base(k, i)));
+    let a = tree(&root, "a", "h1", &pkts, true);
+    let missing = root.join("missing");
+    let r = path_text(&[&a, &missing]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&*missing.to_string_lossy()) && r.stderr.contains("does not exist"),
+        "{}",
+        r.stderr
+    );
+    let r = path_text(&[&a, &root.join("captures")]);
+    assert_eq!(r.code, Some(2));
+    assert!(r.stderr.contains("no flow logs"), "{}", r.stderr);
+
+    let b = tree(&root, "b", "h2-eth0", &pkts, false);
+    let f = flows_files(&b)[0].clone();
+    let mut bytes = std::fs::read(&f).unwrap();
+    let n = bytes.len();
+    bytes[n - 9] ^= 0xff; // the footer's last byte
+    std::fs::write(&f, &bytes).unwrap();
+    let r = path_text(&[&a, &b]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains(&*f.to_string_lossy()), "{}", r.stderr);
+
+    assert_eq!(analyze(&["path".as_ref()]).code, Some(2), "no directory");
+    let r = analyze(&[
+        "path".as_ref(),
+        "--profile".as_ref(),
+        "cisco".as_ref(),
+        a.as_os_str(),
+    ]);
+    assert_eq!(r.code, Some(2));
+    assert!(r.stderr.contains("unknown profile"), "{}", r.stderr);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Rewrites every flows file of `dir` with a `point` column of `label` (null for `None`),
+/// replacing the column if the writer already has one.
+fn label_points(dir: &Path, label: Option<&str>) {
+    use arrow::array::{ArrayRef, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use parquet::arrow::ArrowWriter;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use std::sync::Arc;
+    for p in flows_files(dir) {
+        let batches: Vec<RecordBatch> =
+            ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&p).unwrap())
+                .unwrap()
+                .build()
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let relabel = |b: &RecordBatch| {
+            let (mut fields, mut cols): (Vec<Field>, Vec<ArrayRef>) = b
+                .schema()
+                .fields()
+                .iter()
+                .zip(b.columns())
+                .filter(|(f, _)| f.name() != "point")
+                .map(|(f, c)| ((**f).clone(), c.clone()))
+                .unzip();
+            fields.push(Field::new("point", DataType::Utf8, true));
+            cols.push(Arc::new(StringArray::from(vec![label; b.num_rows()])));
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap()
+        };
+        let out: Vec<RecordBatch> = batches.iter().map(relabel).collect();
+        let mut w = ArrowWriter::try_new(std::fs::File::create(&p).unwrap(), out[0].schema(), None)
+            .unwrap();
+        for b in &out {
+            w.write(b).unwrap();
+        }
+        w.close().unwrap();
+    }
+}
+
+/// The `point` column: two trees of one host, interface and direction are one point (their
+/// rows add up) until labelled, then two points compared like any others; a null label is no
+/// label.
+#[test]
+fn the_point_column_labels_points() {
+    let root = tmp("labels");
+    let pkts = capture(&[1, 2], true, |k, i| Some(base(k, i)));
+    let m1 = tree(&root, "m", "cap", &pkts, false);
+    let m2 = root.join("m2");
+    std::fs::create_dir_all(&m2).unwrap();
+    let caps = root.join("captures");
+    replay(&m2, "m", &caps.join("cap.pcap"));
+
+    let (_, j) = path_json(&[&m1, &m2]);
+    assert_eq!(j["points"].as_array().unwrap().len(), 1, "{j:#}");
+    assert_eq!(j["totals"]["keys"], 0);
+    assert_eq!(j["one_point"][0]["points"][0]["pkts"], 2 * N as i64);
+
+    label_points(&m1, Some("leaf"));
+    label_points(&m2, Some("spine"));
+    let (code, j) = path_json(&[&m1, &m2]);
+    assert_eq!(code, Some(0), "{j:#}");
+    assert_eq!(j["totals"]["keys"], 2);
+    let k = key(&j, 0x11);
+    assert_eq!(names(k), ["m/cap/ingress[leaf]", "m/cap/ingress[spine]"]);
+    assert_eq!(k["hops"][0]["lost"]["data"], 0);
+    assert_eq!(j["points"][0]["label"], "leaf");
+
+    label_points(&m2, None);
+    let (_, j) = path_json(&[&m1, &m2]);
+    assert_eq!(
+        names(key(&j, 0x11)),
+        ["m/cap/ingress[leaf]", "m/cap/ingress"]
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
