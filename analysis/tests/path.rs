@@ -695,3 +695,83 @@ fn the_point_column_labels_points() {
     );
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Appends to the first flows file of `dir` an eviction row of key `qp` from `src` to `dst`:
+/// the first row's interval and point, every count 0 and every histogram empty.
+fn append_eviction_row(dir: &Path, src: &str, dst: &str, qp: i32) {
+    use arrow::array::{
+        Array, ArrayRef, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
+        new_empty_array,
+    };
+    use arrow::buffer::OffsetBuffer;
+    use arrow::datatypes::DataType;
+    use parquet::arrow::ArrowWriter;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use std::sync::Arc;
+    let p = flows_files(dir)[0].clone();
+    let mut batches: Vec<RecordBatch> =
+        ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&p).unwrap())
+            .unwrap()
+            .build()
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+    let first = batches[0].slice(0, 1);
+    let schema = first.schema();
+    let cols: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .zip(first.columns())
+        .map(|(f, c)| -> ArrayRef {
+            match (f.name().as_str(), f.data_type()) {
+                ("src", _) => Arc::new(StringArray::from(vec![src])),
+                ("dst", _) => Arc::new(StringArray::from(vec![dst])),
+                ("qp", _) => Arc::new(Int32Array::from(vec![qp])),
+                (_, DataType::Int64) => Arc::new(Int64Array::from(vec![0i64])),
+                (_, DataType::List(item)) => Arc::new(ListArray::new(
+                    item.clone(),
+                    OffsetBuffer::new_zeroed(1),
+                    new_empty_array(item.data_type()),
+                    None,
+                )),
+                _ => c.clone(),
+            }
+        })
+        .collect();
+    batches.push(RecordBatch::try_new(schema.clone(), cols).unwrap());
+    assert_eq!(batches.last().unwrap().column(0).len(), 1);
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&p).unwrap(), schema, None).unwrap();
+    for b in &batches {
+        w.write(b).unwrap();
+    }
+    w.close().unwrap();
+}
+
+/// A row without packets (an idle key's eviction row) is no observation of the key: a key
+/// seen at the sender whose only row at the receiver is such a row stays a key at one point,
+/// not a key whose packets were all lost.
+#[test]
+fn a_row_without_packets_is_no_observation() {
+    let root = tmp("eviction-row");
+    let a_keys = |k, i| (k != 6 || i < 50).then(|| base(k, i));
+    let a = tree(&root, "a", "h1", &capture(&[1, 6], true, a_keys), true);
+    let b = tree(
+        &root,
+        "b",
+        "h2-eth0",
+        &capture(&[1], true, |k, i| Some(base(k, i))),
+        false,
+    );
+    append_eviction_row(&b, "10.77.1.5", "10.77.1.6", 0x41);
+    let (code, j) = path_json(&[&a, &b]);
+    assert_eq!(code, Some(0), "{j:#}");
+    assert_eq!(j["totals"]["keys"], 1);
+    assert_eq!(j["totals"]["lost_data"], 0);
+    assert_eq!(j["one_point"][0]["qp"], 0x41);
+    assert_eq!(j["one_point"][0]["points"][0]["point"], "a/h1:eth0/egress");
+    assert_eq!(
+        j["points"][1]["keys"], 1,
+        "the eviction row adds no key to b"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
