@@ -55,8 +55,8 @@ pub struct QpValue {
     /// UDP length - 8.
     pub bytes_udp: u64,
     /// Time of the first and last packet, nanoseconds (kernel: CLOCK_MONOTONIC as last written
-    /// into the `CLOCK` map by the live ticker thread every 1 ms, so up to 1 ms plus the ticker's
-    /// scheduling delay old; without a ticker, as under BPF_PROG_TEST_RUN, the coarse clock
+    /// into the `CLOCK` map by the kernel's clock ticker every 1 ms (a perf event program), so up
+    /// to 1 ms old; without a ticker, as under BPF_PROG_TEST_RUN, the coarse clock
     /// `bpf_ktime_get_coarse_ns`, one kernel tick (1-4 ms) old. `observer::live` converts either
     /// to wall-clock time in snapshots; replay: capture time since the epoch). `last_ns` is a plain store: under concurrent updates it is the
     /// time of one of the latest packets.

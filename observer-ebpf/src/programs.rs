@@ -10,9 +10,9 @@ use aya_ebpf::helpers::generated::{
     bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_loop,
     bpf_skb_pull_data, bpf_xdp_get_buff_len,
 };
-use aya_ebpf::macros::{classifier, map, xdp};
+use aya_ebpf::macros::{classifier, map, perf_event, xdp};
 use aya_ebpf::maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf};
-use aya_ebpf::programs::{TcContext, XdpContext};
+use aya_ebpf::programs::{PerfEventContext, TcContext, XdpContext};
 use observer_common::cursor::Bytes;
 use observer_common::maps::{
     Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, QpValue, XdpLenLayout, dir,
@@ -200,11 +200,26 @@ static PAUSES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 #[map]
 static FRAME: PerCpuArray<Frame> = PerCpuArray::with_max_entries(1, 0);
 
-/// The packet clock (index 0): CLOCK_MONOTONIC ns, written every millisecond by a userspace
-/// ticker thread (`observer::live`), so the per-packet time is an inlined array load instead of
+/// The packet clock (index 0): CLOCK_MONOTONIC ns, written every millisecond by [`clock_tick`]
+/// (or a userspace thread where perf events are unavailable), so the per-packet time is an inlined array load instead of
 /// a helper call. 0 (no ticker: BPF_PROG_TEST_RUN in tests) falls back to the coarse clock.
 #[map]
 static CLOCK: Array<u64> = Array::with_max_entries(1, 0);
+
+/// The packet clock's ticker in the kernel: attached to a software CPU-clock perf event of one
+/// CPU firing every millisecond, it writes CLOCK_MONOTONIC into [`CLOCK`], so the clock goes on
+/// while roce-observe itself is stopped (SIGSTOP, a debugger, a starved thread). Userspace
+/// falls back to a ticker thread where perf events cannot be opened.
+#[perf_event]
+pub fn clock_tick(_ctx: PerfEventContext) -> u32 {
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(p) = CLOCK.get_ptr_mut(0) {
+        // SAFETY: the map's one value; an aligned 8-byte store, read whole by the programs.
+        unsafe { core::ptr::write_volatile(p, now) };
+    }
+    0
+}
 
 /// One all-zero value, never written: the source of new MAC keys' initial values (too large
 /// for the 512-byte stack).
@@ -405,7 +420,7 @@ fn send_event(s: *mut IfaceStats, key: &QpKey, f: &Frame, kind: u32, detail: u32
     }
 }
 
-/// First/last packet times: the userspace-ticked [`CLOCK`] (1 ms resolution plus the ticker's
+/// First/last packet times: the ticked [`CLOCK`] (1 ms resolution plus the ticker's
 /// scheduling delay), else the coarse monotonic clock (a tick's resolution, 1-4 ms). A helper
 /// call costs ~8 ns and the coarse clock ~18 ns per packet on the benchmark machine; the precise
 /// `bpf_ktime_get_ns` ~25 ns. Flow logs and idle eviction need no better; events carry the

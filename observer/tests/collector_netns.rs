@@ -436,6 +436,56 @@ fn live_observer_alerts_and_logs_what_was_sent() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// The packet clock ticks in the kernel: packets that arrive while roce-observe is stopped
+/// (SIGSTOP) get their own times, not the time it was stopped at.
+#[test]
+fn packet_times_go_on_while_the_observer_is_stopped() {
+    if !require_root("packet_times_go_on_while_the_observer_is_stopped") {
+        return;
+    }
+    let pair = VethPair::new("cs", "10.77.4.1", "10.77.4.2").unwrap();
+    let out = fresh_dir("netns-sigstop");
+    let policy = out.join("policy.toml");
+    std::fs::write(&policy, "profile = \"nvidia\"\n").unwrap();
+    let run = out.join("run");
+    let mut obs = Observer::start(&pair.b, &pair.b_if, &run, &policy);
+    send_raw(&pair.a, &pair.a_if, &[Roce::data(A, B, 0x700, 0).frame()]);
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: signalling our own child by pid.
+    unsafe { libc::kill(obs.child.id() as i32, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(1500));
+    send_raw(&pair.a, &pair.a_if, &[Roce::data(A, B, 0x701, 0).frame()]);
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: as above.
+    unsafe { libc::kill(obs.child.id() as i32, libc::SIGCONT) };
+    std::thread::sleep(Duration::from_millis(1200));
+    let st = obs.signal(libc::SIGTERM);
+    assert!(st.success(), "{}", obs.err());
+    let flows = pyarrow_read(&run, "flows", &["pkts"], true);
+    let first_pkt = |qp: u64| -> String {
+        let r = flows["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["qp"] == qp)
+            .unwrap_or_else(|| panic!("no row of qp {qp}: {flows}"));
+        r["first_pkt"].as_str().unwrap().to_string()
+    };
+    let secs = |s: String| -> f64 {
+        // "YYYY-MM-DD HH:MM:SS.ffffff(+00:00)": the seconds of the day suffice here
+        let t = s.split(' ').nth(1).unwrap();
+        let t = &t[..t.find('+').unwrap_or(t.len())];
+        let p: Vec<f64> = t.split(':').map(|x| x.parse().unwrap()).collect();
+        p[0] * 3600.0 + p[1] * 60.0 + p[2]
+    };
+    let (a, b) = (secs(first_pkt(0x700)), secs(first_pkt(0x701)));
+    let gap = (b - a).rem_euclid(86400.0);
+    assert!(
+        (1.5..3.0).contains(&gap),
+        "second packet stamped {gap} s after the first (sent 1.7 s later; 0 would be a frozen clock)"
+    );
+}
+
 #[test]
 fn full_map_eviction_keeps_every_packet_accounted() {
     if !require_root("full_map_eviction_keeps_every_packet_accounted") {

@@ -13,9 +13,9 @@
 //! Times: the kernel stamps with CLOCK_MONOTONIC (`bpf_ktime_get_ns`); snapshots, evicted values
 //! and events come out converted to wall-clock UNIX ns (`first_ns`/`last_ns`, `Event::ts_ns`)
 //! with the offset between the two clocks taken at the time of the read. The per-QP first/last
-//! packet times come from the `CLOCK` map, which a ticker thread of [`LiveIface`] sets to
-//! CLOCK_MONOTONIC every [`CLOCK_TICK`] (1 ms; see `live/clock.rs`): their resolution is 1 ms plus the
-//! ticker's scheduling delay. Without a ticker (a [`ProgTester`] unless
+//! packet times come from the `CLOCK` map, which the `clock_tick` program (a 1 ms CPU-clock perf
+//! event; a thread where perf events are unavailable) sets to CLOCK_MONOTONIC every
+//! [`CLOCK_TICK`] (see `clock.rs`): their resolution is 1 ms. Without a ticker (a [`ProgTester`] unless
 //! [`ProgTester::start_clock`]) the programs use the coarse clock (one kernel tick, 1-4 ms).
 
 mod clock;
@@ -463,13 +463,17 @@ impl Loaded {
     /// Starts the packet clock ticker (no-op when running).
     fn start_clock(&mut self) -> Result<(), LiveError> {
         if let Some(map) = self.clock.take() {
-            self.ticker = Some(clock::ClockTicker::start(map)?);
+            self.ticker = Some(clock::ClockTicker::start(&mut self.ebpf, map)?);
         }
         Ok(())
     }
 
     fn clock_running(&self) -> bool {
         self.ticker.as_ref().is_some_and(|t| t.running())
+    }
+
+    fn clock_in_kernel(&self) -> bool {
+        self.ticker.as_ref().is_some_and(|t| t.in_kernel())
     }
 
     fn set_policy(&mut self, p: &Policy) -> Result<(), LiveError> {
@@ -704,6 +708,10 @@ impl LiveIface {
     /// Whether the packet clock ticker thread runs (it does from attach until drop).
     pub fn clock_running(&self) -> bool {
         self.loaded.clock_running()
+    }
+    /// Whether the packet clock ticks in the kernel (it goes on while this process is stopped).
+    pub fn clock_in_kernel(&self) -> bool {
+        self.loaded.clock_in_kernel()
     }
     pub fn set_policy(&mut self, p: &Policy) -> Result<(), LiveError> {
         self.loaded.set_policy(p)

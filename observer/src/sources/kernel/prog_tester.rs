@@ -117,6 +117,10 @@ impl ProgTester {
     pub fn clock_running(&self) -> bool {
         self.loaded.clock_running()
     }
+    /// Whether the packet clock ticks in the kernel.
+    pub fn clock_in_kernel(&self) -> bool {
+        self.loaded.clock_in_kernel()
+    }
     /// Keys in the per-QP table (the kernel's count, decremented by evictions).
     pub fn table_len(&self) -> u64 {
         self.loaded.table.keys()
