@@ -97,12 +97,19 @@ struct ReplayCli {
 
 /// `roce-observe replay --out OUT --host HOST FILE` (the command's own `run`).
 fn replay(out: &Path, host: &str, file: &Path) {
+    replay_every(out, host, file, "1s");
+}
+
+/// The same with `--interval INTERVAL`.
+fn replay_every(out: &Path, host: &str, file: &Path, interval: &str) {
     let cli = ReplayCli::try_parse_from([
         "replay".as_ref(),
         "--out".as_ref(),
         out.as_os_str(),
         "--host".as_ref(),
         host.as_ref(),
+        "--interval".as_ref(),
+        interval.as_ref(),
         file.as_os_str(),
     ])
     .unwrap();
@@ -772,6 +779,39 @@ fn a_row_without_packets_is_no_observation() {
     assert_eq!(
         j["points"][1]["keys"], 1,
         "the eviction row adds no key to b"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Intervals that do not line up (1 s at the sender, 700 ms at a receiver whose capture
+/// starts 1.5 s later, as live trees of different hosts): the key is compared and flagged, and
+/// the edge shows as a loss of less than one 700 ms interval of packets.
+#[test]
+fn intervals_not_aligned_are_flagged() {
+    let root = tmp("unaligned");
+    let a = tree(
+        &root,
+        "a",
+        "h1",
+        &capture(&[1], false, |k, i| Some(base(k, i))),
+        true,
+    );
+    let late = capture(&[1], false, |k, i| (i >= 75).then(|| base(k, i)));
+    let b = root.join("b");
+    replay_every(&b, "b", &write(&root, "h2-eth0", &late, false), "700ms");
+    let (code, j) = path_json(&[&a, &b]);
+    assert_eq!(code, Some(0), "{j:#}");
+    let k = key(&j, 0x11);
+    assert_eq!(k["spans_differ"], true, "{k:#}");
+    assert_ne!(k["points"][0]["start_us"], k["points"][1]["start_us"]);
+    let lost = k["hops"][0]["lost"]["data"].as_i64().unwrap();
+    assert!((1..35).contains(&lost), "{lost}");
+    assert!(k["hops"][0]["changes"].as_array().unwrap().is_empty());
+    let text = path_text(&[&a, &b]);
+    assert!(
+        text.stdout.contains("intervals are not aligned"),
+        "{}",
+        text.stdout
     );
     let _ = std::fs::remove_dir_all(&root);
 }
