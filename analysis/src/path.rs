@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use observer::pipeline::marking::{FIELDS, dir_rank, show_value, value_changes};
+
 use crate::load::{self, FlowRow, LoadError};
 use crate::report::{Expect, Marking, Want};
 
 /// The packet classes, in the order of `observer_common::maps::class`.
 pub const CLASSES: [&str; 3] = ["data", "ack", "cnp"];
-/// The marking fields: histogram column prefix, display name.
-const FIELDS: [(&str, &str); 3] = [("dscp", "DSCP"), ("pcp", "PCP"), ("ecn", "ECN")];
 /// The count columns read, in [`FlowRow::counts`] order (`pkts` first).
 const COUNTS: [&str; 7] = [
     "pkts",
@@ -399,59 +399,12 @@ pub struct KeyPath {
 /// Path order: egress before ingress (then any other direction), more packets first, then the
 /// tree given first on the command line, then the name.
 fn path_order(a: &(usize, Tally), b: &(usize, Tally), pts: &[PointInfo]) -> std::cmp::Ordering {
-    let rank = |d: &str| match d {
-        "egress" => 0,
-        "ingress" => 1,
-        _ => 2,
-    };
     let (pa, pb) = (&pts[a.0], &pts[b.0]);
-    rank(&pa.id.dir)
-        .cmp(&rank(&pb.id.dir))
+    dir_rank(&pa.id.dir)
+        .cmp(&dir_rank(&pb.id.dir))
         .then(b.1.count("pkts").cmp(&a.1.count("pkts")))
         .then(pa.tree.cmp(&pb.tree))
         .then(pa.name.cmp(&pb.name))
-}
-
-/// Value changes from histogram `a` (earlier point) to `b` (later): `(from, to, packets)`.
-/// The packets that changed are min(appeared, vanished), appeared = Σ max(0, b[v] - a[v]) and
-/// vanished = Σ max(0, a[v] - b[v]): with losses only this is the appeared count (loss only
-/// removes packets), with extra packets at the later point the vanished count, attributed to
-/// values the earlier point did not have first, then to the largest gains.
-pub fn value_changes(a: &BTreeMap<i16, i64>, b: &BTreeMap<i16, i64>) -> Vec<(Vec<i16>, i16, i64)> {
-    // saturating: a corrupt file's counts may be huge or negative, and must not overflow
-    let diff =
-        |x: &BTreeMap<i16, i64>, y: &BTreeMap<i16, i64>, v: i16| at(x, v).saturating_sub(at(y, v));
-    let from: Vec<i16> = a.keys().copied().filter(|&v| diff(a, b, v) > 0).collect();
-    let mut budget = from
-        .iter()
-        .fold(0i64, |s, &v| s.saturating_add(diff(a, b, v)));
-    let mut gains: Vec<(i16, i64)> = b
-        .keys()
-        .map(|&v| (v, diff(b, a, v)))
-        .filter(|&(_, g)| g > 0)
-        .collect();
-    gains.sort_by_key(|&(v, g)| (a.contains_key(&v), std::cmp::Reverse(g), v));
-    let mut out = Vec::new();
-    for (v, g) in gains {
-        let n = g.min(budget);
-        if n > 0 {
-            out.push((from.clone(), v, n));
-            budget -= n;
-        }
-    }
-    out
-}
-
-fn show_value(v: i16) -> String {
-    if v == -1 {
-        "untagged".into()
-    } else {
-        v.to_string()
-    }
-}
-
-fn want(m: &Marking, field: usize, class: usize) -> Want {
-    [&m.dscp, &m.pcp, &m.ecn][field][class]
 }
 
 /// The hop from point `a` to point `b`.
@@ -464,8 +417,10 @@ fn hop(a: &PointAt, b: &PointAt, expect: &Expect) -> Hop {
         );
         let of = a.tally.count(CLASS_PKTS[c]);
         for (f, (_, field)) in FIELDS.iter().enumerate() {
-            for (from, to, pkts) in value_changes(&a.tally.hist(f, c), &b.tally.hist(f, c)) {
-                let w = want(&expect.marking, f, c);
+            let sorted = |h: BTreeMap<i16, i64>| h.into_iter().collect::<Vec<_>>();
+            let (ha, hb) = (sorted(a.tally.hist(f, c)), sorted(b.tally.hist(f, c)));
+            for (from, to, pkts) in value_changes(&ha, &hb) {
+                let w = expect.marking.want(f, c);
                 let shown: Vec<String> = from.iter().map(|v| show_value(*v)).collect();
                 let line = format!(
                     "{class} {field} {} → {} between {} and {}: {pkts} of {of} packets",
@@ -915,54 +870,6 @@ pub fn render(r: &PathReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn h(v: &[(i16, i64)]) -> BTreeMap<i16, i64> {
-        v.iter().copied().collect()
-    }
-
-    #[test]
-    fn a_change_counts_the_packets_that_moved() {
-        // the same packets, 30 re-marked
-        let a = h(&[(26, 100)]);
-        assert_eq!(
-            value_changes(&a, &h(&[(26, 70), (0, 30)])),
-            [(vec![26], 0, 30)]
-        );
-        // and 10 lost as well: loss only removes packets, so 30 changed, not 40
-        assert_eq!(
-            value_changes(&a, &h(&[(26, 60), (0, 30)])),
-            [(vec![26], 0, 30)]
-        );
-        // only losses: no change
-        assert!(value_changes(&a, &h(&[(26, 90)])).is_empty());
-        // nothing at all at the later point: all lost, no change
-        assert!(value_changes(&a, &h(&[])).is_empty());
-    }
-
-    #[test]
-    fn extra_packets_at_the_later_point_are_not_changes() {
-        // 3 more packets at the same value (interval edges, duplicates): no change
-        let a = h(&[(26, 100)]);
-        assert!(value_changes(&a, &h(&[(26, 103)])).is_empty());
-        // 5 at a new value but only 2 left the old one: 2 changed, to the new value
-        assert_eq!(
-            value_changes(&a, &h(&[(26, 98), (0, 5)])),
-            [(vec![26], 0, 2)]
-        );
-        // a class absent at the earlier point: nothing moved
-        assert!(value_changes(&h(&[]), &h(&[(48, 4)])).is_empty());
-    }
-
-    #[test]
-    fn changes_from_several_values_to_several() {
-        let a = h(&[(3, 50), (4, 50)]);
-        let b = h(&[(3, 40), (4, 45), (5, 5), (-1, 10)]);
-        assert_eq!(
-            value_changes(&a, &b),
-            [(vec![3, 4], -1, 10), (vec![3, 4], 5, 5)],
-            "new values first, largest first"
-        );
-    }
 
     #[test]
     fn point_names() {

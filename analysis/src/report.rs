@@ -20,75 +20,10 @@ pub struct Expect {
     pub marking: Marking,
 }
 
-/// What one marking field (DSCP, PCP or ECN) of one packet class must be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Want {
-    /// Not checked.
-    Any,
-    /// This value (PCP -1: untagged).
-    Value(i16),
-    /// ECN: ECN-capable transport or CE; Not-ECT (0) is a violation.
-    Ect,
-}
-
-impl Want {
-    /// Whether a packet with value `v` is as expected.
-    pub fn allows(self, v: i16) -> bool {
-        match self {
-            Want::Any => true,
-            Want::Value(x) => v == x,
-            Want::Ect => v != 0,
-        }
-    }
-}
-
-impl std::fmt::Display for Want {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Want::Any => f.write_str("any"),
-            Want::Value(-1) => f.write_str("untagged"),
-            Want::Value(v) => write!(f, "{v}"),
-            Want::Ect => f.write_str("ECT"),
-        }
-    }
-}
-
-impl Serialize for Want {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-/// The expected DSCP, PCP and ECN of each packet class, indexed by
-/// `observer_common::maps::class` (data, ack, cnp).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Marking {
-    pub dscp: [Want; 3],
-    pub pcp: [Want; 3],
-    pub ecn: [Want; 3],
-}
-
-impl Marking {
-    /// The marking of a policy in the kernel's form (`ANY`, `PCP_NONE`, ECN-capable flags).
-    pub fn of(p: &observer_common::maps::Policy) -> Marking {
-        use observer_common::maps::ANY;
-        use observer_common::parse::PCP_NONE;
-        Marking {
-            dscp: p.dscp.map(|d| match d {
-                ANY => Want::Any,
-                d => Want::Value(d.into()),
-            }),
-            pcp: p.pcp.map(|v| match v {
-                ANY => Want::Any,
-                PCP_NONE => Want::Value(-1),
-                v => Want::Value(v.into()),
-            }),
-            ecn: p
-                .ecn_capable
-                .map(|e| if e != 0 { Want::Ect } else { Want::Any }),
-        }
-    }
-}
+/// What one marking field of one packet class must be, and the expected marking of a policy:
+/// defined once in the observer (docs/analysis.md#path), where the live `marking_changed` rule
+/// uses them too.
+pub use observer::pipeline::marking::{Marking, Want};
 
 impl Expect {
     /// A vendor profile of `observer::vendor`, with the observer's default storm threshold.

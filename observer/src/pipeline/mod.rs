@@ -8,6 +8,7 @@
 pub mod alerts;
 pub mod deltas;
 pub mod ip_pairs;
+pub mod marking;
 pub mod nic_stage;
 pub mod pause;
 pub mod policy;
