@@ -463,7 +463,7 @@ pub unsafe fn update_split<C: Ops, S: Ops>(
         let (step, d) = if c == class::DATA {
             let last = core::ptr::read_volatile(addr_of_mut!((*state).last_ns));
             let idle_ns = policy.incarnation_idle_ms as u64 * 1_000_000;
-            let idle = idle_ns != 0 && last != 0 && now_ns > last + idle_ns;
+            let idle = idle_ns != 0 && last != 0 && now_ns.saturating_sub(last) > idle_ns;
             psn_update(so, state, f.bth.psn, idle)
         } else {
             (PsnStep::None, 0)

@@ -387,6 +387,9 @@ fn qp_number_reuse_restarts_the_psn_analysis() {
     );
     let v = run_timed(&[(1 << 22, 1), (0, 2)], &pol);
     assert_eq!((v.qp_incarnations, v.psn_behind), (1, 0), "behind by 2^22");
+    // Capture times near the end of u64 (a fuzzed capture): no overflow, no new incarnation.
+    let v = run_timed(&[(1, u64::MAX - 5), (3, u64::MAX)], &pol);
+    assert_eq!((v.qp_incarnations, v.psn_gaps), (0, 1));
     assert!(qp::new_incarnation(-(1 << 22), false));
     assert!(!qp::new_incarnation(-(1 << 22) + 1, false));
 }

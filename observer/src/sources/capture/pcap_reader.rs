@@ -215,6 +215,8 @@ struct Driver<'a> {
     /// pcap: FCS bytes at the end of every record.
     legacy_fcs: u32,
     stalls: u32,
+    /// pcapng: the current section's byte order.
+    big_endian: bool,
 }
 
 fn drive<P, F>(
@@ -240,8 +242,14 @@ where
         legacy_ts_ns: false,
         legacy_fcs: 0,
         stalls: 0,
+        big_endian: false,
     };
     loop {
+        if ng && let Some(len) = short_block(r.data(), d.big_endian) {
+            return Err(d.corrupt(format!(
+                "pcapng block of length {len}: shorter than the 12 bytes every block has"
+            )));
+        }
         match r.next() {
             Ok((len, block)) => {
                 d.stalls = 0;
@@ -331,7 +339,8 @@ impl Driver<'_> {
                     offset: self.offset,
                 }))
             }
-            PcapBlockOwned::NG(Block::SectionHeader(_)) => {
+            PcapBlockOwned::NG(Block::SectionHeader(ref shb)) => {
+                self.big_endian = shb.big_endian();
                 if self.offset != 0 {
                     self.section += 1;
                 }
@@ -827,6 +836,27 @@ impl<R: Read> PcapReaderIterator for LegacyStream<R> {
     }
 }
 
+/// The length of the pcapng block `data` starts with when it is under 12 bytes (type, length and
+/// trailing length): corrupt. Refused before pcap-parser sees it: pcap-parser 0.17 subtracts 12
+/// from the length after checking it against the shorter header of some block types (a Process
+/// Information Block of length 4 to 11 overflows, a panic with overflow checks). `None` also
+/// when fewer than 8 bytes (12 for a section header, whose byte order is inside it) are here.
+fn short_block(data: &[u8], big_endian: bool) -> Option<u32> {
+    let word = |at: usize| -> Option<[u8; 4]> { data.get(at..at + 4)?.try_into().ok() };
+    let be = if data.get(..4) == Some(&PCAPNG_SHB[..]) {
+        word(8)? == [0x1a, 0x2b, 0x3c, 0x4d]
+    } else {
+        big_endian
+    };
+    let len = word(4)?;
+    let len = if be {
+        u32::from_be_bytes(len)
+    } else {
+        u32::from_le_bytes(len)
+    };
+    (len < 12).then_some(len)
+}
+
 /// A capture already in memory (a memory-mapped file): the same block parsers as the streaming
 /// readers, without copying the data through a buffer.
 struct SliceReader<'a> {
@@ -972,5 +1002,37 @@ mod tests {
         assert_eq!(ts_resolution(0x94), Some(1 << 20));
         assert_eq!(ts_resolution(6), Some(1_000_000));
         assert_eq!(ts_resolution(20), None);
+    }
+
+    /// A section header, then a block of length 4..=11 (a Process Information Block, whose
+    /// header pcap-parser 0.17 checks against 4 bytes before subtracting 12): a corrupt-input
+    /// error at the block's offset, from the in-memory and the streaming reader alike, in both
+    /// byte orders, and never the overflow panic (these tests run with overflow checks).
+    #[test]
+    fn pcapng_block_shorter_than_12_is_corrupt_not_a_panic() {
+        for be in [false, true] {
+            let w = |v: u32| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+            for len in [0u32, 4, 8, 10, 11] {
+                let mut f = Vec::new();
+                f.extend_from_slice(&PCAPNG_SHB);
+                f.extend_from_slice(&w(28));
+                f.extend_from_slice(&w(0x1a2b_3c4d));
+                f.extend_from_slice(&(if be { [0, 1, 0, 0] } else { [1, 0, 0, 0] }));
+                f.extend_from_slice(&[0xff; 8]);
+                f.extend_from_slice(&w(28));
+                f.extend_from_slice(&w(0x8000_0001));
+                f.extend_from_slice(&w(len));
+                f.extend_from_slice(&[0; 8]);
+                let check = |r: Result<u64, ReplayError>, how: &str| match r {
+                    Err(ReplayError::Corrupt { offset, what, .. }) => {
+                        assert_eq!(offset, 28, "{how} be={be} len={len}");
+                        assert!(what.contains(&format!("length {len}")), "{what}");
+                    }
+                    other => panic!("{how} be={be} len={len}: {other:?}"),
+                };
+                check(read_capture_slice("x", &f, |_| Ok(())), "slice");
+                check(read_capture("x", &f[..], |_| Ok(())), "stream");
+            }
+        }
     }
 }
