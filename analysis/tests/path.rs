@@ -102,17 +102,21 @@ fn replay(out: &Path, host: &str, file: &Path) {
 
 /// The same with `--interval INTERVAL`.
 fn replay_every(out: &Path, host: &str, file: &Path, interval: &str) {
-    let cli = ReplayCli::try_parse_from([
+    replay_with(out, host, file, &["--interval", interval]);
+}
+
+/// The same with more options.
+fn replay_with(out: &Path, host: &str, file: &Path, extra: &[&str]) {
+    let mut args: Vec<&std::ffi::OsStr> = vec![
         "replay".as_ref(),
         "--out".as_ref(),
         out.as_os_str(),
         "--host".as_ref(),
         host.as_ref(),
-        "--interval".as_ref(),
-        interval.as_ref(),
-        file.as_os_str(),
-    ])
-    .unwrap();
+    ];
+    args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+    args.push(file.as_os_str());
+    let cli = ReplayCli::try_parse_from(args).unwrap();
     observer::commands::replay::run(cli.args).unwrap();
 }
 
@@ -571,8 +575,13 @@ fn a_fleet_of_trees_orders_points_along_the_path() {
 
 /// Every flows file below `dir`.
 fn flows_files(dir: &Path) -> Vec<PathBuf> {
+    table_files(dir, "flows")
+}
+
+/// Every file of table `table` below `dir`.
+fn table_files(dir: &Path, table: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let mut stack = vec![dir.join("flows")];
+    let mut stack = vec![dir.join(table)];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
@@ -699,6 +708,93 @@ fn the_point_column_labels_points() {
     assert_eq!(
         names(key(&j, 0x11)),
         ["m/cap/ingress[leaf]", "m/cap/ingress"]
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Every value of column `col` in the files of table `table` below `dir` (null: `None`).
+fn column_values(dir: &Path, table: &str, col: &str) -> Vec<Option<String>> {
+    use arrow::array::AsArray;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let mut out = Vec::new();
+    for p in table_files(dir, table) {
+        let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&p).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        for b in r {
+            let b = b.unwrap();
+            let c = b
+                .column_by_name(col)
+                .unwrap_or_else(|| panic!("{}: no column {col}", p.display()));
+            out.extend(c.as_string::<i32>().iter().map(|v| v.map(String::from)));
+        }
+    }
+    out
+}
+
+/// `--point-label`: written in the flows, interfaces and alerts tables and summary.json; two
+/// replays of one capture (same host, interface, direction) labelled apart are two points of
+/// `roce-analyze path`, compared like any others.
+#[test]
+fn the_point_label_option_names_points() {
+    let root = tmp("point-label");
+    // one packet of key 1 at DSCP 0: a dscp_mismatch alert in each tree
+    let pkts = capture(&[1, 2], true, |k, i| {
+        Some(if k == 1 && i == 3 {
+            base(k, i).mark(0, 2)
+        } else {
+            base(k, i)
+        })
+    });
+    let caps = root.join("captures");
+    std::fs::create_dir_all(&caps).unwrap();
+    let file = write(&caps, "cap", &pkts, false);
+    let (leaf, spine) = (root.join("leaf"), root.join("spine"));
+    replay_with(&leaf, "m", &file, &["--point-label", "tor1-mirror"]);
+    replay_with(&spine, "m", &file, &["--point-label", "spine 2"]);
+    for (dir, label) in [(&leaf, "tor1-mirror"), (&spine, "spine 2")] {
+        for table in ["flows", "interfaces", "alerts"] {
+            let v = column_values(dir, table, "point");
+            assert!(!v.is_empty(), "{table}: rows");
+            assert!(
+                v.iter().all(|x| x.as_deref() == Some(label)),
+                "{table}: {v:?}"
+            );
+        }
+        let s: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(s["point"], label);
+        assert_eq!(s["alerts"]["dscp_mismatch"], 1);
+        let names: Vec<&str> = s["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        let name = format!("m/cap/ingress[{label}]");
+        assert_eq!(names, [name.as_str()]);
+        assert_eq!(s["points"][0]["point"], label);
+    }
+    let (code, j) = path_json(&[&leaf, &spine]);
+    assert_eq!(code, Some(0), "{j:#}");
+    assert_eq!(j["totals"]["keys"], 2);
+    assert_eq!(
+        names(key(&j, 0x11)),
+        ["m/cap/ingress[tor1-mirror]", "m/cap/ingress[spine 2]"],
+        "equal counts: the tree given first comes first"
+    );
+    // a label that is not one is a usage error
+    let bad = ReplayCli::try_parse_from(["replay", "--point-label", "a/b", "x.pcap"]);
+    assert!(bad.is_err());
+    // without a label, the column is there and null
+    let plain = root.join("plain");
+    replay(&plain, "m", &file);
+    assert!(
+        column_values(&plain, "flows", "point")
+            .iter()
+            .all(Option::is_none)
     );
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -101,6 +101,9 @@ pub struct Column {
     pub nullable: bool,
     pub unit: &'static str,
     pub doc: String,
+    /// Added after files were first written: a file without it is read as if it were all
+    /// null (the column must be nullable).
+    pub added_later: bool,
 }
 
 /// One table of the output tree.
@@ -169,12 +172,15 @@ impl Table {
     /// allowed: a newer writer may add some).
     pub fn check(&self, file: &Schema) -> Result<(), SchemaMismatch> {
         for c in &self.columns {
-            let f = file
-                .field_with_name(&c.name)
-                .map_err(|_| SchemaMismatch::Missing {
+            let Ok(f) = file.field_with_name(&c.name) else {
+                if c.added_later {
+                    continue;
+                }
+                return Err(SchemaMismatch::Missing {
                     table: self.name,
                     column: c.name.clone(),
-                })?;
+                });
+            };
             if !same_type(f.data_type(), &c.ty.arrow()) {
                 return Err(SchemaMismatch::Type {
                     table: self.name,
@@ -231,12 +237,31 @@ fn col(name: impl Into<String>, ty: ColType, unit: &'static str, doc: impl Into<
         nullable: false,
         unit,
         doc: doc.into(),
+        added_later: false,
     }
 }
 
 fn nullable(mut c: Column) -> Column {
     c.nullable = true;
     c
+}
+
+/// A nullable column that files written before it was added lack (read as null).
+fn added_later(c: Column) -> Column {
+    let mut c = nullable(c);
+    c.added_later = true;
+    c.doc += " (absent from files written before it was added: read as null)";
+    c
+}
+
+/// `point`: the observation point's label.
+fn point_column() -> Column {
+    added_later(col(
+        "point",
+        ColType::Utf8,
+        "",
+        "observation point label (`--point-label`; null without one): with host, iface and dir it names the point that `roce-analyze path` compares",
+    ))
 }
 
 /// Reads one count of a per-QP delta.
@@ -508,6 +533,7 @@ fn key_columns(c: &mut Vec<Column>) {
         "",
         "`ingress` (XDP / tc ingress) or `egress` (tc egress)",
     ));
+    c.push(point_column());
 }
 
 fn interval_columns(c: &mut Vec<Column>) {
@@ -774,6 +800,7 @@ fn alerts_table() -> Table {
         col("severity", Utf8, "", "`info`, `warning` or `critical`"),
         col("iface", Utf8, "", "interface (`-` for output failures)"),
         nullable(col("dir", Utf8, "", "direction, where the rule has one")),
+        point_column(),
         nullable(col(
             "class",
             Utf8,
@@ -1005,6 +1032,31 @@ mod tests {
             f.check(&Schema::new(fields)),
             Err(SchemaMismatch::Type { column, .. }) if column == "pkts"
         ));
+    }
+
+    /// A column added later (`point`) may be missing from a file (written before it was
+    /// added): read as null, not an error; every other column must be there.
+    #[test]
+    fn files_written_before_a_column_was_added_are_read() {
+        for t in [flows(), interfaces(), alerts()] {
+            let c = t.expect_column("point");
+            assert!(c.added_later && c.nullable, "{}", t.name);
+            let fields: Vec<Field> = t
+                .arrow_schema()
+                .fields()
+                .iter()
+                .filter(|x| x.name() != "point")
+                .map(|x| (**x).clone())
+                .collect();
+            assert_eq!(t.check(&Schema::new(fields)), Ok(()), "{}", t.name);
+        }
+        assert!(
+            flows()
+                .columns
+                .iter()
+                .filter(|c| c.name != "point")
+                .all(|c| !c.added_later)
+        );
     }
 
     #[test]

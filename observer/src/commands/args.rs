@@ -97,6 +97,23 @@ pub fn parse_host(s: &str) -> Result<String, String> {
     }
 }
 
+/// `--point-label`: the observation point's label in every table and summary.json
+/// (`tor1-mirror`): 1-64 characters, no `/` and no control characters (as for `--host`, it
+/// names a point in `roce-analyze path`'s `host/iface/dir[label]`).
+pub fn parse_point_label(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.chars().count() <= 64
+        && !s.chars().any(|c| c == '/' || c.is_control())
+        && s.trim() == s;
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?}: a point label is 1-64 characters, without `/`, control characters or surrounding spaces"
+        ))
+    }
+}
+
 /// `--profile`: a vendor profile of [`crate::vendor`].
 pub fn parse_profile(s: &str) -> Result<String, String> {
     match crate::vendor::profile(s) {
@@ -156,6 +173,24 @@ mod tests {
         assert_eq!(parse_host("gpu-01.dc"), Ok("gpu-01.dc".into()));
         for bad in ["a/b", "", "..", "x y", &"h".repeat(65)] {
             assert!(parse_host(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn point_labels() {
+        for good in ["tor1-mirror", "leaf 1 [mirror]", "spine.é", &"p".repeat(64)] {
+            assert_eq!(parse_point_label(good), Ok(good.to_string()));
+        }
+        for bad in [
+            "",
+            "a/b",
+            "x\ny",
+            "tab\t",
+            "\u{7f}",
+            " pad",
+            &"p".repeat(65),
+        ] {
+            assert!(parse_point_label(bad).is_err(), "{bad:?}");
         }
     }
 }

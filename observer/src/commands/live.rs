@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use observer_common::maps::policy_flags;
 
-use super::args::{parse_duration, parse_host, parse_link_speed, parse_profile, parse_rotate_mb};
+use super::args::{
+    parse_duration, parse_host, parse_link_speed, parse_point_label, parse_profile, parse_rotate_mb,
+};
 use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
 use crate::sources::kernel::diagnosis as diag;
 use crate::sources::kernel::interfaces::{KernelSource, NicFeed, Observed};
@@ -87,6 +89,10 @@ pub struct LiveArgs {
     /// Host name in file names and rows (default: this machine's).
     #[arg(long, value_name = "NAME", value_parser = parse_host)]
     pub host: Option<String>,
+    /// Label of this observation point (`tor1-mirror`), in the `point` column of every table
+    /// and in summary.json: trees from several points, side by side, are told apart and joined.
+    #[arg(long, value_name = "LABEL", value_parser = parse_point_label)]
+    pub point_label: Option<String>,
     /// Plain logs even when stdout is a terminal (no refreshing view).
     #[arg(long)]
     pub plain: bool,
@@ -158,6 +164,7 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     cfg.rotate_secs = args.rotate.as_secs().max(1);
     cfg.rotate_bytes = args.rotate_mb << 20;
     cfg.terminal = terminal;
+    cfg.point_label = args.point_label.clone();
     if !args.no_nic {
         cfg.nic_policy = Some(super::nic::check_policy(&policy, &args.profile).0);
     }

@@ -10,7 +10,8 @@ use observer_common::maps::{Policy, policy_flags};
 use serde_json::{Value, json};
 
 use super::args::{
-    parse_duration, parse_host, parse_link_speed, parse_profile_or_none, parse_rotate_mb,
+    parse_duration, parse_host, parse_link_speed, parse_point_label, parse_profile_or_none,
+    parse_rotate_mb,
 };
 use crate::pipeline::alerts::Severity;
 use crate::pipeline::rules::Rule;
@@ -68,6 +69,11 @@ pub struct ReplayArgs {
     /// Host name written into output file names (default: this host's name).
     #[arg(long, value_parser = parse_host)]
     pub host: Option<String>,
+    /// Label of the observation point the captures were taken at (`tor1-mirror`), in the
+    /// `point` column of every table and in summary.json: trees from several points of a
+    /// fleet, side by side, are told apart and joined (`roce-analyze path`).
+    #[arg(long, value_name = "LABEL", value_parser = parse_point_label)]
+    pub point_label: Option<String>,
 }
 
 /// `roce-observe replay`: every input through the capture source into the collector, then the
@@ -196,6 +202,7 @@ fn collector(args: &ReplayArgs, policy: Option<&PolicyConfig>) -> anyhow::Result
         .with_context(|| format!("creating the output directory {}", args.out.display()))?;
     let host = args.host.clone().unwrap_or_else(crate::pipeline::host_name);
     let mut cc = CollectorConfig::new(args.out.clone(), &host, "replay", cfg);
+    cc.point_label = args.point_label.clone();
     cc.rotate_secs = args.rotate.as_secs().max(1);
     cc.rotate_bytes = args.rotate_mb << 20;
     Ok(Collector::new(cc)?)

@@ -79,6 +79,8 @@ pub struct Alert {
     pub summary: bool,
     /// "event" (kernel first-occurrence event) or "interval" (interval deltas).
     pub origin: &'static str,
+    /// The observation point's label (`--point-label`), set by the collector when it emits.
+    pub point: Option<String>,
 }
 
 impl Alert {
@@ -126,6 +128,7 @@ impl Alert {
             "severity": self.severity.as_str(),
             "iface": self.key.iface,
             "dir": self.key.dir.map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)]),
+            "point": self.point,
             "class": self.key.class.map(|c| class::NAMES[(c as usize).min(class::COUNT - 1)]),
             "src": self.key.src.map(|a| ip_of(&a).to_string()),
             "dst": self.key.dst.map(|a| ip_of(&a).to_string()),
@@ -157,6 +160,7 @@ impl Alert {
                     .dir
                     .map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)].into()),
             ),
+            Cell::OS(self.point.clone()),
             Cell::OS(
                 self.key
                     .class
@@ -196,6 +200,7 @@ impl Alert {
             count,
             summary: false,
             origin,
+            point: None,
         }
     }
 }

@@ -75,6 +75,9 @@ pub struct CollectorConfig {
     pub out_dir: PathBuf,
     /// Host name written into file names.
     pub host: String,
+    /// The observation point's label (`--point-label`): the `point` column of every table and
+    /// `point` in summary.json (`None`: null).
+    pub point_label: Option<String>,
     /// "live" or "replay".
     pub source: &'static str,
     pub policy: PolicyConfig,
@@ -102,6 +105,7 @@ impl CollectorConfig {
         CollectorConfig {
             out_dir,
             host: host.to_string(),
+            point_label: None,
             source,
             policy,
             rotate_secs: 300,
@@ -275,6 +279,8 @@ struct KeyPass {
 /// The interval's fixed facts, shared by every key.
 struct KeyCtx<'a> {
     iface: &'a str,
+    /// The observation point's label.
+    point: Option<&'a str>,
     end: u64,
     off: i64,
     policy: &'a PolicyConfig,
@@ -511,6 +517,7 @@ fn account_iface(
             rows.push(tables::iface_row(
                 &run.host,
                 run.source,
+                cx.point,
                 iface,
                 d,
                 start,
@@ -659,7 +666,8 @@ impl Collector {
         &self.alert_counts
     }
 
-    fn emit(&mut self, a: Alert) {
+    fn emit(&mut self, mut a: Alert) {
+        a.point = self.cfg.point_label.clone();
         *self.alert_counts.entry(a.rule.name()).or_default() += 1;
         *self.occurrences.entry(a.rule.name()).or_default() += a.count;
         for s in &mut self.sinks {
@@ -754,7 +762,8 @@ impl Collector {
             + st.evicted.len();
         let (host, source) = (&self.run.host, self.run.source);
         let mut kp = KeyPass {
-            fb: FlowsBuilder::with_capacity(host, source, &snap.iface, start, end, cap),
+            fb: FlowsBuilder::with_capacity(host, source, &snap.iface, start, end, cap)
+                .with_point(self.cfg.point_label.as_deref()),
             cands: Vec::new(),
             new_qps: [0; dir::COUNT],
             active: [0; dir::COUNT],
@@ -766,6 +775,7 @@ impl Collector {
         };
         let cx = KeyCtx {
             iface: &snap.iface,
+            point: self.cfg.point_label.as_deref(),
             end,
             off,
             policy: &self.cfg.policy,
@@ -892,6 +902,34 @@ impl Collector {
             .collect()
     }
 
+    /// The observation points of the run: (host, iface, dir, label) of every interface's
+    /// ingress, and of its egress when it saw frames, with the name `roce-analyze path` gives
+    /// them (`host/iface/dir[label]`).
+    fn points_json(&self) -> Value {
+        let mut out = Vec::new();
+        for (name, st) in &self.ifaces {
+            for d in 0..dir::COUNT {
+                let frames = st.prev_iface[d].frames + st.before_restart[d].frames;
+                if d != dir::INGRESS as usize && frames == 0 {
+                    continue;
+                }
+                let base = format!("{}/{name}/{}", self.cfg.host, dir::NAMES[d]);
+                let full = match &self.cfg.point_label {
+                    Some(l) => format!("{base}[{l}]"),
+                    None => base,
+                };
+                out.push(json!({
+                    "host": self.cfg.host,
+                    "iface": name,
+                    "dir": dir::NAMES[d],
+                    "point": self.cfg.point_label,
+                    "name": full,
+                }));
+            }
+        }
+        Value::Array(out)
+    }
+
     /// Flushes and closes every output, writes `summary.json` (`summary_json` of the last
     /// snapshots plus `"alerts": {rule: count}`) and returns it.
     pub fn finish(mut self) -> Result<Value, CollectorError> {
@@ -959,6 +997,8 @@ impl Collector {
             m.insert("output".into(), self.output_stats());
             m.insert("host".into(), json!(self.cfg.host));
             m.insert("source".into(), json!(self.cfg.source));
+            m.insert("point".into(), json!(self.cfg.point_label));
+            m.insert("points".into(), self.points_json());
         }
         v
     }

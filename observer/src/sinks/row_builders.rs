@@ -71,7 +71,7 @@ pub fn flows_schema() -> SchemaRef {
 /// - every other integer (QP numbers, PSNs, times, histogram values, small or mostly zero
 ///   counters): DELTA_BINARY_PACKED (nearly one dictionary entry per row for identifiers and
 ///   times; a few bits per value bit-packed for small counts);
-/// - `host`, `source`, `iface`, `dir`: PLAIN (one or two values per batch, which zstd
+/// - `host`, `source`, `iface`, `dir`, `point`: PLAIN (one or two values per batch, which zstd
 ///   compresses away);
 /// - `src`, `dst`: dictionary (a fabric's hosts).
 pub fn flows_encoding(path: &str, physical: parquet::basic::Type) -> Option<Encoding> {
@@ -92,7 +92,7 @@ pub fn flows_encoding(path: &str, physical: parquet::basic::Type) -> Option<Enco
                     .any(|h| path.strip_prefix(h.as_str()) == Some(".list.item.pkts"));
             (!volume).then_some(Encoding::DELTA_BINARY_PACKED)
         }
-        Type::BYTE_ARRAY if ["host", "source", "iface", "dir"].contains(&path) => {
+        Type::BYTE_ARRAY if ["host", "source", "iface", "dir", "point"].contains(&path) => {
             Some(Encoding::PLAIN)
         }
         _ => None,
@@ -244,6 +244,8 @@ pub struct FlowsBuilder {
     host: String,
     source: String,
     iface: String,
+    /// The observation point's label (`--point-label`).
+    point: Option<String>,
     start_us: i64,
     end_us: i64,
     rows: usize,
@@ -289,6 +291,7 @@ impl FlowsBuilder {
             host: host.into(),
             source: source.into(),
             iface: iface.into(),
+            point: None,
             start_us: (start_ns / 1000) as i64,
             end_us: (end_ns / 1000) as i64,
             rows: 0,
@@ -311,6 +314,12 @@ impl FlowsBuilder {
             hists: (0..10).map(|_| Hist::default()).collect(),
             buckets: bucket_table(),
         }
+    }
+
+    /// Rows labelled with the observation point `point` (`--point-label`; `None`: null).
+    pub fn with_point(mut self, point: Option<&str>) -> FlowsBuilder {
+        self.point = point.map(Into::into);
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -404,6 +413,7 @@ impl FlowsBuilder {
             Arc::new(StringArray::from_iter_values(
                 self.dir.iter().map(|&d| dir::NAMES[d as usize]),
             )),
+            Arc::new(StringArray::from(vec![self.point.as_deref(); n])),
             Arc::new(self.src.finish()?),
             Arc::new(self.dst.finish()?),
             Arc::new(Int32Array::from(self.qp)),
@@ -510,6 +520,7 @@ pub struct IfaceExtra {
 pub fn iface_row(
     host: &str,
     source: &str,
+    point: Option<&str>,
     iface: &str,
     d: usize,
     start_ns: u64,
@@ -525,6 +536,7 @@ pub fn iface_row(
         Cell::S(source.into()),
         Cell::S(iface.into()),
         Cell::S(dir::NAMES[d].into()),
+        Cell::OS(point.map(Into::into)),
         Cell::T(start_ns),
         Cell::T(end_ns),
         Cell::OI(link_bps.map(|b| b as i64)),
@@ -664,7 +676,8 @@ mod tests {
     #[test]
     fn flows_batch_matches_schema_and_is_sparse() {
         let schema = flows_schema();
-        let mut b = FlowsBuilder::new("h", "replay", "eth0", 1_000_000_000, 2_000_000_000);
+        let mut b = FlowsBuilder::new("h", "replay", "eth0", 1_000_000_000, 2_000_000_000)
+            .with_point(Some("leaf1"));
         let mut v = QpValue::ZERO;
         v.pkts = 3;
         v.dscp_hist[class::DATA][26] = 2;
@@ -701,6 +714,15 @@ mod tests {
         let st = st.as_any().downcast_ref::<StructArray>().unwrap();
         let val = st.column(0).as_any().downcast_ref::<Int16Array>().unwrap();
         assert_eq!(val.value(0), -1, "untagged");
+        let point = batch.column_by_name("point").unwrap();
+        let point = point.as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!((point.value(0), point.value(1)), ("leaf1", "leaf1"));
+        // without a label: null
+        use arrow::array::Array;
+        let mut b = FlowsBuilder::new("h", "replay", "eth0", 0, 1);
+        b.push(&k, &v, true, false, 0);
+        let none = b.finish(&schema).unwrap();
+        assert!(none.column_by_name("point").unwrap().is_null(0));
     }
 
     /// Every column of every row against the delta it came from (random keys and sparse
@@ -922,6 +944,7 @@ mod tests {
         let r = iface_row(
             "h",
             "live",
+            Some("tor1-mirror"),
             "e",
             0,
             0,
@@ -960,5 +983,8 @@ mod tests {
             peak.as_any().downcast_ref::<Int64Array>().unwrap().value(0),
             9
         );
+        let point = b.column_by_name("point").unwrap();
+        let point = point.as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(point.value(0), "tor1-mirror");
     }
 }
