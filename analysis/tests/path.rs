@@ -799,6 +799,94 @@ fn the_point_label_option_names_points() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// One pcapng with the sender's egress (`eth0`) and the re-marked, lossy copy as ingress
+/// (`eth1`, each packet right after its original): replay compares its two interfaces every interval and raises
+/// `marking_changed` (docs/alerts.md#marking_changed), and the changes it counts against the
+/// policy are those `roce-analyze path` finds in the tree it wrote, packet for packet.
+#[test]
+fn marking_changed_in_replay_agrees_with_path() {
+    let root = tmp("two-ifaces");
+    let keys = [1, 2, 3, 4, 5];
+    let rec = |(t, d): &(u64, Vec<u8>), iface, flags| Rec {
+        ts_ns: *t,
+        data: d.clone(),
+        iface,
+        epb_flags: flags,
+    };
+    let mut recs: Vec<Rec> = capture(&keys, true, sender)
+        .iter()
+        .map(|p| rec(p, 0, 2))
+        .chain(capture(&keys, true, receiver).iter().map(|p| rec(p, 1, 1)))
+        .collect();
+    recs.sort_by_key(|r| r.ts_ns); // stable: at one time, the egress record first
+    let caps = root.join("captures");
+    std::fs::create_dir_all(&caps).unwrap();
+    let file = caps.join("sw.pcapng");
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&file).unwrap());
+    let e = corpus::LINKTYPE_ETHERNET;
+    corpus::write_pcapng(&mut w, &[(e, "eth0", 9), (e, "eth1", 9)], &recs).unwrap();
+    std::io::Write::flush(&mut w).unwrap();
+    drop(w);
+    let out = root.join("tree");
+    replay(&out, "sw", &file);
+
+    let mut live: std::collections::BTreeMap<(i64, String, String), i64> = Default::default();
+    for a in alerts_of(&out)
+        .iter()
+        .filter(|a| a["rule"] == "marking_changed")
+    {
+        assert_eq!(
+            (&a["iface"], &a["dir"], &a["to_iface"], &a["to_dir"]),
+            (
+                &"sw:eth0".into(),
+                &"egress".into(),
+                &"sw:eth1".into(),
+                &"ingress".into()
+            )
+        );
+        let k = (
+            a["qp"].as_i64().unwrap(),
+            a["class"].as_str().unwrap().to_string(),
+            a["subject"].as_str().unwrap().to_uppercase(),
+        );
+        *live.entry(k).or_default() += a["count"].as_i64().unwrap();
+    }
+    let (code, j) = path_json(&[&out]);
+    assert_eq!(code, Some(1), "{j:#}");
+    let mut offline: std::collections::BTreeMap<(i64, String, String), i64> = Default::default();
+    for k in j["keys"].as_array().unwrap() {
+        for c in k["hops"][0]["changes"].as_array().unwrap() {
+            if c["violates"] == true {
+                let id = (
+                    k["qp"].as_i64().unwrap(),
+                    c["class"].as_str().unwrap().to_string(),
+                    c["field"].as_str().unwrap().to_string(),
+                );
+                *offline.entry(id).or_default() += c["pkts"].as_i64().unwrap();
+            }
+        }
+    }
+    let want: std::collections::BTreeMap<_, _> = [
+        ((0x11, "data".to_string(), "DSCP".to_string()), 30),
+        ((0x12, "data".to_string(), "ECN".to_string()), 10),
+        ((0x21, "ack".to_string(), "DSCP".to_string()), 20),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(offline, want, "{j:#}");
+    assert_eq!(live, want);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// alerts.jsonl of the tree `dir`.
+fn alerts_of(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("alerts.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Appends to the first flows file of `dir` an eviction row of key `qp` from `src` to `dst`:
 /// the first row's interval and point, every count 0 and every histogram empty.
 fn append_eviction_row(dir: &Path, src: &str, dst: &str, qp: i32) {

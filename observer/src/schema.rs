@@ -801,6 +801,18 @@ fn alerts_table() -> Table {
         col("iface", Utf8, "", "interface (`-` for output failures)"),
         nullable(col("dir", Utf8, "", "direction, where the rule has one")),
         point_column(),
+        added_later(col(
+            "to_iface",
+            Utf8,
+            "",
+            "`marking_changed`: the interface of the later point (`iface` and `dir` are the earlier one)",
+        )),
+        added_later(col(
+            "to_dir",
+            Utf8,
+            "",
+            "`marking_changed`: the direction of the later point",
+        )),
         nullable(col(
             "class",
             Utf8,

@@ -41,8 +41,12 @@ pub struct AlertKey {
     pub dst: Option<[u8; 16]>,
     pub qp: Option<u32>,
     pub priority: Option<u8>,
-    /// Other subject (e.g. an output table).
+    /// Other subject (e.g. an output table, or the marking field of `marking_changed`).
     pub other: Option<String>,
+    /// The later of two observation points (`marking_changed`: `iface` and `dir` are the
+    /// earlier one).
+    pub to_iface: Option<String>,
+    pub to_dir: Option<u8>,
 }
 
 impl AlertKey {
@@ -60,6 +64,10 @@ impl AlertKey {
         self.class = Some(c as u8);
         self
     }
+}
+
+fn dir_name(d: u8) -> &'static str {
+    dir::NAMES[(d as usize).min(dir::COUNT - 1)]
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -87,7 +95,13 @@ impl Alert {
     pub fn message(&self) -> String {
         let mut s = format!("{} on {}", self.rule.name(), self.key.iface);
         if let Some(d) = self.key.dir {
-            s += &format!(" {}", dir::NAMES[(d as usize).min(dir::COUNT - 1)]);
+            s += &format!(" {}", dir_name(d));
+        }
+        if let Some(to) = &self.key.to_iface {
+            s += &format!(" → {to}");
+            if let Some(d) = self.key.to_dir {
+                s += &format!(" {}", dir_name(d));
+            }
         }
         if let (Some(a), Some(b)) = (self.key.src, self.key.dst) {
             s += &format!(" {} -> {}", ip_of(&a), ip_of(&b));
@@ -129,6 +143,8 @@ impl Alert {
             "iface": self.key.iface,
             "dir": self.key.dir.map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)]),
             "point": self.point,
+            "to_iface": self.key.to_iface,
+            "to_dir": self.key.to_dir.map(dir_name),
             "class": self.key.class.map(|c| class::NAMES[(c as usize).min(class::COUNT - 1)]),
             "src": self.key.src.map(|a| ip_of(&a).to_string()),
             "dst": self.key.dst.map(|a| ip_of(&a).to_string()),
@@ -161,6 +177,8 @@ impl Alert {
                     .map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)].into()),
             ),
             Cell::OS(self.point.clone()),
+            Cell::OS(self.key.to_iface.clone()),
+            Cell::OS(self.key.to_dir.map(|d| dir_name(d).into())),
             Cell::OS(
                 self.key
                     .class

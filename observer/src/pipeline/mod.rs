@@ -51,16 +51,17 @@ pub mod rule {
     pub const CE_WITHOUT_CNP: &str = Rule::CeWithoutCnp.name();
     pub const PFC_WITHOUT_ECN: &str = Rule::PfcWithoutEcn.name();
     pub const MTU_BELOW_EXPECTED: &str = Rule::MtuBelowExpected.name();
+    pub const MARKING_CHANGED: &str = Rule::MarkingChanged.name();
     pub const QP_MAP_FULL: &str = Rule::QpMapFull.name();
     pub const EVENTS_LOST: &str = Rule::EventsLost.name();
     pub const OUTPUT_WRITE_FAILED: &str = Rule::OutputWriteFailed.name();
     pub const IFACE_GONE: &str = Rule::IfaceGone.name();
     /// Every packet rule's name, in documentation order (the NIC and configuration rules
     /// follow in `Rule::ALL`).
-    pub const ALL: [&str; 14] = {
-        let mut a = [""; 14];
+    pub const ALL: [&str; 15] = {
+        let mut a = [""; 15];
         let mut i = 0;
-        while i < 14 {
+        while i < 15 {
             a[i] = Rule::ALL[i].name();
             i += 1;
         }
@@ -257,6 +258,8 @@ pub struct Collector {
     /// Alerts emitted per interface since its last interval log line (events between
     /// intervals included).
     alerts_since_log: BTreeMap<String, u64>,
+    /// The marking comparison across this process's interfaces (`marking_changed`).
+    marking: marking::MarkingStage,
     /// The terminal view (a sink too; kept apart so the live command can draw it).
     pub view: ViewState,
     pub last: IntervalStats,
@@ -277,6 +280,8 @@ struct KeyPass {
 }
 
 /// The interval's fixed facts, shared by every key.
+    /// The rows' marking for the comparison across interfaces (two interfaces or more).
+    marks: Option<marking::Feed>,
 struct KeyCtx<'a> {
     iface: &'a str,
     /// The observation point's label.
@@ -307,6 +312,9 @@ impl KeyPass {
         rules::qp_interval_nz(
             cx.iface,
             k,
+        if let Some(m) = self.marks.as_mut() {
+            m.push(k, d, nz);
+        }
             d,
             nz,
             &p.expected,
@@ -595,6 +603,7 @@ impl Collector {
             last: IntervalStats::default(),
             cfg,
         })
+            marking: marking::MarkingStage::new(&cfg.policy.expected),
     }
 
     /// Adds an output (the Prometheus and Alertmanager sinks plug in here).
@@ -753,6 +762,8 @@ impl Collector {
             st.link_bps = snap.link_speed_bps;
             st.pause.set_link_speed(snap.link_speed_bps);
         }
+        // With one interface a key's two directions are different keys: nothing to join.
+        let multi = self.ifaces.len() + usize::from(!self.ifaces.contains_key(&snap.iface)) >= 2;
         let end = snap.time_ns;
         let start = interval_start(st, snap, off).min(end);
         let cap = snap
@@ -777,6 +788,7 @@ impl Collector {
             iface: &snap.iface,
             point: self.cfg.point_label.as_deref(),
             end,
+            marks: multi.then(|| self.marking.take_feed()),
             off,
             policy: &self.cfg.policy,
             want_top: self.cfg.terminal,
@@ -790,6 +802,9 @@ impl Collector {
         st.prev_time = Some(end);
         st.last_active = kp.active.iter().sum::<u64>() as usize;
         let (max_xoff, link) = (st.max_xoff_per_s, st.link_bps);
+        if let Some(f) = kp.marks.take() {
+            self.marking.add(&snap.iface, f);
+        }
         self.last = IntervalStats {
             iface: snap.iface.clone(),
             start_ns: start,
@@ -1055,7 +1070,6 @@ impl crate::sources::Consumer for Collector {
             st.restart();
         }
     }
-    /// Draws the terminal view once per interval, after every interface's snapshot.
     fn nic(
         &mut self,
         iface: &str,
@@ -1064,7 +1078,16 @@ impl crate::sources::Consumer for Collector {
     ) -> Result<(), crate::sources::ConsumerError> {
         Ok(self.on_nic(iface, sample, counters)?)
     }
-    fn interval_done(&mut self, _t_ns: u64) {
+    /// Compares the interfaces' marking (every snapshot of the interval is in), then draws the
+    /// terminal view.
+    fn interval_done(&mut self, t_ns: u64) {
+        let changed = self.marking.evaluate(t_ns);
+        if !changed.is_empty() {
+            for a in changed {
+                self.offer(a);
+            }
+            self.each_sink(t_ns, |s| s.flush(t_ns));
+        }
         if self.cfg.terminal {
             use std::io::Write;
             let title = format!(

@@ -25,6 +25,9 @@ pub enum Rule {
     CeWithoutCnp,
     PfcWithoutEcn,
     MtuBelowExpected,
+    /// One QP's marking (DSCP, PCP or ECN of a class) changed between two observation points
+    /// of one process, to a value the policy does not expect ([`super::marking`]).
+    MarkingChanged,
     /// New QP keys could not be tracked: the per-QP map is full (`--max-qps`).
     QpMapFull,
     /// Kernel events were dropped (ring buffer full); interval rules still see the counts.
@@ -52,7 +55,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in documentation order.
-    pub const ALL: [Rule; 27] = [
+    pub const ALL: [Rule; 28] = [
         Rule::DscpMismatch,
         Rule::PcpMismatch,
         Rule::NotEct,
@@ -64,6 +67,7 @@ impl Rule {
         Rule::CeWithoutCnp,
         Rule::PfcWithoutEcn,
         Rule::MtuBelowExpected,
+        Rule::MarkingChanged,
         Rule::QpMapFull,
         Rule::EventsLost,
         Rule::OutputWriteFailed,
@@ -95,6 +99,7 @@ impl Rule {
             Rule::CeWithoutCnp => "ce_without_cnp",
             Rule::PfcWithoutEcn => "pfc_without_ecn",
             Rule::MtuBelowExpected => "mtu_below_expected",
+            Rule::MarkingChanged => "marking_changed",
             Rule::QpMapFull => "qp_map_full",
             Rule::EventsLost => "events_lost",
             Rule::OutputWriteFailed => "output_write_failed",
@@ -145,6 +150,7 @@ impl Rule {
         match self {
             Rule::DscpMismatch | Rule::PcpMismatch | Rule::NotEct => "QP key and class",
             Rule::PsnGap | Rule::GoBackN | Rule::MtuBelowExpected => "QP key",
+            Rule::MarkingChanged => "QP key, class, field and the two points",
             Rule::PfcWrongPriority | Rule::PfcStorm => "interface, direction and priority",
             Rule::Pause8023x | Rule::QpMapFull | Rule::EventsLost => "interface and direction",
             Rule::CeWithoutCnp => "interface and IP pair",

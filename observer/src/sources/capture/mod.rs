@@ -184,6 +184,8 @@ impl<'o> Replay<'o> {
         self.dps.len() - 1
     }
 
+    /// A snapshot of each of the input's interfaces `idxs` at `time_ns`, then the interval
+    /// is done (the interfaces of one input are compared with each other at its end).
     fn emit(&mut self, idxs: &[usize], time_ns: u64) -> Result<u64, ReplayError> {
         let mut n = 0;
         for &i in idxs {
@@ -191,6 +193,9 @@ impl<'o> Replay<'o> {
             let s = d.dp.snapshot(&d.name, time_ns, self.opts.link_speed_bps);
             self.out.snapshot(&s).map_err(ReplayError::Consumer)?;
             n += 1;
+        }
+        if n > 0 {
+            self.out.interval_done(time_ns);
         }
         Ok(n)
     }
