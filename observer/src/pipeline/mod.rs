@@ -88,6 +88,8 @@ pub struct CollectorConfig {
     pub rotate_bytes: u64,
     /// Draw the refreshing terminal view (stdout is a terminal) instead of plain logs.
     pub terminal: bool,
+    /// `--log-format json`: alerts go to the log as structured events, stderr has JSON only.
+    pub log_json: bool,
     /// What the NIC's QoS configuration is checked against (`None`: not checked).
     pub nic_policy: Option<crate::sources::nic::Policy>,
     /// Journal every interval's rows durably, so a crash loses at most the interval being read
@@ -112,6 +114,7 @@ impl CollectorConfig {
             rotate_secs: 300,
             rotate_bytes: 128 << 20,
             terminal: false,
+            log_json: false,
             nic_policy: None,
             journal: true,
         }
@@ -255,11 +258,11 @@ pub struct Collector {
     scratch: Box<deltas::Scratch>,
     /// The NIC view of each interface (its configuration, its interval's start).
     nics: BTreeMap<String, nic_stage::NicState>,
+    /// The marking comparison across this process's interfaces (`marking_changed`).
+    marking: marking::MarkingStage,
     /// Alerts emitted per interface since its last interval log line (events between
     /// intervals included).
     alerts_since_log: BTreeMap<String, u64>,
-    /// The marking comparison across this process's interfaces (`marking_changed`).
-    marking: marking::MarkingStage,
     /// The terminal view (a sink too; kept apart so the live command can draw it).
     pub view: ViewState,
     pub last: IntervalStats,
@@ -277,11 +280,11 @@ struct KeyPass {
     ce_data_max: u64,
     ce_total: u64,
     top: Vec<view::TopRow>,
+    /// The rows' marking for the comparison across interfaces (two interfaces or more).
+    marks: Option<marking::Feed>,
 }
 
 /// The interval's fixed facts, shared by every key.
-    /// The rows' marking for the comparison across interfaces (two interfaces or more).
-    marks: Option<marking::Feed>,
 struct KeyCtx<'a> {
     iface: &'a str,
     /// The observation point's label.
@@ -309,12 +312,12 @@ impl KeyPass {
     ) {
         let p = cx.policy;
         self.fb.push_nz(k, d, nz, new, evicted, cx.off);
-        rules::qp_interval_nz(
-            cx.iface,
-            k,
         if let Some(m) = self.marks.as_mut() {
             m.push(k, d, nz);
         }
+        rules::qp_interval_nz(
+            cx.iface,
+            k,
             d,
             nz,
             &p.expected,
@@ -580,7 +583,9 @@ impl Collector {
             table(TableKind::Nic),
             Box::new(JsonlSink::new(cfg.out_dir.join("alerts.jsonl"))),
         ];
-        if !cfg.terminal || !std::io::stderr().is_terminal() {
+        if cfg.log_json {
+            sinks.push(Box::new(StderrSink::json()));
+        } else if !cfg.terminal || !std::io::stderr().is_terminal() {
             sinks.push(Box::new(StderrSink::default()));
         }
         Ok(Collector {
@@ -598,12 +603,12 @@ impl Collector {
             startup_err,
             scratch: Box::default(),
             nics: BTreeMap::new(),
+            marking: marking::MarkingStage::new(&cfg.policy.expected),
             alerts_since_log: BTreeMap::new(),
             view: ViewState::default(),
             last: IntervalStats::default(),
             cfg,
         })
-            marking: marking::MarkingStage::new(&cfg.policy.expected),
     }
 
     /// Adds an output (the Prometheus and Alertmanager sinks plug in here).
@@ -757,13 +762,13 @@ impl Collector {
     pub fn on_snapshot(&mut self, snap: &Snapshot) -> Result<(), CollectorError> {
         self.startup_output_check(snap.time_ns);
         let off = self.clock_offset_ns;
+        // With one interface a key's two directions are different keys: nothing to join.
+        let multi = self.ifaces.len() + usize::from(!self.ifaces.contains_key(&snap.iface)) >= 2;
         let st = self.ifaces.entry(snap.iface.clone()).or_default();
         if snap.link_speed_bps.is_some() {
             st.link_bps = snap.link_speed_bps;
             st.pause.set_link_speed(snap.link_speed_bps);
         }
-        // With one interface a key's two directions are different keys: nothing to join.
-        let multi = self.ifaces.len() + usize::from(!self.ifaces.contains_key(&snap.iface)) >= 2;
         let end = snap.time_ns;
         let start = interval_start(st, snap, off).min(end);
         let cap = snap
@@ -783,12 +788,12 @@ impl Collector {
             ce_data_max: 0,
             ce_total: 0,
             top: Vec::new(),
+            marks: multi.then(|| self.marking.take_feed()),
         };
         let cx = KeyCtx {
             iface: &snap.iface,
             point: self.cfg.point_label.as_deref(),
             end,
-            marks: multi.then(|| self.marking.take_feed()),
             off,
             policy: &self.cfg.policy,
             want_top: self.cfg.terminal,
@@ -797,14 +802,14 @@ impl Collector {
         let sc = &mut *self.scratch;
         account_evicted(st, sc, &cx, &mut kp);
         account_keys(st, sc, snap, &cx, &mut kp);
+        if let Some(f) = kp.marks.take() {
+            self.marking.add(&snap.iface, f);
+        }
         let iface_rows = account_iface(st, snap, &cx, &mut kp, &self.run, start);
         st.pairs.end_interval();
         st.prev_time = Some(end);
         st.last_active = kp.active.iter().sum::<u64>() as usize;
         let (max_xoff, link) = (st.max_xoff_per_s, st.link_bps);
-        if let Some(f) = kp.marks.take() {
-            self.marking.add(&snap.iface, f);
-        }
         self.last = IntervalStats {
             iface: snap.iface.clone(),
             start_ns: start,
