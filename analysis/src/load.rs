@@ -100,7 +100,8 @@ impl QpTotals {
 pub struct IfaceTotals {
     /// Every Int64 column summed (frames, roce, excluded_*, pfc_xoff_p3, pause_frames, ...).
     pub counts: BTreeMap<String, i64>,
-    /// Largest XOFF rate per priority seen in one interval (`pfc_xoff_per_s_pN`).
+    /// Largest XOFF count per priority in a one-second window (`pfc_xoff_peak_1s_pN`, the
+    /// storm figure, XOFF/s).
     pub max_xoff_per_s: [f64; 8],
     /// Largest link speed reported.
     pub link_speed_bps: Option<i64>,
@@ -664,24 +665,19 @@ fn load_interfaces(ds: &mut Dataset, path: &Path) -> Result<(), LoadError> {
                     }
                     if name == "link_speed_bps" {
                         t.link_speed_bps = t.link_speed_bps.max(Some(a.value(row)));
-                    } else {
-                        add(
-                            t.counts.entry(name.clone()).or_default(),
-                            a.value(row),
-                            path,
-                            name,
-                        )?;
-                    }
-                } else if let Some(p) = name.strip_prefix("pfc_xoff_per_s_p") {
-                    let (Ok(p), Some(a)) = (
-                        p.parse::<usize>(),
-                        c.as_primitive_opt::<arrow::datatypes::Float64Type>(),
-                    ) else {
                         continue;
-                    };
-                    if p < 8 && !a.is_null(row) {
-                        t.max_xoff_per_s[p] = t.max_xoff_per_s[p].max(a.value(row));
                     }
+                    let peak = name.strip_prefix("pfc_xoff_peak_1s_p");
+                    if let Some(p) = peak.and_then(|p| p.parse::<usize>().ok()).filter(|&p| p < 8)
+                    {
+                        t.max_xoff_per_s[p] = t.max_xoff_per_s[p].max(a.value(row) as f64);
+                    }
+                    add(
+                        t.counts.entry(name.clone()).or_default(),
+                        a.value(row),
+                        path,
+                        name,
+                    )?;
                 }
             }
         }
