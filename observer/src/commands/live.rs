@@ -13,6 +13,8 @@ use super::args::{
     parse_duration, parse_host, parse_link_speed, parse_point_label, parse_profile, parse_rotate_mb,
 };
 use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
+use crate::sinks::alertmanager::AlertmanagerSink;
+use crate::sinks::prometheus::{ExporterConfig, MetricsSink};
 use crate::sources::kernel::diagnosis as diag;
 use crate::sources::kernel::interfaces::{KernelSource, NicFeed, Observed};
 use crate::sources::kernel::{Attached, LiveError, LiveIface, LiveOptions, XdpMode};
@@ -93,6 +95,18 @@ pub struct LiveArgs {
     /// and in summary.json: trees from several points, side by side, are told apart and joined.
     #[arg(long, value_name = "LABEL", value_parser = parse_point_label)]
     pub point_label: Option<String>,
+    /// Serve Prometheus metrics (OpenMetrics text) on http://ADDR/metrics, e.g.
+    /// 127.0.0.1:9847; off by default; binds exactly ADDR (docs/monitoring.md).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// IP pairs per interface direction with their own metric series (the first ones by
+    /// packets); the others add up in src="other", dst="other".
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub metrics_top_pairs: usize,
+    /// Post every alert to this Alertmanager (v2 API; http://HOST:PORT; repeatable), resolved
+    /// when its hold-down passes quietly.
+    #[arg(long = "alertmanager", value_name = "URL")]
+    pub alertmanager: Vec<String>,
     /// Plain logs even when stdout is a terminal (no refreshing view).
     #[arg(long)]
     pub plain: bool,
@@ -164,6 +178,7 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     cfg.rotate_secs = args.rotate.as_secs().max(1);
     cfg.rotate_bytes = args.rotate_mb << 20;
     cfg.terminal = terminal;
+    cfg.log_json = args.log_format == LogFormat::Json;
     cfg.point_label = args.point_label.clone();
     if !args.no_nic {
         cfg.nic_policy = Some(super::nic::check_policy(&policy, &args.profile).0);
@@ -206,7 +221,23 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
 }
 
 fn collector(cfg: CollectorConfig, args: &LiveArgs) -> anyhow::Result<Collector> {
-    Collector::new(cfg).with_context(|| format!("output directory {}", args.out.display()))
+    let expected_dscp = cfg.policy.expected.dscp;
+    let hold_down_ns = cfg.policy.thresholds.hold_down_ns;
+    let mut col =
+        Collector::new(cfg).with_context(|| format!("output directory {}", args.out.display()))?;
+    if let Some(addr) = args.metrics {
+        let cfg = ExporterConfig {
+            top_pairs: args.metrics_top_pairs,
+            expected_dscp,
+            max_qps: args.max_qps as u64,
+        };
+        col.add_sink(Box::new(MetricsSink::start(addr, cfg)?));
+    }
+    if !args.alertmanager.is_empty() {
+        let am = AlertmanagerSink::start(&args.alertmanager, hold_down_ns)?;
+        col.add_sink(Box::new(am));
+    }
+    Ok(col)
 }
 
 fn paced<P: Polled>(inner: P, args: &LiveArgs) -> Paced<P> {
@@ -226,9 +257,10 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
     }
     diag::check_privileges()?;
     diag::check_btf(root)?;
+    let json = args.log_format == LogFormat::Json;
     for d in &diags {
         for l in d.report() {
-            eprintln!("{l}");
+            say(json, &l);
         }
     }
     let mut ifaces = Vec::new();
@@ -245,7 +277,7 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
             egress: !args.no_egress,
         };
         let l = LiveIface::attach(&opts).map_err(|e| explain(&d.iface, e, args.xdp_mode))?;
-        eprintln!("{}", attached_line(l.attached(), args.capture_port));
+        say(json, &attached_line(l.attached(), args.capture_port));
         let ifindex = Some(l.attached().ifindex);
         ifaces.push(Observed {
             name: d.iface.clone(),
@@ -253,14 +285,24 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
             ifindex,
             link_speed_bps: args.link_speed.or(d.speed_bps),
             iface: l,
-            nic: (!args.no_nic).then(|| nic_feed(&d.iface)).flatten(),
+            nic: (!args.no_nic).then(|| nic_feed(&d.iface, json)).flatten(),
         });
     }
     Ok(KernelSource::new(ifaces, args.max_qps, args.idle_evict))
 }
 
+/// A start-up line for a person: on stderr as it is, or with `--log-format json` as a log
+/// event (stderr then carries JSON lines only).
+fn say(json: bool, line: &str) {
+    if json {
+        tracing::info!(target: "roce_observe", "{line}");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
 /// The NIC source of `iface`, after one read that says what it will read.
-fn nic_feed(iface: &str) -> Option<NicFeed> {
+fn nic_feed(iface: &str, json: bool) -> Option<NicFeed> {
     let mut r = match LiveNicReader::new(iface, nic::LiveOptions::default()) {
         Ok(r) => r,
         Err(e) => {
@@ -269,8 +311,8 @@ fn nic_feed(iface: &str) -> Option<NicFeed> {
         }
     };
     match r.read() {
-        Ok(s) => nic::startup_lines(&s).iter().for_each(|l| eprintln!("{l}")),
-        Err(e) => eprintln!("{iface}: NIC: first read failed: {e}"),
+        Ok(s) => nic::startup_lines(&s).iter().for_each(|l| say(json, l)),
+        Err(e) => tracing::warn!(iface, error = %e, "NIC: first read failed"),
     }
     Some(NicFeed::new(Box::new(r)))
 }
@@ -301,14 +343,20 @@ fn finish(col: Collector, args: &LiveArgs, stop_reason: &str) -> anyhow::Result<
     let summary = col.finish().context("finishing the output files")?;
     let out = &summary["output"];
     tracing::info!(reason = stop_reason, out = %args.out.display(), "stopped: files flushed and closed, programs detached");
+    let alerts = summary
+        .get("alerts")
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    if args.log_format == LogFormat::Json {
+        tracing::info!(reason = stop_reason, flow_rows = out["flows"]["rows"].as_u64(),
+            flow_files = out["flows"]["files"].as_u64(), alerts = %alerts,
+            summary = %args.out.join("summary.json").display(), "stopped");
+        return Ok(());
+    }
     eprintln!(
-        "roce-observe: stopped ({stop_reason}); {} flow rows in {} files, alerts {}; summary in {}",
+        "roce-observe: stopped ({stop_reason}); {} flow rows in {} files, alerts {alerts}; summary in {}",
         out["flows"]["rows"],
         out["flows"]["files"],
-        summary
-            .get("alerts")
-            .map(|a| a.to_string())
-            .unwrap_or_default(),
         args.out.join("summary.json").display()
     );
     Ok(())

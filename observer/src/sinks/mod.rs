@@ -5,7 +5,9 @@
 //! ([`terminal_view::ViewState`]). The end-of-run files are [`summary_json`] and its text form
 //! [`summary_text`].
 
+pub mod alertmanager;
 pub mod parquet_files;
+pub mod prometheus;
 pub mod row_builders;
 pub mod summary_json;
 pub mod summary_text;
@@ -238,17 +240,59 @@ pub const HUMAN_LINES_PER_RULE: u64 = 20;
 
 /// Alert lines on stderr for a person: at most [`HUMAN_LINES_PER_RULE`] per rule per
 /// interval, then one line saying how many more are in `alerts.jsonl`.
+/// With `json`, each alert is a structured log event instead (`--log-format json`: stderr then
+/// carries JSON lines only).
 #[derive(Default)]
 pub struct StderrSink {
     shown: BTreeMap<Rule, u64>,
     held: BTreeMap<Rule, u64>,
+    json: bool,
+}
+
+impl StderrSink {
+    /// Alerts as structured log events.
+    pub fn json() -> StderrSink {
+        StderrSink {
+            json: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// One alert as a structured `tracing` event (target `roce_observe::alert`), every key field
+/// its own field.
+fn log_alert(a: &Alert, run: &RunInfo) {
+    let j = a.json(&run.host, run.source);
+    let s = |k: &str| j.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let n = |k: &str| j.get(k).and_then(Value::as_u64);
+    let msg = a.message();
+    macro_rules! ev {
+        ($lvl:ident) => {
+            tracing::$lvl!(target: "roce_observe::alert", rule = a.rule.name(),
+                severity = a.severity.as_str(), iface = %s("iface"), dir = %s("dir"),
+                point = %s("point"), class = %s("class"), src = %s("src"), dst = %s("dst"),
+                qp = n("qp"), qp_hex = %s("qp_hex"), priority = n("priority"),
+                subject = %s("subject"), observed = %a.observed, expected = %a.expected,
+                count = a.count, summary = a.summary, origin = a.origin,
+                first_time = %s("first_time"), "{msg}")
+        };
+    }
+    match a.severity {
+        crate::pipeline::alerts::Severity::Critical => ev!(error),
+        crate::pipeline::alerts::Severity::Warning => ev!(warn),
+        crate::pipeline::alerts::Severity::Info => ev!(info),
+    }
 }
 
 impl Sink for StderrSink {
     fn name(&self) -> &'static str {
         "stderr"
     }
-    fn alert(&mut self, a: &Alert, _run: &RunInfo) {
+    fn alert(&mut self, a: &Alert, run: &RunInfo) {
+        if self.json {
+            log_alert(a, run);
+            return;
+        }
         let shown = self.shown.entry(a.rule).or_default();
         *shown += 1;
         if *shown > HUMAN_LINES_PER_RULE {
@@ -264,6 +308,9 @@ impl Sink for StderrSink {
     }
     fn end_interval(&mut self, t_ns: u64) -> Result<(), OutputError> {
         for (rule, n) in std::mem::take(&mut self.held) {
+            if self.json {
+                continue;
+            }
             eprintln!(
                 "{} {:<8} {rule}: {n} more alerts on other keys not shown here (see alerts.jsonl)",
                 rfc3339(t_ns),

@@ -689,8 +689,10 @@ impl LiveIface {
             None
         };
         let xdp_len = ingress.starts_with("xdp").then(|| loaded.xdp_len.clone());
-        tracing::info!(iface = %opts.iface, ifindex, ingress = %ingress, egress = ?egress,
-            max_qps = opts.max_qps, xdp_len = ?xdp_len, "attached");
+        tracing::info!(iface = %opts.iface, ifindex, ingress = %ingress,
+            egress = egress.as_deref().unwrap_or("none"), max_qps = opts.max_qps,
+            xdp_len = %xdp_len.as_ref().map_or("n/a".to_string(), |x| x.to_string()),
+            "attached");
         Ok(LiveIface {
             loaded,
             attached: Attached {

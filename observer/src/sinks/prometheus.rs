@@ -1,0 +1,934 @@
+//! The Prometheus endpoint (`--metrics ADDR`): the interval results as OpenMetrics text,
+//! through `prometheus-client`, served by axum on a thread of its own.
+//!
+//! The sink updates counters (atomics) once per interval from the rows the other sinks get, in
+//! O(rows + series); a scrape encodes the registry, O(series), and never waits for the
+//! collector (a scrape and an update only meet on a family's lock when a new series is made).
+//! Counters end in `_total`, times are seconds, sizes bytes; labels are few: `iface`, `dir`,
+//! `priority`, `reason`, `class`, `rule`, `severity`, and `src` / `dst` for the top IP pairs
+//! (the first N pairs by packets get their own series; the rest add up in `src="other"`,
+//! `dst="other"`). docs/monitoring.md lists every metric.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use arrow::array::{Array, AsArray, Float64Array, Int64Array, StringArray};
+use arrow::datatypes::{Int16Type, Int64Type};
+use arrow::record_batch::RecordBatch;
+use observer_common::maps::{ANY, class};
+use observer_common::parse::reason;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Registry, Unit};
+
+use super::parquet_files::OutputError;
+use super::{IntervalRows, RunInfo, Sink};
+use crate::pipeline::alerts::Alert;
+use crate::sources::nic::Quantity;
+
+/// Errors of the metrics endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("--metrics {addr}: cannot listen there")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("--metrics: starting the HTTP server thread")]
+    Thread(#[source] std::io::Error),
+}
+
+type F64Counter = Counter<f64, std::sync::atomic::AtomicU64>;
+type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IfDir {
+    iface: String,
+    dir: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IfDirPrio {
+    iface: String,
+    dir: String,
+    priority: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IfDirReason {
+    iface: String,
+    dir: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Pair {
+    iface: String,
+    dir: String,
+    src: String,
+    dst: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    rule: String,
+    severity: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IfaceOnly {
+    iface: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IfacePrio {
+    iface: String,
+    priority: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Output {
+    output: String,
+}
+
+/// Per interface direction, from the `interfaces` rows.
+#[derive(Default)]
+struct IfaceMetrics {
+    frames: Family<IfDir, Counter>,
+    bytes: Family<IfDir, Counter>,
+    roce: Family<IfDir, Counter>,
+    untracked: Family<IfDir, Counter>,
+    excluded: Family<IfDirReason, Counter>,
+    pfc_frames: Family<IfDir, Counter>,
+    xoff: Family<IfDirPrio, Counter>,
+    xon: Family<IfDirPrio, Counter>,
+    paused: Family<IfDirPrio, F64Counter>,
+    requested: Family<IfDirPrio, F64Counter>,
+    xoff_peak: Family<IfDirPrio, Gauge>,
+    pause_frames: Family<IfDir, Counter>,
+    pause_paused: Family<IfDir, F64Counter>,
+    tracked: Family<IfDir, Gauge>,
+    active: Family<IfDir, Gauge>,
+    /// `events_lost`, `qp_insert_failed`, ... (IFACE_HEALTH): `roce_observer_<name>_total`.
+    health: Vec<(&'static str, Family<IfDir, Counter>)>,
+}
+
+/// Per IP pair (top N), from the `flows` rows.
+#[derive(Default)]
+struct PairMetrics {
+    pkts: Family<Pair, Counter>,
+    ce: Family<Pair, Counter>,
+    cnp: Family<Pair, Counter>,
+    naks: Family<Pair, Counter>,
+    gaps: Family<Pair, Counter>,
+    retrans: Family<Pair, Counter>,
+    off_dscp: Family<Pair, Counter>,
+    not_ect: Family<Pair, Counter>,
+}
+
+/// The exporter's own health.
+#[derive(Default)]
+struct SelfMetrics {
+    intervals: Family<IfaceOnly, Counter>,
+    map_fill: Family<IfaceOnly, F64Gauge>,
+    alerts: Family<RuleLabels, Counter>,
+    write_failures: Family<Output, Counter>,
+    last_interval: Family<IfaceOnly, F64Gauge>,
+}
+
+/// Registers `m` as `name` (with `unit`) in `reg` and records the sample name a scrape shows
+/// for it (`roce_<prefix><name>[_<unit>]` plus `_total` for a counter, `_info` for info).
+#[allow(clippy::too_many_arguments)]
+fn add<M>(
+    reg: &mut Registry,
+    names: &mut Vec<String>,
+    prefix: &str,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    m: M,
+) where
+    M: prometheus_client::registry::Metric + TypedMetric,
+{
+    let mut full = format!("roce_{prefix}{name}");
+    if let Some(u) = &unit {
+        full = format!("{full}_{}", u.as_str());
+    }
+    match M::TYPE {
+        MetricType::Counter => full.push_str("_total"),
+        MetricType::Info => full.push_str("_info"),
+        _ => {}
+    }
+    names.push(full);
+    match unit {
+        Some(u) => reg.register_with_unit(name, help, u, m),
+        None => reg.register(name, help, m),
+    }
+}
+
+/// What the sink needs to know about the run.
+#[derive(Clone, Debug)]
+pub struct ExporterConfig {
+    /// IP pairs per interface direction with their own series.
+    pub top_pairs: usize,
+    /// Expected DSCP per class (`ANY`: not checked), for the off-policy count.
+    pub expected_dscp: [u8; class::COUNT],
+    /// The per-QP table's size (map fill).
+    pub max_qps: u64,
+}
+
+/// The metrics sink; its HTTP server stops when it is dropped.
+pub struct MetricsSink {
+    cfg: ExporterConfig,
+    iface: IfaceMetrics,
+    pairs: PairMetrics,
+    me: SelfMetrics,
+    nic: Vec<(Quantity, String)>,
+    nic_families: HashMap<String, NicFamily>,
+    /// Pairs with their own series, per (iface, dir).
+    named: HashMap<(String, String), HashSet<(String, String)>>,
+    registry: Arc<Registry>,
+    /// Every sample name a scrape can show (docs, tests).
+    names: Vec<String>,
+    server: Option<MetricsServer>,
+}
+
+/// One NIC quantity's family (per priority or per interface).
+enum NicFamily {
+    Prio(Family<IfacePrio, F64Counter>),
+    Iface(Family<IfaceOnly, F64Counter>),
+}
+
+impl MetricsSink {
+    /// Registers every metric and starts serving on `addr` (bound before this returns, so a
+    /// bad address fails at start-up).
+    pub fn start(addr: SocketAddr, cfg: ExporterConfig) -> Result<MetricsSink, MetricsError> {
+        let mut s = MetricsSink::new(cfg);
+        s.server = Some(MetricsServer::start(addr, Arc::clone(&s.registry))?);
+        Ok(s)
+    }
+
+    /// Every metric registered, no server (tests, `render`).
+    pub fn new(cfg: ExporterConfig) -> MetricsSink {
+        let mut reg = Registry::with_prefix("roce");
+        let mut s = MetricsSink {
+            cfg,
+            iface: IfaceMetrics::default(),
+            pairs: PairMetrics::default(),
+            me: SelfMetrics::default(),
+            nic: Quantity::all().into_iter().map(|q| (q, q.name())).collect(),
+            nic_families: HashMap::new(),
+            named: HashMap::new(),
+            registry: Arc::new(Registry::default()),
+            names: Vec::new(),
+            server: None,
+        };
+        s.register(&mut reg);
+        s.registry = Arc::new(reg);
+        s
+    }
+
+    /// Every metric's sample name (counters with `_total`), series or not yet.
+    pub fn metric_names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The exposition a scrape would get now.
+    pub fn render(&self) -> String {
+        let mut body = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut body, &self.registry);
+        body
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(|s| s.addr)
+    }
+
+    /// Long by design: one line per metric (a declaration, not logic).
+    fn register(&mut self, reg: &mut Registry) {
+        let n = &mut self.names;
+        let i = &self.iface;
+        let secs = || Some(Unit::Seconds);
+        add(
+            reg,
+            n,
+            "",
+            "frames",
+            "Frames the programs saw",
+            None,
+            i.frames.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "frame",
+            "Wire bytes of those frames",
+            Some(Unit::Bytes),
+            i.bytes.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "rocev2_packets",
+            "RoCEv2 packets",
+            None,
+            i.roce.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "untracked_packets",
+            "RoCEv2 packets not kept per QP (the per-QP table full)",
+            None,
+            i.untracked.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "excluded_frames",
+            "Frames excluded, by reason (docs/metrics.md)",
+            None,
+            i.excluded.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pfc_frames",
+            "PFC frames",
+            None,
+            i.pfc_frames.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pfc_xoff_frames",
+            "PFC XOFF per priority",
+            None,
+            i.xoff.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pfc_xon_frames",
+            "PFC XON per priority",
+            None,
+            i.xon.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pfc_paused",
+            "Time the priority was paused (union of pause windows)",
+            secs(),
+            i.paused.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pfc_requested_pause",
+            "Pause time requested (quanta x 512 bit times, overlaps summed)",
+            secs(),
+            i.requested.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pfc_xoff_peak_per_second",
+            "Largest XOFF count in one second during the last interval (the storm figure)",
+            None,
+            i.xoff_peak.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pause_frames",
+            "802.3x PAUSE frames",
+            None,
+            i.pause_frames.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pause_paused",
+            "Time paused by 802.3x PAUSE (union of pause windows)",
+            secs(),
+            i.pause_paused.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "tracked_qps",
+            "QP keys in the per-QP table",
+            None,
+            i.tracked.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "active_qps",
+            "QP keys with packets in the last interval",
+            None,
+            i.active.clone(),
+        );
+        let p = &self.pairs;
+        add(
+            reg,
+            n,
+            "",
+            "pair_packets",
+            "RoCEv2 packets per IP pair",
+            None,
+            p.pkts.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pair_ce_packets",
+            "Packets marked CE",
+            None,
+            p.ce.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pair_cnp_packets",
+            "CNPs carrying the pair's keys",
+            None,
+            p.cnp.clone(),
+        );
+        add(reg, n, "", "pair_naks", "NAKs", None, p.naks.clone());
+        add(
+            reg,
+            n,
+            "",
+            "pair_psn_gaps",
+            "PSN gaps (loss seen by the PSN analysis)",
+            None,
+            p.gaps.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pair_retransmitted_packets",
+            "Packets whose PSN was not ahead (go-back-N resends)",
+            None,
+            p.retrans.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pair_dscp_off_policy_packets",
+            "Packets whose DSCP is not the policy's for their class",
+            None,
+            p.off_dscp.clone(),
+        );
+        add(
+            reg,
+            n,
+            "",
+            "pair_not_ect_packets",
+            "Data packets sent Not-ECT",
+            None,
+            p.not_ect.clone(),
+        );
+        let obs = reg.sub_registry_with_prefix("observer");
+        let m = &self.me;
+        let o = "observer_";
+        add(
+            obs,
+            n,
+            o,
+            "intervals",
+            "Intervals accounted",
+            None,
+            m.intervals.clone(),
+        );
+        add(
+            obs,
+            n,
+            o,
+            "qp_map_fill_ratio",
+            "Tracked keys over the per-QP table's size",
+            None,
+            m.map_fill.clone(),
+        );
+        add(
+            obs,
+            n,
+            o,
+            "alerts",
+            "Alerts emitted, by rule",
+            None,
+            m.alerts.clone(),
+        );
+        add(
+            obs,
+            n,
+            o,
+            "output_write_failures",
+            "Failed writes of an output (output_write_failed alerts)",
+            None,
+            m.write_failures.clone(),
+        );
+        add(
+            obs,
+            n,
+            o,
+            "last_interval_end_timestamp",
+            "End of the last interval accounted (UNIX time)",
+            secs(),
+            m.last_interval.clone(),
+        );
+        for c in crate::schema::IFACE_HEALTH {
+            let f = Family::<IfDir, Counter>::default();
+            add(obs, n, o, c.name, c.doc, None, f.clone());
+            self.iface.health.push((c.name, f));
+        }
+        let build = Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]);
+        add(obs, n, o, "build", "roce-observe's version", None, build);
+        self.register_nic(reg);
+    }
+
+    /// The NIC's vendor-neutral counters: `roce_nic_<name>_total` (µs as seconds).
+    fn register_nic(&mut self, reg: &mut Registry) {
+        let nic = reg.sub_registry_with_prefix("nic");
+        for (q, name) in &self.nic {
+            let (base, unit) = nic_metric_name(*q, name);
+            if self.nic_families.contains_key(&base) {
+                continue;
+            }
+            let help = format!("NIC counter {name} (docs/nic.md)");
+            let n = &mut self.names;
+            let fam = if q.priority().is_some() {
+                let f = Family::default();
+                add(nic, n, "nic_", &base, &help, unit, f.clone());
+                NicFamily::Prio(f)
+            } else {
+                let f = Family::default();
+                add(nic, n, "nic_", &base, &help, unit, f.clone());
+                NicFamily::Iface(f)
+            };
+            self.nic_families.insert(base, fam);
+        }
+    }
+
+    fn on_interfaces(&mut self, b: &RecordBatch) {
+        let s = |n: &str| b.column_by_name(n).and_then(|c| c.as_string_opt::<i32>());
+        let (Some(ifc), Some(dir)) = (s("iface"), s("dir")) else {
+            return;
+        };
+        for row in 0..b.num_rows() {
+            let l = IfDir {
+                iface: ifc.value(row).to_string(),
+                dir: dir.value(row).to_string(),
+            };
+            let v = |n: &str| int_at(b, n, row);
+            let f = |n: &str| float_at(b, n, row);
+            let i = &self.iface;
+            i.frames.get_or_create(&l).inc_by(v("frames"));
+            i.bytes.get_or_create(&l).inc_by(v("bytes"));
+            i.roce.get_or_create(&l).inc_by(v("roce"));
+            i.untracked.get_or_create(&l).inc_by(v("roce_untracked"));
+            for r in reason::NAMES {
+                let k = IfDirReason {
+                    iface: l.iface.clone(),
+                    dir: l.dir.clone(),
+                    reason: r.to_string(),
+                };
+                i.excluded
+                    .get_or_create(&k)
+                    .inc_by(v(&format!("excluded_{r}")));
+            }
+            i.pfc_frames.get_or_create(&l).inc_by(v("pfc_frames"));
+            for p in 0..8 {
+                let k = IfDirPrio {
+                    iface: l.iface.clone(),
+                    dir: l.dir.clone(),
+                    priority: p.to_string(),
+                };
+                i.xoff
+                    .get_or_create(&k)
+                    .inc_by(v(&format!("pfc_xoff_p{p}")));
+                i.xon.get_or_create(&k).inc_by(v(&format!("pfc_xon_p{p}")));
+                i.paused
+                    .get_or_create(&k)
+                    .inc_by(f(&format!("pfc_paused_s_p{p}")));
+                i.requested
+                    .get_or_create(&k)
+                    .inc_by(f(&format!("pfc_pause_s_p{p}")));
+                i.xoff_peak
+                    .get_or_create(&k)
+                    .set(v(&format!("pfc_xoff_peak_1s_p{p}")) as i64);
+            }
+            i.pause_frames.get_or_create(&l).inc_by(v("pause_frames"));
+            i.pause_paused.get_or_create(&l).inc_by(f("pause_paused_s"));
+            let tracked = v("tracked_qps");
+            i.tracked.get_or_create(&l).set(tracked as i64);
+            i.active.get_or_create(&l).set(v("active_qps") as i64);
+            for (name, fam) in &i.health {
+                fam.get_or_create(&l).inc_by(v(name));
+            }
+            let me = IfaceOnly {
+                iface: l.iface.clone(),
+            };
+            if l.dir == "ingress" {
+                self.me.intervals.get_or_create(&me).inc();
+                let fill = tracked as f64 / self.cfg.max_qps.max(1) as f64;
+                self.me.map_fill.get_or_create(&me).set(fill);
+            }
+        }
+    }
+
+    /// Per-pair sums of the interval's flow rows, then into the pair series.
+    fn on_flows(&mut self, b: &RecordBatch) {
+        let s = |n: &str| b.column_by_name(n).and_then(|c| c.as_string_opt::<i32>());
+        let (Some(ifc), Some(dir), Some(src), Some(dst)) =
+            (s("iface"), s("dir"), s("src"), s("dst"))
+        else {
+            return;
+        };
+        let cols = ["pkts", "ce", "cnp", "naks", "psn_gaps", "psn_retrans"];
+        let ints: Vec<Option<&Int64Array>> = cols
+            .iter()
+            .chain(&["not_ect_data"])
+            .map(|n| {
+                b.column_by_name(n)
+                    .and_then(|c| c.as_primitive_opt::<Int64Type>())
+            })
+            .collect();
+        let off = self.off_policy_dscp(b);
+        // [pkts, ce, cnp, naks, gaps, retrans, not_ect, off-policy DSCP] per pair, keyed by
+        // the pair's first row.
+        let mut first_row: HashMap<(&str, &str, &str, &str), usize> = HashMap::new();
+        let mut sums: HashMap<usize, [u64; 8]> = HashMap::new();
+        for (row, &off) in off.iter().enumerate() {
+            let k = (
+                ifc.value(row),
+                dir.value(row),
+                src.value(row),
+                dst.value(row),
+            );
+            let r0 = *first_row.entry(k).or_insert(row);
+            let e = sums.entry(r0).or_default();
+            for (j, c) in ints.iter().enumerate() {
+                e[j] += c.map_or(0, |c| c.value(row).max(0) as u64);
+            }
+            e[7] += off;
+        }
+        let mut rows: Vec<(usize, [u64; 8])> = sums.into_iter().collect();
+        rows.sort_by(|a, b| b.1[0].cmp(&a.1[0]).then(a.0.cmp(&b.0)));
+        for (r0, v) in rows {
+            let (iface, d) = (ifc.value(r0).to_string(), dir.value(r0).to_string());
+            let pair = (src.value(r0).to_string(), dst.value(r0).to_string());
+            let named = self.named.entry((iface.clone(), d.clone())).or_default();
+            let own = named.contains(&pair)
+                || (named.len() < self.cfg.top_pairs && named.insert(pair.clone()));
+            let (src, dst) = if own {
+                pair
+            } else {
+                ("other".to_string(), "other".to_string())
+            };
+            let l = Pair {
+                iface,
+                dir: d,
+                src,
+                dst,
+            };
+            let p = &self.pairs;
+            for (fam, x) in [
+                (&p.pkts, v[0]),
+                (&p.ce, v[1]),
+                (&p.cnp, v[2]),
+                (&p.naks, v[3]),
+                (&p.gaps, v[4]),
+                (&p.retrans, v[5]),
+                (&p.not_ect, v[6]),
+                (&p.off_dscp, v[7]),
+            ] {
+                fam.get_or_create(&l).inc_by(x);
+            }
+        }
+    }
+
+    /// Per row: packets whose DSCP differs from the policy's for their class.
+    fn off_policy_dscp(&self, b: &RecordBatch) -> Vec<u64> {
+        let mut off = vec![0u64; b.num_rows()];
+        for (c, name) in class::NAMES.iter().enumerate() {
+            let want = self.cfg.expected_dscp[c];
+            if want == ANY {
+                continue;
+            }
+            let Some(col) = b
+                .column_by_name(&format!("dscp_{name}"))
+                .and_then(|c| c.as_list_opt::<i32>())
+            else {
+                continue;
+            };
+            for (row, o) in off.iter_mut().enumerate() {
+                if col.is_null(row) {
+                    continue;
+                }
+                let h = col.value(row);
+                let h = h.as_struct();
+                let vals = h.column(0).as_primitive::<Int16Type>();
+                let pkts = h.column(1).as_primitive::<Int64Type>();
+                for i in 0..h.len() {
+                    if vals.value(i) != want as i16 {
+                        *o += pkts.value(i).max(0) as u64;
+                    }
+                }
+            }
+        }
+        off
+    }
+
+    fn on_nic(&mut self, b: &RecordBatch) {
+        let Some(ifc) = b
+            .column_by_name("iface")
+            .and_then(|c| c.as_string_opt::<i32>())
+        else {
+            return;
+        };
+        for row in 0..b.num_rows() {
+            for (q, name) in &self.nic {
+                let Some(c) = b
+                    .column_by_name(name)
+                    .and_then(|c| c.as_primitive_opt::<Int64Type>())
+                else {
+                    continue;
+                };
+                if c.is_null(row) {
+                    continue;
+                }
+                let (base, unit) = nic_metric_name(*q, name);
+                let x = c.value(row).max(0) as f64;
+                let x = if matches!(unit, Some(Unit::Seconds)) {
+                    x / 1e6
+                } else {
+                    x
+                };
+                let iface = ifc.value(row).to_string();
+                match self.nic_families.get(&base) {
+                    Some(NicFamily::Prio(f)) => {
+                        let l = IfacePrio {
+                            iface,
+                            priority: q.priority().unwrap_or(0).to_string(),
+                        };
+                        f.get_or_create(&l).inc_by(x);
+                    }
+                    Some(NicFamily::Iface(f)) => {
+                        f.get_or_create(&IfaceOnly { iface }).inc_by(x);
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+/// A NIC quantity's metric name (without `roce_nic_` and `_total`) and unit: the priority
+/// suffix dropped (it is a label), `_us` as seconds.
+fn nic_metric_name(q: Quantity, name: &str) -> (String, Option<Unit>) {
+    let base = match q.priority() {
+        Some(p) => name
+            .strip_suffix(&format!("_p{p}"))
+            .unwrap_or(name)
+            .to_string(),
+        None => name.to_string(),
+    };
+    if let Some(b) = base.strip_suffix("_us") {
+        return (b.to_string(), Some(Unit::Seconds));
+    }
+    if let Some(b) = base.strip_suffix("_bytes") {
+        return (b.to_string(), Some(Unit::Bytes));
+    }
+    (base, None)
+}
+
+/// Value of Int64 column `n` at `row` (0 when absent or null; negative clamped to 0).
+fn int_at(b: &RecordBatch, n: &str, row: usize) -> u64 {
+    b.column_by_name(n)
+        .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+        .filter(|c| !c.is_null(row))
+        .map_or(0, |c| c.value(row).max(0) as u64)
+}
+
+/// Value of Float64 column `n` at `row` (0 when absent or null, as without a link speed).
+fn float_at(b: &RecordBatch, n: &str, row: usize) -> f64 {
+    b.column_by_name(n)
+        .and_then(|c| c.as_any().downcast_ref::<Float64Array>())
+        .filter(|c| !c.is_null(row))
+        .map_or(0.0, |c| c.value(row).max(0.0))
+}
+
+impl Sink for MetricsSink {
+    fn name(&self) -> &'static str {
+        "metrics"
+    }
+    fn alert(&mut self, a: &Alert, _run: &RunInfo) {
+        let l = RuleLabels {
+            rule: a.rule.name().to_string(),
+            severity: a.severity.as_str().to_string(),
+        };
+        self.me.alerts.get_or_create(&l).inc();
+        if a.rule == crate::pipeline::rules::Rule::OutputWriteFailed {
+            let o = Output {
+                output: a.key.other.clone().unwrap_or_default(),
+            };
+            self.me.write_failures.get_or_create(&o).inc();
+        }
+    }
+    fn interval(&mut self, rows: &IntervalRows<'_>) -> Result<(), OutputError> {
+        self.on_interfaces(rows.interfaces);
+        self.on_flows(rows.flows);
+        if let Some(ifc) = rows
+            .interfaces
+            .column_by_name("iface")
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            .filter(|c| !c.is_empty())
+        {
+            let me = IfaceOnly {
+                iface: ifc.value(0).to_string(),
+            };
+            self.me
+                .last_interval
+                .get_or_create(&me)
+                .set(rows.end_ns as f64 / 1e9);
+        }
+        Ok(())
+    }
+    fn nic(&mut self, rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
+        self.on_nic(rows);
+        Ok(())
+    }
+    fn stats(&self) -> Option<serde_json::Value> {
+        let addr = self.addr()?;
+        Some(serde_json::json!({"listen": addr.to_string()}))
+    }
+}
+
+/// The HTTP server: a thread with a single-threaded tokio runtime serving `/metrics`.
+pub struct MetricsServer {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Binds `addr` now (errors name it), then serves from a thread.
+    pub fn start(addr: SocketAddr, reg: Arc<Registry>) -> Result<MetricsServer, MetricsError> {
+        let l =
+            std::net::TcpListener::bind(addr).map_err(|err| MetricsError::Bind { addr, err })?;
+        l.set_nonblocking(true)
+            .map_err(|err| MetricsError::Bind { addr, err })?;
+        let bound = l.local_addr().unwrap_or(addr);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("roce-metrics".into())
+            .spawn(move || serve(l, reg, rx))
+            .map_err(MetricsError::Thread)?;
+        tracing::info!(addr = %bound, "serving Prometheus metrics on /metrics");
+        Ok(MetricsServer {
+            addr: bound,
+            stop: Some(tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+fn serve(l: std::net::TcpListener, reg: Arc<Registry>, stop: tokio::sync::oneshot::Receiver<()>) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "metrics server: no runtime");
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(l) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "metrics server: listener");
+                return;
+            }
+        };
+        let app = axum::Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let reg = Arc::clone(&reg);
+                    async move { scrape(&reg) }
+                }),
+            )
+            .route(
+                "/",
+                axum::routing::get(|| async { "roce-observe: metrics at /metrics\n" }),
+            );
+        let shutdown = async {
+            let _ = stop.await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+}
+
+fn scrape(reg: &Registry) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, reg) {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n").into_response(),
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

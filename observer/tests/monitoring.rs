@@ -1,0 +1,517 @@
+//! The monitoring outputs with the real servers (Debian's `prometheus` and
+//! `prometheus-alertmanager`), all on 127.0.0.1 inside the test's network namespace: a live
+//! observer on a veth sees known traffic; Prometheus scrapes its `--metrics` endpoint and its
+//! HTTP API returns the counts summary.json has; Alertmanager lists the alert the run raised,
+//! with its labels, and no longer lists it once the hold-down passed quietly (resolved).
+
+mod collector_util;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use observer::sources::synthetic::Roce;
+use observer::testutil::{Netns, VethPair, require_root};
+use serde_json::Value;
+
+use collector_util::*;
+
+const A: [u8; 4] = [10, 77, 6, 1];
+const B: [u8; 4] = [10, 77, 6, 2];
+const METRICS: &str = "127.0.0.1:9847";
+const PROM: &str = "127.0.0.1:9090";
+const AM: &str = "127.0.0.1:9093";
+
+/// A process inside a namespace, its output collected; killed on drop.
+struct Daemon {
+    name: &'static str,
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    fn spawn(ns: &Netns, name: &'static str, program: &str, args: &[String]) -> Daemon {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, program])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+        let mut err = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let l2 = Arc::clone(&log);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                l2.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Daemon { name, child, log }
+    }
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+    /// Signals the process (`ip netns exec` execs it: the child's pid is its pid) and waits.
+    fn stop(&mut self, sig: i32) -> ExitStatus {
+        // SAFETY: signalling our own child by pid.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+        let t = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            if t.elapsed() > Duration::from_secs(20) {
+                let _ = self.child.kill();
+                panic!("{} did not exit:\n{}", self.name, self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// GET `url` from inside the namespace (curl), the body when the status is 2xx.
+fn get(ns: &Netns, url: &str) -> Option<String> {
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.name,
+            "curl",
+            "-sf",
+            "--max-time",
+            "3",
+            url,
+        ])
+        .output()
+        .ok()?;
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Polls `f` every 200 ms for at most `limit`.
+fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if t.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One PromQL instant query's single value.
+fn prom_value(ns: &Netns, q: &str) -> Option<f64> {
+    let url = format!(
+        "http://{PROM}/api/v1/query?query={}",
+        q.replace(' ', "%20")
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+            .replace('"', "%22")
+            .replace('=', "%3D")
+    );
+    let v: Value = serde_json::from_str(&get(ns, &url)?).ok()?;
+    let r = v["data"]["result"].as_array()?;
+    r.first()?["value"][1].as_str()?.parse().ok()
+}
+
+/// Alertmanager's active alerts.
+fn am_alerts(ns: &Netns) -> Vec<Value> {
+    get(ns, &format!("http://{AM}/api/v2/alerts?active=true"))
+        .and_then(|b| serde_json::from_str::<Value>(&b).ok())
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+fn write(p: &Path, s: &str) {
+    std::fs::write(p, s).unwrap();
+}
+
+fn start_servers(ns: &Netns, dir: &Path) -> (Daemon, Daemon) {
+    write(
+        &dir.join("am.yml"),
+        "route:\n  receiver: none\n  group_wait: 0s\nreceivers:\n  - name: none\n",
+    );
+    write(
+        &dir.join("prometheus.yml"),
+        &format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: roce\n    static_configs:\n      - targets: ['{METRICS}']\n"
+        ),
+    );
+    let d = |p: &str| dir.join(p).display().to_string();
+    let am = Daemon::spawn(
+        ns,
+        "alertmanager",
+        "prometheus-alertmanager",
+        &[
+            format!("--config.file={}", d("am.yml")),
+            format!("--storage.path={}", d("am-data")),
+            format!("--web.listen-address={AM}"),
+            "--cluster.listen-address=".into(),
+        ],
+    );
+    let prom = Daemon::spawn(
+        ns,
+        "prometheus",
+        "prometheus",
+        &[
+            format!("--config.file={}", d("prometheus.yml")),
+            format!("--storage.tsdb.path={}", d("prom-data")),
+            format!("--web.listen-address={PROM}"),
+        ],
+    );
+    for (what, url, daemon) in [
+        ("alertmanager", format!("http://{AM}/-/ready"), &am),
+        ("prometheus", format!("http://{PROM}/-/ready"), &prom),
+    ] {
+        assert!(
+            wait_for(Duration::from_secs(30), || get(ns, &url)).is_some(),
+            "{what} not ready:\n{}",
+            daemon.log()
+        );
+    }
+    (am, prom)
+}
+
+#[test]
+fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts() {
+    if !require_root("prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts")
+    {
+        return;
+    }
+    let pair = VethPair::new("mo", "10.77.6.1", "10.77.6.2").unwrap();
+    let dir = fresh_dir("monitoring");
+    let (_am, _prom) = start_servers(&pair.b, &dir);
+    let policy = dir.join("policy.toml");
+    write(
+        &policy,
+        "profile = \"nvidia\"\n[thresholds]\nhold_down_s = 2\n",
+    );
+    let run = dir.join("run");
+    let args: Vec<String> = [
+        "--iface",
+        &pair.b_if,
+        "--plain",
+        "--interval",
+        "1s",
+        "--no-nic",
+        "--metrics",
+        METRICS,
+        "--alertmanager",
+        &format!("http://{AM}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        "--out".to_string(),
+        run.display().to_string(),
+        "--policy".to_string(),
+        policy.display().to_string(),
+    ])
+    .collect();
+    let mut obs = Daemon::spawn(
+        &pair.b,
+        "roce-observe",
+        env!("CARGO_BIN_EXE_roce-observe"),
+        &args,
+    );
+    assert!(
+        wait_for(Duration::from_secs(20), || obs
+            .log()
+            .contains("attached ingress")
+            .then_some(()))
+        .is_some(),
+        "not attached:\n{}",
+        obs.log()
+    );
+    // 40 data packets at DSCP 0 on QP 0x11 (dscp_mismatch), 20 at DSCP 26 on QP 0x12
+    let mut frames = Vec::new();
+    for psn in 0..40 {
+        let mut r = Roce::data(A, B, 0x11, psn);
+        r.dscp = 0;
+        frames.push(r.frame());
+    }
+    frames.extend((0..20).map(|psn| Roce::data(A, B, 0x12, psn).frame()));
+    observer::testutil::send_raw(&pair.a, &pair.a_if, &frames).unwrap();
+
+    // Prometheus has scraped the interval that counted them
+    let q = "sum(roce_rocev2_packets_total{dir=\"ingress\"})";
+    let seen = wait_for(Duration::from_secs(20), || {
+        prom_value(&pair.b, q).filter(|&v| v == 60.0)
+    });
+    assert_eq!(
+        seen,
+        Some(60.0),
+        "{q}: {:?}\n{}",
+        prom_value(&pair.b, q),
+        obs.log()
+    );
+
+    // Alertmanager lists the alert with its key as labels...
+    let firing = wait_for(Duration::from_secs(15), || {
+        am_alerts(&pair.b)
+            .into_iter()
+            .find(|a| a["labels"]["alertname"] == "dscp_mismatch")
+    })
+    .unwrap_or_else(|| panic!("no dscp_mismatch in Alertmanager:\n{}", obs.log()));
+    let l = &firing["labels"];
+    assert_eq!(l["qp"], "17", "{firing}");
+    assert_eq!(l["qp_hex"], "0x000011");
+    assert_eq!(
+        (&l["src"], &l["dst"]),
+        (&Value::from("10.77.6.1"), &Value::from("10.77.6.2"))
+    );
+    assert_eq!(
+        (&l["iface"], &l["class"]),
+        (&Value::from(pair.b_if.as_str()), &Value::from("data"))
+    );
+    assert_eq!(l["severity"], "warning");
+    assert!(
+        firing["annotations"]["observed"]
+            .as_str()
+            .unwrap()
+            .contains("dscp 0"),
+        "{firing}"
+    );
+    // ...and no longer once the 2 s hold-down passed with no new occurrence: resolved
+    let t = Instant::now();
+    let gone = wait_for(Duration::from_secs(20), || {
+        (!am_alerts(&pair.b)
+            .iter()
+            .any(|a| a["labels"]["alertname"] == "dscp_mismatch"))
+        .then_some(())
+    });
+    assert!(gone.is_some(), "dscp_mismatch still active:\n{}", obs.log());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "resolved by our endsAt, not Alertmanager's timeout"
+    );
+
+    // the per-pair series and the alert count, before stopping
+    let pq = "sum(roce_pair_packets_total{src=\"10.77.6.1\",dst=\"10.77.6.2\"})";
+    assert_eq!(prom_value(&pair.b, pq), Some(60.0));
+    let off = "sum(roce_pair_dscp_off_policy_packets_total)";
+    assert_eq!(prom_value(&pair.b, off), Some(40.0));
+    let prom_alerts = prom_value(
+        &pair.b,
+        "sum(roce_observer_alerts_total{rule=\"dscp_mismatch\"})",
+    );
+
+    let st = obs.stop(libc::SIGTERM);
+    assert!(st.success(), "{}", obs.log());
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let ingress = s["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["dir"] == "ingress")
+        .unwrap();
+    assert_eq!(ingress["roce"], 60, "summary.json and Prometheus agree");
+    let pkts: u64 = s["qps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["pkts"].as_u64().unwrap())
+        .sum();
+    assert_eq!(pkts, 60);
+    assert_eq!(
+        prom_alerts,
+        s["alerts"]["dscp_mismatch"].as_f64(),
+        "{}",
+        s["alerts"]
+    );
+    let am = &s["output"]["alertmanager"];
+    assert!(
+        am["sent"].as_u64().unwrap() >= 2,
+        "firing and resolved: {am}"
+    );
+    assert_eq!(
+        (am["dropped"].as_u64(), am["failed"].as_u64()),
+        (Some(0), Some(0)),
+        "{am}"
+    );
+}
+
+/// Sample names the exporter can expose (counters as `name_total`, info as `name_info`); the
+/// ones a scrape shows must be among them.
+fn exposed_names() -> std::collections::BTreeSet<String> {
+    use observer::sinks::prometheus::{ExporterConfig, MetricsSink};
+    let sink = MetricsSink::new(ExporterConfig {
+        top_pairs: 20,
+        expected_dscp: [26, 26, 48],
+        max_qps: 1024,
+    });
+    let names: std::collections::BTreeSet<String> = sink.metric_names().iter().cloned().collect();
+    assert!(names.len() > 40, "{names:?}");
+    assert!(sink.render().contains("roce_observer_build_info"));
+    names
+}
+
+/// `roce_...` metric names an expression uses (recording rules, with a `:`, left out).
+fn metrics_in(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = expr.as_bytes();
+    let mut i = 0;
+    while let Some(p) = expr[i..].find("roce") {
+        let s = i + p;
+        let mut e = s;
+        while e < b.len() && (b[e].is_ascii_alphanumeric() || b[e] == b'_' || b[e] == b':') {
+            e += 1;
+        }
+        let prev_ok = s == 0 || !(b[s - 1].is_ascii_alphanumeric() || b[s - 1] == b'_');
+        let name = &expr[s..e];
+        if prev_ok && name.starts_with("roce_") && !name.contains(':') {
+            out.push(name.to_string());
+        }
+        i = e.max(s + 1);
+    }
+    out
+}
+
+#[test]
+fn grafana_dashboard_and_rules_use_only_exposed_metrics() {
+    let names = exposed_names();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
+    let dash: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}/grafana/roce-observe.json")).unwrap(),
+    )
+    .unwrap();
+    let mut exprs: Vec<String> = Vec::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = v["query"].as_str() {
+            exprs.push(q.to_string());
+        }
+    }
+    let rules =
+        std::fs::read_to_string(format!("{root}/prometheus/roce-observe.rules.yml")).unwrap();
+    exprs.extend(
+        rules
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .map(str::to_string),
+    );
+    let used: std::collections::BTreeSet<String> =
+        exprs.iter().flat_map(|e| metrics_in(e)).collect();
+    assert!(used.len() >= 15, "{used:?}");
+    let missing: Vec<_> = used.iter().filter(|n| !names.contains(*n)).collect();
+    assert!(
+        missing.is_empty(),
+        "not exposed: {missing:?}\nexposed: {names:?}"
+    );
+}
+
+#[test]
+fn prometheus_rules_pass_promtool_check_and_unit_tests() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus");
+    if Command::new("promtool").arg("--version").output().is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "promtool missing (Debian package prometheus; scripts/setup.sh installs it)"
+        );
+        eprintln!("SKIP prometheus_rules_pass_promtool_check_and_unit_tests: no promtool");
+        return;
+    }
+    for args in [
+        ["check", "rules", "roce-observe.rules.yml"],
+        ["test", "rules", "roce-observe.rules.test.yml"],
+    ] {
+        let o = Command::new("promtool")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+/// `--log-format json`: every stderr line is a JSON object, alerts included with their key
+/// as fields, no Rust debug text; the interval line counts the interval's alerts.
+#[test]
+fn json_logs_are_json_only_with_structured_alerts() {
+    if !require_root("json_logs_are_json_only_with_structured_alerts") {
+        return;
+    }
+    let pair = VethPair::new("mj", "10.77.7.1", "10.77.7.2").unwrap();
+    let dir = fresh_dir("jsonlogs");
+    let run = dir.join("run");
+    let args: Vec<String> = [
+        "--iface", &pair.b_if, "--plain", "--interval", "1s", "--log-format", "json", "--out",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([run.display().to_string()])
+    .collect();
+    let mut obs = Daemon::spawn(&pair.b, "roce-observe", env!("CARGO_BIN_EXE_roce-observe"), &args);
+    let attached = wait_for(Duration::from_secs(20), || {
+        obs.log().contains("attached ingress").then_some(())
+    });
+    assert!(attached.is_some(), "{}", obs.log());
+    let mut r = Roce::data([10, 77, 7, 1], [10, 77, 7, 2], 0x33, 0);
+    r.dscp = 0;
+    observer::testutil::send_raw(&pair.a, &pair.a_if, &[r.frame()]).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(obs.stop(libc::SIGTERM).success(), "{}", obs.log());
+    let log = obs.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(!log.contains("Some("), "debug text in the log:\n{log}");
+    let alert = lines
+        .iter()
+        .find(|l| l["fields"]["rule"] == "dscp_mismatch")
+        .unwrap_or_else(|| panic!("no structured dscp_mismatch:\n{log}"));
+    let f = &alert["fields"];
+    assert_eq!((f["qp"].as_u64(), f["qp_hex"].as_str()), (Some(0x33), Some("0x000033")), "{alert}");
+    assert_eq!((f["src"].as_str(), f["class"].as_str()), (Some("10.77.7.1"), Some("data")));
+    assert_eq!(alert["target"], "roce_observe::alert");
+    let raised: u64 = lines
+        .iter()
+        .filter(|l| l["fields"]["message"] == "interval")
+        .filter_map(|l| l["fields"]["alerts"].as_u64())
+        .sum();
+    assert!(raised >= 1, "no interval line counted the alert:\n{log}");
+    assert!(lines.iter().any(|l| l["fields"]["message"] == "stopped"), "{log}");
+}
+
+#[test]
+fn docs_list_every_metric() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/monitoring.md"))
+        .unwrap();
+    let missing: Vec<String> = exposed_names()
+        .into_iter()
+        .filter(|n| !doc.contains(&format!("`{n}`")))
+        .collect();
+    assert!(missing.is_empty(), "docs/monitoring.md lacks {missing:?}");
+}
