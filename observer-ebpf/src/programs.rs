@@ -23,6 +23,32 @@ use observer_common::parse::{self, Frame, kind};
 use observer_common::qp::{self, Ops, PsnStep};
 use observer_common::qp_table::{self as table, Bucket, QpSlot, WAYS};
 
+/// Rare-path events reported through aya-log at debug level (`--log-level debug`; userspace
+/// sets `AYA_LOG_LEVEL` at load, so with the default level the calls are dead code the verifier
+/// prunes). Each is also counted in `IfaceStats`.
+mod rare {
+    pub const QP_MAP_FULL: u32 = 0;
+    pub const MAC_MAP_FULL: u32 = 1;
+    pub const PSN_CONTENDED: u32 = 2;
+    pub const EVENTS_LOST: u32 = 3;
+    pub const PAUSES_LOST: u32 = 4;
+    pub const EXCLUDED: u32 = 5;
+}
+
+/// One rare-path event to the aya-log ring (a BPF-to-BPF call on cold paths only). `a` and `b`:
+/// the direction and, for exclusions, the reason number.
+#[inline(never)]
+fn log_rare(kind: u32, a: u32, b: u32) {
+    match kind {
+        rare::QP_MAP_FULL => aya_log_ebpf::debug!(&(), "per-QP table full: a new QP key was not inserted (dir {})", a),
+        rare::MAC_MAP_FULL => aya_log_ebpf::debug!(&(), "source MAC table full: a PFC/PAUSE sender was not inserted (dir {})", a),
+        rare::PSN_CONTENDED => aya_log_ebpf::debug!(&(), "PSN update gave up under contention (dir {})", a),
+        rare::EVENTS_LOST => aya_log_ebpf::debug!(&(), "event ring buffer full: an event was lost (dir {})", a),
+        rare::PAUSES_LOST => aya_log_ebpf::debug!(&(), "PAUSES ring buffer full: a PFC/PAUSE record was lost (dir {})", a),
+        _ => aya_log_ebpf::debug!(&(), "frame excluded (dir {}): reason {}", a, b),
+    }
+}
+
 const TC_ACT_OK: i32 = 0;
 const TC_ACT_SHOT: i32 = 2;
 const BPF_NOEXIST: u64 = 1;
@@ -416,7 +442,10 @@ fn send_event(s: *mut IfaceStats, key: &QpKey, f: &Frame, kind: u32, detail: u32
             });
             e.submit(0);
         }
-        None => count(s, |s| s.events_lost += 1),
+        None => {
+            count(s, |s| s.events_lost += 1);
+            log_rare(rare::EVENTS_LOST, key.dir as u32, 0);
+        }
     }
 }
 
@@ -481,6 +510,7 @@ fn qp_slot(s: *mut IfaceStats, key: &QpKey, h: u64, noise: u64) -> Option<*mut Q
                 s.qp_insert_failed += 1;
                 s.roce_untracked += 1;
             });
+            log_rare(rare::QP_MAP_FULL, key.dir as u32, 0);
             return None;
         }
     }
@@ -696,6 +726,7 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     };
     if out.psn == PsnStep::Contended {
         count(s, |s| s.psn_contended += 1);
+        log_rare(rare::PSN_CONTENDED, d as u32, 0);
     }
     if out.new_events != 0 {
         emit(s, &key, f, &out);
@@ -715,7 +746,10 @@ fn send_pause(s: *mut IfaceStats, f: &Frame, d: u8) {
             e.write(ev);
             e.submit(0);
         }
-        None => count(s, |s| s.pause_events_lost += 1),
+        None => {
+            count(s, |s| s.pause_events_lost += 1);
+            log_rare(rare::PAUSES_LOST, d as u32, 0);
+        }
     }
 }
 
@@ -737,6 +771,7 @@ fn mac_control(s: *mut IfaceStats, f: &Frame, d: u8) {
             Err(e) if e == -EEXIST => {}
             Err(_) => {
                 count(s, |s| s.mac_insert_failed += 1);
+                log_rare(rare::MAC_MAP_FULL, d as u32, 0);
                 return;
             }
         }
@@ -806,6 +841,7 @@ fn account(f: &Frame, wire_len: u32, d: u8) -> bool {
     match f.kind {
         kind::ROCE => roce(s, f, wire_len, d, policy),
         kind::MAC_CONTROL => mac_control(s, f, d),
+        kind::EXCLUDED => log_rare(rare::EXCLUDED, d as u32, f.reason as u32),
         _ => {}
     }
     if policy.flags & policy_flags::DROP_AFTER_OBSERVE != 0 {

@@ -515,3 +515,47 @@ fn docs_list_every_metric() {
         .collect();
     assert!(missing.is_empty(), "docs/monitoring.md lacks {missing:?}");
 }
+
+/// `--log-level debug`: the eBPF programs' rare-path reports (aya-log) reach the log: here the
+/// per-QP table full. Without it the same run logs none of them.
+#[test]
+fn kernel_rare_path_events_show_at_debug_level() {
+    if !require_root("kernel_rare_path_events_show_at_debug_level") {
+        return;
+    }
+    let pair = VethPair::new("mk", "10.77.8.1", "10.77.8.2").unwrap();
+    let dir = fresh_dir("kernlog");
+    let run_with = |level: Option<&str>, tag: &str| -> String {
+        let mut args: Vec<String> = [
+            "--iface", &pair.b_if, "--plain", "--interval", "1s", "--no-nic", "--max-qps", "4",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--out".to_string(), dir.join(tag).display().to_string()])
+        .collect();
+        if let Some(l) = level {
+            args.extend(["--log-level".to_string(), l.to_string()]);
+        }
+        let mut obs =
+            Daemon::spawn(&pair.b, "roce-observe", env!("CARGO_BIN_EXE_roce-observe"), &args);
+        let attached = wait_for(Duration::from_secs(20), || {
+            obs.log().contains("attached ingress").then_some(())
+        });
+        assert!(attached.is_some(), "{}", obs.log());
+        // 10 QP keys into a table of 4
+        let frames: Vec<Vec<u8>> = (0..10)
+            .map(|q| Roce::data([10, 77, 8, 1], [10, 77, 8, 2], 0x100 + q, 0).frame())
+            .collect();
+        observer::testutil::send_raw(&pair.a, &pair.a_if, &frames).unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(obs.stop(libc::SIGTERM).success(), "{}", obs.log());
+        obs.log()
+    };
+    let debug = run_with(Some("debug"), "debug");
+    assert!(
+        debug.contains("per-QP table full: a new QP key was not inserted"),
+        "no kernel report at debug level:\n{debug}"
+    );
+    let info = run_with(None, "info");
+    assert!(!info.contains("per-QP table full"), "kernel report without debug:\n{info}");
+}

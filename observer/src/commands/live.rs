@@ -117,6 +117,11 @@ pub struct LiveArgs {
     /// counters, DCB, congestion-control settings), which are read every interval by default.
     #[arg(long)]
     pub no_nic: bool,
+    /// Log level of roce-observe's own messages: error, warn, info, debug or trace (default:
+    /// warn under the terminal view, else info; RUST_LOG, when set, wins). `debug` also turns
+    /// on the eBPF programs' rare-path reports (table full, events lost, exclusions).
+    #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    pub log_level: Option<String>,
     /// Testing and demos without BPF: feed N synthetic QPs through the userspace datapath
     /// instead of attaching to an interface.
     #[arg(long, value_name = "N", hide = true)]
@@ -126,7 +131,10 @@ pub struct LiveArgs {
 fn init_logs(args: &LiveArgs, terminal: bool) {
     use tracing_subscriber::EnvFilter;
     let default = if terminal { "warn" } else { "info" };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let level = args.log_level.as_deref().unwrap_or(default);
+    // Our targets at the level asked for; the libraries (hyper, axum, ...) at warn at most.
+    let ours = format!("warn,observer={level},roce_observe={level}");
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(ours));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

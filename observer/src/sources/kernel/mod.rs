@@ -303,6 +303,17 @@ fn load_object(
     Ok((ebpf, XdpLenPath::Helper(why)))
 }
 
+/// The programs' aya-log level: debug (4) when this process logs `roce_observe::ebpf` at debug
+/// (`--log-level debug`), else off (0): the rare-path log calls are then dead code the
+/// verifier prunes, and nothing is written.
+fn kernel_log_level() -> u8 {
+    if tracing::enabled!(target: "roce_observe::ebpf", tracing::Level::DEBUG) {
+        4
+    } else {
+        0
+    }
+}
+
 fn load_with(
     max_qps: u32,
     buckets: u32,
@@ -317,12 +328,14 @@ fn load_with(
     let (object, _) = kfunc::patch_object(OBJECT, kfuncs)
         .map_err(|e| LiveError::op("relocating kfunc calls", e))?;
     let layout = kfuncs.map(|k| k.layout).unwrap_or_default();
+    let log_level = kernel_log_level();
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("QPS", buckets * observer_common::qp_table::WAYS as u32)
         .map_max_entries("QPIDX", buckets)
         .override_global("QP_BUCKETS", &buckets, true)
         .override_global("QP_LIMIT", &max_qps, true)
         .override_global("XDP_LEN", &layout, true)
+        .override_global("AYA_LOG_LEVEL", &log_level, true)
         .map_max_entries("MACS", MAX_MACS)
         .map_max_entries("EVENTS", EVENTS_BYTES)
         .map_max_entries("PAUSES", PAUSES_BYTES)
@@ -390,6 +403,8 @@ struct Loaded {
     policy: Array<MapData, Policy>,
     events: RingBuf<MapData>,
     pauses: RingBuf<MapData>,
+    /// The programs' rare-path log records (aya-log), when kernel logging is on.
+    logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     /// Keys in the last per-QP map read (the next read's allocation size).
     last_qps: usize,
     /// How the XDP program takes a multi-buffer frame's length.
@@ -441,6 +456,17 @@ impl Loaded {
         let policy_map = take(&mut ebpf, "POLICY")?;
         let events = take(&mut ebpf, "EVENTS")?;
         let pauses = take(&mut ebpf, "PAUSES")?;
+        let logger = if kernel_log_level() > 0 {
+            match aya_log::EbpfLogger::init(&mut ebpf) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the programs' debug log cannot be read");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let clock = take(&mut ebpf, "CLOCK")?;
         let mut l = Loaded {
             ticker: None,
@@ -453,6 +479,7 @@ impl Loaded {
             policy: policy_map,
             events,
             pauses,
+            logger,
             last_qps: 0,
             xdp_len,
         };
@@ -562,6 +589,9 @@ impl Loaded {
     }
 
     fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
+        if let Some(l) = self.logger.as_mut() {
+            l.flush();
+        }
         let off = mono_to_wall_offset();
         drain_ring(&mut self.events, out, |e: &mut Event| {
             e.ts_ns = to_wall(e.ts_ns, off)
