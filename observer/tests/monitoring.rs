@@ -219,6 +219,10 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
         METRICS,
         "--alertmanager",
         &format!("http://{AM}"),
+        // a second Alertmanager that is not there: its posts fail (counted); the live one and
+        // the counting go on undelayed
+        "--alertmanager",
+        "http://127.0.0.1:9",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -346,11 +350,12 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
         am["sent"].as_u64().unwrap() >= 2,
         "firing and resolved: {am}"
     );
-    assert_eq!(
-        (am["dropped"].as_u64(), am["failed"].as_u64()),
-        (Some(0), Some(0)),
-        "{am}"
+    assert_eq!(am["dropped"].as_u64(), Some(0), "{am}");
+    assert!(
+        am["failed"].as_u64().unwrap() >= 1,
+        "the absent Alertmanager's posts: {am}"
     );
+    assert!(am["retries"].as_u64().unwrap() >= 1, "{am}");
 }
 
 /// Sample names the exporter can expose (counters as `name_total`, info as `name_info`); the
@@ -466,13 +471,25 @@ fn json_logs_are_json_only_with_structured_alerts() {
     let dir = fresh_dir("jsonlogs");
     let run = dir.join("run");
     let args: Vec<String> = [
-        "--iface", &pair.b_if, "--plain", "--interval", "1s", "--log-format", "json", "--out",
+        "--iface",
+        &pair.b_if,
+        "--plain",
+        "--interval",
+        "1s",
+        "--log-format",
+        "json",
+        "--out",
     ]
     .iter()
     .map(|s| s.to_string())
     .chain([run.display().to_string()])
     .collect();
-    let mut obs = Daemon::spawn(&pair.b, "roce-observe", env!("CARGO_BIN_EXE_roce-observe"), &args);
+    let mut obs = Daemon::spawn(
+        &pair.b,
+        "roce-observe",
+        env!("CARGO_BIN_EXE_roce-observe"),
+        &args,
+    );
     let attached = wait_for(Duration::from_secs(20), || {
         obs.log().contains("attached ingress").then_some(())
     });
@@ -493,8 +510,15 @@ fn json_logs_are_json_only_with_structured_alerts() {
         .find(|l| l["fields"]["rule"] == "dscp_mismatch")
         .unwrap_or_else(|| panic!("no structured dscp_mismatch:\n{log}"));
     let f = &alert["fields"];
-    assert_eq!((f["qp"].as_u64(), f["qp_hex"].as_str()), (Some(0x33), Some("0x000033")), "{alert}");
-    assert_eq!((f["src"].as_str(), f["class"].as_str()), (Some("10.77.7.1"), Some("data")));
+    assert_eq!(
+        (f["qp"].as_u64(), f["qp_hex"].as_str()),
+        (Some(0x33), Some("0x000033")),
+        "{alert}"
+    );
+    assert_eq!(
+        (f["src"].as_str(), f["class"].as_str()),
+        (Some("10.77.7.1"), Some("data"))
+    );
     assert_eq!(alert["target"], "roce_observe::alert");
     let raised: u64 = lines
         .iter()
@@ -502,13 +526,19 @@ fn json_logs_are_json_only_with_structured_alerts() {
         .filter_map(|l| l["fields"]["alerts"].as_u64())
         .sum();
     assert!(raised >= 1, "no interval line counted the alert:\n{log}");
-    assert!(lines.iter().any(|l| l["fields"]["message"] == "stopped"), "{log}");
+    assert!(
+        lines.iter().any(|l| l["fields"]["message"] == "stopped"),
+        "{log}"
+    );
 }
 
 #[test]
 fn docs_list_every_metric() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/monitoring.md"))
-        .unwrap();
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/monitoring.md"
+    ))
+    .unwrap();
     let missing: Vec<String> = exposed_names()
         .into_iter()
         .filter(|n| !doc.contains(&format!("`{n}`")))
@@ -527,7 +557,14 @@ fn kernel_rare_path_events_show_at_debug_level() {
     let dir = fresh_dir("kernlog");
     let run_with = |level: Option<&str>, tag: &str| -> String {
         let mut args: Vec<String> = [
-            "--iface", &pair.b_if, "--plain", "--interval", "1s", "--no-nic", "--max-qps", "4",
+            "--iface",
+            &pair.b_if,
+            "--plain",
+            "--interval",
+            "1s",
+            "--no-nic",
+            "--max-qps",
+            "4",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -536,8 +573,12 @@ fn kernel_rare_path_events_show_at_debug_level() {
         if let Some(l) = level {
             args.extend(["--log-level".to_string(), l.to_string()]);
         }
-        let mut obs =
-            Daemon::spawn(&pair.b, "roce-observe", env!("CARGO_BIN_EXE_roce-observe"), &args);
+        let mut obs = Daemon::spawn(
+            &pair.b,
+            "roce-observe",
+            env!("CARGO_BIN_EXE_roce-observe"),
+            &args,
+        );
         let attached = wait_for(Duration::from_secs(20), || {
             obs.log().contains("attached ingress").then_some(())
         });
@@ -557,5 +598,8 @@ fn kernel_rare_path_events_show_at_debug_level() {
         "no kernel report at debug level:\n{debug}"
     );
     let info = run_with(None, "info");
-    assert!(!info.contains("per-QP table full"), "kernel report without debug:\n{info}");
+    assert!(
+        !info.contains("per-QP table full"),
+        "kernel report without debug:\n{info}"
+    );
 }

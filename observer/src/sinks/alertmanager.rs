@@ -3,8 +3,9 @@
 //! was observed / expected / counted as annotations; resolved (`endsAt` = now) once a hold-down
 //! passes with no new alert of the same rule and key.
 //!
-//! Counting never waits for an Alertmanager: alerts go into a bounded queue (a full queue
-//! drops the batch, counted) that a thread of its own posts from, retrying each Alertmanager
+//! Counting never waits for an Alertmanager: alerts go into a bounded queue per Alertmanager (a
+//! full queue drops the batch, counted) that a thread of its own posts from (a dead one delays
+//! no other), retrying each Alertmanager
 //! with a growing delay (0.5, 1, 2, 4 s) before giving up on the batch (counted). A firing
 //! alert carries `endsAt` = its time + 2 hold-downs + 5 min, so Alertmanager resolves it by
 //! itself if roce-observe dies before sending the resolution.
@@ -79,15 +80,20 @@ struct Active {
     last_ns: u64,
 }
 
-/// The sink: alerts in, batches to the poster thread.
+/// One Alertmanager's queue and poster thread (one each, so a dead one delays no other).
+struct Poster {
+    tx: Option<SyncSender<Arc<Vec<Value>>>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+/// The sink: alerts in, batches to each Alertmanager's poster thread.
 pub struct AlertmanagerSink {
-    tx: Option<SyncSender<Vec<Value>>>,
+    posters: Vec<Poster>,
     pending: Vec<Value>,
     active: HashMap<BTreeMap<String, String>, Active>,
     hold_down_ns: u64,
     stats: Arc<PushStats>,
     stopping: Arc<AtomicBool>,
-    worker: Option<JoinHandle<()>>,
     urls: Vec<String>,
 }
 
@@ -129,22 +135,28 @@ impl AlertmanagerSink {
             .iter()
             .map(|u| endpoint(u))
             .collect::<Result<Vec<_>, _>>()?;
-        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_BATCHES);
         let stats = Arc::new(PushStats::default());
         let stopping = Arc::new(AtomicBool::new(false));
-        let (st, sp) = (Arc::clone(&stats), Arc::clone(&stopping));
-        let worker = std::thread::Builder::new()
-            .name("roce-alertmanager".into())
-            .spawn(move || poster(rx, uris, st, sp))
-            .map_err(AlertmanagerError::Thread)?;
+        let mut posters = Vec::new();
+        for uri in uris {
+            let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_BATCHES);
+            let (st, sp) = (Arc::clone(&stats), Arc::clone(&stopping));
+            let worker = std::thread::Builder::new()
+                .name("roce-alertmanager".into())
+                .spawn(move || poster(rx, uri, st, sp))
+                .map_err(AlertmanagerError::Thread)?;
+            posters.push(Poster {
+                tx: Some(tx),
+                worker: Some(worker),
+            });
+        }
         Ok(AlertmanagerSink {
-            tx: Some(tx),
+            posters,
             pending: Vec::new(),
             active: HashMap::new(),
             hold_down_ns,
             stats,
             stopping,
-            worker: Some(worker),
             urls: urls.to_vec(),
         })
     }
@@ -183,19 +195,22 @@ impl AlertmanagerSink {
         if self.pending.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut self.pending);
+        let batch = Arc::new(std::mem::take(&mut self.pending));
         let n = batch.len() as u64;
-        let Some(tx) = &self.tx else {
-            return;
-        };
-        match tx.try_send(batch) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.stats.dropped.fetch_add(n, Ordering::Relaxed);
-                tracing::warn!(
-                    alerts = n,
-                    "Alertmanager queue full: alerts dropped (counted)"
-                );
+        for (p, url) in self.posters.iter().zip(&self.urls) {
+            let Some(tx) = &p.tx else {
+                continue;
+            };
+            match tx.try_send(Arc::clone(&batch)) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                    self.stats.dropped.fetch_add(n, Ordering::Relaxed);
+                    tracing::warn!(
+                        url,
+                        alerts = n,
+                        "Alertmanager queue full: alerts dropped (counted)"
+                    );
+                }
             }
         }
     }
@@ -261,11 +276,7 @@ impl Sink for AlertmanagerSink {
         // Firing alerts stay firing (the condition is not known to be over); they expire by
         // their endsAt if nothing renews them.
         self.send_pending();
-        self.stopping.store(true, Ordering::Relaxed);
-        drop(self.tx.take());
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
+        self.stop_posters();
         Ok(())
     }
     fn stats(&self) -> Option<Value> {
@@ -280,21 +291,32 @@ impl Sink for AlertmanagerSink {
     }
 }
 
-impl Drop for AlertmanagerSink {
-    fn drop(&mut self) {
+impl AlertmanagerSink {
+    /// Closes every queue; each poster gives what is left one try within [`STOP_BUDGET`].
+    fn stop_posters(&mut self) {
         self.stopping.store(true, Ordering::Relaxed);
-        drop(self.tx.take());
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
+        for p in &mut self.posters {
+            drop(p.tx.take());
+        }
+        for p in &mut self.posters {
+            if let Some(w) = p.worker.take() {
+                let _ = w.join();
+            }
         }
     }
 }
 
-/// The poster thread: each batch to every Alertmanager, with retries; at stop, what is left
-/// gets one try within [`STOP_BUDGET`].
+impl Drop for AlertmanagerSink {
+    fn drop(&mut self) {
+        self.stop_posters();
+    }
+}
+
+/// One Alertmanager's poster thread: each batch with retries; at stop, what is left gets one
+/// try within [`STOP_BUDGET`].
 fn poster(
-    rx: Receiver<Vec<Value>>,
-    uris: Vec<hyper::Uri>,
+    rx: Receiver<Arc<Vec<Value>>>,
+    uri: hyper::Uri,
     stats: Arc<PushStats>,
     stopping: Arc<AtomicBool>,
 ) {
@@ -313,23 +335,23 @@ fn poster(
         .build_http::<http_body_util::Full<bytes::Bytes>>();
     let mut deadline: Option<Instant> = None;
     while let Ok(batch) = rx.recv() {
-        let body = bytes::Bytes::from(Value::Array(batch.clone()).to_string());
+        let body = bytes::Bytes::from(serde_json::to_string(&*batch).unwrap_or_default());
         let n = batch.len() as u64;
-        for uri in &uris {
-            let stop = stopping.load(Ordering::Relaxed);
-            if stop && deadline.is_none() {
-                deadline = Some(Instant::now() + STOP_BUDGET);
-            }
-            let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
-            let tries = if stop { 1 } else { RETRY.len() + 1 };
-            let ok =
-                !out_of_time && rt.block_on(post_with_retries(&client, uri, &body, tries, &stats));
-            if ok {
-                stats.sent.fetch_add(n, Ordering::Relaxed);
-            } else {
-                stats.failed.fetch_add(n, Ordering::Relaxed);
-                tracing::warn!(url = %uri, alerts = n, "could not post alerts to Alertmanager (counted)");
-            }
+        let stop = stopping.load(Ordering::Relaxed);
+        if stop && deadline.is_none() {
+            deadline = Some(Instant::now() + STOP_BUDGET);
+        }
+        let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
+        let tries = if stop { 1 } else { RETRY.len() + 1 };
+        let ok = !out_of_time
+            && rt.block_on(post_with_retries(
+                &client, &uri, &body, tries, &stats, &stopping,
+            ));
+        if ok {
+            stats.sent.fetch_add(n, Ordering::Relaxed);
+        } else {
+            stats.failed.fetch_add(n, Ordering::Relaxed);
+            tracing::warn!(url = %uri, alerts = n, "could not post alerts to Alertmanager (counted)");
         }
     }
 }
@@ -345,11 +367,19 @@ async fn post_with_retries(
     body: &bytes::Bytes,
     tries: usize,
     stats: &PushStats,
+    stopping: &AtomicBool,
 ) -> bool {
     for i in 0..tries {
         if i > 0 {
+            // a stop cuts the wait short (and ends the retries)
             stats.retries.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(RETRY[(i - 1).min(RETRY.len() - 1)]).await;
+            let until = Instant::now() + RETRY[(i - 1).min(RETRY.len() - 1)];
+            while Instant::now() < until && !stopping.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if stopping.load(Ordering::Relaxed) {
+                return false;
+            }
         }
         let req = hyper::Request::post(uri.clone())
             .header(hyper::header::CONTENT_TYPE, "application/json")

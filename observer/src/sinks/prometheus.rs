@@ -240,6 +240,12 @@ impl MetricsSink {
         &self.names
     }
 
+    /// A handle that renders what a scrape gets, usable after the sink moved into the
+    /// collector (benchmarks).
+    pub fn exposition(&self) -> Exposition {
+        Exposition(Arc::clone(&self.registry))
+    }
+
     /// The exposition a scrape would get now.
     pub fn render(&self) -> String {
         let mut body = String::new();
@@ -749,6 +755,19 @@ impl MetricsSink {
                 }
             }
         }
+    }
+}
+
+/// What a scrape encodes (the registry), shareable.
+#[derive(Clone)]
+pub struct Exposition(Arc<Registry>);
+
+impl Exposition {
+    /// The OpenMetrics text a scrape gets now.
+    pub fn render(&self) -> String {
+        let mut body = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut body, &self.0);
+        body
     }
 }
 
