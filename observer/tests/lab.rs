@@ -47,6 +47,50 @@ fn row(r: &lab::report::ScenarioReport, prefix: &str) -> u64 {
         .injected
 }
 
+/// The per-QP re-marking rows (`QP 0x... data FIELD a → b`): (title, injected), each of which
+/// the report has already compared with the path view's count at h2's ingress.
+fn qp_rows(r: &lab::report::ScenarioReport) -> Vec<(String, u64)> {
+    r.rows
+        .iter()
+        .filter(|x| x.what.starts_with("QP 0x"))
+        .map(|x| {
+            assert_eq!(x.observed, Some(x.injected), "{}", x.what);
+            (x.what.clone(), x.injected)
+        })
+        .collect()
+}
+
+/// The trust-boundary scenarios: each per-QP re-marking happened (a QP re-marked whole has
+/// all of its data packets re-marked, one re-marked in part some), the path view counts the
+/// same changes per QP at h2's ingress (checked by the report), and its lines say which go
+/// against the policy.
+fn assert_remarked(r: &lab::report::ScenarioReport, want: &[(&str, bool)]) {
+    let rows = qp_rows(r);
+    let titles: Vec<&str> = rows.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        titles,
+        want.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+        "per-QP rows"
+    );
+    let sent_per_qp = row(r, "RoCE data packets sent") / 4;
+    for ((t, n), (_, whole)) in rows.iter().zip(want) {
+        if *whole {
+            assert_eq!(*n, sent_per_qp, "{t}: every data packet of the QP");
+        } else {
+            assert!(
+                *n > 0 && *n < sent_per_qp,
+                "{t}: some of the QP's packets ({n})"
+            );
+        }
+    }
+    assert_eq!(row(r, "marking changes h2 → h1"), 0);
+    assert!(
+        r.path.iter().any(|l| l.contains("FAIL data")),
+        "{:#?}",
+        r.path
+    );
+}
+
 /// Each scenario must actually contain its fault (a table of zeros would agree trivially).
 fn assert_fault_present(name: &str, r: &lab::report::ScenarioReport) {
     match name {
@@ -72,6 +116,40 @@ fn assert_fault_present(name: &str, r: &lab::report::ScenarioReport) {
             assert_eq!(row(r, "PFC XOFF on priority 5"), 20);
             assert_eq!(row(r, "802.3x PAUSE"), 4);
         }
+        "pcp-remark" => assert_remarked(
+            r,
+            &[
+                ("QP 0x000201 data PCP 3 → 0", false),
+                ("QP 0x000202 data PCP 3 → 0", true),
+            ],
+        ),
+        "dscp-remap" => {
+            assert_remarked(
+                r,
+                &[
+                    ("QP 0x000201 data DSCP 26 → 24", true),
+                    ("QP 0x000203 data DSCP 26 → 24", false),
+                    ("QP 0x000201 data PCP 0 → 3", true),
+                    ("QP 0x000202 data PCP 0 → 3", true),
+                    ("QP 0x000203 data PCP 0 → 3", true),
+                    ("QP 0x000204 data PCP 0 → 3", true),
+                ],
+            );
+            // the priority it maps to is the right one: not against the policy
+            assert!(
+                r.path.iter().any(|l| l.contains("ok   data PCP 0 → 3")),
+                "{:#?}",
+                r.path
+            );
+            assert!(!r.path.iter().any(|l| l.contains("FAIL data PCP")));
+        }
+        "ecn-bleach" => assert_remarked(
+            r,
+            &[
+                ("QP 0x000201 data ECN 2 → 0", false),
+                ("QP 0x000202 data ECN 2 → 0", true),
+            ],
+        ),
         _ => unreachable!(),
     }
 }
@@ -106,6 +184,9 @@ lab_tests! {
     userspace_bleached, live_bleached, "bleached", 3;
     userspace_congested, live_congested, "congested", 4;
     userspace_pfc_storm, live_pfc_storm, "pfc-storm", 5;
+    userspace_pcp_remark, live_pcp_remark, "pcp-remark", 6;
+    userspace_dscp_remap, live_dscp_remap, "dscp-remap", 7;
+    userspace_ecn_bleach, live_ecn_bleach, "ecn-bleach", 8;
 }
 
 fn tshark_count(pcap: &std::path::Path, filter: &str) -> u64 {

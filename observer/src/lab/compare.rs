@@ -1,27 +1,36 @@
 //! A scenario's report, built from what the lab did ([`Truth`]) and what roce-observe reported
-//! ([`observe::Observed`]): one row per compared quantity, the lab's checks of its own ground
-//! truth, the alert rules that must fire or stay silent, and a few lines of information.
+//! ([`observe::Observed`]): one row per compared quantity (the re-marking counts through the
+//! path view, [`super::path_view`]), the lab's checks of its own ground truth, the alert rules
+//! that must fire or stay silent, the path view itself, and a few lines of information.
 //!
 //! The order of the rows and checks is the order in which the report prints them.
 
+use super::faults::{Remark, RemarkRule};
 use super::observe::{self, ObserverMode};
+use super::path_view::{self, PathView};
 use super::rc::{RcConfig, ReqStats, RespStats};
 use super::report::{AlertCheck, Row, ScenarioReport, SelfCheck, Summaries};
 use super::topo::{H1_IF, H1_IP, H2_IF, H2_IP, ip_str};
 use super::{DATA_DSCP, LabArgs, ScenarioSpec, Truth};
+use crate::pipeline::PolicyConfig;
+use crate::pipeline::marking::Marking;
 
-/// The table: ground truth beside roce-observe's summary, plus the lab's self-checks.
+/// The table: ground truth beside roce-observe's summary, plus the lab's self-checks and the
+/// path view judged against the observers' `policy`.
 pub fn build_report(
     args: &LabArgs,
     spec: &ScenarioSpec,
     cfg: &RcConfig,
     t: &Truth,
     o: &observe::Observed,
+    policy: &PolicyConfig,
 ) -> ScenarioReport {
-    let sums = Totals(t);
+    let sums = Totals(t, &spec.nft.remarks);
     let seen = Readings::new(&o.summaries);
+    let view = path_view::path_view(&o.summaries, &Marking::of(&policy.expected));
     let mut rows = traffic_rows(&sums, &seen);
     rows.extend(reply_and_marking_rows(&sums, &seen));
+    rows.extend(path_rows(args, spec, cfg, &sums, &seen, &view));
     rows.extend(pause_rows(t, &seen));
     if args.observer == ObserverMode::Userspace {
         rows.push(row(
@@ -35,6 +44,7 @@ pub fn build_report(
     // The lab's own ground truth must hold together before it can judge the observer.
     let mut self_checks = delivery_checks(&sums);
     self_checks.extend(marking_and_rate_checks(cfg, &sums));
+    self_checks.extend(remark_checks(spec, cfg, &sums));
     self_checks.extend(scenario_checks(args, spec, &sums, o));
     ScenarioReport {
         scenario: spec.name.clone(),
@@ -44,12 +54,13 @@ pub fn build_report(
         all_alerts: o.alerts.clone().unwrap_or_default(),
         self_checks,
         info: info_lines(&sums, o),
+        path: view.render(),
         secs: 0.0,
     }
 }
 
-/// Sums over the QPs of the ground truth.
-struct Totals<'a>(&'a Truth);
+/// Sums over the QPs of the ground truth, and the scenario's re-marking rules.
+struct Totals<'a>(&'a Truth, &'a [RemarkRule]);
 
 impl Totals<'_> {
     /// A requester counter summed over its QPs.
@@ -60,6 +71,15 @@ impl Totals<'_> {
     /// A responder counter summed over its QPs.
     fn resp(&self, f: fn(&RespStats) -> u64) -> u64 {
         self.0.resp.qps.iter().map(f).sum()
+    }
+
+    /// Packets the per-QP re-marking rules whose action is `which` counted.
+    fn remarked(&self, which: impl Fn(Remark) -> bool) -> u64 {
+        self.1
+            .iter()
+            .filter(|r| which(r.action))
+            .filter_map(|r| self.0.nft.remarked.get(&r.counter))
+            .sum()
     }
 }
 
@@ -74,6 +94,8 @@ struct Readings<'a> {
     at_in: String,
     at_out: String,
     at_ack: String,
+    /// Where the ACK direction arrives: h1's ingress.
+    at_ack_in: String,
 }
 
 impl<'a> Readings<'a> {
@@ -93,6 +115,7 @@ impl<'a> Readings<'a> {
             at_in: format!("{H2_IF} ingress"),
             at_out: format!("{H1_IF} egress"),
             at_ack: format!("{ack_if} {ack_dir}"),
+            at_ack_in: format!("{H1_IF} ingress"),
         }
     }
 
@@ -213,12 +236,65 @@ fn reply_and_marking_rows(t: &Totals, o: &Readings) -> Vec<Row> {
         ),
         row(
             &format!("data not at DSCP {DATA_DSCP} (re-marked)"),
-            nft.bleached,
-            "nft counter bleach",
+            nft.bleached + t.remarked(|a| matches!(a, Remark::Dscp(d) if d != DATA_DSCP)),
+            "nft counters bleach, DSCP re-marking",
             o.s.data_dscp_not(H2_IF, "ingress", &o.h1, &o.h2, DATA_DSCP),
             &o.at_in,
         ),
     ]
+}
+
+/// The marking changes along the path ([`super::path_view`]): every change the switch made
+/// (bleach, CE, per-QP re-marking) against those the path view finds from h1's egress to h2's
+/// ingress, none on the way back; then each per-QP re-marking of the scenario with its QP's
+/// changes to that value.
+fn path_rows(
+    args: &LabArgs,
+    spec: &ScenarioSpec,
+    cfg: &RcConfig,
+    t: &Totals,
+    o: &Readings,
+    view: &PathView,
+) -> Vec<Row> {
+    let nft = &t.0.nft;
+    let path = format!("path {} → {}", o.at_out, o.at_in);
+    let back = format!("path {} → {}", o.at_ack, o.at_ack_in);
+    let mut rows = vec![
+        row(
+            "marking changes h1 → h2 (path view)",
+            nft.bleached + nft.ce_marked + nft.remarked.values().sum::<u64>(),
+            "nft counters bleach, ce, re-marking",
+            Some(view.changed(&o.h1, &o.h2) as u64),
+            &path,
+        ),
+        row(
+            "marking changes h2 → h1 (path view)",
+            0,
+            "no fault on the way back",
+            Some(view.changed(&o.h2, &o.h1) as u64),
+            &back,
+        ),
+    ];
+    for r in spec.nft.remarks.iter().filter(|r| r.qp < args.qps as usize) {
+        let qpn = cfg.qps[r.qp].resp_qpn;
+        let (field, to) = r.action.field_value();
+        let m = &cfg.marking;
+        let from = match field {
+            "DSCP" => i16::from(m.data_dscp),
+            "ECN" => i16::from(m.data_ecn),
+            _ => m.vlan.map_or(-1, |v| i16::from(v.data_pcp)),
+        };
+        let got = view.changed_to((&o.h1, &o.h2, qpn as u64), "data", field, to);
+        let show = crate::pipeline::marking::show_value;
+        rows.push(row(
+            &format!("QP {qpn:#08x} data {field} {} → {}", show(from), show(to)),
+            t.0.nft.remarked.get(&r.counter).copied().unwrap_or(0),
+            &format!("nft counter {}", r.counter),
+            Some(got as u64),
+            &path,
+        ));
+    }
+    rows
 }
 
 /// PFC XOFF / XON on priorities 3 and 5 and 802.3x PAUSE frames, as h2 received them.
@@ -304,6 +380,8 @@ fn marking_and_rate_checks(cfg: &RcConfig, t: &Totals) -> Vec<SelfCheck> {
     let truth = t.0;
     let ce_rcvd = t.resp(|r| r.ce_rcvd);
     let dscp_off = t.resp(|r| r.data_rcvd - r.dscp_rcvd[DATA_DSCP as usize]);
+    let dscp_remarked =
+        truth.nft.bleached + t.remarked(|a| matches!(a, Remark::Dscp(d) if d != DATA_DSCP));
     let spacing = truth
         .resp
         .qps
@@ -321,10 +399,9 @@ fn marking_and_rate_checks(cfg: &RcConfig, t: &Totals) -> Vec<SelfCheck> {
         ),
         check(
             "responder saw every re-marking",
-            dscp_off == truth.nft.bleached,
+            dscp_off == dscp_remarked,
             format!(
-                "data not at DSCP {DATA_DSCP}: {dscp_off}, nft bleach {}",
-                truth.nft.bleached
+                "data not at DSCP {DATA_DSCP}: {dscp_off}, nft bleach and DSCP re-marking {dscp_remarked}"
             ),
         ),
         check(
@@ -346,6 +423,46 @@ fn marking_and_rate_checks(cfg: &RcConfig, t: &Totals) -> Vec<SelfCheck> {
             format!("bad {icrc_bad}"),
         ),
     ]
+}
+
+/// The responder saw the priority and ECN re-marking the switch counted: data packets off the
+/// priority they were sent at, and Not-ECT data (the NICs send ECT).
+fn remark_checks(spec: &ScenarioSpec, cfg: &RcConfig, t: &Totals) -> Vec<SelfCheck> {
+    let mut out = Vec::new();
+    let pcp = t.remarked(|a| matches!(a, Remark::Pcp { .. }));
+    if pcp > 0
+        || spec
+            .nft
+            .remarks
+            .iter()
+            .any(|r| matches!(r.action, Remark::Pcp { .. }))
+    {
+        let sent = cfg.marking.vlan.map_or(8, |v| v.data_pcp as usize & 7);
+        let off: u64 =
+            t.resp(|r| r.data_rcvd) - t.0.resp.qps.iter().map(|r| r.pcp_rcvd[sent]).sum::<u64>();
+        out.push(check(
+            "responder saw every priority change",
+            off == pcp,
+            format!("data off priority {sent}: {off}, nft priority re-marking {pcp}"),
+        ));
+    }
+    let not_ect = t.remarked(|a| a == Remark::NotEct);
+    if not_ect > 0 || spec.nft.remarks.iter().any(|r| r.action == Remark::NotEct) {
+        let got = t.resp(|r| r.ecn_rcvd[0]);
+        out.push(check(
+            "responder saw every ECN bleach",
+            cfg.marking.data_ecn != 0 && got == not_ect,
+            format!("Not-ECT data received {got}, nft ECN bleach {not_ect}"),
+        ));
+    }
+    if !spec.nft.remarks.is_empty() {
+        out.push(check(
+            "re-marking scenario re-marked something",
+            t.0.nft.remarked.values().sum::<u64>() > 0,
+            format!("{:?}", t.0.nft.remarked),
+        ));
+    }
+    out
 }
 
 /// The scenario's fault did something, the fallback capture lost nothing, and roce-observe

@@ -1,9 +1,11 @@
 //! Faults injected in the switch namespace with real kernel tools: nftables rules in the bridge
-//! family on RoCE data entering from h1 (random drop, DSCP re-marking to 0, ECN CE marking), each
-//! with a named counter that is the ground truth of what was injected; and PFC / 802.3x PAUSE
+//! family on RoCE data entering from h1 (random drop, DSCP re-marking to 0, ECN CE marking, and
+//! per-QP re-marking of DSCP, ECN and the 802.1Q priority, as switches at a trust boundary do),
+//! each with a named counter that is the ground truth of what was injected; and PFC / 802.3x PAUSE
 //! frames sent with AF_PACKET from the switch port toward h2 (the bridge does not forward the
 //! 01:80:c2:00:00:01 group address, so they are sent on the port itself, as a switch would).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::lab::netns::Netns;
@@ -23,16 +25,101 @@ pub struct NftFaults {
     pub bleach_pct: u8,
     /// Set ECN to CE on this percentage of packets.
     pub ce_pct: u8,
+    /// Per-QP re-marking, in order (after the drop, the bleach and the CE marking).
+    pub remarks: Vec<RemarkRule>,
+}
+
+/// What a re-marking rule sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Remark {
+    /// The DSCP.
+    Dscp(u8),
+    /// ECN to Not-ECT (0): the switch bleaches ECN.
+    NotEct,
+    /// The 802.1Q tag to this priority in VLAN `vid` (the whole TCI is written: nftables
+    /// writes a tag the kernel holds in metadata only whole).
+    Pcp { pcp: u8, vid: u16 },
+}
+
+impl Remark {
+    /// The field it changes, as the path view names it (`DSCP`, `PCP`, `ECN`), and the value
+    /// it sets (ECN Not-ECT: 0).
+    pub fn field_value(self) -> (&'static str, i16) {
+        match self {
+            Remark::Dscp(d) => ("DSCP", d.into()),
+            Remark::NotEct => ("ECN", 0),
+            Remark::Pcp { pcp, .. } => ("PCP", pcp.into()),
+        }
+    }
+
+    fn statement(self) -> String {
+        match self {
+            Remark::Dscp(d) => format!("ip dscp set {d}"),
+            Remark::NotEct => "ip ecn set not-ect".into(),
+            Remark::Pcp { pcp, vid } => {
+                let tci = (u16::from(pcp & 7) << 13) | (vid & 0xfff);
+                format!("@ll,112,16 set {tci:#06x}")
+            }
+        }
+    }
+
+    /// What a packet must match for the statement to apply (before any IP match: nftables
+    /// wants the VLAN header's match first).
+    fn guard(self) -> Option<String> {
+        match self {
+            Remark::Pcp { vid, .. } => Some(format!("vlan id {vid}")),
+            _ => None,
+        }
+    }
+}
+
+/// One per-QP re-marking: the packets of the QP whose UDP source port is `sport` (all, or
+/// `pct` % of them at random; only those whose DSCP is in `dscp_in`, when given) get `action`,
+/// counted by the named counter `counter` (the ground truth of what was injected).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemarkRule {
+    pub counter: String,
+    /// The QP's index in the scenario.
+    pub qp: usize,
+    pub sport: u16,
+    pub pct: Option<u8>,
+    pub dscp_in: Vec<u8>,
+    pub action: Remark,
+}
+
+impl RemarkRule {
+    /// The rule for packets entering at `iif`.
+    fn rule(&self, iif: &str) -> String {
+        let mut r = format!("iifname \"{iif}\"");
+        if let Some(g) = self.action.guard() {
+            r += &format!(" {g}");
+        }
+        r += &format!(" udp dport {} udp sport {}", wire::ROCE_PORT, self.sport);
+        if let Some(p) = self.pct {
+            r += &format!(" numgen random mod 100 < {p}");
+        }
+        if !self.dscp_in.is_empty() {
+            let set: Vec<String> = self.dscp_in.iter().map(u8::to_string).collect();
+            r += &format!(" ip dscp {{ {} }}", set.join(", "));
+        }
+        format!(
+            "{r} {} counter name \"{}\"",
+            self.action.statement(),
+            self.counter
+        )
+    }
 }
 
 /// Counter values read back from the switch.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NftCounts {
     /// Packets seen entering from h1 (RoCE, UDP 4791).
     pub seen: u64,
     pub dropped: u64,
     pub bleached: u64,
     pub ce_marked: u64,
+    /// The re-marking rules' counters, by name.
+    pub remarked: BTreeMap<String, u64>,
 }
 
 impl NftFaults {
@@ -68,9 +155,14 @@ impl NftFaults {
                 self.ce_pct
             ));
         }
+        rules.extend(self.remarks.iter().map(|r| r.rule(SW_P1)));
         let mut s = String::from(
-            "table bridge rolab {\n  counter seen {}\n  counter loss {}\n  counter bleach {}\n  counter ce {}\n  chain faults {\n    type filter hook forward priority 0; policy accept;\n",
+            "table bridge rolab {\n  counter seen {}\n  counter loss {}\n  counter bleach {}\n  counter ce {}\n",
         );
+        for r in &self.remarks {
+            s += &format!("  counter {} {{}}\n", r.counter);
+        }
+        s.push_str("  chain faults {\n    type filter hook forward priority 0; policy accept;\n");
         for r in rules {
             s.push_str("    ");
             s.push_str(&r);
@@ -130,7 +222,10 @@ pub fn parse_counters(json: &str) -> Result<NftCounts, LabError> {
             Some("loss") => c.dropped = n,
             Some("bleach") => c.bleached = n,
             Some("ce") => c.ce_marked = n,
-            _ => {}
+            Some(other) => {
+                c.remarked.insert(other.to_string(), n);
+            }
+            None => {}
         }
     }
     Ok(c)
@@ -227,6 +322,7 @@ mod tests {
             bleach_sport: Some(49154),
             bleach_pct: 10,
             ce_pct: 20,
+            remarks: Vec::new(),
         };
         let r = f.ruleset();
         let drop = r.find("drop").unwrap();
@@ -234,6 +330,48 @@ mod tests {
         assert!(r.find("dscp set 0").unwrap() < r.find("ecn set ce").unwrap());
         assert!(r.contains("udp sport != 49154 numgen random mod 100 < 10"));
         assert!(!NftFaults::default().ruleset().contains("numgen"));
+    }
+
+    #[test]
+    fn remark_rules_with_their_counters() {
+        let f = NftFaults {
+            remarks: vec![
+                RemarkRule {
+                    counter: "q1_pcp".into(),
+                    qp: 1,
+                    sport: 49154,
+                    pct: Some(30),
+                    dscp_in: Vec::new(),
+                    action: Remark::Pcp { pcp: 0, vid: 100 },
+                },
+                RemarkRule {
+                    counter: "q0_map".into(),
+                    qp: 0,
+                    sport: 49153,
+                    pct: None,
+                    dscp_in: vec![24, 26],
+                    action: Remark::Pcp { pcp: 3, vid: 100 },
+                },
+                RemarkRule {
+                    counter: "q2_ecn".into(),
+                    qp: 2,
+                    sport: 49155,
+                    pct: None,
+                    dscp_in: Vec::new(),
+                    action: Remark::NotEct,
+                },
+            ],
+            ..Default::default()
+        };
+        let r = f.ruleset();
+        assert!(r.contains("counter q1_pcp {}"), "{r}");
+        assert!(r.contains("iifname \"sw-p1\" vlan id 100 udp dport 4791 udp sport 49154 numgen random mod 100 < 30 @ll,112,16 set 0x0064 counter name \"q1_pcp\""), "{r}");
+        assert!(r.contains("vlan id 100 udp dport 4791 udp sport 49153 ip dscp { 24, 26 } @ll,112,16 set 0x6064 counter name \"q0_map\""), "{r}");
+        assert!(r.contains("iifname \"sw-p1\" udp dport 4791 udp sport 49155 ip ecn set not-ect counter name \"q2_ecn\""), "{r}");
+        assert_eq!(Remark::NotEct.field_value(), ("ECN", 0));
+        let j = r#"{"nftables": [{"counter": {"name": "q1_pcp", "packets": 7}}, {"counter": {"name": "seen", "packets": 9}}]}"#;
+        let c = parse_counters(j).unwrap();
+        assert_eq!((c.seen, c.remarked.get("q1_pcp")), (9, Some(&7)));
     }
 
     #[test]

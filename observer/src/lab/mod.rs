@@ -4,14 +4,17 @@
 //! crafted PFC/PAUSE frames, roce-observe running on the hosts' interfaces, and a table of what
 //! was injected beside what was observed. Exits non-zero when they disagree.
 //!
-//! Scenarios: `clean`, `lossy`, `bleached`, `congested`, `pfc-storm`, `all` (each in turn, each
-//! on a fresh fabric). Everything it creates lives in `ro-lab-{h1,sw,h2}-<pid>[-n]` namespaces
+//! Scenarios: `clean`, `lossy`, `bleached`, `congested`, `pfc-storm`, and with 802.1Q-tagged
+//! frames `pcp-remark`, `dscp-remap`, `ecn-bleach`; `all` (each in turn, each on a fresh
+//! fabric). The report includes the path view: `roce-analyze path`'s comparison of the two
+//! observers' output. Everything it creates lives in `ro-lab-{h1,sw,h2}-<pid>[-n]` namespaces
 //! and is deleted on exit, on Ctrl-C / SIGTERM (the run stops and unwinds) and on failure.
 
 pub mod compare;
 pub mod faults;
 pub mod netns;
 pub mod observe;
+pub mod path_view;
 pub mod rc;
 pub mod report;
 pub mod sock;
@@ -24,19 +27,31 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 pub use compare::build_report;
-use faults::{NftCounts, NftFaults, PfcPlan, PfcSent};
+use faults::{NftCounts, NftFaults, PfcPlan, PfcSent, Remark, RemarkRule};
 pub use observe::ObserverMode;
-use rc::{Endpoint, Marking, Msg, MsgKind, QpPlan, RcConfig, ReqStats, Responder};
+use rc::{Endpoint, Marking, Msg, MsgKind, QpPlan, RcConfig, ReqStats, Responder, Vlan};
 use report::ScenarioReport;
 use topo::{H1_IP, H1_MAC, H2_IP, H2_MAC, Topology};
 
 use crate::pipeline::{PolicyConfig, rule};
 
-pub const SCENARIOS: [&str; 5] = ["clean", "lossy", "bleached", "congested", "pfc-storm"];
+pub const SCENARIOS: [&str; 8] = [
+    "clean",
+    "lossy",
+    "bleached",
+    "congested",
+    "pfc-storm",
+    "pcp-remark",
+    "dscp-remap",
+    "ecn-bleach",
+];
+
+/// The VLAN of the tagged scenarios.
+pub const LAB_VID: u16 = 100;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LabArgs {
-    /// clean, lossy, bleached, congested, pfc-storm or all.
+    /// clean, lossy, bleached, congested, pfc-storm, pcp-remark, dscp-remap, ecn-bleach or all.
     #[arg(long, default_value = "all")]
     pub scenario: String,
     /// Who observes: the live roce-observe binary, or the labelled userspace fallback.
@@ -104,7 +119,9 @@ impl Default for LabArgs {
 pub enum LabError {
     #[error("the lab needs root (network namespaces, nftables, AF_PACKET, BPF)")]
     NotRoot,
-    #[error("unknown scenario {0:?} (known: clean, lossy, bleached, congested, pfc-storm, all)")]
+    #[error(
+        "unknown scenario {0:?} (known: clean, lossy, bleached, congested, pfc-storm, pcp-remark, dscp-remap, ecn-bleach, all)"
+    )]
     UnknownScenario(String),
     #[error("unknown profile {0:?} (the lab knows: {known})", known = crate::vendor::names())]
     UnknownProfile(String),
@@ -206,10 +223,29 @@ fn install_signal_handlers() {
     }
 }
 
+/// How the emulated NICs tag their frames.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tagging {
+    /// Untagged, as behind DSCP-trust ports.
+    #[default]
+    Untagged,
+    /// In VLAN [`LAB_VID`] with the profile's priorities: data and ACKs on the RDMA priority,
+    /// CNPs on theirs (a PCP-trust fabric).
+    Profile,
+    /// In VLAN [`LAB_VID`] at priority 0, every class: a NIC that leaves the priority to a
+    /// DSCP-trust switch.
+    Zero,
+}
+
 /// Everything one scenario does to the fabric.
 #[derive(Clone, Debug, Default)]
 pub struct ScenarioSpec {
     pub name: String,
+    /// The emulated NICs' tag.
+    pub tagging: Tagging,
+    /// The observers expect the profile's priorities (PCP) of tagged frames: the policy's
+    /// `pcp` of data, ACKs and CNPs (a PCP-trust fabric); otherwise PCP is not checked.
+    pub expect_pcp: bool,
     pub nft: NftFaults,
     pub pfc: Option<PfcPlan>,
     /// Index of a QP whose receive queue runs dry (RNR NAKs).
@@ -225,9 +261,76 @@ pub fn udp_sport(i: usize) -> u16 {
     49153 + i as u16
 }
 
-/// The fault set of a named scenario, and the alerts it must and must not raise. Every rule of
-/// `collector::rule::ALL` that the scenario gives no cause for must stay silent.
-pub fn spec(name: &str) -> Result<ScenarioSpec, LabError> {
+/// A per-QP re-marking of QP `qp` (`pct` % of its packets, or all), counted as `q<qp>_<what>`.
+fn remark(qp: usize, what: &str, pct: Option<u8>, action: Remark) -> RemarkRule {
+    RemarkRule {
+        counter: format!("q{qp}_{what}"),
+        qp,
+        sport: udp_sport(qp),
+        pct,
+        dscp_in: Vec::new(),
+        action,
+    }
+}
+
+/// The switches at a trust boundary, with tagged frames (`pcp-remark`, `dscp-remap`,
+/// `ecn-bleach`): what they re-mark, and the alert it must raise.
+fn trust_boundary(s: &mut ScenarioSpec, v: &crate::vendor::Profile) {
+    let prio = v.rdma_priority;
+    match s.name.as_str() {
+        "pcp-remark" => {
+            // trusts PCP and re-marks it: priority 3 -> 0 on all of QP 1, 30 % of QP 0
+            s.tagging = Tagging::Profile;
+            s.expect_pcp = true;
+            let to0 = Remark::Pcp {
+                pcp: 0,
+                vid: LAB_VID,
+            };
+            s.nft.remarks = vec![remark(0, "pcp", Some(30), to0), remark(1, "pcp", None, to0)];
+            s.must_fire = vec![rule::PCP_MISMATCH];
+        }
+        "dscp-remap" => {
+            // trusts DSCP: rewrites DSCP 26 -> 24 on all of QP 0 and half of QP 2, and gives
+            // every data packet the priority its DSCP maps to (24 and 26: the RDMA priority)
+            s.tagging = Tagging::Zero;
+            let to24 = Remark::Dscp(24);
+            s.nft.remarks = vec![
+                remark(0, "dscp", None, to24),
+                remark(2, "dscp", Some(50), to24),
+            ];
+            for qp in 0..16 {
+                let mut r = remark(
+                    qp,
+                    "map",
+                    None,
+                    Remark::Pcp {
+                        pcp: prio,
+                        vid: LAB_VID,
+                    },
+                );
+                r.dscp_in = vec![24, v.data_dscp];
+                s.nft.remarks.push(r);
+            }
+            s.must_fire = vec![rule::DSCP_MISMATCH];
+        }
+        "ecn-bleach" => {
+            // bleaches ECN to Not-ECT: all of QP 1, 20 % of QP 0 (the priority is kept)
+            s.tagging = Tagging::Profile;
+            s.expect_pcp = true;
+            s.nft.remarks = vec![
+                remark(0, "ecn", Some(20), Remark::NotEct),
+                remark(1, "ecn", None, Remark::NotEct),
+            ];
+            s.must_fire = vec![rule::NOT_ECT];
+        }
+        _ => {}
+    }
+}
+
+/// The fault set of a named scenario (with the emulated NICs of vendor profile `v`), and the
+/// alerts it must and must not raise. Every rule of `collector::rule::ALL` that the scenario
+/// gives no cause for must stay silent.
+pub fn spec(name: &str, v: &crate::vendor::Profile) -> Result<ScenarioSpec, LabError> {
     let pfc_rules = [
         rule::PFC_STORM,
         rule::PFC_WRONG_PRIORITY,
@@ -270,6 +373,7 @@ pub fn spec(name: &str) -> Result<ScenarioSpec, LabError> {
             // Clean traffic without any CE while pauses flow: pfc_without_ecn too.
             s.must_fire = pfc_rules.to_vec();
         }
+        "pcp-remark" | "dscp-remap" | "ecn-bleach" => trust_boundary(&mut s, v),
         _ => return Err(LabError::UnknownScenario(name.to_string())),
     }
     for r in rule::ALL {
@@ -282,9 +386,18 @@ pub fn spec(name: &str) -> Result<ScenarioSpec, LabError> {
 
 /// The traffic of a scenario.
 pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabError> {
-    let marking = crate::vendor::profile(&args.profile)
-        .map(Marking::of)
-        .ok_or_else(|| LabError::UnknownProfile(args.profile.clone()))?;
+    let v = profile(args)?;
+    let mut marking = Marking::of(v);
+    marking.vlan = match spec.tagging {
+        Tagging::Untagged => None,
+        Tagging::Profile => Some(Vlan::of(v, LAB_VID)),
+        Tagging::Zero => Some(Vlan {
+            vid: LAB_VID,
+            data_pcp: 0,
+            ack_pcp: 0,
+            cnp_pcp: 0,
+        }),
+    };
     // Start PSNs: one QP crosses the 24-bit wrap during the run.
     let starts = [0x000000u32, 0xfffe80, 0x123456, 0x7fff00];
     let round: Vec<Msg> = [
@@ -339,6 +452,42 @@ pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabErr
     })
 }
 
+/// The vendor profile of `--profile`.
+fn profile(args: &LabArgs) -> Result<&'static crate::vendor::Profile, LabError> {
+    crate::vendor::profile(&args.profile)
+        .ok_or_else(|| LabError::UnknownProfile(args.profile.clone()))
+}
+
+/// The observers' policy: the profile's, plus the profile's priorities of tagged frames where
+/// the scenario expects them, written to `dir/policy.toml` (both observers read that file).
+fn scenario_policy(
+    args: &LabArgs,
+    spec: &ScenarioSpec,
+    dir: &Path,
+) -> Result<(PolicyConfig, Option<PathBuf>), LabError> {
+    let perr = |source| LabError::Policy {
+        profile: args.profile.clone(),
+        source,
+    };
+    if !spec.expect_pcp {
+        return Ok((PolicyConfig::profile(&args.profile).map_err(perr)?, None));
+    }
+    let v = profile(args)?;
+    let (d, c) = (v.rdma_priority, v.cnp_priority);
+    let text = format!(
+        "profile = \"{}\"\n[data]\npcp = {d}\n[ack]\npcp = {d}\n[cnp]\npcp = {c}\n",
+        v.name
+    );
+    let path = dir.join("policy.toml");
+    std::fs::create_dir_all(dir)
+        .and_then(|_| std::fs::write(&path, text))
+        .map_err(|source| LabError::Sys {
+            what: path.display().to_string(),
+            source,
+        })?;
+    Ok((PolicyConfig::from_file(&path).map_err(perr)?, Some(path)))
+}
+
 /// Ground truth of one scenario run.
 #[derive(Clone, Debug, Default)]
 pub struct Truth {
@@ -354,19 +503,16 @@ pub struct Truth {
 /// exit path.
 pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<ScenarioReport, LabError> {
     let t0 = Instant::now();
-    let spec = spec(name)?;
+    let spec = spec(name, profile(args)?)?;
     let cfg = rc_config(args, &spec)?;
     let topo = Topology::create(&format!("{}-{run_no}", std::process::id()))?;
     spec.nft.install(&topo.sw)?;
     tracing::info!(scenario = name, ns_h1 = %topo.h1.name, ns_sw = %topo.sw.name, ns_h2 = %topo.h2.name, "fabric up");
     let out = ScenarioOut::new(args, name);
-    let policy = PolicyConfig::profile(&args.profile).map_err(|source| LabError::Policy {
-        profile: args.profile.clone(),
-        source,
-    })?;
+    let (policy, policy_file) = scenario_policy(args, &spec, &out.dir)?;
     // Live observers start (and attach) before any traffic.
     let live = match args.observer {
-        ObserverMode::Live => start_live_observers(args, &topo, &out.dir)?,
+        ObserverMode::Live => start_live_observers(args, &topo, &out.dir, policy_file.as_deref())?,
         ObserverMode::Userspace => Vec::new(),
     };
     let traffic = traffic::TrafficRun::new(args, &spec, &cfg, &topo, &out.dir, &policy);
@@ -377,7 +523,7 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         ObserverMode::Live => observe::collect_live(live)?,
     };
     drop(topo);
-    let mut r = build_report(args, &spec, &cfg, &truth, &observed);
+    let mut r = build_report(args, &spec, &cfg, &truth, &observed, &policy);
     if out.kept {
         r.info.push((
             "roce-observe output kept in".into(),
@@ -412,11 +558,13 @@ impl ScenarioOut {
     }
 }
 
-/// Starts roce-observe on h2 and h1 (in parallel) and waits until both are attached.
+/// Starts roce-observe on h2 and h1 (in parallel) and waits until both are attached; with
+/// `policy`, both check that policy file.
 fn start_live_observers(
     args: &LabArgs,
     topo: &Topology,
     out_dir: &Path,
+    policy: Option<&Path>,
 ) -> Result<Vec<observe::LiveObserver>, LabError> {
     let exe = match &args.observer_bin {
         Some(p) => p.clone(),
@@ -433,6 +581,9 @@ fn start_live_observers(
             "--host".into(),
             format!("lab-{host}"),
         ];
+        if let Some(p) = policy {
+            extra.extend(["--policy".to_string(), p.display().to_string()]);
+        }
         extra.extend(args.observer_args.iter().cloned());
         let dir = out_dir.join(host);
         let _ = std::fs::remove_dir_all(&dir);
@@ -475,7 +626,7 @@ pub fn run_lab(args: &LabArgs) -> Result<Vec<ScenarioReport>, LabError> {
     let names: Vec<&str> = if args.scenario == "all" {
         SCENARIOS.to_vec()
     } else {
-        spec(&args.scenario)?;
+        spec(&args.scenario, profile(args)?)?;
         vec![args.scenario.as_str()]
     };
     install_signal_handlers();

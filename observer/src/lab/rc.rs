@@ -35,7 +35,8 @@ pub struct Msg {
     pub len: u32,
 }
 
-/// DSCP / ECN marking of what the emulated NICs send (from a vendor profile).
+/// DSCP / ECN marking of what the emulated NICs send (from a vendor profile), and their 802.1Q
+/// tag when they send tagged frames.
 #[derive(Clone, Copy, Debug)]
 pub struct Marking {
     pub data_dscp: u8,
@@ -44,6 +45,30 @@ pub struct Marking {
     pub ack_ecn: u8,
     pub cnp_dscp: u8,
     pub cnp_ecn: u8,
+    /// `None`: untagged frames (behind DSCP-trust ports).
+    pub vlan: Option<Vlan>,
+}
+
+/// The tag of tagged frames: the VLAN and the priority (PCP) of each class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vlan {
+    pub vid: u16,
+    pub data_pcp: u8,
+    pub ack_pcp: u8,
+    pub cnp_pcp: u8,
+}
+
+impl Vlan {
+    /// A vendor profile's priorities (data and ACKs on the RDMA priority, CNPs on theirs) in
+    /// VLAN `vid`.
+    pub const fn of(v: &crate::vendor::Profile, vid: u16) -> Vlan {
+        Vlan {
+            vid,
+            data_pcp: v.rdma_priority,
+            ack_pcp: v.rdma_priority,
+            cnp_pcp: v.cnp_priority,
+        }
+    }
 }
 
 impl Marking {
@@ -56,6 +81,7 @@ impl Marking {
             ack_ecn: v.ack_ecn,
             cnp_dscp: v.cnp_dscp,
             cnp_ecn: v.cnp_ecn,
+            vlan: None,
         }
     }
 }
@@ -538,6 +564,7 @@ impl ReqQp {
             dscp: cfg.marking.data_dscp,
             ecn: cfg.marking.data_ecn,
             ip_id,
+            tag: cfg.marking.vlan.map(|v| (v.data_pcp, v.vid)),
         };
         let b = BthFields {
             opcode: p.opcode,
@@ -576,6 +603,10 @@ pub struct RespStats {
     /// Smallest time between two CNPs of this QP (None with fewer than two).
     pub min_cnp_spacing: Option<Duration>,
     pub dscp_rcvd: [u64; 64],
+    /// Data packets received per tag priority (index 8: untagged).
+    pub pcp_rcvd: [u64; 9],
+    /// Data packets received per ECN codepoint.
+    pub ecn_rcvd: [u64; 4],
     pub icrc_bad: u64,
     pub msgs_completed: u64,
     /// metrics.md PSN analysis of the arrival stream.
@@ -599,6 +630,8 @@ impl Default for RespStats {
             cnps_suppressed: 0,
             min_cnp_spacing: None,
             dscp_rcvd: [0; 64],
+            pcp_rcvd: [0; 9],
+            ecn_rcvd: [0; 4],
             icrc_bad: 0,
             msgs_completed: 0,
             stream: PsnStream::default(),
@@ -725,6 +758,10 @@ impl ReplyTx<'_> {
             ReplyKind::Ack => (m.ack_dscp, m.ack_ecn),
             ReplyKind::Cnp => (m.cnp_dscp, m.cnp_ecn),
         };
+        let tag = m.vlan.map(|v| match r.kind {
+            ReplyKind::Ack => (v.ack_pcp, v.vid),
+            ReplyKind::Cnp => (v.cnp_pcp, v.vid),
+        });
         let (h1, h2) = (&self.cfg.h1, &self.cfg.h2);
         let a = Addr {
             src_mac: h2.mac,
@@ -735,6 +772,7 @@ impl ReplyTx<'_> {
             dscp,
             ecn,
             ip_id: self.ip_id,
+            tag,
         };
         self.ip_id = self.ip_id.wrapping_add(1);
         self.sock.send(&wire::frame(&a, &r.bth, &r.ext, 0))
@@ -764,6 +802,8 @@ impl RespQp {
     fn on_data(&mut self, cfg: &RcConfig, rx: &wire::Rx, now: Instant) -> Vec<Reply> {
         self.st.data_rcvd += 1;
         self.st.dscp_rcvd[rx.dscp as usize & 63] += 1;
+        self.st.pcp_rcvd[rx.pcp.map_or(8, |p| p as usize & 7)] += 1;
+        self.st.ecn_rcvd[rx.ecn as usize & 3] += 1;
         self.st.stream.push(rx.psn);
         if !rx.icrc_ok {
             self.st.icrc_bad += 1;

@@ -61,6 +61,8 @@ pub struct ScenarioReport {
     pub all_alerts: BTreeMap<String, u64>,
     pub self_checks: Vec<SelfCheck>,
     pub info: Vec<(String, String)>,
+    /// The path view: `roce-analyze path`'s comparison of the observers' output, for people.
+    pub path: Vec<String>,
     pub secs: f64,
 }
 
@@ -158,6 +160,15 @@ impl ScenarioReport {
                 if c.ok { "ok" } else { "FAIL" },
                 c.detail
             );
+        }
+        if !self.path.is_empty() {
+            let _ = writeln!(
+                s,
+                "path view (roce-analyze path's comparison of the observers' output):"
+            );
+            for l in &self.path {
+                let _ = writeln!(s, "  {l}");
+            }
         }
         for (k, v) in &self.info {
             let _ = writeln!(s, "  {k}: {v}");

@@ -1,5 +1,7 @@
 //! AF_PACKET raw sockets bound to one interface of the namespace the calling thread is in:
-//! the lab's emulated NICs send and receive whole Ethernet frames through them.
+//! the lab's emulated NICs send and receive whole Ethernet frames through them. A received
+//! frame whose 802.1Q tag the kernel took into metadata (VLAN offload) gets it back in place,
+//! as it was on the wire (as libpcap does), from the packet's auxiliary data.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -7,6 +9,24 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use super::LabError;
 
 const ETH_P_ALL: u16 = 0x0003;
+/// `SOL_PACKET` option: a `tpacket_auxdata` control message with every received frame.
+const PACKET_AUXDATA: libc::c_int = 8;
+/// `tp_status` bits: the frame had a tag (in metadata), and its TPID is given.
+const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+
+/// `struct tpacket_auxdata` (linux/if_packet.h).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct AuxData {
+    tp_status: u32,
+    tp_len: u32,
+    tp_snaplen: u32,
+    tp_mac: u16,
+    tp_net: u16,
+    tp_vlan_tci: u16,
+    tp_vlan_tpid: u16,
+}
 /// `sll_pkttype` of frames this host sent (seen by a capture socket).
 pub const PACKET_OUTGOING: u8 = 4;
 
@@ -55,6 +75,17 @@ impl RawSock {
             ) != 0
             {
                 return Err(os_err(&format!("bind AF_PACKET to {iface}")));
+            }
+            let on: libc::c_int = 1;
+            if libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_AUXDATA,
+                &on as *const _ as *const libc::c_void,
+                4,
+            ) != 0
+            {
+                return Err(os_err("setsockopt(PACKET_AUXDATA)"));
             }
             let buf: libc::c_int = 32 << 20;
             // Root can exceed rmem_max with SO_RCVBUFFORCE; fall back silently to SO_RCVBUF.
@@ -120,24 +151,45 @@ impl RawSock {
         Ok(())
     }
 
-    /// Receives one frame if one is waiting: (length, packet type). Non-blocking.
+    /// Receives one frame if one is waiting: (length, packet type). Non-blocking. A tag the
+    /// kernel took into metadata is put back after the MAC addresses (`buf` keeps 4 bytes
+    /// for it: frames are cut at `buf.len() - 4`).
     pub fn recv(&self, buf: &mut [u8]) -> Option<(usize, u8)> {
-        // SAFETY: recvfrom into a valid buffer with a correctly sized address.
+        if buf.len() < 18 {
+            return None;
+        }
+        let room = buf.len() - 4;
+        let mut ctrl = [0u64; 16];
+        // SAFETY: recvmsg into a valid buffer (`room` bytes), a correctly sized address and a
+        // control buffer of the size given; control messages are walked with the CMSG macros
+        // within `msg_controllen`, and the auxdata is read unaligned.
         unsafe {
             let mut sll: libc::sockaddr_ll = std::mem::zeroed();
-            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-            let n = libc::recvfrom(
-                self.fd.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                libc::MSG_TRUNC,
-                &mut sll as *mut libc::sockaddr_ll as *mut libc::sockaddr,
-                &mut len,
-            );
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                iov_len: room,
+            };
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_name = &mut sll as *mut libc::sockaddr_ll as *mut libc::c_void;
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = std::mem::size_of_val(&ctrl) as _;
+            let n = libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_TRUNC);
             if n < 0 {
                 return None;
             }
-            Some(((n as usize).min(buf.len()), sll.sll_pkttype))
+            let mut n = (n as usize).min(room);
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == PACKET_AUXDATA {
+                    let aux = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const AuxData);
+                    n = reinsert_tag(buf, n, &aux);
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+            Some((n, sll.sll_pkttype))
         }
     }
 
@@ -170,5 +222,57 @@ impl RawSock {
             }
             st.tp_drops
         }
+    }
+}
+
+/// Puts a tag the kernel took into metadata back after the MAC addresses of the `n`-byte frame
+/// in `buf` (which has 4 bytes of room); returns the frame's new length.
+fn reinsert_tag(buf: &mut [u8], n: usize, aux: &AuxData) -> usize {
+    if aux.tp_status & TP_STATUS_VLAN_VALID == 0 || n < 12 || buf.len() < n + 4 {
+        return n;
+    }
+    let tpid = if aux.tp_status & TP_STATUS_VLAN_TPID_VALID != 0 {
+        aux.tp_vlan_tpid
+    } else {
+        0x8100
+    };
+    buf.copy_within(12..n, 16);
+    buf[12..14].copy_from_slice(&tpid.to_be_bytes());
+    buf[14..16].copy_from_slice(&aux.tp_vlan_tci.to_be_bytes());
+    n + 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tag_in_metadata_is_put_back_after_the_macs() {
+        let aux = |status, tci, tpid| AuxData {
+            tp_status: status,
+            tp_len: 0,
+            tp_snaplen: 0,
+            tp_mac: 0,
+            tp_net: 0,
+            tp_vlan_tci: tci,
+            tp_vlan_tpid: tpid,
+        };
+        let frame: Vec<u8> = (0..20u8).collect();
+        let mut buf = frame.clone();
+        buf.resize(24, 0xee);
+        let n = reinsert_tag(&mut buf, 20, &aux(TP_STATUS_VLAN_VALID, 0x6064, 0));
+        assert_eq!(n, 24);
+        assert_eq!(&buf[..12], &frame[..12]);
+        assert_eq!(&buf[12..16], &[0x81, 0x00, 0x60, 0x64]);
+        assert_eq!(&buf[16..24], &frame[12..20]);
+        let mut buf2 = frame.clone();
+        buf2.resize(24, 0);
+        let both = TP_STATUS_VLAN_VALID | TP_STATUS_VLAN_TPID_VALID;
+        assert_eq!(reinsert_tag(&mut buf2, 20, &aux(both, 3, 0x88a8)), 24);
+        assert_eq!(&buf2[12..16], &[0x88, 0xa8, 0, 3]);
+        // no tag: unchanged
+        let mut buf3 = buf.clone();
+        assert_eq!(reinsert_tag(&mut buf3, 20, &aux(0, 5, 0)), 20);
+        assert_eq!(buf3, buf);
     }
 }

@@ -6,6 +6,8 @@
 //!  h1-eth0 10.77.0.1 ---- sw-p1 [br0: nft faults] sw-p2 ---- h2-eth0 10.77.0.2
 //! ```
 //!
+//! Frames may carry an 802.1Q tag (VLAN 100): the switch ports send it in the frame.
+//!
 //! Only 10.77.0.0/24 inside these namespaces is used. Dropping the [`Topology`] deletes the
 //! namespaces (and with them every veth, the bridge and the nftables rules), also on panic;
 //! namespaces left by a lab that was killed (its PID gone) are removed at the next start.
@@ -117,6 +119,10 @@ impl Topology {
         for p in [SW_P1, SW_P2] {
             sw.exec("ip", &["link", "set", p, "master", "br0"])?;
             sw.exec("ip", &["link", "set", p, "up"])?;
+            // The switch ports put an 802.1Q tag back into the frame they send, as a switch
+            // does on the wire: the bridge keeps a received tag in skb metadata, which a veth
+            // would hand over as such, where the hosts' XDP programs do not see it.
+            sw.exec("ethtool", &["-K", p, "txvlan", "off"])?;
         }
         sw.exec("ip", &["link", "set", "br0", "up"])?;
         Ok(())

@@ -1,4 +1,5 @@
-//! RoCEv2 frames as the lab's emulated NICs put them on the wire: Ethernet / IPv4 / UDP 4791 /
+//! RoCEv2 frames as the lab's emulated NICs put them on the wire: Ethernet [/ 802.1Q] / IPv4 /
+//! UDP 4791 /
 //! BTH [/ RETH | AETH | CNP reserved bytes] / payload / ICRC, and the parse of the frames they
 //! receive. Built by `observer_common::frames`; parsed with etherparse's header types and
 //! checked with `observer_common::icrc`: the lab's own parse (not the observer's
@@ -77,6 +78,8 @@ pub struct Addr {
     pub dscp: u8,
     pub ecn: u8,
     pub ip_id: u16,
+    /// An 802.1Q tag: (PCP, VLAN id); `None`: untagged.
+    pub tag: Option<(u8, u16)>,
 }
 
 /// The BTH fields the lab sets.
@@ -108,8 +111,11 @@ pub fn frame(a: &Addr, bth: &BthFields, ext: &[u8], payload_len: usize) -> Vec<u
         psn: bth.psn & PSN_MASK,
         ..frames::Bth::default()
     };
-    frames::Roce::v4(a.src_ip, a.dst_ip)
-        .macs(a.src_mac, a.dst_mac)
+    let mut r = frames::Roce::v4(a.src_ip, a.dst_ip);
+    if let Some((pcp, vid)) = a.tag {
+        r = r.tag(frames::Tag::dot1q(pcp & 7, vid & 0xfff));
+    }
+    r.macs(a.src_mac, a.dst_mac)
         .min_len(0)
         .mark(a.dscp & 0x3f, a.ecn & 3)
         .ip_id(a.ip_id)
@@ -131,6 +137,8 @@ pub struct Rx {
     pub dst_ip: [u8; 4],
     pub dscp: u8,
     pub ecn: u8,
+    /// The 802.1Q tag's priority; `None`: untagged.
+    pub pcp: Option<u8>,
     pub udp_sport: u16,
     pub opcode: u8,
     pub becn: bool,
@@ -143,10 +151,17 @@ pub struct Rx {
     pub icrc_ok: bool,
 }
 
-/// Parses an untagged IPv4 RoCEv2 frame; `None` for anything else.
+/// Parses an IPv4 RoCEv2 frame, untagged or with one 802.1Q tag; `None` for anything else.
 pub fn parse(f: &[u8]) -> Option<Rx> {
     let (eth, rest) = Ethernet2Header::from_slice(f).ok()?;
-    if eth.ether_type != EtherType::IPV4 {
+    let (ether_type, pcp, rest, ip_start) = if eth.ether_type == EtherType::VLAN_TAGGED_FRAME {
+        let tag = rest.get(..4)?;
+        let inner = EtherType(u16::from_be_bytes([tag[2], tag[3]]));
+        (inner, Some(tag[0] >> 5), &rest[4..], ETH_LEN + 4)
+    } else {
+        (eth.ether_type, None, rest, ETH_LEN)
+    };
+    if ether_type != EtherType::IPV4 {
         return None;
     }
     let (ip, rest) = Ipv4Header::from_slice(rest).ok()?;
@@ -159,7 +174,6 @@ pub fn parse(f: &[u8]) -> Option<Rx> {
         return None;
     }
     let udp_payload_len = (udp.length as usize).checked_sub(UDP_LEN)?;
-    let ip_start = ETH_LEN;
     let pl = ip_start + ihl + UDP_LEN;
     if udp_payload_len < BTH_LEN + ICRC_LEN || f.len() < pl + udp_payload_len {
         return None;
@@ -182,6 +196,7 @@ pub fn parse(f: &[u8]) -> Option<Rx> {
         dst_ip: ip.destination,
         dscp: ip.dscp.value(),
         ecn: ip.ecn.value(),
+        pcp,
         udp_sport: udp.source_port,
         opcode: b[0],
         becn: b[4] & 0x40 != 0,
@@ -219,6 +234,7 @@ mod tests {
             dscp: 26,
             ecn: 2,
             ip_id: 7,
+            tag: None,
         }
     }
 
@@ -256,6 +272,35 @@ mod tests {
         let mut remarked = f.clone();
         remarked[15] = 0x03;
         assert!(parse(&remarked).unwrap().icrc_ok);
+    }
+
+    /// A tagged frame: the lab's parse and the shared parser read the same PCP, the ICRC
+    /// (which does not cover the Ethernet header) still holds, and a switch's new priority in
+    /// the tag leaves it valid.
+    #[test]
+    fn tagged_frames_round_trip() {
+        let mut a = addr();
+        a.tag = Some((3, 100));
+        let b = BthFields {
+            opcode: op::SEND_ONLY,
+            dest_qp: 0x201,
+            psn: 9,
+            ..Default::default()
+        };
+        let f = frame(&a, &b, &[], 64);
+        assert_eq!(&f[12..16], &[0x81, 0x00, 0x60, 0x64]);
+        let rx = parse(&f).unwrap();
+        assert_eq!(
+            (rx.pcp, rx.dest_qp, rx.psn, rx.icrc_ok),
+            (Some(3), 0x201, 9, true)
+        );
+        let c = classify(f.as_slice());
+        assert_eq!((c.kind, c.pcp, c.bth.psn), (kind::ROCE, 3, 9));
+        let mut remarked = f.clone();
+        remarked[14] &= 0x1f;
+        let rx = parse(&remarked).unwrap();
+        assert_eq!((rx.pcp, rx.icrc_ok), (Some(0), true));
+        assert_eq!(parse(&frame(&addr(), &b, &[], 64)).unwrap().pcp, None);
     }
 
     #[test]

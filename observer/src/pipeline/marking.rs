@@ -206,13 +206,15 @@ impl Feed {
     }
 }
 
+/// Packets alerted so far per (earlier point, later point, slot, new value).
+type Reported = Vec<((u16, u16, u8, i16), i64)>;
+
 /// One key's sums at its points, and what was alerted of it.
 #[derive(Default)]
 struct KeyState {
     /// Per point: its buckets summed since the key was first seen, sorted by (slot, value).
     at: Vec<(u16, Vec<Bucket>)>,
-    /// Packets alerted so far per (earlier point, later point, slot, new value).
-    reported: Vec<((u16, u16, u8, i16), i64)>,
+    reported: Reported,
     /// The evaluation that last saw it active, and its time.
     seq: u64,
     last_ns: u64,
@@ -388,66 +390,76 @@ fn compare(
             if sa == sb {
                 continue;
             }
-            let vals = |s: &[Bucket]| s.iter().map(|x| (x.1, x.2)).collect::<Vec<_>>();
-            let (field, c) = (slot as usize / 3, slot as usize % 3);
-            let want = m.want(field, c);
-            let mut count = 0u64;
-            let mut parts = Vec::new();
-            for (from, to, n) in value_changes(&vals(sa), &vals(sb)) {
-                if want.allows(to) {
-                    continue;
-                }
-                let id = (*pa, *pb, slot, to);
-                let prev = match e.reported.iter_mut().find(|r| r.0 == id) {
-                    Some(r) => &mut r.1,
-                    None => {
-                        e.reported.push((id, 0));
-                        &mut e.reported.last_mut().expect("pushed").1
-                    }
-                };
-                if n > *prev {
-                    let inc = n - *prev;
-                    *prev = n;
-                    count += inc as u64;
-                    let from: Vec<String> = from.iter().map(|v| show_value(*v)).collect();
-                    let f = FIELDS[field].0;
-                    parts.push(format!(
-                        "{f} {} → {} x{inc}",
-                        from.join(","),
-                        show_value(to)
-                    ));
-                }
+            let want = m.want(slot as usize / 3, slot as usize % 3);
+            let (count, observed) = new_changes(sa, sb, want, (*pa, *pb, slot), &mut e.reported);
+            if count == 0 {
+                continue;
             }
-            if count > 0 {
-                let key = AlertKey {
-                    iface: points[*pa as usize].0.clone(),
-                    dir: Some(points[*pa as usize].1),
-                    to_iface: Some(points[*pb as usize].0.clone()),
-                    to_dir: Some(points[*pb as usize].1),
-                    src: Some(pk.src),
-                    dst: Some(pk.dst),
-                    qp: Some(pk.qp),
-                    class: Some(c as u8),
-                    other: Some(FIELDS[field].0.into()),
-                    ..Default::default()
-                };
-                let expected = match want {
-                    Want::Ect => "ECT(0), ECT(1) or CE".into(),
-                    w => format!("{} {w}", FIELDS[field].0),
-                };
-                let observed = parts.join(", ");
-                out.push(Alert::candidate(
-                    Rule::MarkingChanged,
-                    key,
-                    t_ns,
-                    observed,
-                    expected,
-                    count,
-                    "interval",
-                ));
-            }
+            let (field, c) = (FIELDS[slot as usize / 3].0, slot % 3);
+            let (from, to) = (&points[*pa as usize], &points[*pb as usize]);
+            let key = AlertKey {
+                iface: from.0.clone(),
+                dir: Some(from.1),
+                to_iface: Some(to.0.clone()),
+                to_dir: Some(to.1),
+                src: Some(pk.src),
+                dst: Some(pk.dst),
+                qp: Some(pk.qp),
+                class: Some(c),
+                other: Some(field.into()),
+                ..Default::default()
+            };
+            let expected = match want {
+                Want::Ect => "ECT(0), ECT(1) or CE".into(),
+                w => format!("{field} {w}"),
+            };
+            let rule = Rule::MarkingChanged;
+            out.push(Alert::candidate(
+                rule, key, t_ns, observed, expected, count, "interval",
+            ));
         }
     }
+}
+
+/// The changes of one slot from the earlier point's buckets `sa` to the later's `sb` that go
+/// against `want`, beyond what was alerted already for (earlier point, later point, slot):
+/// their packets and `dscp 26 → 0 x30, ...`; `reported` is brought up to date.
+fn new_changes(
+    sa: &[Bucket],
+    sb: &[Bucket],
+    want: Want,
+    hop: (u16, u16, u8),
+    reported: &mut Reported,
+) -> (u64, String) {
+    let vals = |s: &[Bucket]| s.iter().map(|x| (x.1, x.2)).collect::<Vec<_>>();
+    let f = FIELDS[hop.2 as usize / 3].0;
+    let mut count = 0u64;
+    let mut parts = Vec::new();
+    for (from, to, n) in value_changes(&vals(sa), &vals(sb)) {
+        if want.allows(to) {
+            continue;
+        }
+        let id = (hop.0, hop.1, hop.2, to);
+        let prev = match reported.iter().position(|r| r.0 == id) {
+            Some(i) => &mut reported[i].1,
+            None => {
+                reported.push((id, 0));
+                &mut reported.last_mut().expect("pushed").1
+            }
+        };
+        if n > *prev {
+            let inc = n - *prev;
+            *prev = n;
+            count += inc as u64;
+            let from: Vec<String> = from.iter().map(|v| show_value(*v)).collect();
+            parts.push(format!(
+                "{f} {} → {} x{inc}",
+                from.join(","),
+                show_value(to)
+            ));
+        }
+    }
+    (count, parts.join(", "))
 }
 
 #[cfg(test)]
