@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for building and testing roce-observe on a fresh Debian 12 machine.
 # Installs: Debian packages (LLVM 22 for bpf-linker, tshark, tcpreplay, nftables, iproute2,
-# Prometheus and Alertmanager with promtool for the monitoring tests),
+# Prometheus and Alertmanager with promtool for the monitoring tests, tmux for the terminal
+# view's tests),
 # the pinned Rust toolchain (rust-toolchain.toml) with rust-src, bpf-linker built against
 # LLVM 22, and the Python reader (pyarrow) the tests use as an independent Parquet reader.
 # Each step checks first and is skipped when already done, so a second run takes seconds.
@@ -14,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 APT_PKGS=(llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev libxml2-dev libffi-dev pkg-config
   build-essential tshark tcpreplay nftables iproute2 ethtool libpcap-dev
-  prometheus prometheus-alertmanager)
+  prometheus prometheus-alertmanager tmux)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,6 +15,7 @@ use super::args::{
 use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::alertmanager::AlertmanagerSink;
 use crate::sinks::prometheus::{ExporterConfig, MetricsSink};
+use crate::sinks::tui::{self, HeaderInfo, Tui};
 use crate::sources::kernel::diagnosis as diag;
 use crate::sources::kernel::interfaces::{KernelSource, NicFeed, Observed};
 use crate::sources::kernel::{Attached, LiveError, LiveIface, LiveOptions, XdpMode};
@@ -126,6 +127,19 @@ pub struct LiveArgs {
     /// instead of attaching to an interface.
     #[arg(long, value_name = "N", hide = true)]
     pub synthetic_qps: Option<u32>,
+    /// With --synthetic-qps: varied traffic per QP, with CE and CNPs, PSN gaps, off-policy
+    /// DSCP, retransmissions, NAKs and RNR NAKs (docs/testing.md).
+    #[arg(long, hide = true, requires = "synthetic_qps")]
+    pub synthetic_mix: bool,
+    /// With --synthetic-qps: no more traffic after this long (the keys stay, idle).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        hide = true,
+        requires = "synthetic_qps",
+        value_parser = parse_duration
+    )]
+    pub synthetic_stop_after: Option<Duration>,
 }
 
 fn init_logs(args: &LiveArgs, terminal: bool) {
@@ -137,7 +151,7 @@ fn init_logs(args: &LiveArgs, terminal: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(ours));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(tui::term::log_writer)
         .with_ansi(std::io::stderr().is_terminal());
     let _ = match args.log_format {
         LogFormat::Json => b.json().try_init(),
@@ -192,30 +206,32 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
         cfg.nic_policy = Some(super::nic::check_policy(&policy, &args.profile).0);
     }
     let stop = Stop::on_signals();
-    let (res, col) = if let Some(n) = args.synthetic_qps {
+    let (col, res) = if let Some(n) = args.synthetic_qps {
         tracing::warn!(
             qps = n,
             "synthetic source: no BPF, {n} QPs through the userspace datapath"
         );
-        let feed = SyntheticFeed {
-            synth: Synthetic::new(policy.expected, n, 4),
-            iface: "synthetic0".into(),
-            link_speed_bps: args.link_speed.or(Some(100_000_000_000)),
+        let synth = match args.synthetic_mix {
+            true => Synthetic::mixed(policy.expected, n),
+            false => Synthetic::new(policy.expected, n, 4),
         };
-        let mut col = collector(cfg, &args)?;
-        (paced(feed, &args).run(&mut col, &stop), col)
+        let link = args.link_speed.or(Some(100_000_000_000));
+        let iface = "synthetic0";
+        let mut feed = SyntheticFeed::new(synth, iface, link);
+        feed.stop_after = args.synthetic_stop_after;
+        observe(feed, cfg, &args, &stop, vec![iface.into()])?
     } else {
         let source = attach_all(&args, &policy)?;
-        let mut col = collector(cfg, &args)?;
-        // LiveIface drops detach the programs when the source goes out of scope below.
-        (paced(source, &args).run(&mut col, &stop), col)
+        // LiveIface drops detach the programs when the source goes out of scope in observe.
+        observe(source, cfg, &args, &stop, args.iface.clone())?
     };
     if let Err(e) = res {
-        // An interval could not be accounted: still close every file written so far.
+        // An interval could not be accounted, or the view failed: still close every file
+        // written so far.
         if let Err(f) = col.finish() {
             tracing::error!(error = %f, "could not finish the output files");
         }
-        return Err(anyhow::Error::new(e).context("accounting an interval"));
+        return Err(e);
     }
     finish(
         col,
@@ -226,6 +242,42 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
             "duration"
         },
     )
+}
+
+/// Runs `source` into a new collector until the stop or `--duration`, with the terminal view
+/// when `cfg.terminal`; the view is closed (the terminal restored) before this returns. The
+/// collector, and how the run ended.
+fn observe<P: Polled>(
+    source: P,
+    cfg: CollectorConfig,
+    args: &LiveArgs,
+    stop: &Stop,
+    ifaces: Vec<String>,
+) -> anyhow::Result<(Collector, anyhow::Result<()>)> {
+    let terminal = cfg.terminal;
+    let info = HeaderInfo {
+        host: cfg.host.clone(),
+        out: args.out.display().to_string(),
+        interval: args.interval,
+        ifaces,
+    };
+    let dscp = cfg.policy.expected.dscp;
+    let mut col = collector(cfg, args)?;
+    let view = match terminal {
+        true => {
+            let (view, sink) =
+                Tui::start(info, dscp, stop).context("starting the terminal view")?;
+            col.add_sink(Box::new(sink));
+            Some(view)
+        }
+        false => None,
+    };
+    let res = paced(source, args).run(&mut col, stop);
+    let closed = view.map(Tui::close).transpose();
+    let res = res
+        .map_err(|e| anyhow::Error::new(e).context("accounting an interval"))
+        .and_then(|_| closed.map(|_| ()).context("the terminal view"));
+    Ok((col, res))
 }
 
 fn collector(cfg: CollectorConfig, args: &LiveArgs) -> anyhow::Result<Collector> {

@@ -26,7 +26,6 @@ use serde_json::{Value, json};
 
 use crate::sinks::parquet_files::OutputError;
 use crate::sinks::row_builders::{self as tables, FlowsBuilder, IfaceExtra};
-use crate::sinks::terminal_view::{self as view, ViewState};
 use crate::sinks::{IntervalRows, JsonlSink, RunInfo, Sink, StderrSink, TableKind, TableSink};
 use crate::sources::Snapshot;
 use crate::sources::snapshot::CounterWords;
@@ -86,7 +85,8 @@ pub struct CollectorConfig {
     pub rotate_secs: u64,
     /// ... or this many bytes, whichever comes first.
     pub rotate_bytes: u64,
-    /// Draw the refreshing terminal view (stdout is a terminal) instead of plain logs.
+    /// The terminal view (added as a sink by the live command) shows the intervals: no
+    /// `interval` log lines, no alert lines on stderr when stderr is that terminal.
     pub terminal: bool,
     /// `--log-format json`: alerts go to the log as structured events, stderr has JSON only.
     pub log_json: bool,
@@ -245,9 +245,9 @@ pub struct Collector {
     run: RunInfo,
     ifaces: BTreeMap<String, IfaceState>,
     dedup: Dedup,
-    /// Every output but the terminal view, in the order they are written: the tables, then
-    /// `alerts.jsonl` (so an alert raised by a table's failure is in the same flush), then
-    /// stderr lines.
+    /// Every output, in the order they are written: the tables, then `alerts.jsonl` (so an
+    /// alert raised by a table's failure is in the same flush), then stderr lines, then the
+    /// outputs the live command adds (the terminal view, metrics, Alertmanager).
     sinks: Vec<Box<dyn Sink>>,
     alert_counts: BTreeMap<&'static str, u64>,
     occurrences: BTreeMap<&'static str, u64>,
@@ -263,8 +263,6 @@ pub struct Collector {
     /// Alerts emitted per interface since its last interval log line (events between
     /// intervals included).
     alerts_since_log: BTreeMap<String, u64>,
-    /// The terminal view (a sink too; kept apart so the live command can draw it).
-    pub view: ViewState,
     pub last: IntervalStats,
 }
 
@@ -279,7 +277,6 @@ struct KeyPass {
     /// Largest CE-marked data count of one key (ce_without_cnp is skipped when 0).
     ce_data_max: u64,
     ce_total: u64,
-    top: Vec<view::TopRow>,
     /// The rows' marking for the comparison across interfaces (two interfaces or more).
     marks: Option<marking::Feed>,
 }
@@ -292,7 +289,6 @@ struct KeyCtx<'a> {
     end: u64,
     off: i64,
     policy: &'a PolicyConfig,
-    want_top: bool,
 }
 
 impl KeyPass {
@@ -329,9 +325,6 @@ impl KeyPass {
         pairs.add(pair, (ce, d.cnp(), d.pkts));
         self.ce_data_max = self.ce_data_max.max(ce);
         self.ce_total += d.ce();
-        if cx.want_top {
-            self.top.push(view::TopRow::new(cx.iface, k, d));
-        }
     }
 }
 
@@ -605,7 +598,6 @@ impl Collector {
             nics: BTreeMap::new(),
             marking: marking::MarkingStage::new(&cfg.policy.expected),
             alerts_since_log: BTreeMap::new(),
-            view: ViewState::default(),
             last: IntervalStats::default(),
             cfg,
         })
@@ -687,7 +679,6 @@ impl Collector {
         for s in &mut self.sinks {
             s.alert(&a, &self.run);
         }
-        Sink::alert(&mut self.view, &a, &self.run);
         *self
             .alerts_since_log
             .entry(a.key.iface.clone())
@@ -787,7 +778,6 @@ impl Collector {
             tracked: [0; dir::COUNT],
             ce_data_max: 0,
             ce_total: 0,
-            top: Vec::new(),
             marks: multi.then(|| self.marking.take_feed()),
         };
         let cx = KeyCtx {
@@ -796,7 +786,6 @@ impl Collector {
             end,
             off,
             policy: &self.cfg.policy,
-            want_top: self.cfg.terminal,
         };
         st.pairs.begin_interval();
         let sc = &mut *self.scratch;
@@ -809,7 +798,6 @@ impl Collector {
         st.pairs.end_interval();
         st.prev_time = Some(end);
         st.last_active = kp.active.iter().sum::<u64>() as usize;
-        let (max_xoff, link) = (st.max_xoff_per_s, st.link_bps);
         self.last = IntervalStats {
             iface: snap.iface.clone(),
             start_ns: start,
@@ -838,10 +826,7 @@ impl Collector {
         }
         self.each_sink(end, |s| s.end_interval(end));
         self.last.alerts = self.alerts_since_log.remove(&snap.iface).unwrap_or(0);
-        if self.cfg.terminal {
-            self.view
-                .update(&self.last, kp.top, &snap.iface_stats, link, max_xoff);
-        } else {
+        if !self.cfg.terminal {
             let s = &self.last;
             tracing::info!(
                 iface = %s.iface,
@@ -1083,8 +1068,7 @@ impl crate::sources::Consumer for Collector {
     ) -> Result<(), crate::sources::ConsumerError> {
         Ok(self.on_nic(iface, sample, counters)?)
     }
-    /// Compares the interfaces' marking (every snapshot of the interval is in), then draws the
-    /// terminal view.
+    /// Compares the interfaces' marking (every snapshot of the interval is in).
     fn interval_done(&mut self, t_ns: u64) {
         let changed = self.marking.evaluate(t_ns);
         if !changed.is_empty() {
@@ -1092,16 +1076,6 @@ impl crate::sources::Consumer for Collector {
                 self.offer(a);
             }
             self.each_sink(t_ns, |s| s.flush(t_ns));
-        }
-        if self.cfg.terminal {
-            use std::io::Write;
-            let title = format!(
-                "roce-observe  {}  out {}",
-                self.cfg.host,
-                self.cfg.out_dir.display()
-            );
-            print!("{}", self.view.render(&title));
-            let _ = std::io::stdout().flush();
         }
     }
 }

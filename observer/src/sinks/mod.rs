@@ -2,8 +2,8 @@
 //! (flows, interfaces, alerts, nic)
 //! ([`TableSink`], rows built by [`row_builders`], files by [`parquet_files`]), `alerts.jsonl`
 //! ([`JsonlSink`]), alert lines on stderr ([`StderrSink`]) and the terminal view
-//! ([`terminal_view::ViewState`]). The end-of-run files are [`summary_json`] and its text form
-//! [`summary_text`].
+//! ([`tui::ViewSink`], drawn by [`tui::Tui`]). The end-of-run files are [`summary_json`] and its
+//! text form [`summary_text`].
 
 pub mod alertmanager;
 pub mod parquet_files;
@@ -11,7 +11,7 @@ pub mod prometheus;
 pub mod row_builders;
 pub mod summary_json;
 pub mod summary_text;
-pub mod terminal_view;
+pub mod tui;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -81,12 +81,29 @@ pub struct SyntheticFeed {
     pub synth: Synthetic,
     pub iface: String,
     pub link_speed_bps: Option<u64>,
+    /// No more traffic this long after the start (`--synthetic-stop-after`): the keys stay,
+    /// idle.
+    pub stop_after: Option<Duration>,
+    t0_ns: u64,
+}
+
+impl SyntheticFeed {
+    pub fn new(synth: Synthetic, iface: &str, link_speed_bps: Option<u64>) -> SyntheticFeed {
+        SyntheticFeed {
+            synth,
+            iface: iface.into(),
+            link_speed_bps,
+            stop_after: None,
+            t0_ns: 0,
+        }
+    }
 }
 
 impl Polled for SyntheticFeed {
     type Error = ConsumerFailed;
 
     fn begin(&mut self, out: &mut dyn Consumer, t0_ns: u64) {
+        self.t0_ns = t0_ns;
         out.begin(&self.iface, t0_ns, self.link_speed_bps);
     }
 
@@ -95,7 +112,10 @@ impl Polled for SyntheticFeed {
     }
 
     fn interval(&mut self, out: &mut dyn Consumer, t_ns: u64) -> Result<(), ConsumerFailed> {
-        self.synth.step(t_ns);
+        let elapsed = Duration::from_nanos(t_ns.saturating_sub(self.t0_ns));
+        if self.stop_after.is_none_or(|d| elapsed < d) {
+            self.synth.step(t_ns);
+        }
         let ev = self.synth.dp.take_events();
         out.events(&self.iface, &ev).map_err(ConsumerFailed)?;
         let pauses = self.synth.dp.take_pauses();

@@ -1,0 +1,561 @@
+//! The screen, drawn with ratatui: a header (host, interfaces, keys, PFC), the QP table and the
+//! alerts, each in its own pane, and a line of keys. Every line is cut to its pane's width with
+//! an ellipsis, so nothing wraps into another pane; at 80x24 the table keeps 13 rows.
+
+use std::collections::HashMap;
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
+
+use super::model::{IfaceView, QpRow};
+use super::screen::Screen;
+use crate::pipeline::alerts::Severity;
+use crate::sinks::parquet_files::rfc3339;
+
+/// Smaller than this, the screen only says so.
+pub const MIN_WIDTH: u16 = 40;
+pub const MIN_HEIGHT: u16 = 12;
+
+pub fn draw(f: &mut Frame<'_>, s: &mut Screen) {
+    let area = f.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let msg = format!(
+            "roce-observe: the terminal is too small (at least {MIN_WIDTH}x{MIN_HEIGHT}); q quits"
+        );
+        // the only pane: this one may wrap
+        f.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
+        return;
+    }
+    let header = header_lines(s, area.width as usize, (area.height / 4).max(3) as usize);
+    let alerts_h = (area.height / 6).clamp(3, 12) + 1;
+    let [head, table, alerts, keys] = Layout::vertical([
+        Constraint::Length(header.len() as u16),
+        Constraint::Min(4),
+        Constraint::Length(alerts_h),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    f.render_widget(Paragraph::new(header), head);
+    draw_table(f, table, s);
+    draw_alerts(f, alerts, s);
+    f.render_widget(Paragraph::new(key_line(s, keys.width as usize)), keys);
+}
+
+/// `s` cut to `w` characters, the last one an ellipsis when cut.
+pub fn fit(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        return s.to_string();
+    }
+    if w == 0 {
+        return String::new();
+    }
+    let mut t: String = s.chars().take(w - 1).collect();
+    t.push('…');
+    t
+}
+
+/// `n` in at most `w` characters: as it is, else with k, M, G, T (rounded down).
+pub fn compact(n: u64, w: usize) -> String {
+    let s = n.to_string();
+    if s.len() <= w {
+        return s;
+    }
+    for (div, suffix) in [(1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T"), (1e15, "P")] {
+        let v = n as f64 / div;
+        let t = if v < 10.0 {
+            format!("{:.1}{suffix}", (v * 10.0).floor() / 10.0)
+        } else {
+            format!("{}{suffix}", v.floor() as u64)
+        };
+        if t.len() <= w {
+            return t;
+        }
+    }
+    "+".repeat(w.min(1))
+}
+
+/// Time since `ns` at `now`: `4s`, `12m`, `3h`, `2d`.
+pub fn age(now: u64, ns: Option<u64>) -> String {
+    let Some(ns) = ns else {
+        return "-".into();
+    };
+    let s = now.saturating_sub(ns) / 1_000_000_000;
+    match s {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+fn rate(bps: f64) -> String {
+    match bps {
+        b if b >= 1e9 => format!("{:.1}G", b / 1e9),
+        b if b >= 1e6 => format!("{:.1}M", b / 1e6),
+        b if b >= 1e3 => format!("{:.0}k", b / 1e3),
+        b => format!("{b:.0}"),
+    }
+}
+
+/// Seconds in three figures or so: `1.25s`, `12.5ms`, `40µs`.
+pub fn seconds(s: f64) -> String {
+    if s <= 0.0 {
+        "0s".into()
+    } else if s >= 1.0 {
+        format!("{s:.2}s")
+    } else if s >= 1e-3 {
+        format!("{:.1}ms", s * 1e3)
+    } else {
+        format!("{:.0}µs", s * 1e6)
+    }
+}
+
+fn duration(d: std::time::Duration) -> String {
+    let us = d.as_micros();
+    match us {
+        u if u % 1_000_000 == 0 => format!("{}s", u / 1_000_000),
+        u if u % 1000 == 0 => format!("{}ms", u / 1000),
+        u => format!("{u}us"),
+    }
+}
+
+fn bold() -> Style {
+    Style::default().add_modifier(Modifier::BOLD)
+}
+
+/// The header: a title line, then per interface its keys and its PFC figures; cut to `max`
+/// lines (the last then says how many interfaces are left out).
+fn header_lines(s: &Screen, w: usize, max: usize) -> Vec<Line<'static>> {
+    let sh = s.shown();
+    let i = &s.info;
+    let status = match (s.stopping, s.paused()) {
+        (true, _) => " STOPPING ",
+        (false, true) => " PAUSED ",
+        _ => "",
+    };
+    let time = match sh.data.now_ns {
+        0 => "waiting for the first interval".to_string(),
+        t => rfc3339(t)[..19].replace('T', " ") + "Z",
+    };
+    let title = format!(
+        "roce-observe  {}  interval {}  {time}  out {}",
+        i.host,
+        duration(i.interval),
+        i.out
+    );
+    let mut lines = vec![Line::from(vec![
+        Span::styled(status, Style::default().add_modifier(Modifier::REVERSED)),
+        Span::styled(fit(&title, w.saturating_sub(status.len())), bold()),
+    ])];
+    let mut ifaces: Vec<IfaceView> = sh.data.ifaces.clone();
+    for n in &i.ifaces {
+        if !ifaces.iter().any(|v| &v.name == n) {
+            ifaces.push(IfaceView {
+                name: n.clone(),
+                ..Default::default()
+            });
+        }
+    }
+    for (k, v) in ifaces.iter().enumerate() {
+        if lines.len() + 2 > max && k > 0 {
+            let more = format!("… {} more interfaces", ifaces.len() - k);
+            lines.pop();
+            lines.push(Line::from(fit(&more, w)));
+            break;
+        }
+        let keys = format!(
+            "{}  keys: {} tracked, {} active, {} new, {} evicted",
+            v.name, v.tracked, v.active, v.new, v.evicted
+        );
+        lines.push(Line::from(Span::styled(fit(&keys, w), bold())));
+        lines.push(Line::from(fit(&pfc_line(v), w)));
+    }
+    lines.truncate(max.max(1));
+    lines
+}
+
+/// `  PFC in: p3 XOFF 12, paused 0.012s, peak 7/s | eg: none`, PAUSE frames when any.
+fn pfc_line(v: &IfaceView) -> String {
+    let mut parts = Vec::new();
+    for (d, name) in ["in", "eg"].iter().enumerate() {
+        let prios: Vec<String> = v.pfc[d]
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.xoff > 0 || f.peak_1s > 0)
+            .map(|(p, f)| {
+                let paused = f.paused_s.map_or("-".to_string(), seconds);
+                format!(
+                    "p{p} XOFF {}, paused {paused}, peak {}/s",
+                    compact(f.xoff, 6),
+                    compact(f.peak_1s, 6)
+                )
+            })
+            .collect();
+        let mut t = if prios.is_empty() {
+            "none".to_string()
+        } else {
+            prios.join("; ")
+        };
+        if v.pause[d] > 0 {
+            t += &format!(", PAUSE {}", compact(v.pause[d], 6));
+        }
+        parts.push(format!("{name}: {t}"));
+    }
+    format!("  PFC {}", parts.join(" | "))
+}
+
+/// One column of the QP table.
+struct Col {
+    title: &'static str,
+    /// Shown from this width tier on (0: 80 columns, 1: 100, 2: 140).
+    from: usize,
+    /// Width per tier (0 for the addresses: what is left).
+    widths: [usize; 3],
+    right: bool,
+    /// The cell's text, at most the width given.
+    text: fn(&QpRow, &Ctx, usize) -> String,
+    /// Shown in colour when true.
+    fault: fn(&QpRow) -> bool,
+}
+
+/// What cells need besides their row.
+struct Ctx {
+    now: u64,
+    /// Each interface's latest interval end (a row active then has a rate).
+    ends: HashMap<String, u64>,
+}
+
+fn no_fault(_: &QpRow) -> bool {
+    false
+}
+
+const fn col(
+    title: &'static str,
+    from: usize,
+    widths: [usize; 3],
+    right: bool,
+    text: fn(&QpRow, &Ctx, usize) -> String,
+    fault: fn(&QpRow) -> bool,
+) -> Col {
+    Col {
+        title,
+        from,
+        widths,
+        right,
+        text,
+        fault,
+    }
+}
+
+/// Every column, in order (a table: one line each).
+#[rustfmt::skip]
+fn all_columns() -> [Col; 16] {
+    let (l, r) = (false, true);
+    [
+        col("iface", 2, [12; 3], l, |r, _, _| r.iface.to_string(), no_fault),
+        col("src", 0, [0; 3], l, |r, _, _| r.src.to_string(), no_fault),
+        col("dst", 0, [0; 3], l, |r, _, _| r.dst.to_string(), no_fault),
+        col("qp", 0, [8; 3], l, |r, _, _| format!("0x{:06x}", r.qp), no_fault),
+        col("dir", 1, [3; 3], l, |r, _, _| r.dir[..2].to_string(), no_fault),
+        col("pkts", 0, [5, 7, 9], r, |r, _, w| compact(r.pkts, w), no_fault),
+        col("rate", 1, [6; 3], r, |r, x, _| rate_of(r, x), no_fault),
+        col("dscp", 1, [4; 3], r, |r, _, _| r.dscp.map_or("-".into(), |d| d.to_string()), no_fault),
+        col("ce", 0, [5, 7, 9], r, |r, _, w| compact(r.ce, w), |r| r.ce > 0 && r.cnp_back == 0),
+        col("cnp←", 0, [5, 7, 9], r, |r, _, w| compact(r.cnp_back, w), no_fault),
+        col("gaps", 0, [4, 6, 8], r, |r, _, w| compact(r.gaps, w), |r| r.gaps > 0),
+        col("dscp≠", 0, [5, 6, 8], r, |r, _, w| compact(r.off_dscp, w), |r| r.off_dscp > 0),
+        col("rtx", 0, [4, 6, 8], r, |r, _, w| compact(r.retrans, w), |r| r.retrans > 0),
+        col("nak", 0, [4, 6, 8], r, |r, _, w| compact(r.naks, w), |r| r.naks > 0),
+        col("rnr", 0, [4, 6, 8], r, |r, _, w| compact(r.rnr_naks, w), |r| r.rnr_naks > 0),
+        col("age", 0, [4; 3], r, |r, x, _| age(x.now, r.last_pkt_ns), no_fault),
+    ]
+}
+
+/// The last interval's rate of a row active in it, else `-`.
+fn rate_of(r: &QpRow, x: &Ctx) -> String {
+    match x.ends.get(&*r.iface) {
+        Some(&e) if e == r.active_end_ns => rate(r.rate_bps),
+        _ => "-".into(),
+    }
+}
+
+/// The table's columns for a pane `w` wide, with their widths: 80 columns show the counts,
+/// 100 add direction, rate and DSCP, 140 the interface (with several) and wider numbers. The
+/// addresses take what is left, up to the longest shown (`src_w`, `dst_w`).
+fn columns(w: usize, multi: bool, src_w: usize, dst_w: usize) -> Vec<(Col, usize)> {
+    let tier = usize::from(w >= 100) + usize::from(w >= 140);
+    let mut c: Vec<(Col, usize)> = all_columns()
+        .into_iter()
+        .filter(|c| c.from <= tier && (c.title != "iface" || multi))
+        .map(|c| {
+            let width = c.widths[tier];
+            (c, width)
+        })
+        .collect();
+    let fixed: usize = c.iter().map(|(_, w)| w).sum::<usize>() + c.len() - 1;
+    let left = w.saturating_sub(fixed);
+    // the source gets its share, the destination the rest, neither more than it needs
+    let src = src_w.min(left.saturating_sub(dst_w.min(left / 2)));
+    let dst = dst_w.min(left - src);
+    for (col, width) in c.iter_mut() {
+        match col.title {
+            "src" => *width = src.max(3),
+            "dst" => *width = dst.max(3),
+            _ => {}
+        }
+    }
+    c
+}
+
+fn draw_table(f: &mut Frame<'_>, area: Rect, s: &mut Screen) {
+    let w = area.width as usize;
+    // border line and column titles
+    let page = (area.height as usize).saturating_sub(2);
+    let (total, first) = {
+        let n = s.rows().1.len();
+        (n, s.clamp(n, page))
+    };
+    let (sort, filter) = (s.sort.name(), s.filter.clone());
+    let (sh, idx) = s.rows();
+    let data = &sh.data;
+    let shown: Vec<&QpRow> = idx[first..(first + page).min(total)]
+        .iter()
+        .map(|&i| &data.rows[i])
+        .collect();
+    let mut title = match total {
+        0 => "QPs: none".to_string(),
+        _ => format!("QPs {}-{} of {total}", first + 1, first + shown.len()),
+    };
+    if first > 0 {
+        title += &format!(", {first} above");
+    }
+    let below = total - first - shown.len();
+    if below > 0 {
+        title += &format!(", {below} more");
+    }
+    title += &format!(" | sort {sort} (s, 1-5)");
+    if !filter.is_empty() {
+        title += &format!(" | filter \"{filter}\" (Esc clears)");
+    }
+    let block = Block::new()
+        .borders(Borders::TOP)
+        .title(Span::styled(fit(&format!(" {title} "), w), bold()));
+    if shown.is_empty() {
+        let msg = match (data.rows.is_empty(), filter.is_empty()) {
+            (true, _) => "no RoCE packets seen yet".to_string(),
+            (false, true) => "no QP to show".to_string(),
+            (false, false) => format!("no QP matches \"{filter}\""),
+        };
+        f.render_widget(Paragraph::new(fit(&msg, w)).block(block), area);
+        return;
+    }
+    let multi = data.ifaces.len() > 1;
+    let longest = |g: fn(&QpRow) -> usize| shown.iter().map(|r| g(r)).max().unwrap_or(0);
+    let (src_w, dst_w) = (longest(|r| r.src.len()), longest(|r| r.dst.len()));
+    let cols = columns(w, multi, src_w.max(3), dst_w.max(3));
+    let cx = Ctx {
+        now: data.now_ns,
+        ends: data
+            .ifaces
+            .iter()
+            .map(|v| (v.name.clone(), v.end_ns))
+            .collect(),
+    };
+    let head = Row::new(cols.iter().map(|(c, w)| cell(c.title, *w, c.right, bold())));
+    let rows = shown.iter().map(|r| {
+        Row::new(cols.iter().map(|(c, w)| {
+            let st = match (c.fault)(r) {
+                true => Style::default().fg(Color::Yellow),
+                false => Style::default(),
+            };
+            cell(&(c.text)(r, &cx, *w), *w, c.right, st)
+        }))
+    });
+    let widths: Vec<Constraint> = cols
+        .iter()
+        .map(|(_, w)| Constraint::Length(*w as u16))
+        .collect();
+    let t = Table::new(rows, widths)
+        .header(head)
+        .block(block)
+        .column_spacing(1);
+    f.render_widget(t, area);
+}
+
+fn cell(text: &str, w: usize, right: bool, st: Style) -> Cell<'static> {
+    let t = fit(text, w);
+    let line = match right {
+        true => Line::from(format!("{t:>w$}")),
+        false => Line::from(t),
+    };
+    Cell::from(line).style(st)
+}
+
+fn draw_alerts(f: &mut Frame<'_>, area: Rect, s: &Screen) {
+    let w = area.width as usize;
+    let alerts = &s.shown().alerts;
+    let title = match alerts.len() {
+        0 => " Alerts: none ".to_string(),
+        n => format!(" Alerts ({n}, newest first) "),
+    };
+    let block = Block::new()
+        .borders(Borders::TOP)
+        .title(Span::styled(fit(&title, w), bold()));
+    let lines: Vec<Line<'static>> = alerts
+        .iter()
+        .rev()
+        .take(area.height.saturating_sub(1) as usize)
+        .map(|a| {
+            let (tag, color) = match a.severity {
+                Severity::Critical => ("crit", Color::Red),
+                Severity::Warning => ("warn", Color::Yellow),
+                Severity::Info => ("info", Color::Reset),
+            };
+            let time = rfc3339(a.time_ns)[11..19].to_string();
+            let text = fit(&format!("{time} {tag} {}", a.text), w);
+            Line::from(Span::styled(text, Style::default().fg(color)))
+        })
+        .collect();
+    f.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+fn key_line(s: &Screen, w: usize) -> Line<'static> {
+    if s.editing {
+        let t = format!("filter: {}▏  Enter keeps it, Esc clears it", s.filter);
+        return Line::from(Span::styled(
+            fit(&t, w),
+            Style::default().add_modifier(Modifier::REVERSED),
+        ));
+    }
+    let pause = if s.paused() { "p resume" } else { "p pause" };
+    let t = format!("q quit  ↑↓ PgUp PgDn Home End scroll  s 1-5 sort  / filter  {pause}");
+    Line::from(Span::styled(
+        fit(&t, w),
+        Style::default().add_modifier(Modifier::DIM),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sinks::tui::model::{AlertLine, PfcFigures, ViewData};
+    use crate::sinks::tui::screen::{HeaderInfo, tests::row};
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+    use std::sync::Arc;
+
+    fn screen(rows: u32, alerts: usize) -> Screen {
+        let mut s = Screen::new(HeaderInfo {
+            host: "h1".into(),
+            out: "./roce-flows".into(),
+            interval: std::time::Duration::from_secs(1),
+            ifaces: vec!["eth0".into()],
+        });
+        let mut v = IfaceView {
+            name: "eth0".into(),
+            tracked: rows as u64,
+            ..Default::default()
+        };
+        v.pfc[0][3] = PfcFigures {
+            xoff: 1234,
+            paused_s: Some(0.0125),
+            peak_1s: 900,
+        };
+        s.set_data(Arc::new(ViewData {
+            now_ns: 1_800_000_000_000_000_000,
+            ifaces: vec![v],
+            rows: (0..rows).map(|q| row(q, 1000 - q as u64, 0)).collect(),
+        }));
+        for i in 0..alerts {
+            s.push_alert(AlertLine {
+                time_ns: 1_800_000_000_000_000_000,
+                severity: Severity::Warning,
+                text: format!("alert {i} {}", "x".repeat(200)),
+            });
+        }
+        s
+    }
+
+    fn lines(s: &mut Screen, w: u16, h: u16) -> Vec<String> {
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+        t.draw(|f| draw(f, s)).unwrap();
+        let b = t.backend().buffer();
+        (0..h)
+            .map(|y| (0..w).map(|x| b[(x, y)].symbol()).collect::<String>())
+            .collect()
+    }
+
+    #[test]
+    fn numbers_ages_and_ellipsis() {
+        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("abc", 4), "abc");
+        let c: Vec<String> = [999, 12_345, 999_999, 1_250_000, 42_000_000_000]
+            .iter()
+            .map(|&n| compact(n, 4))
+            .collect();
+        assert_eq!(c, ["999", "12k", "999k", "1.2M", "42G"]);
+        assert_eq!(compact(12_345, 5), "12345");
+        let now = 100 * 86_400_000_000_000;
+        let ago = |s: u64| age(now, Some(now - s * 1_000_000_000));
+        assert_eq!(
+            [ago(0), ago(59), ago(60), ago(7200), ago(90_000)],
+            ["0s", "59s", "1m", "2h", "1d"]
+        );
+        assert_eq!(age(now, None), "-");
+        assert_eq!(
+            [seconds(0.0125), seconds(4e-5), seconds(2.0)],
+            ["12.5ms", "40µs", "2.00s"]
+        );
+    }
+
+    /// 80x24: header, table (13 rows, "27 more") and alerts each in place, every line cut
+    /// with an ellipsis.
+    #[test]
+    fn at_80x24_every_pane_shows_and_nothing_wraps() {
+        let mut s = screen(40, 6);
+        let l = lines(&mut s, 80, 24);
+        assert!(l[0].starts_with("roce-observe  h1  interval 1s"), "{l:#?}");
+        assert!(l[1].starts_with("eth0  keys: 40 tracked"), "{l:#?}");
+        assert!(
+            l[2].contains("p3 XOFF 1234, paused 12.5ms, peak 900/s"),
+            "{l:#?}"
+        );
+        assert!(
+            l[3].contains("QPs 1-13 of 40, 27 more | sort packets"),
+            "{l:#?}"
+        );
+        assert!(l[4].starts_with("src "), "{l:#?}");
+        assert!(
+            l[5].starts_with("10.77.0.0 ") && l[17].starts_with("10.77.0.12 "),
+            "{l:#?}"
+        );
+        assert!(l[18].contains("Alerts (6, newest first)"), "{l:#?}");
+        assert!(
+            l[19].contains("alert 5 xxx") && l[19].ends_with('…'),
+            "{l:#?}"
+        );
+        assert!(l[23].starts_with("q quit"), "{l:#?}");
+        s.key(ratatui::crossterm::event::KeyEvent::from(
+            ratatui::crossterm::event::KeyCode::End,
+        ));
+        let l = lines(&mut s, 80, 24);
+        assert!(l[3].contains("QPs 28-40 of 40, 27 above"), "{l:#?}");
+        assert!(l[17].starts_with("10.77.0.39 "), "{l:#?}");
+    }
+
+    #[test]
+    fn wide_screens_add_columns_small_ones_say_so() {
+        let mut s = screen(40, 0);
+        let l = lines(&mut s, 200, 60);
+        for c in ["dir", "rate", "dscp", "cnp←", "dscp≠", "rnr", "age"] {
+            assert!(l[4].contains(c), "{c}: {}", l[4]);
+        }
+        assert!(l[3].contains("QPs 1-40 of 40 |"), "{}", l[3]);
+        let l = lines(&mut s, 30, 8);
+        assert!(l[0].starts_with("roce-observe: the terminal is"), "{l:#?}");
+        assert!(l[1].starts_with("too small"), "{l:#?}");
+    }
+}

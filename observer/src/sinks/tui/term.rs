@@ -1,0 +1,116 @@
+//! The terminal: raw mode and the alternate screen while the view runs, restored on every way
+//! out (the view closed, its thread ending, a panic anywhere); log lines held back meanwhile.
+
+use std::collections::VecDeque;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, Once};
+
+use ratatui::crossterm::cursor::Show;
+use ratatui::crossterm::execute;
+use ratatui::crossterm::terminal::{
+    EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
+};
+
+/// The terminal is in raw mode on the alternate screen.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static HOOK: Once = Once::new();
+
+/// Raw mode, the alternate screen; a panic hook that restores the terminal before the panic
+/// message is printed. Log lines for stderr are held until [`restore`] when stderr is this
+/// terminal.
+pub fn enter() -> std::io::Result<()> {
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+    });
+    enable_raw_mode()?;
+    ACTIVE.store(true, Ordering::SeqCst);
+    if std::io::stderr().is_terminal() {
+        LOGS.hold.store(true, Ordering::SeqCst);
+    }
+    if let Err(e) = execute!(std::io::stdout(), EnterAlternateScreen) {
+        restore();
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Back to the terminal as it was (idempotent: only the first call after [`enter`] acts), then
+/// the log lines held meanwhile.
+pub fn restore() {
+    if ACTIVE.swap(false, Ordering::SeqCst) {
+        let _ = disable_raw_mode();
+        let _ = execute!(std::io::stdout(), LeaveAlternateScreen, Show);
+    }
+    LOGS.release();
+}
+
+/// Log lines held while the view covers the terminal (at most [`HELD_MAX`] bytes; older lines
+/// are dropped and counted).
+struct HeldLogs {
+    hold: AtomicBool,
+    lines: Mutex<(VecDeque<Vec<u8>>, usize, u64)>,
+}
+
+const HELD_MAX: usize = 1 << 20;
+
+static LOGS: HeldLogs = HeldLogs {
+    hold: AtomicBool::new(false),
+    lines: Mutex::new((VecDeque::new(), 0, 0)),
+};
+
+impl HeldLogs {
+    fn release(&self) {
+        self.hold.store(false, Ordering::SeqCst);
+        let (lines, _, dropped) =
+            std::mem::take(&mut *self.lines.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut err = std::io::stderr().lock();
+        if dropped > 0 {
+            let _ = writeln!(
+                err,
+                "({dropped} earlier log lines dropped while the terminal view ran)"
+            );
+        }
+        for l in lines {
+            let _ = err.write_all(&l);
+        }
+    }
+}
+
+/// The writer of the log lines on stderr: held while the terminal view runs on the same
+/// terminal, written at once otherwise (`tracing_subscriber`'s `with_writer(term::log_writer)`).
+pub fn log_writer() -> LogWriter {
+    LogWriter
+}
+
+pub struct LogWriter;
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !LOGS.hold.load(Ordering::SeqCst) {
+            return std::io::stderr().write(buf);
+        }
+        let mut g = LOGS.lines.lock().unwrap_or_else(|e| e.into_inner());
+        let (lines, bytes, dropped) = &mut *g;
+        lines.push_back(buf.to_vec());
+        *bytes += buf.len();
+        while *bytes > HELD_MAX {
+            match lines.pop_front() {
+                Some(l) => {
+                    *bytes -= l.len();
+                    *dropped += 1;
+                }
+                None => break,
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
