@@ -337,15 +337,20 @@ impl MarkingStage {
     /// it compared along their points; returns the `marking_changed` candidates.
     pub fn evaluate(&mut self, t_ns: u64) -> Vec<Alert> {
         let mut out = Vec::new();
-        for pk in std::mem::take(&mut self.touched) {
-            let Some(e) = self.keys.get_mut(&pk) else {
+        let mut touched = std::mem::take(&mut self.touched);
+        for pk in &touched {
+            let Some(e) = self.keys.get_mut(pk) else {
                 continue;
             };
             e.last_ns = t_ns;
-            if e.at.len() >= 2 {
-                compare(&self.marking, &self.points, &pk, e, t_ns, &mut out);
+            // the same marking at both points (the common case): nothing changed
+            let same = e.at.len() == 2 && e.at[0].1 == e.at[1].1;
+            if e.at.len() >= 2 && !same {
+                compare(&self.marking, &self.points, pk, e, t_ns, &mut out);
             }
         }
+        touched.clear();
+        self.touched = touched;
         self.seq += 1;
         if t_ns >= self.next_sweep_ns {
             self.keys
