@@ -36,6 +36,11 @@ impl Pane {
     /// roce-observe with `args` in a `w` x `h` pane; its exit status goes to `<out>.exit` and
     /// its pid to `<out>.pid`.
     fn start(name: &str, w: u16, h: u16, args: &[&str]) -> Pane {
+        Pane::start_with(name, w, h, args, "")
+    }
+
+    /// As [`Pane::start`], with `redirect` after roce-observe's arguments (`2>FILE`).
+    fn start_with(name: &str, w: u16, h: u16, args: &[&str], redirect: &str) -> Pane {
         let out = std::env::temp_dir().join(format!("ro-tui-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
         for ext in ["exit", "pid"] {
@@ -43,7 +48,7 @@ impl Pane {
         }
         let bin = env!("CARGO_BIN_EXE_roce-observe");
         let cmd = format!(
-            "echo $$ > {pid}; {bin} --out {out} {args}; echo $? > {exit}; sleep 120",
+            "echo $$ > {pid}; {bin} --out {out} {args} {redirect}; echo $? > {exit}; sleep 120",
             pid = out.with_extension("pid").display(),
             out = out.display(),
             args = args.join(" "),
@@ -154,7 +159,7 @@ impl Drop for Pane {
             .args(["-L", &self.socket, "kill-server"])
             .output();
         let _ = std::fs::remove_dir_all(&self.out);
-        for ext in ["exit", "pid"] {
+        for ext in ["exit", "pid", "err"] {
             let _ = std::fs::remove_file(self.out.with_extension(ext));
         }
     }
@@ -411,6 +416,44 @@ fn sigterm_restores_the_terminal_and_exits_cleanly() {
     assert_eq!(p.exit_status(Duration::from_secs(15)), 0);
     p.wait_text("roce-observe: stopped (SIGTERM)");
     assert!(p.summary()["alerts"].is_object());
+}
+
+/// The terminal closed under the view (the tmux server killed: a hang-up, SIGHUP): the run
+/// stops as on SIGHUP, every file written, and the process ends (crossterm's reader would spin
+/// on the dead terminal: the view waits for keys itself).
+#[test]
+fn a_closed_terminal_stops_like_sighup() {
+    if !tmux_present("a_closed_terminal_stops_like_sighup") {
+        return;
+    }
+    let name = "hangup";
+    let err = std::env::temp_dir().join(format!("ro-tui-{name}-{}.err", std::process::id()));
+    let redirect = format!("2>{}", err.display());
+    let args = ["--synthetic-qps", "20", "--interval", "300ms"];
+    let p = Pane::start_with(name, 80, 24, &args, &redirect);
+    p.wait_text("QPs 1-13 of 20");
+    let pid = child_pid(&p.out.with_extension("pid"));
+    p.tmux(&["kill-server"]);
+    let t = Instant::now();
+    while running(pid) {
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "roce-observe still running after its terminal closed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = std::fs::read_to_string(&err).unwrap();
+    assert!(text.contains("roce-observe: stopped (SIGHUP)"), "{text}");
+    assert!(p.summary()["alerts"].is_object());
+}
+
+/// The process exists and is not a zombie.
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
 }
 
 /// The pid of the only child of the shell whose pid is in `f`.

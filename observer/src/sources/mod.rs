@@ -119,6 +119,11 @@ impl Stop {
         self.0.store(STOP_REQUESTED, Ordering::SeqCst);
     }
 
+    /// The terminal hung up (seen before its SIGHUP arrived): the stop SIGHUP would set.
+    pub fn hang_up(&self) {
+        self.0.store(libc::SIGHUP, Ordering::SeqCst);
+    }
+
     /// The signal number, [`STOP_REQUESTED`], or `None` while running on.
     pub fn reason(&self) -> Option<i32> {
         match self.0.load(Ordering::SeqCst) {

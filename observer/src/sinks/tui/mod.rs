@@ -8,8 +8,8 @@
 //! - [`term`]: raw mode and the alternate screen, restored on every way out, and the log
 //!   lines held back meanwhile.
 //!
-//! The screen has a thread of its own: it takes what the mailbox holds, reads keys with a
-//! 50 ms poll, and draws after every new interval and every key. The collector never waits
+//! The screen has a thread of its own: it takes what the mailbox holds, waits at most 50 ms
+//! for keys, and draws after every new interval and every key. The collector never waits
 //! for it. `q` (or Ctrl-C, which raw mode turns into a key) sets the run's [`Stop`], as
 //! SIGINT does.
 
@@ -21,6 +21,7 @@ pub mod term;
 use std::io::BufWriter;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -46,7 +47,13 @@ pub enum TuiError {
 pub struct Tui {
     done: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<(), TuiError>>>,
+    /// Closed when the thread has ended.
+    ended: Receiver<()>,
 }
+
+/// How long [`Tui::close`] waits for the view's thread (a draw and a 50 ms key poll take far
+/// less); past it the thread is left to the process's exit.
+const END_WAIT: Duration = Duration::from_secs(2);
 
 type Term = Terminal<CrosstermBackend<BufWriter<std::io::Stdout>>>;
 
@@ -65,20 +72,28 @@ impl Tui {
         let terminal = Terminal::new(backend).inspect_err(|_| term::restore())?;
         let done = Arc::new(AtomicBool::new(false));
         let (m, d, st) = (mailbox.clone(), done.clone(), stop.clone());
+        let (ended_tx, ended) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("terminal view".into())
             .spawn(move || {
                 let _guard = StopOnExit {
                     stop: st.clone(),
                     done: d.clone(),
+                    _ended: ended_tx,
                 };
                 let mut t = terminal;
-                run(&mut t, &m, Screen::new(info), &st, &d)
+                let res = run(&mut t, &m, Screen::new(info), &st, &d);
+                if term::hung_up() {
+                    // nothing to restore on a terminal that is gone (its drop would complain)
+                    std::mem::forget(t);
+                }
+                res
             })
             .inspect_err(|_| term::restore())?;
         let tui = Tui {
             done,
             thread: Some(thread),
+            ended,
         };
         Ok((tui, ViewSink::new(expected_dscp, mailbox)))
     }
@@ -91,9 +106,22 @@ impl Tui {
 
     fn end(&mut self) -> Result<(), TuiError> {
         self.done.store(true, Ordering::SeqCst);
-        let res = match self.thread.take().map(|t| t.join()) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err(TuiError::Panicked),
+        // The thread's guard drops its sender when the thread ends (returned or panicked).
+        let ended = !matches!(
+            self.ended.recv_timeout(END_WAIT),
+            Err(RecvTimeoutError::Timeout)
+        );
+        let res = match self.thread.take() {
+            Some(t) if ended => match t.join() {
+                Ok(r) => r,
+                Err(_) => Err(TuiError::Panicked),
+            },
+            Some(_) => {
+                tracing::warn!(
+                    "the terminal view's thread did not end; the terminal is restored without it"
+                );
+                Ok(())
+            }
             None => Ok(()),
         };
         term::restore();
@@ -107,22 +135,28 @@ impl Drop for Tui {
     }
 }
 
-/// Sets the stop when the view's thread ends before it was told to (an error, a panic).
+/// Sets the stop when the view's thread ends before it was told to (an error, a panic, the
+/// terminal hung up); says that the thread ended.
 struct StopOnExit {
     stop: Stop,
     done: Arc<AtomicBool>,
+    _ended: Sender<()>,
 }
 
 impl Drop for StopOnExit {
     fn drop(&mut self) {
         if !self.done.load(Ordering::SeqCst) {
             term::restore();
-            self.stop.request();
+            if !self.stop.is_set() {
+                self.stop.request();
+            }
         }
     }
 }
 
-/// The view's loop: new data and alerts from the mailbox, keys, a draw whenever either came.
+/// The view's loop until it is told to end. A terminal error ends it; one after the stop was
+/// set is no error (SIGHUP from a closed session: nothing left to draw on), nor is a hang-up,
+/// which stops the run as SIGHUP does.
 fn run(
     t: &mut Term,
     mailbox: &Mailbox,
@@ -130,37 +164,60 @@ fn run(
     stop: &Stop,
     done: &AtomicBool,
 ) -> Result<(), TuiError> {
+    let input = term::Input::open()?;
     let mut dirty = true;
     while !done.load(Ordering::SeqCst) {
-        if let Some(d) = mailbox.take_data() {
-            s.set_data(d);
-            dirty = true;
+        if let Err(e) = step(t, &input, mailbox, &mut s, stop, &mut dirty) {
+            if term::hung_up() && !stop.is_set() {
+                stop.hang_up();
+            }
+            return match stop.is_set() {
+                true => Ok(()),
+                false => Err(e.into()),
+            };
         }
-        for a in mailbox.take_alerts() {
-            s.push_alert(a);
-            dirty = true;
-        }
-        if stop.is_set() && !s.stopping {
-            s.stopping = true;
-            dirty = true;
-        }
-        if dirty {
-            t.draw(|f| draw::draw(f, &mut s))?;
-            dirty = false;
-        }
-        if !event::poll(Duration::from_millis(50))? {
-            continue;
-        }
+    }
+    Ok(())
+}
+
+/// New data and alerts from the mailbox, a draw when anything changed, then at most 50 ms
+/// waiting for keys, and every event crossterm has (keys, resizes).
+fn step(
+    t: &mut Term,
+    input: &term::Input,
+    mailbox: &Mailbox,
+    s: &mut Screen,
+    stop: &Stop,
+    dirty: &mut bool,
+) -> std::io::Result<()> {
+    if let Some(d) = mailbox.take_data() {
+        s.set_data(d);
+        *dirty = true;
+    }
+    for a in mailbox.take_alerts() {
+        s.push_alert(a);
+        *dirty = true;
+    }
+    if stop.is_set() && !s.stopping {
+        s.stopping = true;
+        *dirty = true;
+    }
+    if *dirty {
+        t.draw(|f| draw::draw(f, s))?;
+        *dirty = false;
+    }
+    input.wait(Duration::from_millis(50))?;
+    while event::poll(Duration::ZERO)? {
         match event::read()? {
             Event::Key(k) if k.kind != KeyEventKind::Release => match s.key(k) {
                 Action::Quit => {
                     stop.request();
-                    dirty = true;
+                    *dirty = true;
                 }
-                Action::Redraw => dirty = true,
+                Action::Redraw => *dirty = true,
                 Action::Ignore => {}
             },
-            Event::Resize(..) => dirty = true,
+            Event::Resize(..) => *dirty = true,
             _ => {}
         }
     }

@@ -3,8 +3,10 @@
 
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
+use std::time::Duration;
 
 use ratatui::crossterm::cursor::Show;
 use ratatui::crossterm::execute;
@@ -47,6 +49,78 @@ pub fn restore() {
         let _ = execute!(std::io::stdout(), LeaveAlternateScreen, Show);
     }
     LOGS.release();
+}
+
+/// The terminal (stdout) hung up: the session closed.
+pub fn hung_up() -> bool {
+    let mut p = [libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: 0,
+        revents: 0,
+    }];
+    poll(&mut p, 0).is_ok_and(|_| gone(&p[0]))
+}
+
+fn gone(p: &libc::pollfd) -> bool {
+    p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
+fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> std::io::Result<usize> {
+    // SAFETY: `fds` is a valid slice of pollfd for the call's duration.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    match n {
+        n if n >= 0 => Ok(n as usize),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Where keys come from: the terminal crossterm reads (standard input when it is a terminal,
+/// else `/dev/tty`). Waited on here, not in crossterm, whose reader spins without end on a
+/// terminal that hung up instead of returning.
+pub struct Input {
+    fd: RawFd,
+    _tty: Option<std::fs::File>,
+}
+
+impl Input {
+    pub fn open() -> std::io::Result<Input> {
+        if std::io::stdin().is_terminal() {
+            return Ok(Input {
+                fd: libc::STDIN_FILENO,
+                _tty: None,
+            });
+        }
+        let tty = std::fs::File::open("/dev/tty")?;
+        Ok(Input {
+            fd: tty.as_raw_fd(),
+            _tty: Some(tty),
+        })
+    }
+
+    /// Up to `timeout` for bytes to read: true when there are; an error when the terminal
+    /// (the input or stdout) hung up.
+    pub fn wait(&self, timeout: Duration) -> std::io::Result<bool> {
+        let mut p = [
+            libc::pollfd {
+                fd: self.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: libc::STDOUT_FILENO,
+                events: 0,
+                revents: 0,
+            },
+        ];
+        match poll(&mut p, timeout.as_millis().min(60_000) as i32) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(false),
+            r => r?,
+        };
+        if p.iter().any(gone) {
+            return Err(std::io::Error::other("the terminal hung up"));
+        }
+        Ok(p[0].revents & libc::POLLIN != 0)
+    }
 }
 
 /// Log lines held while the view covers the terminal (at most [`HELD_MAX`] bytes; older lines
