@@ -325,21 +325,7 @@ fn draw_table(f: &mut Frame<'_>, area: Rect, s: &mut Screen) {
         .iter()
         .map(|&i| &data.rows[i])
         .collect();
-    let mut title = match total {
-        0 => "QPs: none".to_string(),
-        _ => format!("QPs {}-{} of {total}", first + 1, first + shown.len()),
-    };
-    if first > 0 {
-        title += &format!(", {first} above");
-    }
-    let below = total - first - shown.len();
-    if below > 0 {
-        title += &format!(", {below} more");
-    }
-    title += &format!(" | sort {sort} (s, 1-5)");
-    if !filter.is_empty() {
-        title += &format!(" | filter \"{filter}\" (Esc clears)");
-    }
+    let title = table_title(first, shown.len(), total, sort, &filter);
     let block = Block::new()
         .borders(Borders::TOP)
         .title(Span::styled(fit(&format!(" {title} "), w), bold()));
@@ -383,6 +369,26 @@ fn draw_table(f: &mut Frame<'_>, area: Rect, s: &mut Screen) {
         .block(block)
         .column_spacing(1);
     f.render_widget(t, area);
+}
+
+/// `QPs 14-26 of 51, 13 above, 25 more | sort packets (s, 1-5) | filter "x" (Esc clears)`.
+fn table_title(first: usize, shown: usize, total: usize, sort: &str, filter: &str) -> String {
+    let mut title = match total {
+        0 => "QPs: none".to_string(),
+        _ => format!("QPs {}-{} of {total}", first + 1, first + shown),
+    };
+    if first > 0 {
+        title += &format!(", {first} above");
+    }
+    let below = total - first - shown;
+    if below > 0 {
+        title += &format!(", {below} more");
+    }
+    title += &format!(" | sort {sort} (s, 1-5)");
+    if !filter.is_empty() {
+        title += &format!(" | filter \"{filter}\" (Esc clears)");
+    }
+    title
 }
 
 fn cell(text: &str, w: usize, right: bool, st: Style) -> Cell<'static> {
