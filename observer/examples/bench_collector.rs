@@ -4,7 +4,9 @@
 //! and Parquet bytes per QP row. Prints a table of medians.
 //!
 //! Usage: bench_collector [--intervals N] [--sizes 10000,100000]
-//! (`BENCH_NO_JOURNAL=1`: without the crash journal, to measure what it costs).
+//! (`BENCH_NO_JOURNAL=1`: without the crash journal, to measure what it costs). The largest
+//! size also runs with the Prometheus sink on (`--metrics`), beside the same case without it,
+//! with the CPU time of encoding one scrape.
 
 use std::time::Instant;
 
@@ -87,6 +89,9 @@ fn advance(s: &mut Snapshot, active: usize, round: u64, t_ns: u64) {
 
 struct Row {
     label: String,
+    /// Median CPU ms of encoding one scrape (the Prometheus sink on), else 0.
+    scrape_ms: f64,
+    series: usize,
     qps: usize,
     active: usize,
     cpu_ms: f64,
@@ -95,7 +100,7 @@ struct Row {
     bytes_per_row: f64,
 }
 
-fn run(qps: usize, active: usize, intervals: usize) -> Row {
+fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
     let out = std::env::temp_dir().join(format!(
         "ro-bench-collector-{}-{qps}-{active}",
         std::process::id()
@@ -107,6 +112,18 @@ fn run(qps: usize, active: usize, intervals: usize) -> Row {
     cfg.rotate_bytes = 1 << 30;
     cfg.journal = std::env::var_os("BENCH_NO_JOURNAL").is_none();
     let mut col = Collector::new(cfg).expect("collector");
+    let expo = metrics.then(|| {
+        use observer::sinks::prometheus::{ExporterConfig, MetricsSink};
+        let sink = MetricsSink::new(ExporterConfig {
+            top_pairs: 20,
+            expected_dscp: [26, 26, 48],
+            max_qps: qps as u64,
+        });
+        let e = sink.exposition();
+        col.add_sink(Box::new(sink));
+        e
+    });
+    let (mut scrape, mut series) = (Vec::new(), 0usize);
     let mut snap = Snapshot {
         iface: "bench0".into(),
         time_ns: 0,
@@ -133,17 +150,30 @@ fn run(qps: usize, active: usize, intervals: usize) -> Row {
         col.on_snapshot(&snap).expect("snapshot");
         cpu.push(thread_cpu_ns() - c0);
         wall.push(w0.elapsed().as_nanos() as u64);
+        if let Some(e) = &expo {
+            let c0 = thread_cpu_ns();
+            let body = std::hint::black_box(e.render());
+            scrape.push(thread_cpu_ns() - c0);
+            series = body.lines().filter(|l| !l.starts_with('#')).count();
+        }
     }
     let summary = col.finish().expect("finish");
     let rows = summary["output"]["flows"]["rows"].as_u64().unwrap_or(0);
     let bytes = summary["output"]["flows"]["bytes"].as_u64().unwrap_or(0);
     let _ = std::fs::remove_dir_all(&out);
+    let scrape_ms = if scrape.is_empty() {
+        0.0
+    } else {
+        median(&mut scrape) as f64 / 1e6
+    };
     Row {
-        label: if active == qps {
-            format!("{}k active", qps / 1000)
-        } else {
-            format!("{}k tracked, {} active", qps / 1000, active)
+        label: match (active == qps, metrics) {
+            (true, false) => format!("{}k active", qps / 1000),
+            (true, true) => format!("{}k active, --metrics", qps / 1000),
+            _ => format!("{}k tracked, {} active", qps / 1000, active),
         },
+        scrape_ms,
+        series,
         qps,
         active,
         cpu_ms: median(&mut cpu) as f64 / 1e6,
@@ -290,10 +320,11 @@ fn main() {
     }
     let mut rows = Vec::new();
     for &n in &sizes {
-        rows.push(run(n, n, intervals));
+        rows.push(run(n, n, intervals, false));
     }
     if let Some(&n) = sizes.iter().max() {
-        rows.push(run(n, n / 100, intervals));
+        rows.push(run(n, n, intervals, true));
+        rows.push(run(n, n / 100, intervals, false));
     }
     println!(
         "collector: one interval = read deltas of every tracked key + alert rules + Parquet encode (zstd) + write"
@@ -302,7 +333,7 @@ fn main() {
         "medians of {intervals} intervals; baseline = one copy of the snapshot's values (same run); % core at --interval 1s"
     );
     println!(
-        "{:<26} {:>9} {:>9} {:>13} {:>12} {:>10} {:>9} {:>14}",
+        "{:<30} {:>9} {:>9} {:>13} {:>12} {:>10} {:>9} {:>14}",
         "case",
         "tracked",
         "rows",
@@ -314,7 +345,7 @@ fn main() {
     );
     for r in &rows {
         println!(
-            "{:<26} {:>9} {:>9} {:>13.1} {:>12.1} {:>9.1}x {:>8.1}% {:>14.1}",
+            "{:<30} {:>9} {:>9} {:>13.1} {:>12.1} {:>9.1}x {:>8.1}% {:>14.1}",
             r.label,
             r.qps,
             r.active,
@@ -329,6 +360,12 @@ fn main() {
             r.bytes_per_row
         );
         let _ = r.wall_ms;
+    }
+    for r in rows.iter().filter(|r| r.series > 0) {
+        println!(
+            "{}: one scrape encodes {} series in {:.2} ms CPU (median; O(series), not O(QPs))",
+            r.label, r.series, r.scrape_ms
+        );
     }
     // the source's side: reading the real kernel map (root only)
     // SAFETY: geteuid has no preconditions.

@@ -173,6 +173,19 @@ fn add<M>(
     }
 }
 
+/// The Int64 flow columns summed per pair, in the order of the sums (then off-policy DSCP).
+const PAIR_COLUMNS: [&str; 7] = [
+    "pkts",
+    "ce",
+    "cnp",
+    "naks",
+    "psn_gaps",
+    "psn_retrans",
+    "not_ect_data",
+];
+
+type FastHash = foldhash::fast::RandomState;
+
 /// What the sink needs to know about the run.
 #[derive(Clone, Debug)]
 pub struct ExporterConfig {
@@ -192,8 +205,8 @@ pub struct MetricsSink {
     me: SelfMetrics,
     nic: Vec<(Quantity, String)>,
     nic_families: HashMap<String, NicFamily>,
-    /// Pairs with their own series, per (iface, dir).
-    named: HashMap<(String, String), HashSet<(String, String)>>,
+    /// Pairs with their own series (`src\0dst`), per interface direction (`iface\0dir`).
+    named: HashMap<String, HashSet<String, FastHash>, FastHash>,
     registry: Arc<Registry>,
     /// Every sample name a scrape can show (docs, tests).
     names: Vec<String>,
@@ -225,7 +238,7 @@ impl MetricsSink {
             me: SelfMetrics::default(),
             nic: Quantity::all().into_iter().map(|q| (q, q.name())).collect(),
             nic_families: HashMap::new(),
-            named: HashMap::new(),
+            named: HashMap::default(),
             registry: Arc::new(Registry::default()),
             names: Vec::new(),
             server: None,
@@ -611,7 +624,9 @@ impl MetricsSink {
         }
     }
 
-    /// Per-pair sums of the interval's flow rows, then into the pair series.
+    /// Per-pair sums of the interval's flow rows, then into the pair series: O(rows) with one
+    /// hash per row and no allocation per row; at most `top_pairs` named series plus `other`
+    /// per interface direction are touched.
     fn on_flows(&mut self, b: &RecordBatch) {
         let s = |n: &str| b.column_by_name(n).and_then(|c| c.as_string_opt::<i32>());
         let (Some(ifc), Some(dir), Some(src), Some(dst)) =
@@ -619,70 +634,160 @@ impl MetricsSink {
         else {
             return;
         };
-        let cols = ["pkts", "ce", "cnp", "naks", "psn_gaps", "psn_retrans"];
-        let ints: Vec<Option<&Int64Array>> = cols
+        let ints: Vec<Option<&Int64Array>> = PAIR_COLUMNS
             .iter()
-            .chain(&["not_ect_data"])
             .map(|n| {
                 b.column_by_name(n)
                     .and_then(|c| c.as_primitive_opt::<Int64Type>())
             })
             .collect();
         let off = self.off_policy_dscp(b);
-        // [pkts, ce, cnp, naks, gaps, retrans, not_ect, off-policy DSCP] per pair, keyed by
-        // the pair's first row.
-        let mut first_row: HashMap<(&str, &str, &str, &str), usize> = HashMap::new();
-        let mut sums: HashMap<usize, [u64; 8]> = HashMap::new();
-        for (row, &off) in off.iter().enumerate() {
+        let row_sums = |row: usize, e: &mut [u64; 8]| {
+            for (j, c) in ints.iter().enumerate() {
+                e[j] += c.map_or(0, |c| c.value(row).max(0) as u64);
+            }
+            e[7] += off[row];
+        };
+        // Is there room for a new named pair on a side with rows (one interface per batch; a
+        // side not seen yet has room too)?
+        let mut sides = [false; observer_common::maps::dir::COUNT];
+        for row in 0..b.num_rows() {
+            let d = dir.value(row);
+            if let Some(k) = observer_common::maps::dir::NAMES
+                .iter()
+                .position(|n| *n == d)
+            {
+                sides[k] = true;
+            }
+        }
+        let room = sides
+            .iter()
+            .zip(observer_common::maps::dir::NAMES)
+            .any(|(&on, d)| {
+                let side = format!("{}\0{d}", if b.num_rows() > 0 { ifc.value(0) } else { "" });
+                on && self
+                    .named
+                    .get(&side)
+                    .is_none_or(|v| v.len() < self.cfg.top_pairs)
+            });
+        if !room {
+            // every side full: a row is a named pair's or `other`'s, one small lookup each
+            let mut named_sums: HashMap<usize, [u64; 8], FastHash> = HashMap::default();
+            let mut first: HashMap<&str, usize, FastHash> = HashMap::default();
+            let mut other: HashMap<(&str, &str), [u64; 8], FastHash> = HashMap::default();
+            let (mut side, mut pair) = (String::new(), String::new());
+            for row in 0..b.num_rows() {
+                let (i, d) = (ifc.value(row), dir.value(row));
+                side.clear();
+                side.push_str(i);
+                side.push('\0');
+                side.push_str(d);
+                pair.clear();
+                pair.push_str(src.value(row));
+                pair.push('\0');
+                pair.push_str(dst.value(row));
+                let own = self
+                    .named
+                    .get(side.as_str())
+                    .and_then(|n| n.get(pair.as_str()));
+                match own {
+                    Some(key) => {
+                        let r0 = *first.entry(key.as_str()).or_insert(row);
+                        row_sums(row, named_sums.entry(r0).or_default());
+                    }
+                    None => row_sums(row, other.entry((i, d)).or_default()),
+                }
+            }
+            for (r0, v) in named_sums {
+                self.pair_inc(
+                    ifc.value(r0),
+                    dir.value(r0),
+                    src.value(r0),
+                    dst.value(r0),
+                    &v,
+                );
+            }
+            for ((i, d), v) in other {
+                self.pair_inc(i, d, "other", "other", &v);
+            }
+            return;
+        }
+        // [pkts, ce, cnp, naks, gaps, retrans, not_ect, off-policy DSCP] per pair
+        let mut idx: HashMap<(&str, &str, &str, &str), usize, FastHash> =
+            HashMap::with_capacity_and_hasher(b.num_rows(), FastHash::default());
+        let mut sums: Vec<(usize, [u64; 8])> = Vec::new();
+        for row in 0..b.num_rows() {
             let k = (
                 ifc.value(row),
                 dir.value(row),
                 src.value(row),
                 dst.value(row),
             );
-            let r0 = *first_row.entry(k).or_insert(row);
-            let e = sums.entry(r0).or_default();
-            for (j, c) in ints.iter().enumerate() {
-                e[j] += c.map_or(0, |c| c.value(row).max(0) as u64);
-            }
-            e[7] += off;
+            let i = *idx.entry(k).or_insert_with(|| {
+                sums.push((row, [0; 8]));
+                sums.len() - 1
+            });
+            row_sums(row, &mut sums[i].1);
         }
-        let mut rows: Vec<(usize, [u64; 8])> = sums.into_iter().collect();
-        rows.sort_by(|a, b| b.1[0].cmp(&a.1[0]).then(a.0.cmp(&b.0)));
-        for (r0, v) in rows {
-            let (iface, d) = (ifc.value(r0).to_string(), dir.value(r0).to_string());
-            let pair = (src.value(r0).to_string(), dst.value(r0).to_string());
-            let named = self.named.entry((iface.clone(), d.clone())).or_default();
-            let own = named.contains(&pair)
-                || (named.len() < self.cfg.top_pairs && named.insert(pair.clone()));
-            let (src, dst) = if own {
-                pair
-            } else {
-                ("other".to_string(), "other".to_string())
-            };
-            let l = Pair {
-                iface,
-                dir: d,
-                src,
-                dst,
-            };
-            let p = &self.pairs;
-            for (fam, x) in [
-                (&p.pkts, v[0]),
-                (&p.ce, v[1]),
-                (&p.cnp, v[2]),
-                (&p.naks, v[3]),
-                (&p.gaps, v[4]),
-                (&p.retrans, v[5]),
-                (&p.not_ect, v[6]),
-                (&p.off_dscp, v[7]),
-            ] {
-                fam.get_or_create(&l).inc_by(x);
+        // newcomers get series by packets, largest first
+        sums.sort_by(|a, b| b.1[0].cmp(&a.1[0]).then(a.0.cmp(&b.0)));
+        let mut other: HashMap<(&str, &str), [u64; 8], FastHash> = HashMap::default();
+        let (mut side, mut pair) = (String::new(), String::new());
+        for (r0, v) in sums {
+            let (i, d) = (ifc.value(r0), dir.value(r0));
+            side.clear();
+            side.push_str(i);
+            side.push('\0');
+            side.push_str(d);
+            pair.clear();
+            pair.push_str(src.value(r0));
+            pair.push('\0');
+            pair.push_str(dst.value(r0));
+            if !self.named.contains_key(side.as_str()) {
+                self.named.insert(side.clone(), HashSet::default());
             }
+            let named = self.named.get_mut(side.as_str()).expect("inserted above");
+            let own = named.contains(pair.as_str())
+                || (named.len() < self.cfg.top_pairs && named.insert(pair.clone()));
+            if own {
+                self.pair_inc(i, d, src.value(r0), dst.value(r0), &v);
+            } else {
+                let o = other.entry((i, d)).or_default();
+                for (x, y) in o.iter_mut().zip(v) {
+                    *x += y;
+                }
+            }
+        }
+        for ((i, d), v) in other {
+            self.pair_inc(i, d, "other", "other", &v);
         }
     }
 
-    /// Per row: packets whose DSCP differs from the policy's for their class.
+    /// Adds one pair's interval sums to its series.
+    fn pair_inc(&self, iface: &str, dir: &str, src: &str, dst: &str, v: &[u64; 8]) {
+        let l = Pair {
+            iface: iface.to_string(),
+            dir: dir.to_string(),
+            src: src.to_string(),
+            dst: dst.to_string(),
+        };
+        let p = &self.pairs;
+        for (fam, x) in [
+            (&p.pkts, v[0]),
+            (&p.ce, v[1]),
+            (&p.cnp, v[2]),
+            (&p.naks, v[3]),
+            (&p.gaps, v[4]),
+            (&p.retrans, v[5]),
+            (&p.not_ect, v[6]),
+            (&p.off_dscp, v[7]),
+        ] {
+            fam.get_or_create(&l).inc_by(x);
+        }
+    }
+
+    /// Per row: packets whose DSCP differs from the policy's for their class (the histogram
+    /// lists read through their offsets: no array per row).
     fn off_policy_dscp(&self, b: &RecordBatch) -> Vec<u64> {
         let mut off = vec![0u64; b.num_rows()];
         for (c, name) in class::NAMES.iter().enumerate() {
@@ -696,17 +801,18 @@ impl MetricsSink {
             else {
                 continue;
             };
+            let items = col.values().as_struct();
+            let vals = items.column(0).as_primitive::<Int16Type>().values();
+            let pkts = items.column(1).as_primitive::<Int64Type>().values();
+            let offs = col.value_offsets();
             for (row, o) in off.iter_mut().enumerate() {
                 if col.is_null(row) {
                     continue;
                 }
-                let h = col.value(row);
-                let h = h.as_struct();
-                let vals = h.column(0).as_primitive::<Int16Type>();
-                let pkts = h.column(1).as_primitive::<Int64Type>();
-                for i in 0..h.len() {
-                    if vals.value(i) != want as i16 {
-                        *o += pkts.value(i).max(0) as u64;
+                let (lo, hi) = (offs[row] as usize, offs[row + 1] as usize);
+                for k in lo..hi.min(vals.len()).min(pkts.len()) {
+                    if vals[k] != want as i16 {
+                        *o += pkts[k].max(0) as u64;
                     }
                 }
             }
@@ -949,5 +1055,93 @@ impl Drop for MetricsServer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sinks::row_builders::{FlowsBuilder, flows_schema};
+    use observer_common::maps::{QpKey, QpValue, dir};
+
+    fn key(pair: u8, qp: u32) -> QpKey {
+        let mut src = [0u8; 16];
+        src[10] = 0xff;
+        src[11] = 0xff;
+        src[12..].copy_from_slice(&[10, 0, 0, pair]);
+        let mut dst = src;
+        dst[15] = 200;
+        QpKey {
+            src_ip: src,
+            dst_ip: dst,
+            dest_qp: qp,
+            dir: dir::INGRESS,
+            _pad: [0; 3],
+        }
+    }
+
+    /// One interval: pair p (1..=n) sends p * 10 packets on two QPs, DSCP 0 on QP 2.
+    fn flows(n: u8, scale: u64) -> RecordBatch {
+        let mut b = FlowsBuilder::new("h", "live", "e0", 0, 1_000_000_000);
+        for p in 1..=n {
+            for qp in [1, 2] {
+                let mut v = QpValue::ZERO;
+                v.pkts = p as u64 * 5 * scale;
+                v.ecn_hist[class::DATA][2] = v.pkts as u32;
+                let d = if qp == 2 { 0 } else { 26 };
+                v.dscp_hist[class::DATA][d] = v.pkts as u32;
+                b.push(&key(p, qp), &v, false, false, 0);
+            }
+        }
+        b.finish(&flows_schema()).unwrap()
+    }
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    #[test]
+    fn top_pairs_get_series_the_rest_add_up_in_other() {
+        let mut s = MetricsSink::new(ExporterConfig {
+            top_pairs: 3,
+            expected_dscp: [26, 26, 48],
+            max_qps: 100,
+        });
+        s.on_flows(&flows(10, 1));
+        let t = s.render();
+        let series = |src: &str| {
+            format!(
+                "roce_pair_packets_total{{iface=\"e0\",dir=\"ingress\",src=\"{src}\",dst=\"10.0.0.200\"}}"
+            )
+        };
+        let other =
+            "roce_pair_packets_total{iface=\"e0\",dir=\"ingress\",src=\"other\",dst=\"other\"}";
+        // the three busiest pairs (10, 9, 8: 100, 90, 80 packets) by name, the rest summed
+        assert_eq!(value(&t, &series("10.0.0.10")), Some(100.0), "{t}");
+        assert_eq!(value(&t, &series("10.0.0.8")), Some(80.0));
+        assert_eq!(value(&t, &series("10.0.0.7")), None);
+        assert_eq!(
+            value(&t, other),
+            Some((1..=7).map(|p| p as f64 * 10.0).sum())
+        );
+        let off = "roce_pair_dscp_off_policy_packets_total{iface=\"e0\",dir=\"ingress\",src=\"10.0.0.9\",dst=\"10.0.0.200\"}";
+        assert_eq!(value(&t, off), Some(45.0), "QP 2's half");
+        // next interval: pair 1 is now the busiest, but the named ones keep their series
+        // (counters stay monotonic) and the series count stays bounded
+        s.on_flows(&flows(10, 2));
+        let t = s.render();
+        assert_eq!(value(&t, &series("10.0.0.10")), Some(300.0));
+        assert_eq!(value(&t, &series("10.0.0.1")), None);
+        assert_eq!(
+            value(&t, other),
+            Some(3.0 * (1..=7).map(|p| p as f64 * 10.0).sum::<f64>())
+        );
+        let pair_series = t
+            .lines()
+            .filter(|l| l.starts_with("roce_pair_packets_total{"))
+            .count();
+        assert_eq!(pair_series, 4, "3 named + other");
     }
 }
