@@ -23,9 +23,9 @@ use observer_common::parse::{self, Frame, kind};
 use observer_common::qp::{self, Ops, PsnStep};
 use observer_common::qp_table::{self as table, Bucket, QpSlot, WAYS};
 
-/// Rare-path events reported through aya-log at debug level (`--log-level debug`; userspace
-/// sets `AYA_LOG_LEVEL` at load, so with the default level the calls are dead code the verifier
-/// prunes). Each is also counted in `IfaceStats`.
+/// Rare-path events reported through aya-log at debug level, in the object built with the
+/// `kernel-log` feature, which userspace loads for `--log-level debug`. Each is also counted in
+/// `IfaceStats`.
 mod rare {
     pub const QP_MAP_FULL: u32 = 0;
     pub const MAC_MAP_FULL: u32 = 1;
@@ -37,6 +37,7 @@ mod rare {
 
 /// One rare-path event to the aya-log ring (a BPF-to-BPF call on cold paths only). `a` and `b`:
 /// the direction and, for exclusions, the reason number.
+#[cfg(feature = "kernel-log")]
 #[inline(never)]
 fn log_rare(kind: u32, a: u32, b: u32) {
     match kind {
@@ -48,6 +49,11 @@ fn log_rare(kind: u32, a: u32, b: u32) {
         _ => aya_log_ebpf::debug!(&(), "frame excluded (dir {}): reason {}", a, b),
     }
 }
+
+/// Without the kernel-log feature (the default object): nothing.
+#[cfg(not(feature = "kernel-log"))]
+#[inline(always)]
+fn log_rare(_kind: u32, _a: u32, _b: u32) {}
 
 const TC_ACT_OK: i32 = 0;
 const TC_ACT_SHOT: i32 = 2;

@@ -51,6 +51,9 @@ use crate::sources::snapshot::CounterWords;
 
 /// The eBPF object built by `observer/build.rs` (aya-build) from `observer-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
+/// The same programs with their rare-path reports (aya-log), loaded for `--log-level debug`.
+static OBJECT_LOG: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer-log"));
 
 /// Program names in the object.
 pub mod prog {
@@ -304,8 +307,8 @@ fn load_object(
 }
 
 /// The programs' aya-log level: debug (4) when this process logs `roce_observe::ebpf` at debug
-/// (`--log-level debug`), else off (0): the rare-path log calls are then dead code the
-/// verifier prunes, and nothing is written.
+/// (`--log-level debug`): the object with the rare-path reports is loaded then; else 0 and the
+/// default object, which has none.
 fn kernel_log_level() -> u8 {
     if tracing::enabled!(target: "roce_observe::ebpf", tracing::Level::DEBUG) {
         4
@@ -325,17 +328,18 @@ fn load_with(
             "this binary was built with AYA_BUILD_SKIP=1: it carries no eBPF object".into(),
         ));
     }
-    let (object, _) = kfunc::patch_object(OBJECT, kfuncs)
+    let log_level = kernel_log_level();
+    let base = if log_level > 0 { OBJECT_LOG } else { OBJECT };
+    let (object, _) = kfunc::patch_object(base, kfuncs)
         .map_err(|e| LiveError::op("relocating kfunc calls", e))?;
     let layout = kfuncs.map(|k| k.layout).unwrap_or_default();
-    let log_level = kernel_log_level();
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("QPS", buckets * observer_common::qp_table::WAYS as u32)
         .map_max_entries("QPIDX", buckets)
         .override_global("QP_BUCKETS", &buckets, true)
         .override_global("QP_LIMIT", &max_qps, true)
         .override_global("XDP_LEN", &layout, true)
-        .override_global("AYA_LOG_LEVEL", &log_level, true)
+        .override_global("AYA_LOG_LEVEL", &log_level, log_level > 0)
         .map_max_entries("MACS", MAX_MACS)
         .map_max_entries("EVENTS", EVENTS_BYTES)
         .map_max_entries("PAUSES", PAUSES_BYTES)
