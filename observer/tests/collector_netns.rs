@@ -8,9 +8,7 @@
 mod collector_util;
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use observer::pipeline::rule;
@@ -32,14 +30,16 @@ fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
     observer::testutil::send_raw(ns, iface, frames).unwrap();
 }
 
-/// The observer running in a namespace, its stderr collected by a thread.
-struct Observer {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-}
+/// The observer running in a namespace ([`NsProcess`]).
+struct Observer;
 
 impl Observer {
-    fn start(ns: &Netns, iface: &str, out: &std::path::Path, policy: &std::path::Path) -> Observer {
+    fn start(
+        ns: &Netns,
+        iface: &str,
+        out: &std::path::Path,
+        policy: &std::path::Path,
+    ) -> NsProcess {
         Self::start_with(ns, iface, out, policy, &[])
     }
 
@@ -49,84 +49,17 @@ impl Observer {
         out: &std::path::Path,
         policy: &std::path::Path,
         extra: &[&str],
-    ) -> Observer {
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &ns.name,
-                env!("CARGO_BIN_EXE_roce-observe"),
-                "--iface",
-                iface,
-                "--plain",
-                "--interval",
-                "1s",
-            ])
-            .arg("--out")
-            .arg(out)
-            .arg("--policy")
-            .arg(policy)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn roce-observe");
-        let mut err = child.stderr.take().unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let s2 = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                s2.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let mut o = Observer { child, stderr };
-        let t = Instant::now();
-        while !o.err().contains("attached ingress") {
-            if let Some(st) = o.child.try_wait().unwrap() {
-                panic!("roce-observe exited {st:?}:\n{}", o.err());
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "not attached after 20 s:\n{}",
-                o.err()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        o
-    }
-    fn err(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-    fn signal(&mut self, sig: i32) -> std::process::ExitStatus {
-        // `ip netns exec` execs the observer: the child's pid is the observer's
-        // SAFETY: signalling our own child by pid.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
-        let t = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            if t.elapsed() > Duration::from_secs(20) {
-                let _ = self.child.kill();
-                panic!("roce-observe did not exit:\n{}", self.err());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Observer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+    ) -> NsProcess {
+        let mut args: Vec<std::ffi::OsString> =
+            ["--iface", iface, "--plain", "--interval", "1s", "--out"]
+                .iter()
+                .map(|a| a.into())
+                .collect();
+        args.push(out.into());
+        args.push("--policy".into());
+        args.push(policy.into());
+        args.extend(extra.iter().map(|a| a.into()));
+        NsProcess::roce_observe(ns, &args, 1)
     }
 }
 

@@ -11,10 +11,7 @@
 mod collector_util;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use observer::pipeline::rule;
@@ -22,7 +19,7 @@ use observer::sources::synthetic::Roce;
 use observer::testutil::{Netns, require_root, send_raw};
 use serde_json::Value;
 
-use collector_util::{alerts_jsonl, fresh_dir, pyarrow_read};
+use collector_util::{NsProcess, alerts_jsonl, fresh_dir, pyarrow_read};
 
 const SRC: [u8; 4] = [10, 77, 9, 1];
 const DST: [u8; 4] = [10, 77, 9, 2];
@@ -119,82 +116,36 @@ fn counters(sw: &Netns) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// roce-observe on both interfaces, its stderr collected; killed when dropped if still running.
-struct Observer {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
+/// roce-observe on both interfaces ([`NsProcess`]), once attached to both.
+fn start_observer(ns: &Netns, out: &Path) -> NsProcess {
+    let mut args: Vec<std::ffi::OsString> = [
+        "--iface",
+        "h-a",
+        "--iface",
+        "h-b",
+        "--plain",
+        "--no-nic",
+        "--interval",
+        "500ms",
+        "--profile",
+        "nvidia",
+        "--host",
+        "mk",
+        "--point-label",
+        "loop 1",
+        "--out",
+    ]
+    .iter()
+    .map(|a| a.into())
+    .collect();
+    args.push(out.into());
+    NsProcess::roce_observe(ns, &args, 2)
 }
 
-impl Observer {
-    fn start(ns: &Netns, out: &Path) -> Observer {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &ns.name])
-            .arg(env!("CARGO_BIN_EXE_roce-observe"))
-            .args(["--iface", "h-a", "--iface", "h-b", "--plain", "--no-nic"])
-            .args(["--interval", "500ms", "--profile", "nvidia", "--host", "mk"])
-            .args(["--point-label", "loop 1", "--out"])
-            .arg(out)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn roce-observe");
-        let mut err = child.stderr.take().unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let s2 = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                s2.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let o = Observer { child, stderr };
-        let t = Instant::now();
-        while o.err().matches("attached ingress").count() < 2 {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "not attached to both interfaces after 20 s:\n{}",
-                o.err()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        o
-    }
-
-    fn err(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    fn stop(&mut self) {
-        // SAFETY: signalling our own child by pid (`ip netns exec` execs the observer).
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let t = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                assert!(s.success(), "exit {s:?}:\n{}", self.err());
-                return;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "did not stop:\n{}",
-                self.err()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Observer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// SIGINT, and a clean exit.
+fn stop_observer(obs: &mut NsProcess) {
+    let s = obs.signal(libc::SIGINT);
+    assert!(s.success(), "exit {s:?}:\n{}", obs.err());
 }
 
 /// Burst `b` of 20 frames: 5 each of QPs 0x31 (every other one to be re-marked DSCP 0), 0x32
@@ -243,7 +194,7 @@ fn one_observer_on_two_interfaces_raises_marking_changed_with_exact_counts() {
     }
     let f = fabric();
     let out = fresh_dir("marking").join("run");
-    let mut obs = Observer::start(&f.h, &out);
+    let mut obs = start_observer(&f.h, &out);
     // 60 bursts, one every 50 ms: 3 s of traffic across several 500 ms interval edges
     let t0 = Instant::now();
     for b in 0..60u32 {
@@ -254,7 +205,7 @@ fn one_observer_on_two_interfaces_raises_marking_changed_with_exact_counts() {
         }
     }
     std::thread::sleep(Duration::from_millis(1200));
-    obs.stop();
+    stop_observer(&mut obs);
     let c = counters(&f.sw);
     assert_eq!(
         (c["dscp0"], c["notect"], c["ce"]),

@@ -6,10 +6,8 @@
 
 mod collector_util;
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use observer::sources::synthetic::Roce;
@@ -23,68 +21,6 @@ const B: [u8; 4] = [10, 77, 6, 2];
 const METRICS: &str = "127.0.0.1:9847";
 const PROM: &str = "127.0.0.1:9090";
 const AM: &str = "127.0.0.1:9093";
-
-/// A process inside a namespace, its output collected; killed on drop.
-struct Daemon {
-    name: &'static str,
-    child: Child,
-    log: Arc<Mutex<String>>,
-}
-
-impl Daemon {
-    fn spawn(ns: &Netns, name: &'static str, program: &str, args: &[String]) -> Daemon {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &ns.name, program])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
-        let mut err = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let l2 = Arc::clone(&log);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                l2.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        Daemon { name, child, log }
-    }
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-    /// Signals the process (`ip netns exec` execs it: the child's pid is its pid) and waits.
-    fn stop(&mut self, sig: i32) -> ExitStatus {
-        // SAFETY: signalling our own child by pid.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
-        let t = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            if t.elapsed() > Duration::from_secs(20) {
-                let _ = self.child.kill();
-                panic!("{} did not exit:\n{}", self.name, self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// GET `url` from inside the namespace (curl), the body when the status is 2xx.
 fn get(ns: &Netns, url: &str) -> Option<String> {
@@ -147,7 +83,7 @@ fn write(p: &Path, s: &str) {
     std::fs::write(p, s).unwrap();
 }
 
-fn start_servers(ns: &Netns, dir: &Path) -> (Daemon, Daemon) {
+fn start_servers(ns: &Netns, dir: &Path) -> (NsProcess, NsProcess) {
     write(
         &dir.join("am.yml"),
         "route:\n  receiver: none\n  group_wait: 0s\nreceivers:\n  - name: none\n",
@@ -159,9 +95,8 @@ fn start_servers(ns: &Netns, dir: &Path) -> (Daemon, Daemon) {
         ),
     );
     let d = |p: &str| dir.join(p).display().to_string();
-    let am = Daemon::spawn(
+    let am = NsProcess::spawn(
         ns,
-        "alertmanager",
         "prometheus-alertmanager",
         &[
             format!("--config.file={}", d("am.yml")),
@@ -170,9 +105,8 @@ fn start_servers(ns: &Netns, dir: &Path) -> (Daemon, Daemon) {
             "--cluster.listen-address=".into(),
         ],
     );
-    let prom = Daemon::spawn(
+    let prom = NsProcess::spawn(
         ns,
-        "prometheus",
         "prometheus",
         &[
             format!("--config.file={}", d("prometheus.yml")),
@@ -187,7 +121,7 @@ fn start_servers(ns: &Netns, dir: &Path) -> (Daemon, Daemon) {
         assert!(
             wait_for(Duration::from_secs(30), || get(ns, &url)).is_some(),
             "{what} not ready:\n{}",
-            daemon.log()
+            daemon.err()
         );
     }
     (am, prom)
@@ -233,20 +167,15 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
         policy.display().to_string(),
     ])
     .collect();
-    let mut obs = Daemon::spawn(
-        &pair.b,
-        "roce-observe",
-        env!("CARGO_BIN_EXE_roce-observe"),
-        &args,
-    );
+    let mut obs = NsProcess::spawn(&pair.b, env!("CARGO_BIN_EXE_roce-observe"), &args);
     assert!(
         wait_for(Duration::from_secs(20), || obs
-            .log()
+            .err()
             .contains("attached ingress")
             .then_some(()))
         .is_some(),
         "not attached:\n{}",
-        obs.log()
+        obs.err()
     );
     // 40 data packets at DSCP 0 on QP 0x11 (dscp_mismatch), 20 at DSCP 26 on QP 0x12
     let mut frames = Vec::new();
@@ -268,7 +197,7 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
         Some(60.0),
         "{q}: {:?}\n{}",
         prom_value(&pair.b, q),
-        obs.log()
+        obs.err()
     );
 
     // Alertmanager lists the alert with its key as labels...
@@ -277,7 +206,7 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
             .into_iter()
             .find(|a| a["labels"]["alertname"] == "dscp_mismatch")
     })
-    .unwrap_or_else(|| panic!("no dscp_mismatch in Alertmanager:\n{}", obs.log()));
+    .unwrap_or_else(|| panic!("no dscp_mismatch in Alertmanager:\n{}", obs.err()));
     let l = &firing["labels"];
     assert_eq!(l["qp"], "17", "{firing}");
     assert_eq!(l["qp_hex"], "0x000011");
@@ -305,7 +234,7 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
             .any(|a| a["labels"]["alertname"] == "dscp_mismatch"))
         .then_some(())
     });
-    assert!(gone.is_some(), "dscp_mismatch still active:\n{}", obs.log());
+    assert!(gone.is_some(), "dscp_mismatch still active:\n{}", obs.err());
     assert!(
         t.elapsed() < Duration::from_secs(10),
         "resolved by our endsAt, not Alertmanager's timeout"
@@ -321,8 +250,8 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
         "sum(roce_observer_alerts_total{rule=\"dscp_mismatch\"})",
     );
 
-    let st = obs.stop(libc::SIGTERM);
-    assert!(st.success(), "{}", obs.log());
+    let st = obs.signal(libc::SIGTERM);
+    assert!(st.success(), "{}", obs.err());
     let s: Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     let ingress = s["interfaces"]
@@ -484,22 +413,17 @@ fn json_logs_are_json_only_with_structured_alerts() {
     .map(|s| s.to_string())
     .chain([run.display().to_string()])
     .collect();
-    let mut obs = Daemon::spawn(
-        &pair.b,
-        "roce-observe",
-        env!("CARGO_BIN_EXE_roce-observe"),
-        &args,
-    );
+    let mut obs = NsProcess::spawn(&pair.b, env!("CARGO_BIN_EXE_roce-observe"), &args);
     let attached = wait_for(Duration::from_secs(20), || {
-        obs.log().contains("attached ingress").then_some(())
+        obs.err().contains("attached ingress").then_some(())
     });
-    assert!(attached.is_some(), "{}", obs.log());
+    assert!(attached.is_some(), "{}", obs.err());
     let mut r = Roce::data([10, 77, 7, 1], [10, 77, 7, 2], 0x33, 0);
     r.dscp = 0;
     observer::testutil::send_raw(&pair.a, &pair.a_if, &[r.frame()]).unwrap();
     std::thread::sleep(Duration::from_millis(2500));
-    assert!(obs.stop(libc::SIGTERM).success(), "{}", obs.log());
-    let log = obs.log();
+    assert!(obs.signal(libc::SIGTERM).success(), "{}", obs.err());
+    let log = obs.err();
     let lines: Vec<Value> = log
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
@@ -573,24 +497,19 @@ fn kernel_rare_path_events_show_at_debug_level() {
         if let Some(l) = level {
             args.extend(["--log-level".to_string(), l.to_string()]);
         }
-        let mut obs = Daemon::spawn(
-            &pair.b,
-            "roce-observe",
-            env!("CARGO_BIN_EXE_roce-observe"),
-            &args,
-        );
+        let mut obs = NsProcess::spawn(&pair.b, env!("CARGO_BIN_EXE_roce-observe"), &args);
         let attached = wait_for(Duration::from_secs(20), || {
-            obs.log().contains("attached ingress").then_some(())
+            obs.err().contains("attached ingress").then_some(())
         });
-        assert!(attached.is_some(), "{}", obs.log());
+        assert!(attached.is_some(), "{}", obs.err());
         // 10 QP keys into a table of 4
         let frames: Vec<Vec<u8>> = (0..10)
             .map(|q| Roce::data([10, 77, 8, 1], [10, 77, 8, 2], 0x100 + q, 0).frame())
             .collect();
         observer::testutil::send_raw(&pair.a, &pair.a_if, &frames).unwrap();
         std::thread::sleep(Duration::from_millis(1500));
-        assert!(obs.stop(libc::SIGTERM).success(), "{}", obs.log());
-        obs.log()
+        assert!(obs.signal(libc::SIGTERM).success(), "{}", obs.err());
+        obs.err()
     };
     let debug = run_with(Some("debug"), "debug");
     assert!(

@@ -115,3 +115,98 @@ pub fn assert_no_tmp_files(dir: &Path) {
         "{files:?}"
     );
 }
+
+/// A process inside a test's network namespace (`ip netns exec NS PROGRAM ARGS`, which execs
+/// it: the child's pid is the process's), its stderr collected by a thread; killed when dropped
+/// if still running.
+pub struct NsProcess {
+    name: String,
+    pub child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl NsProcess {
+    pub fn spawn<S: AsRef<std::ffi::OsStr>>(
+        ns: &observer::testutil::Netns,
+        program: &str,
+        args: &[S],
+    ) -> NsProcess {
+        use std::io::Read;
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, program])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+        let mut err = child.stderr.take().unwrap();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let s2 = std::sync::Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                s2.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        NsProcess {
+            name: program.to_string(),
+            child,
+            stderr,
+        }
+    }
+
+    /// roce-observe with `args`, once it said `attached ingress` `ifaces` times (20 s at most).
+    pub fn roce_observe<S: AsRef<std::ffi::OsStr>>(
+        ns: &observer::testutil::Netns,
+        args: &[S],
+        ifaces: usize,
+    ) -> NsProcess {
+        let p = NsProcess::spawn(ns, env!("CARGO_BIN_EXE_roce-observe"), args);
+        let t = std::time::Instant::now();
+        while p.err().matches("attached ingress").count() < ifaces {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(20),
+                "roce-observe not attached after 20 s:\n{}",
+                p.err()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        p
+    }
+
+    /// What it wrote on stderr so far.
+    pub fn err(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends `sig` and waits for the exit (20 s at most, then kills it and fails).
+    pub fn signal(&mut self, sig: i32) -> std::process::ExitStatus {
+        // SAFETY: signalling our own child by pid.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+        let t = std::time::Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            if t.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = self.child.kill();
+                panic!("{} did not exit:\n{}", self.name, self.err());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for NsProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
