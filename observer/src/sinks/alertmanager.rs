@@ -161,11 +161,6 @@ impl AlertmanagerSink {
         })
     }
 
-    /// The posting counters.
-    pub fn stats_ref(&self) -> &PushStats {
-        &self.stats
-    }
-
     fn wire(a: &Active, ends_ns: u64) -> Value {
         json!({
             "labels": a.labels,
