@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use observer::pipeline::marking::{FIELDS, dir_rank, show_value, value_changes};
+use observer::pipeline::marking::{self, FIELDS, dir_rank, show_value};
 
 use crate::load::{self, FlowRow, LoadError};
-use crate::report::{Expect, Marking, Want};
+use crate::report::{Expect, Marking};
 
 /// The packet classes, in the order of `observer_common::maps::class`.
 pub const CLASSES: [&str; 3] = ["data", "ack", "cnp"];
@@ -344,22 +344,11 @@ pub struct PointAt {
     pub tally: Tally,
 }
 
-/// One marking change between consecutive points.
+/// One marking change between consecutive points ([`marking::Change`]), with its line.
 #[derive(Clone, Debug, Serialize)]
 pub struct Change {
-    pub class: &'static str,
-    /// `DSCP`, `PCP` or `ECN`.
-    pub field: &'static str,
-    /// The values that lost packets at the later point.
-    pub from: Vec<i16>,
-    pub to: i16,
-    /// Packets that changed to `to` (docs/analysis.md#path).
-    pub pkts: i64,
-    /// The class's packets at the earlier point.
-    pub of: i64,
-    pub expected: Want,
-    /// `to` is not what the profile expects of this class.
-    pub violates: bool,
+    #[serde(flatten)]
+    pub change: marking::Change,
     pub line: String,
 }
 
@@ -416,30 +405,21 @@ fn hop(a: &PointAt, b: &PointAt, expect: &Expect) -> Hop {
             at(&b.tally.hist(2, c), CE).saturating_sub(at(&a.tally.hist(2, c), CE)),
         );
         let of = a.tally.count(CLASS_PKTS[c]);
-        for (f, (_, field)) in FIELDS.iter().enumerate() {
+        for f in 0..FIELDS.len() {
             let sorted = |h: BTreeMap<i16, i64>| h.into_iter().collect::<Vec<_>>();
             let (ha, hb) = (sorted(a.tally.hist(f, c)), sorted(b.tally.hist(f, c)));
-            for (from, to, pkts) in value_changes(&ha, &hb) {
-                let w = expect.marking.want(f, c);
-                let shown: Vec<String> = from.iter().map(|v| show_value(*v)).collect();
+            for change in marking::changes_of(&expect.marking, f, c, &ha, &hb, of) {
+                let shown: Vec<String> = change.from.iter().map(|v| show_value(*v)).collect();
                 let line = format!(
-                    "{class} {field} {} → {} between {} and {}: {pkts} of {of} packets",
+                    "{class} {} {} → {} between {} and {}: {} of {of} packets",
+                    change.field,
                     shown.join(","),
-                    show_value(to),
+                    show_value(change.to),
                     a.point,
-                    b.point
+                    b.point,
+                    change.pkts
                 );
-                changes.push(Change {
-                    class,
-                    field,
-                    from,
-                    to,
-                    pkts,
-                    of,
-                    expected: w,
-                    violates: !w.allows(to),
-                    line,
-                });
+                changes.push(Change { change, line });
             }
         }
     }
@@ -673,7 +653,7 @@ fn totals(keys: &[KeyPath]) -> Totals {
         );
         for h in &k.hops {
             t.changes += h.changes.len();
-            t.violations += h.changes.iter().filter(|c| c.violates).count();
+            t.violations += h.changes.iter().filter(|c| c.change.violates).count();
         }
     }
     t
@@ -753,9 +733,9 @@ fn render_hop(out: &mut String, h: &Hop) {
         let _ = writeln!(
             out,
             "    {} {} (expected {})",
-            if c.violates { "FAIL" } else { "ok  " },
+            if c.change.violates { "FAIL" } else { "ok  " },
             c.line,
-            c.expected
+            c.change.expected
         );
     }
 }

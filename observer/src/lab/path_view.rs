@@ -8,26 +8,10 @@
 
 use serde_json::Value;
 
-use crate::pipeline::marking::{FIELDS, Marking, Want, dir_rank, show_value, value_changes};
+use crate::pipeline::marking::{Change, FIELDS, Marking, changes_of, dir_rank, show_value};
 
 /// The packet classes in `observer_common::maps::class` order.
 const CLASSES: [&str; 3] = ["data", "ack", "cnp"];
-
-/// One change of one field of one class between two consecutive points.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Change {
-    pub class: &'static str,
-    /// `DSCP`, `PCP` or `ECN`.
-    pub field: &'static str,
-    /// The values that lost packets, and the value packets changed to.
-    pub from: Vec<i16>,
-    pub to: i16,
-    pub pkts: i64,
-    /// The class's packets at the earlier point.
-    pub of: i64,
-    pub expected: Want,
-    pub violates: bool,
-}
 
 /// Consecutive points of a key and the changes between them.
 #[derive(Clone, Debug)]
@@ -103,23 +87,11 @@ fn at(doc: &Value, di: usize, q: &Value) -> At {
 
 fn hop(a: &At, b: &At, m: &Marking) -> Hop {
     let mut changes = Vec::new();
-    for (f, (_, field)) in FIELDS.iter().enumerate() {
-        for (c, class) in CLASSES.iter().enumerate() {
+    for f in 0..FIELDS.len() {
+        for c in 0..CLASSES.len() {
             let (ha, hb) = (&a.hists[f * 3 + c], &b.hists[f * 3 + c]);
             let of = ha.iter().map(|x| x.1).sum();
-            let want = m.want(f, c);
-            for (from, to, pkts) in value_changes(ha, hb) {
-                changes.push(Change {
-                    class,
-                    field,
-                    from,
-                    to,
-                    pkts,
-                    of,
-                    expected: want,
-                    violates: !want.allows(to),
-                });
-            }
+            changes.extend(changes_of(m, f, c, ha, hb, of));
         }
     }
     Hop {

@@ -93,6 +93,52 @@ impl Marking {
     }
 }
 
+/// One change of one marking field of one packet class between two consecutive points.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Change {
+    pub class: &'static str,
+    /// `DSCP`, `PCP` or `ECN`.
+    pub field: &'static str,
+    /// The values that lost packets at the later point.
+    pub from: Vec<i16>,
+    /// The value packets changed to.
+    pub to: i16,
+    /// Packets that changed to `to` ([`value_changes`]).
+    pub pkts: i64,
+    /// The class's packets at the earlier point.
+    pub of: i64,
+    pub expected: Want,
+    /// `to` is not what the policy expects of this class.
+    pub violates: bool,
+}
+
+/// The changes of field `f` of class `c` between the earlier point's histogram `a` and the
+/// later one's `b` (each sorted by value), `of` the class's packets at the earlier point,
+/// judged against `m`: the one comparison `roce-analyze path` and the lab's path view make.
+pub fn changes_of(
+    m: &Marking,
+    f: usize,
+    c: usize,
+    a: &[(i16, i64)],
+    b: &[(i16, i64)],
+    of: i64,
+) -> Vec<Change> {
+    let want = m.want(f, c);
+    value_changes(a, b)
+        .into_iter()
+        .map(|(from, to, pkts)| Change {
+            class: observer_common::maps::class::NAMES[c.min(2)],
+            field: FIELDS[f.min(2)].1,
+            from,
+            to,
+            pkts,
+            of,
+            expected: want,
+            violates: !want.allows(to),
+        })
+        .collect()
+}
+
 /// A marking value as shown: PCP -1 is `untagged`.
 pub fn show_value(v: i16) -> String {
     if v == -1 {
