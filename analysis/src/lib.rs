@@ -1,8 +1,15 @@
 //! roce-analyze: reads the Parquet flow logs roce-observe writes (`flows/`, `interfaces/`,
 //! `alerts/` under an output directory, Hive-partitioned) and answers the bring-up questions:
 //! is the marking right, is every CE answered by CNPs, does PFC pause only the RDMA priority,
-//! does any QP go back N; and compares a run against a recorded golden baseline.
+//! does any QP go back N; and compares a run against a recorded golden baseline. The queries run
+//! on Apache DataFusion (feature `engine`, on by default; without it only the file checks of
+//! [`load`] and [`path`] are built, as the fuzz targets use them).
 
+#[cfg(feature = "engine")]
+pub mod engine;
 pub mod load;
 pub mod path;
+#[cfg(feature = "engine")]
 pub mod report;
+#[cfg(feature = "engine")]
+pub mod time;

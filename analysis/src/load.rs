@@ -2,7 +2,6 @@
 //! `<dir>/<table>/`, aggregated over all intervals.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -60,75 +59,10 @@ pub enum LoadError {
     TooDeep(PathBuf),
 }
 
-/// Identity of a QP key as written in the flow logs.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-pub struct QpId {
-    pub host: String,
-    pub iface: String,
-    pub dir: String,
-    pub src: String,
-    pub dst: String,
-    pub qp: i32,
-}
-
-/// Totals of one QP key over every interval read.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct QpTotals {
-    /// Every Int64 count column of the flows table, summed.
-    pub counts: BTreeMap<String, i64>,
-    /// Every histogram column (`dscp_data`, `ecn_cnp`, `opcodes`, ...), value -> packets.
-    pub hists: BTreeMap<String, BTreeMap<i16, i64>>,
-    pub max_udp_payload: i32,
-    pub rows: usize,
-}
-
-impl QpTotals {
-    /// The sum of flows column `name` (every file was checked to have it; a name the schema
-    /// does not define panics, so a renamed column fails the tests instead of reading as 0).
-    pub fn count(&self, name: &str) -> i64 {
-        schema::flows().expect_column(name);
-        self.counts.get(name).copied().unwrap_or(0)
-    }
-    pub fn hist(&self, name: &str) -> BTreeMap<i16, i64> {
-        schema::flows().expect_column(name);
-        self.hists.get(name).cloned().unwrap_or_default()
-    }
-}
-
-/// Totals of one interface direction.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct IfaceTotals {
-    /// Every Int64 column summed (frames, roce, excluded_*, pfc_xoff_p3, pause_frames, ...).
-    pub counts: BTreeMap<String, i64>,
-    /// Largest XOFF count per priority in a one-second window (`pfc_xoff_peak_1s_pN`, the
-    /// storm figure, XOFF/s).
-    pub max_xoff_per_s: [f64; 8],
-    /// Largest link speed reported.
-    pub link_speed_bps: Option<i64>,
-    pub rows: usize,
-}
-
-impl IfaceTotals {
-    /// The sum of interfaces column `name` (as [`QpTotals::count`]).
-    pub fn count(&self, name: &str) -> i64 {
-        schema::interfaces().expect_column(name);
-        self.counts.get(name).copied().unwrap_or(0)
-    }
-}
-
-#[derive(Debug, Default, serde::Serialize)]
-pub struct Dataset {
-    pub qps: BTreeMap<QpId, QpTotals>,
-    pub ifaces: BTreeMap<(String, String, String), IfaceTotals>,
-    /// Alert rows per rule.
-    pub alerts: BTreeMap<String, i64>,
-    pub files: usize,
-}
-
 /// Every `*.parquet` below `root` (absent: none), sorted. Symbolic links to directories are
 /// not followed (a link loop would never end), links to regular files are; only regular files
 /// are read (a FIFO named `x.parquet` would block); at most [`MAX_DEPTH`] levels.
-fn parquet_files(root: &Path) -> Result<Vec<PathBuf>, LoadError> {
+pub fn parquet_files(root: &Path) -> Result<Vec<PathBuf>, LoadError> {
     let mut out = Vec::new();
     let mut stack = vec![(root.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
@@ -169,6 +103,10 @@ fn parquet_files(root: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(out)
 }
 
+/// Set while the query engine runs a query: panics of the Parquet decoder in its threads are
+/// recorded for the error the engine turns them into, not printed (the engine sets it).
+pub static QUERYING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 thread_local! {
     /// Set while this thread decodes a file under [`guarded`].
     static GUARDED: Cell<bool> = const { Cell::new(false) };
@@ -186,7 +124,7 @@ pub fn quiet_decoder_panics() {
     ONCE.call_once(|| {
         let prev = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if GUARDED.with(Cell::get) {
+            if GUARDED.with(Cell::get) || QUERYING.load(std::sync::atomic::Ordering::SeqCst) {
                 let at = info
                     .location()
                     .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
@@ -541,6 +479,16 @@ pub fn read_flow_rows(
 /// The flows files of the output tree `dir`, sorted: an error when `dir` is missing, not a
 /// directory, or has none.
 pub fn flows_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    check_dir(dir)?;
+    let flows = parquet_files(&dir.join("flows"))?;
+    if flows.is_empty() {
+        return Err(LoadError::Empty(dir.to_path_buf()));
+    }
+    Ok(flows)
+}
+
+/// `dir` exists and is a directory (else an error saying which).
+pub fn check_dir(dir: &Path) -> Result<(), LoadError> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(LoadError::NotADirectory(dir.into())),
@@ -554,26 +502,51 @@ pub fn flows_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
             });
         }
     }
-    let flows = parquet_files(&dir.join("flows"))?;
-    if flows.is_empty() {
-        return Err(LoadError::Empty(dir.to_path_buf()));
-    }
-    Ok(flows)
+    Ok(())
 }
 
-/// Reads `<dir>/flows`, `<dir>/interfaces` and `<dir>/alerts`.
-pub fn load(dir: &Path) -> Result<Dataset, LoadError> {
-    let mut ds = Dataset::default();
-    for path in &flows_files(dir)? {
-        guarded(path, || load_flows(&mut ds, path))?;
+/// One file's footer ([`check_metadata`]) and columns against `table`'s definition, before the
+/// query engine reads it.
+pub fn check_file(path: &Path, table: &schema::Table) -> Result<(), LoadError> {
+    guarded(path, || {
+        let mut f = File::open(path).map_err(|err| LoadError::Io {
+            path: path.into(),
+            err,
+        })?;
+        let md = check_metadata(path, &mut f)?;
+        let md = ArrowReaderMetadata::try_new(Arc::new(md), ArrowReaderOptions::new()).map_err(
+            |err| LoadError::Parquet {
+                path: path.into(),
+                err,
+            },
+        )?;
+        table.check(md.schema()).map_err(|err| LoadError::Schema {
+            path: path.into(),
+            err,
+        })
+    })
+}
+
+/// Decodes every row of one file (panics caught): how the engine finds the file a failed query
+/// could not read.
+pub fn read_all(path: &Path, table: &schema::Table) -> Result<(), LoadError> {
+    guarded(path, || batches(path, table).map(drop))
+}
+
+/// Every file of every table below `dir` checked and decoded completely, each on its own (what
+/// the query engine relies on: a corrupt file is an error naming it, never a panic). Returns the
+/// files read.
+pub fn read_tree(dir: &Path) -> Result<usize, LoadError> {
+    check_dir(dir)?;
+    let mut n = 0;
+    for table in schema::tables() {
+        for p in parquet_files(&dir.join(table.name))? {
+            check_file(&p, table)?;
+            read_all(&p, table)?;
+            n += 1;
+        }
     }
-    for path in parquet_files(&dir.join("interfaces"))? {
-        guarded(&path, || load_interfaces(&mut ds, &path))?;
-    }
-    for path in parquet_files(&dir.join("alerts"))? {
-        guarded(&path, || load_alerts(&mut ds, &path))?;
-    }
-    Ok(ds)
+    Ok(n)
 }
 
 /// Adds `v` to a column's sum: a sum beyond i64 (no real count gets there) is a corrupt file,
@@ -583,117 +556,6 @@ pub(crate) fn add(sum: &mut i64, v: i64, path: &Path, column: &str) -> Result<()
         path: path.into(),
         what: format!("the sum of column {column:?} overflows"),
     })?;
-    Ok(())
-}
-
-/// One flows file: every row added to its QP key's totals.
-fn load_flows(ds: &mut Dataset, path: &Path) -> Result<(), LoadError> {
-    ds.files += 1;
-    for b in batches(path, schema::flows())? {
-        let (host, iface, dirc) = (
-            col_str(&b, "host", path)?,
-            col_str(&b, "iface", path)?,
-            col_str(&b, "dir", path)?,
-        );
-        let (src, dst) = (col_str(&b, "src", path)?, col_str(&b, "dst", path)?);
-        let qp = b
-            .column_by_name("qp")
-            .and_then(|c| c.as_primitive_opt::<Int32Type>())
-            .ok_or_else(|| LoadError::Column {
-                path: path.to_path_buf(),
-                column: "qp".into(),
-            })?;
-        for row in 0..b.num_rows() {
-            let id = QpId {
-                host: host.value(row).into(),
-                iface: iface.value(row).into(),
-                dir: dirc.value(row).into(),
-                src: src.value(row).into(),
-                dst: dst.value(row).into(),
-                qp: qp.value(row),
-            };
-            let t = ds.qps.entry(id).or_default();
-            t.rows += 1;
-            for (i, field) in b.schema().fields().iter().enumerate() {
-                let c = b.column(i);
-                if let Some(a) = c.as_primitive_opt::<Int64Type>() {
-                    let sum = t.counts.entry(field.name().clone()).or_default();
-                    add(sum, a.value(row), path, field.name())?;
-                } else if field.name() == "max_udp_payload" {
-                    if let Some(a) = c.as_primitive_opt::<Int32Type>() {
-                        t.max_udp_payload = t.max_udp_payload.max(a.value(row));
-                    }
-                } else {
-                    let name = field.name();
-                    for_buckets(c, row, |v, n| {
-                        let h = match t.hists.get_mut(name) {
-                            Some(h) => h,
-                            None => t.hists.entry(name.clone()).or_default(),
-                        };
-                        add(h.entry(v).or_default(), n, path, name)
-                    })?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// One interfaces file: every row added to its interface direction's totals.
-fn load_interfaces(ds: &mut Dataset, path: &Path) -> Result<(), LoadError> {
-    ds.files += 1;
-    for b in batches(path, schema::interfaces())? {
-        let (host, iface, dirc) = (
-            col_str(&b, "host", path)?,
-            col_str(&b, "iface", path)?,
-            col_str(&b, "dir", path)?,
-        );
-        for row in 0..b.num_rows() {
-            let key = (
-                host.value(row).to_string(),
-                iface.value(row).to_string(),
-                dirc.value(row).to_string(),
-            );
-            let t = ds.ifaces.entry(key).or_default();
-            t.rows += 1;
-            for (i, field) in b.schema().fields().iter().enumerate() {
-                let c = b.column(i);
-                let name = field.name();
-                if let Some(a) = c.as_primitive_opt::<Int64Type>() {
-                    if a.is_null(row) {
-                        continue;
-                    }
-                    if name == "link_speed_bps" {
-                        t.link_speed_bps = t.link_speed_bps.max(Some(a.value(row)));
-                        continue;
-                    }
-                    let peak = name.strip_prefix("pfc_xoff_peak_1s_p");
-                    if let Some(p) = peak.and_then(|p| p.parse::<usize>().ok()).filter(|&p| p < 8)
-                    {
-                        t.max_xoff_per_s[p] = t.max_xoff_per_s[p].max(a.value(row) as f64);
-                    }
-                    add(
-                        t.counts.entry(name.clone()).or_default(),
-                        a.value(row),
-                        path,
-                        name,
-                    )?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// One alerts file: alert rows per rule.
-fn load_alerts(ds: &mut Dataset, path: &Path) -> Result<(), LoadError> {
-    ds.files += 1;
-    for b in batches(path, schema::alerts())? {
-        let rule = col_str(&b, "rule", path)?;
-        for row in 0..b.num_rows() {
-            *ds.alerts.entry(rule.value(row).to_string()).or_default() += 1;
-        }
-    }
     Ok(())
 }
 
@@ -723,7 +585,7 @@ mod tests {
         let mut w = parquet::arrow::ArrowWriter::try_new(f, schema.clone(), None).unwrap();
         w.write(&RecordBatch::new_empty(schema)).unwrap();
         w.close().unwrap();
-        let err = load(&root).unwrap_err();
+        let err = read_tree(&root).unwrap_err();
         let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
         assert!(text.contains("flows-h-x-0000.parquet"), "{text}");
         assert!(text.contains("\"ce\""), "{text}");

@@ -1,36 +1,90 @@
-//! `roce-analyze`: offline checks over roce-observe's Parquet flow logs.
+//! `roce-analyze`: offline checks over roce-observe's Parquet flow logs, on Apache DataFusion.
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use analysis::load::{load, quiet_decoder_panics};
-use analysis::report::{Expect, Figures, Verdict, checks, compare, parse_margin, read_baseline};
+use analysis::engine::{Engine, Filters, Options};
+use analysis::load::quiet_decoder_panics;
+use analysis::path::Expect;
+use analysis::report::{Figures, Report, Verdict, compare, parse_margin, read_baseline};
 use anyhow::{Context, bail};
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use observer::pipeline::PolicyConfig;
 
-/// Offline checks over roce-observe's Parquet flow logs (the `--out` directory of
-/// `roce-observe` or `roce-observe replay`).
+/// Offline checks over roce-observe's Parquet flow logs (the `--out` directories of
+/// `roce-observe` or `roce-observe replay`; several directories are read as one).
 #[derive(Parser)]
 #[command(name = "roce-analyze", version)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
-    /// Expected marking: nvidia or broadcom (data DSCP 26, CNP DSCP 48, RDMA priority 3).
-    #[arg(long, global = true, default_value = "nvidia", value_parser = parse_profile)]
-    profile: String,
+    /// Judge by a vendor profile (nvidia or broadcom) instead of the run's recorded policy.
+    #[arg(long, global = true, value_parser = parse_profile)]
+    profile: Option<String>,
+    /// Judge by this policy file (roce-observe's format, docs/policy.md). Default: the policy
+    /// the run recorded (`policy-<host>.toml` in its output directory), else the nvidia profile.
+    #[arg(long, global = true, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    #[command(flatten)]
+    filters: FilterArgs,
+    /// Memory the query engine may use, MiB (sorts and aggregations spill to disk beyond it).
+    #[arg(long, global = true, default_value_t = 512, value_name = "MIB")]
+    memory_limit: usize,
+}
+
+/// Row filters, applied to every table before any query (repeat a filter or separate values
+/// by commas for several: any of them).
+#[derive(Args, Default)]
+struct FilterArgs {
+    /// Rows whose interval ends after this time (RFC 3339, `YYYY-MM-DD[ HH:MM[:SS]]` UTC, or
+    /// `@UNIX_SECONDS`).
+    #[arg(long, global = true, value_parser = parse_when)]
+    since: Option<i64>,
+    /// Rows whose interval starts before this time.
+    #[arg(long, global = true, value_parser = parse_when)]
+    until: Option<i64>,
+    #[arg(long, global = true, value_delimiter = ',')]
+    host: Vec<String>,
+    #[arg(long, global = true, value_delimiter = ',')]
+    iface: Vec<String>,
+    /// Destination QP number (decimal or 0x hex); interface rows are not filtered by it.
+    #[arg(long, global = true, value_delimiter = ',', value_parser = parse_qp)]
+    qp: Vec<i64>,
+    /// Source address of the QP key.
+    #[arg(long, global = true, value_delimiter = ',')]
+    src: Vec<String>,
+    /// Destination address of the QP key.
+    #[arg(long, global = true, value_delimiter = ',')]
+    dst: Vec<String>,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Bring-up checks (marking, ECN/CNP, go-back-N, PFC, PAUSE, MTU); exit 1 when one fails.
+    /// Bring-up checks (marking, ECN/CNP, go-back-N, PFC, PAUSE, MTU), judged per interval as
+    /// the alert rules are, with the worst QPs / interfaces / intervals; exit 1 when one fails.
     Report {
-        dir: PathBuf,
-        /// Print the figures and checks as JSON.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Subjects and intervals named per check.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+        /// Print the selected keys' rows interval by interval (on by default with --qp).
+        #[arg(long)]
+        timeline: bool,
+        /// Most timeline rows printed.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+        /// Write the report's SQL queries (parameters substituted) into this directory, to run
+        /// them on DuckDB, Spark or Trino (docs/analysis.md#sql).
+        #[arg(long, value_name = "DIR")]
+        emit_sql: Option<PathBuf>,
     },
     /// Record the figures of a good run as a golden baseline (JSON).
     Baseline {
-        dir: PathBuf,
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
         #[arg(long, short)]
         out: PathBuf,
     },
@@ -38,8 +92,9 @@ enum Cmd {
     Compare {
         /// The baseline file (`roce-analyze baseline -o FILE`).
         baseline: PathBuf,
-        /// The run's output directory.
-        dir: PathBuf,
+        /// The run's output directories.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
         /// Relative tolerance (0.1 = 10% worse is still fine); finite, 0 or more.
         #[arg(long, default_value_t = 0.1, value_parser = parse_margin, allow_hyphen_values = true)]
         tolerance: f64,
@@ -49,7 +104,7 @@ enum Cmd {
     },
     /// Did the marking (DSCP, PCP, ECN) survive every point between sender and receiver? The
     /// trees of several hosts, mirror ports or captures, compared QP key by QP key; exit 1 when
-    /// a marking changed against the profile, 2 on errors.
+    /// a marking changed against the policy, 2 on errors.
     Path {
         /// Output directories (`--out` of roce-observe or roce-observe replay), in the order
         /// that breaks ties between points.
@@ -58,6 +113,22 @@ enum Cmd {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Run SQL on the tables flows, interfaces, alerts and nic (filtered) and the report's
+    /// views v_flows, v_hist, v_ifaces, v_alerts.
+    Sql {
+        /// The query (or `--file`).
+        #[arg(required_unless_present = "file")]
+        query: Option<String>,
+        /// Output directories.
+        #[arg(long = "dir", short = 'd', required = true)]
+        dirs: Vec<PathBuf>,
+        /// Read the query from a file.
+        #[arg(long, conflicts_with = "query")]
+        file: Option<PathBuf>,
+        /// Output: table, json (one object per row) or csv.
+        #[arg(long, default_value = "table", value_parser = ["table", "json", "csv"])]
+        format: String,
     },
 }
 
@@ -72,33 +143,242 @@ fn parse_profile(s: &str) -> Result<String, String> {
     }
 }
 
+fn parse_when(s: &str) -> Result<i64, String> {
+    analysis::time::parse_time(s).ok_or_else(|| {
+        format!("{s:?} is not a time (RFC 3339, YYYY-MM-DD[ HH:MM[:SS]] UTC, or @UNIX_SECONDS)")
+    })
+}
+
+fn parse_qp(s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    let v = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(h) => i64::from_str_radix(h, 16),
+        None => t.parse(),
+    }
+    .map_err(|e| format!("{s:?}: {e}"))?;
+    if !(0..1 << 24).contains(&v) {
+        return Err(format!("{s:?}: a QP number is 24 bits (0 to 0xffffff)"));
+    }
+    Ok(v)
+}
+
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     quiet_decoder_panics();
-    let Some(expect) = Expect::profile(&cli.profile) else {
-        bail!(
-            "unknown profile {:?} ({})",
-            cli.profile,
-            observer::vendor::names()
-        )
+    let f = &cli.filters;
+    let filters = Filters {
+        since_us: f.since,
+        until_us: f.until,
+        hosts: f.host.clone(),
+        ifaces: f.iface.clone(),
+        qps: f.qp.clone(),
+        srcs: f.src.clone(),
+        dsts: f.dst.clone(),
     };
-    match cli.cmd {
-        Cmd::Report { dir, json } => report(&dir, json, &expect),
-        Cmd::Baseline { dir, out } => baseline(&dir, &out, &expect),
+    if let (Some(s), Some(u)) = (f.since, f.until)
+        && s >= u
+    {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                "--since must be before --until",
+            )
+            .exit()
+    }
+    let opts = Options {
+        memory_limit: cli.memory_limit.max(16) << 20,
+        ..Options::default()
+    };
+    let policy_of = |dirs: &[PathBuf]| policy(&cli, dirs);
+    match &cli.cmd {
+        Cmd::Report {
+            dirs,
+            json,
+            top,
+            timeline,
+            limit,
+            emit_sql,
+        } => {
+            let (p, source) = policy_of(dirs)?;
+            if let Some(out) = emit_sql {
+                emit(out, &p, *top, *limit)?;
+            }
+            let eng = Engine::open(dirs, &filters, &opts)?;
+            let tl = (*timeline || !filters.qps.is_empty()).then_some(*limit);
+            let r = analysis::report::report(&eng, &p, &source, *top, tl)?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", analysis::report::render_text(&r, *top));
+            }
+            Ok(exit_of(&r))
+        }
+        Cmd::Baseline { dirs, out } => {
+            let (p, source) = policy_of(dirs)?;
+            let eng = Engine::open(dirs, &filters, &opts)?;
+            let r = analysis::report::report(&eng, &p, &source, 1, None)?;
+            let fig = &r.figures;
+            std::fs::write(out, serde_json::to_string_pretty(fig)?)
+                .with_context(|| format!("writing {}", out.display()))?;
+            println!(
+                "baseline of {} QP keys, {} data packets written to {}",
+                fig.qps,
+                fig.data_pkts,
+                out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Compare {
             baseline,
-            dir,
+            dirs,
             tolerance,
             slack,
         } => {
-            swapped_hint(&baseline, &dir);
-            compare_run(&baseline, &dir, tolerance, slack, &expect)
+            swapped_hint(baseline, dirs);
+            let base: Figures = read_baseline(baseline)?;
+            let (p, source) = policy_of(dirs)?;
+            let eng = Engine::open(dirs, &filters, &opts)?;
+            let now = analysis::report::report(&eng, &p, &source, 1, None)?.figures;
+            compare_run(&base, &now, *tolerance, *slack)
         }
-        Cmd::Path { dirs, json } => Ok(path(&dirs, json, &expect)),
+        Cmd::Path { dirs, json } => {
+            let (p, _) = policy_of(dirs)?;
+            Ok(path(dirs, *json, &Expect::of(&p)))
+        }
+        Cmd::Sql {
+            query,
+            dirs,
+            file,
+            format,
+        } => {
+            let q = match (query, file) {
+                (Some(q), _) => q.clone(),
+                (None, Some(f)) => std::fs::read_to_string(f)
+                    .with_context(|| format!("reading the query from {}", f.display()))?,
+                (None, None) => bail!("no query"),
+            };
+            let eng = Engine::open(dirs, &filters, &opts)?;
+            let stmts = analysis::engine::statements(&q);
+            let Some((last, before)) = stmts.split_last() else {
+                bail!("the query is empty")
+            };
+            for s in before {
+                eng.run(s)?;
+            }
+            let batches = eng.run(last)?;
+            print_rows(&batches, format)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
-/// `path`: exit 1 when a marking changed against the profile, 2 when a tree cannot be read
+/// The policy to judge by, and where it came from: `--policy`, `--profile`, the trees' recorded
+/// `policy-<host>.toml` (all the same), or the nvidia profile.
+fn policy(cli: &Cli, dirs: &[PathBuf]) -> anyhow::Result<(PolicyConfig, String)> {
+    if let Some(f) = &cli.policy {
+        return Ok((
+            PolicyConfig::from_file(f)?,
+            format!("{} (--policy)", f.display()),
+        ));
+    }
+    if let Some(p) = &cli.profile {
+        return Ok((
+            PolicyConfig::profile(p)?,
+            format!("profile {p} (--profile)"),
+        ));
+    }
+    let mut found: Vec<(PathBuf, PolicyConfig)> = Vec::new();
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(d) else {
+            continue; // a missing directory is reported by the engine
+        };
+        let mut names: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("policy-") && n.ends_with(".toml"))
+            })
+            .collect();
+        names.sort();
+        for n in names {
+            let p = PolicyConfig::from_file(&n)
+                .with_context(|| format!("the run's recorded policy {}", n.display()))?;
+            found.push((n, p));
+        }
+    }
+    let Some((first, p)) = found.first() else {
+        return Ok((
+            PolicyConfig::profile("nvidia")?,
+            "profile nvidia (no policy recorded in the output directories)".into(),
+        ));
+    };
+    if let Some((other, _)) = found.iter().find(|(_, q)| q != p) {
+        bail!(
+            "the runs recorded different policies ({} and {}): choose one with --policy FILE or --profile NAME",
+            first.display(),
+            other.display()
+        );
+    }
+    let src = if found.len() == 1 {
+        format!("{} (recorded by the run)", first.display())
+    } else {
+        format!(
+            "{} and {} more, all the same (recorded by the runs)",
+            first.display(),
+            found.len() - 1
+        )
+    };
+    Ok((p.clone(), src))
+}
+
+/// Exit 1 when a check failed.
+fn exit_of(r: &Report) -> ExitCode {
+    if r.checks.iter().any(|x| x.verdict == Verdict::Fail) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `report --emit-sql DIR`: the engine views of DataFusion, DuckDB and Spark, and every report
+/// query with its parameters.
+fn emit(out: &Path, p: &PolicyConfig, top: usize, limit: usize) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let w = |name: &str, text: &str| {
+        std::fs::write(out.join(name), text)
+            .with_context(|| format!("writing {}", out.join(name).display()))
+    };
+    for (e, text) in analysis::report::ENGINE_SQL {
+        w(&format!("engine.{e}.sql"), text)?;
+    }
+    for (name, q) in analysis::report::queries(p, top, limit)? {
+        w(&name, &q)?;
+    }
+    Ok(())
+}
+
+fn print_rows(batches: &[arrow::array::RecordBatch], format: &str) -> anyhow::Result<()> {
+    match format {
+        "json" => {
+            for r in analysis::report::rows(batches) {
+                println!("{}", serde_json::to_string(&r)?);
+            }
+        }
+        "csv" => {
+            let mut w = arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .build(std::io::stdout());
+            for b in batches {
+                w.write(b)?;
+            }
+        }
+        _ => println!("{}", arrow::util::pretty::pretty_format_batches(batches)?),
+    }
+    Ok(())
+}
+
+/// `path`: exit 1 when a marking changed against the policy, 2 when a tree cannot be read
 /// (so that 1 means only that).
 fn path(dirs: &[PathBuf], json: bool, expect: &Expect) -> ExitCode {
     let r = match analysis::path::path(dirs, expect) {
@@ -126,64 +406,13 @@ fn path(dirs: &[PathBuf], json: bool, expect: &Expect) -> ExitCode {
     }
 }
 
-/// `report`: the checks, exit 1 when one fails.
-fn report(dir: &Path, json: bool, expect: &Expect) -> anyhow::Result<ExitCode> {
-    let ds = load(dir)?;
-    let f = Figures::of(&ds, expect);
-    let c = checks(&f, expect);
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"figures": f, "checks": c}))?
-        );
-    } else {
-        println!(
-            "{} QP keys, {} data packets, {} files from {}",
-            f.qps,
-            f.data_pkts,
-            ds.files,
-            dir.display()
-        );
-        for x in &c {
-            println!(
-                "{:<5} {:<30} {}",
-                format!("{:?}", x.verdict).to_uppercase(),
-                x.name,
-                x.detail
-            );
-        }
-        if !f.alerts.is_empty() {
-            println!("alerts: {:?}", f.alerts);
-        }
-    }
-    Ok(if c.iter().any(|x| x.verdict == Verdict::Fail) {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-/// `baseline`: a good run's figures to a JSON file.
-fn baseline(dir: &Path, out: &Path, expect: &Expect) -> anyhow::Result<ExitCode> {
-    let f = Figures::of(&load(dir)?, expect);
-    std::fs::write(out, serde_json::to_string_pretty(&f)?)
-        .with_context(|| format!("writing {}", out.display()))?;
-    println!(
-        "baseline of {} QP keys, {} data packets written to {}",
-        f.qps,
-        f.data_pkts,
-        out.display()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
 /// A usage error (exit 2) when `compare`'s arguments are the wrong way round: a directory
 /// where the baseline file is expected, or a file where the run's directory is expected.
-fn swapped_hint(baseline: &Path, dir: &Path) {
+fn swapped_hint(baseline: &Path, dirs: &[PathBuf]) {
     let which = if baseline.is_dir() {
         format!("{} is a directory", baseline.display())
-    } else if dir.exists() && !dir.is_dir() {
-        format!("{} is not a directory", dir.display())
+    } else if let Some(d) = dirs.iter().find(|d| d.exists() && !d.is_dir()) {
+        format!("{} is not a directory", d.display())
     } else {
         return;
     };
@@ -200,15 +429,12 @@ fn swapped_hint(baseline: &Path, dir: &Path) {
 
 /// `compare`: exit 1 when a figure got worse than the baseline's.
 fn compare_run(
-    baseline: &Path,
-    dir: &Path,
+    base: &Figures,
+    now: &Figures,
     tolerance: f64,
     slack: f64,
-    expect: &Expect,
 ) -> anyhow::Result<ExitCode> {
-    let base: Figures = read_baseline(baseline)?;
-    let now = Figures::of(&load(dir)?, expect);
-    let r = compare(&base, &now, tolerance, slack);
+    let r = compare(base, now, tolerance, slack);
     for x in &r {
         println!(
             "WORSE {:<28} baseline {:.3} now {:.3}",

@@ -15,7 +15,29 @@ use serde::Serialize;
 use observer::pipeline::marking::{self, FIELDS, dir_rank, show_value};
 
 use crate::load::{self, FlowRow, LoadError};
-use crate::report::{Expect, Marking};
+use observer::pipeline::PolicyConfig;
+
+/// What `path` compares against: the expected marking of a policy (docs/analysis.md#path),
+/// defined once in the observer, where the live `marking_changed` rule uses it too.
+pub use observer::pipeline::marking::{Marking, Want};
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Expect {
+    pub marking: Marking,
+}
+
+impl Expect {
+    pub fn of(p: &PolicyConfig) -> Expect {
+        Expect {
+            marking: Marking::of(&p.expected),
+        }
+    }
+
+    /// A vendor profile of `observer::vendor`.
+    pub fn profile(name: &str) -> Option<Expect> {
+        PolicyConfig::profile(name).ok().map(|p| Expect::of(&p))
+    }
+}
 
 /// The packet classes, in the order of `observer_common::maps::class`.
 pub const CLASSES: [&str; 3] = ["data", "ack", "cnp"];

@@ -1,44 +1,215 @@
-//! The bring-up checks over a [`Dataset`], and golden-baseline comparison.
+//! The bring-up checks as SQL over the [`Engine`]'s tables, and golden-baseline comparison.
+//!
+//! Every figure is a query of `analysis/sql` (compiled in). A check runs its violation query
+//! (`sql/checks/*.sql`: one row per interval in which the alert rule of the same name fires,
+//! with the policy's thresholds) inside the two wrappers of `sql/report`: the worst subjects
+//! and the worst intervals, each with the totals of the rule. [`queries`] lists every query
+//! with its parameters substituted, as `report --emit-sql` writes them for other engines.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use arrow::array::{Array, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::DataType;
+use observer::pipeline::PolicyConfig;
+use observer_common::maps::{ANY, class};
+use observer_common::parse::PCP_NONE;
 use serde::{Deserialize, Serialize};
 
-use crate::load::Dataset;
+use crate::engine::{Engine, EngineError, render};
 
-/// What the fabric is expected to do (defaults: the NVIDIA profile of roce-domain.md).
-#[derive(Clone, Debug, Serialize)]
-pub struct Expect {
-    pub data_dscp: i16,
-    pub cnp_dscp: i16,
-    pub rdma_priority: usize,
-    /// XOFF frames per second on one priority above which PFC is storming.
-    pub storm_xoff_per_s: f64,
-    /// The expected marking of every packet class, as the observer's policy of the profile.
-    pub marking: Marking,
+/// The query templates: (name, text).
+pub const CHECK_SQL: [(&str, &str); 9] = [
+    ("marking", include_str!("../sql/checks/marking.sql")),
+    (
+        "ce_without_cnp",
+        include_str!("../sql/checks/ce_without_cnp.sql"),
+    ),
+    ("go_back_n", include_str!("../sql/checks/go_back_n.sql")),
+    (
+        "pfc_wrong_priority",
+        include_str!("../sql/checks/pfc_wrong_priority.sql"),
+    ),
+    ("pfc_storm", include_str!("../sql/checks/pfc_storm.sql")),
+    ("pause", include_str!("../sql/checks/pause.sql")),
+    (
+        "pfc_without_ecn",
+        include_str!("../sql/checks/pfc_without_ecn.sql"),
+    ),
+    ("mtu", include_str!("../sql/checks/mtu.sql")),
+    ("map_full", include_str!("../sql/checks/map_full.sql")),
+];
+/// The engines' views: (engine, text).
+pub const ENGINE_SQL: [(&str, &str); 3] = [
+    ("datafusion", include_str!("../sql/engines/datafusion.sql")),
+    ("duckdb", include_str!("../sql/engines/duckdb.sql")),
+    ("spark", include_str!("../sql/engines/spark.sql")),
+];
+pub const SUBJECTS_SQL: &str = include_str!("../sql/report/subjects.sql");
+pub const INTERVALS_SQL: &str = include_str!("../sql/report/intervals.sql");
+pub const REPORT_SQL: [(&str, &str); 5] = [
+    ("totals", include_str!("../sql/report/totals.sql")),
+    ("ifaces", include_str!("../sql/report/ifaces.sql")),
+    ("payloads", include_str!("../sql/report/payloads.sql")),
+    ("alerts", include_str!("../sql/report/alerts.sql")),
+    ("timeline", include_str!("../sql/report/timeline.sql")),
+];
+
+/// The policy's predicate over `v_hist` (hist, value) for packets whose marking it does not
+/// expect: DSCP and PCP per class where set, Not-ECT where ECN-capable is expected.
+pub fn marking_off(p: &PolicyConfig) -> String {
+    let e = &p.expected;
+    let mut terms = Vec::new();
+    for c in 0..class::COUNT {
+        let name = class::NAMES[c];
+        if e.dscp[c] != ANY {
+            terms.push(format!("(hist = 'dscp_{name}' AND value <> {})", e.dscp[c]));
+        }
+        if e.pcp[c] != ANY {
+            let want = if e.pcp[c] >= PCP_NONE {
+                -1
+            } else {
+                e.pcp[c] as i32
+            };
+            terms.push(format!("(hist = 'pcp_{name}' AND value <> {want})"));
+        }
+        if e.ecn_capable[c] != 0 {
+            terms.push(format!("(hist = 'ecn_{name}' AND value = 0)"));
+        }
+    }
+    if terms.is_empty() {
+        "1 = 0".into()
+    } else {
+        format!("({})", terms.join(" OR "))
+    }
 }
 
-/// What one marking field of one packet class must be, and the expected marking of a policy:
-/// defined once in the observer (docs/analysis.md#path), where the live `marking_changed` rule
-/// uses them too.
-pub use observer::pipeline::marking::{Marking, Want};
+/// The templates' parameters for a policy and `--top`.
+pub fn params(p: &PolicyConfig, top: usize, limit: usize) -> BTreeMap<&'static str, String> {
+    let t = &p.thresholds;
+    let mut m = BTreeMap::new();
+    m.insert("marking_off", marking_off(p));
+    m.insert("rdma_priority", p.expected.rdma_priority.to_string());
+    m.insert("pfc_storm_xoff_per_s", t.pfc_storm_xoff_per_s.to_string());
+    m.insert("ce_min", t.ce_without_cnp_min_ce.to_string());
+    m.insert("pfc_min_xoff", t.pfc_without_ecn_min_xoff.to_string());
+    let mtu = if p.expected_mtu > 0 {
+        p.expected_mtu + 16
+    } else {
+        0
+    };
+    m.insert("mtu_payload", mtu.to_string());
+    m.insert("top", top.max(1).to_string());
+    m.insert("limit", limit.max(1).to_string());
+    m
+}
 
-impl Expect {
-    /// A vendor profile of `observer::vendor`, with the observer's default storm threshold.
-    pub fn profile(name: &str) -> Option<Expect> {
-        let v = observer::vendor::profile(name)?;
-        let policy = observer::pipeline::PolicyConfig::profile(name).ok()?;
-        Some(Expect {
-            marking: Marking::of(&policy.expected),
-            data_dscp: v.data_dscp as i16,
-            cnp_dscp: v.cnp_dscp as i16,
-            rdma_priority: v.rdma_priority as usize,
-            storm_xoff_per_s: observer::pipeline::policy::Thresholds::default().pfc_storm_xoff_per_s
-                as f64,
-        })
+/// Every query of a report, rendered: (file name, SQL). The check wrappers are named
+/// `<check>.subjects.sql` and `<check>.intervals.sql`.
+pub fn queries(
+    p: &PolicyConfig,
+    top: usize,
+    limit: usize,
+) -> Result<Vec<(String, String)>, EngineError> {
+    let mut prm = params(p, top, limit);
+    let mut out = Vec::new();
+    for (name, text) in REPORT_SQL {
+        out.push((format!("{name}.sql"), render(name, text, &prm)?));
     }
+    for (name, text) in CHECK_SQL {
+        let v = render(name, text, &prm)?;
+        prm.insert("violations", strip_comments(&v));
+        for (w, wt) in [("subjects", SUBJECTS_SQL), ("intervals", INTERVALS_SQL)] {
+            out.push((format!("{name}.{w}.sql"), render(w, wt, &prm)?));
+        }
+        prm.remove("violations");
+    }
+    Ok(out)
+}
+
+/// A query without its comment lines (to nest it inside another).
+fn strip_comments(q: &str) -> String {
+    q.lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+pub use crate::path::Expect;
+
+/// A result cell.
+pub type Row = BTreeMap<String, serde_json::Value>;
+
+/// Query results as rows of JSON values: integers as integers, floats as floats, timestamps as
+/// µs, strings; null as null. Other types are cast to strings.
+pub fn rows(batches: &[RecordBatch]) -> Vec<Row> {
+    let mut out = Vec::new();
+    for b in batches {
+        let schema = b.schema();
+        let cols: Vec<(String, Vec<serde_json::Value>)> = schema
+            .fields()
+            .iter()
+            .zip(b.columns())
+            .map(|(f, c)| (f.name().clone(), values(c.as_ref())))
+            .collect();
+        for r in 0..b.num_rows() {
+            out.push(
+                cols.iter()
+                    .map(|(n, v)| (n.clone(), v[r].clone()))
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+fn values(c: &dyn Array) -> Vec<serde_json::Value> {
+    use arrow::array::{BooleanArray, Float64Array, Int64Array, StringArray};
+    use serde_json::Value;
+    let t = c.data_type();
+    let to = if t.is_integer() || matches!(t, DataType::Timestamp(..)) {
+        DataType::Int64
+    } else if t.is_floating() || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) {
+        DataType::Float64
+    } else if *t == DataType::Boolean {
+        DataType::Boolean
+    } else {
+        DataType::Utf8
+    };
+    let Ok(a) = cast(c, &to) else {
+        return vec![Value::String(format!("({t})")); c.len()];
+    };
+    let any = a.as_any();
+    (0..a.len())
+        .map(|i| {
+            if a.is_null(i) {
+                return Value::Null;
+            }
+            if let Some(x) = any.downcast_ref::<Int64Array>() {
+                Value::from(x.value(i))
+            } else if let Some(x) = any.downcast_ref::<Float64Array>() {
+                serde_json::Number::from_f64(x.value(i)).map_or(Value::Null, Value::Number)
+            } else if let Some(x) = any.downcast_ref::<BooleanArray>() {
+                Value::Bool(x.value(i))
+            } else if let Some(x) = any.downcast_ref::<StringArray>() {
+                Value::String(x.value(i).to_string())
+            } else {
+                Value::String(format!("({t})"))
+            }
+        })
+        .collect()
+}
+
+fn int(r: &Row, k: &str) -> i64 {
+    r.get(k).and_then(|v| v.as_i64()).unwrap_or(0)
+}
+fn opt_int(r: &Row, k: &str) -> Option<i64> {
+    r.get(k).and_then(|v| v.as_i64())
+}
+fn string(r: &Row, k: &str) -> Option<String> {
+    r.get(k).and_then(|v| v.as_str()).map(str::to_string)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -49,11 +220,73 @@ pub enum Verdict {
     Fail,
 }
 
+/// Who broke a rule: a QP key, an interface (direction) or an IP pair.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Subject {
+    pub part: String,
+    pub host: Option<String>,
+    pub iface: Option<String>,
+    pub dir: Option<String>,
+    pub src: Option<String>,
+    pub dst: Option<String>,
+    pub qp: Option<i64>,
+    /// Intervals in which the rule fired for this subject.
+    pub violations: i64,
+    /// The rule's figure summed over those intervals, and its largest value in one.
+    pub figure: i64,
+    pub peak: i64,
+    pub context: i64,
+    pub first_us: i64,
+    pub last_us: i64,
+}
+
+impl Subject {
+    /// `h1/eth0/egress 10.0.0.1 -> 10.0.0.2 qp 0x000201`, or the parts it has.
+    pub fn name(&self) -> String {
+        let mut s = [&self.host, &self.iface, &self.dir]
+            .iter()
+            .filter_map(|x| x.as_deref())
+            .collect::<Vec<_>>()
+            .join("/");
+        if let (Some(a), Some(b)) = (&self.src, &self.dst) {
+            s += &format!(" {a} -> {b}");
+        }
+        if let Some(q) = self.qp {
+            s += &format!(" qp 0x{q:06x}");
+        }
+        s
+    }
+}
+
+/// An interval (over every host) in which a rule fired.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Interval {
+    pub part: String,
+    pub start_us: i64,
+    pub end_us: i64,
+    pub subjects: i64,
+    pub figure: i64,
+}
+
+/// One rule's (part's) totals.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Part {
+    pub part: String,
+    pub subjects: i64,
+    pub violations: i64,
+    pub intervals: i64,
+    pub figure: i64,
+    pub peak: i64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Check {
     pub name: &'static str,
     pub verdict: Verdict,
     pub detail: String,
+    pub parts: Vec<Part>,
+    pub worst: Vec<Subject>,
+    pub intervals: Vec<Interval>,
 }
 
 /// Fabric-level figures: what a baseline records and a comparison checks.
@@ -73,6 +306,9 @@ pub struct Figures {
     pub rnr_naks: i64,
     /// XOFF frames per priority, all interfaces.
     pub pfc_xoff: [i64; 8],
+    /// The policy's RDMA priority (3 in baselines written before it was recorded).
+    #[serde(default = "rdma_priority_default")]
+    pub rdma_priority: usize,
     pub pause_frames: i64,
     pub max_xoff_per_s: f64,
     pub excluded: BTreeMap<String, i64>,
@@ -81,272 +317,514 @@ pub struct Figures {
     pub alerts: BTreeMap<String, i64>,
 }
 
-impl Figures {
-    /// The figures of a dataset. Sums saturate: the per-key sums are checked when loading, and
-    /// a corrupt file's huge values must not overflow (a panic) across keys.
-    pub fn of(ds: &Dataset, e: &Expect) -> Figures {
-        let mut f = Figures {
-            alerts: ds.alerts.clone(),
-            ..Figures::default()
-        };
-        for t in ds.qps.values() {
-            f.qps += 1;
-            f.data_pkts = f.data_pkts.saturating_add(t.count("data_pkts"));
-            f.cnp_pkts = f.cnp_pkts.saturating_add(t.count("cnp"));
-            f.ce = f.ce.saturating_add(t.count("ce"));
-            f.not_ect_data = f.not_ect_data.saturating_add(t.count("not_ect_data"));
-            f.psn_gaps = f.psn_gaps.saturating_add(t.count("psn_gaps"));
-            f.psn_missing = f.psn_missing.saturating_add(t.count("psn_missing"));
-            f.psn_retrans = f.psn_retrans.saturating_add(t.count("psn_retrans"));
-            f.naks = f.naks.saturating_add(t.count("naks"));
-            f.rnr_naks = f.rnr_naks.saturating_add(t.count("rnr_naks"));
-            f.data_off_dscp = f.data_off_dscp.saturating_add(
-                t.hist("dscp_data")
-                    .iter()
-                    .filter(|(v, _)| **v != e.data_dscp)
-                    .map(|(_, n)| n)
-                    .fold(0, |a, n| a.saturating_add(*n)),
-            );
-            f.cnp_off_dscp = f.cnp_off_dscp.saturating_add(
-                t.hist("dscp_cnp")
-                    .iter()
-                    .filter(|(v, _)| **v != e.cnp_dscp)
-                    .map(|(_, n)| n)
-                    .fold(0, |a, n| a.saturating_add(*n)),
-            );
-            if t.count("data_pkts") > 0 {
-                *f.max_payloads.entry(t.max_udp_payload).or_default() += 1;
-            }
-        }
-        for t in ds.ifaces.values() {
-            for (p, x) in f.pfc_xoff.iter_mut().enumerate() {
-                *x = x.saturating_add(t.count(&format!("pfc_xoff_p{p}")));
-            }
-            f.pause_frames = f.pause_frames.saturating_add(t.count("pause_frames"));
-            f.max_xoff_per_s = t
-                .max_xoff_per_s
-                .iter()
-                .fold(f.max_xoff_per_s, |a, b| a.max(*b));
-            for (k, v) in &t.counts {
-                if let Some(r) = k.strip_prefix("excluded_") {
-                    let x = f.excluded.entry(r.to_string()).or_default();
-                    *x = x.saturating_add(*v);
-                }
-            }
-        }
-        f
-    }
+fn rdma_priority_default() -> usize {
+    3
 }
 
-fn pct(n: i64, of: i64) -> String {
-    if of == 0 {
-        "-".into()
-    } else {
-        format!("{:.3}%", 100.0 * n as f64 / of as f64)
-    }
+/// A whole report: figures, checks, the policy it was judged by.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub figures: Figures,
+    pub checks: Vec<Check>,
+    /// `policy-<host>.toml` of the trees, `--policy FILE` or `--profile NAME`.
+    pub policy_source: String,
+    pub policy: String,
+    pub files: usize,
+    pub flow_rows: i64,
+    pub intervals: i64,
+    pub first_us: Option<i64>,
+    pub last_us: Option<i64>,
+    /// `report --qp`: the selected keys' rows, interval by interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Vec<Row>>,
 }
 
-/// The bring-up checks, worst first within their order of importance.
-fn check(name: &'static str, verdict: Verdict, detail: String) -> Check {
-    Check {
-        name,
-        verdict,
-        detail,
-    }
+/// Which check a part belongs to, its verdict when it fires, and its words.
+struct CheckDef {
+    name: &'static str,
+    query: &'static str,
+    parts: &'static [&'static str],
+    fires: Verdict,
 }
 
-/// The bring-up checks, in report order.
-const CHECKS: [fn(&Figures, &Expect) -> Check; 11] = [
-    data_marking,
-    cnp_marking,
-    ecn_capable_data,
-    ce_answered_by_cnps,
-    no_go_back_n,
-    pfc_only_on_the_rdma_priority,
-    no_pfc_storm,
-    no_802_3x_pause,
-    pfc_with_ecn,
-    one_mtu,
-    exclusions,
+const CHECKS: [CheckDef; 11] = [
+    CheckDef {
+        name: "data marking",
+        query: "marking",
+        parts: &["dscp_data", "pcp_data"],
+        fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "ACK marking",
+        query: "marking",
+        parts: &["dscp_ack", "pcp_ack", "ecn_ack"],
+        fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "CNP marking",
+        query: "marking",
+        parts: &["dscp_cnp", "pcp_cnp", "ecn_cnp"],
+        fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "ECN-capable data",
+        query: "marking",
+        parts: &["ecn_data"],
+        fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "CE answered by CNPs",
+        query: "ce_without_cnp",
+        parts: &["ce_without_cnp"],
+        fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "no go-back-N",
+        query: "go_back_n",
+        parts: &["psn_gap", "go_back_n"],
+        fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "PFC only on the RDMA priority",
+        query: "pfc_wrong_priority",
+        parts: &[],
+        fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "no PFC storm",
+        query: "pfc_storm",
+        parts: &[],
+        fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "no 802.3x PAUSE",
+        query: "pause",
+        parts: &["pause_802_3x"],
+        fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "PFC with ECN",
+        query: "pfc_without_ecn",
+        parts: &["pfc_without_ecn"],
+        fires: Verdict::Warn,
+    },
+    CheckDef {
+        name: "path MTU",
+        query: "mtu",
+        parts: &["mtu_below_expected"],
+        fires: Verdict::Warn,
+    },
 ];
 
-pub fn checks(f: &Figures, e: &Expect) -> Vec<Check> {
-    CHECKS.iter().map(|c| c(f, e)).collect()
+/// Rule names in the alerts of a part (for the text).
+fn part_words(part: &str) -> String {
+    match part {
+        "dscp_data" | "dscp_ack" | "dscp_cnp" => {
+            format!("{} packets off the policy's DSCP", &part[5..])
+        }
+        "pcp_data" | "pcp_ack" | "pcp_cnp" => {
+            format!("{} packets off the policy's PCP", &part[4..])
+        }
+        "ecn_data" | "ecn_ack" | "ecn_cnp" => format!("Not-ECT {} packets", &part[4..]),
+        "psn_gap" => "PSN gaps".into(),
+        "go_back_n" => "retransmitted PSNs".into(),
+        "ce_without_cnp" => "CE-marked data packets without a CNP back".into(),
+        "pause_802_3x" => "802.3x PAUSE frames".into(),
+        "pfc_without_ecn" => "XOFF frames with no CE mark".into(),
+        "mtu_below_expected" => "FIRST/MIDDLE packets below the expected MTU".into(),
+        p if p.starts_with("priority ") => format!("XOFF+XON on {p}"),
+        p => p.into(),
+    }
 }
 
-/// The "data marking" check.
-fn data_marking(f: &Figures, e: &Expect) -> Check {
-    check(
-        "data marking",
-        if f.data_off_dscp > 0 {
-            Verdict::Fail
-        } else {
-            Verdict::Pass
-        },
-        format!(
-            "{} of {} data packets not at DSCP {} ({})",
-            f.data_off_dscp,
-            f.data_pkts,
-            e.data_dscp,
-            pct(f.data_off_dscp, f.data_pkts)
-        ),
-    )
-}
+/// A check query's results: its parts' totals, worst subjects and worst intervals.
+type CheckRows = (Vec<Part>, Vec<Subject>, Vec<Interval>);
 
-/// The "CNP marking" check.
-fn cnp_marking(f: &Figures, e: &Expect) -> Check {
-    check(
-        "CNP marking",
-        if f.cnp_off_dscp > 0 {
-            Verdict::Fail
-        } else {
-            Verdict::Pass
-        },
-        format!(
-            "{} of {} CNPs not at DSCP {}",
-            f.cnp_off_dscp, f.cnp_pkts, e.cnp_dscp
-        ),
-    )
-}
-
-/// The "ECN-capable data" check.
-fn ecn_capable_data(f: &Figures, _e: &Expect) -> Check {
-    check(
-        "ECN-capable data",
-        if f.not_ect_data > 0 {
-            Verdict::Fail
-        } else {
-            Verdict::Pass
-        },
-        format!(
-            "{} Not-ECT data packets: DCQCN cannot react to them",
-            f.not_ect_data
-        ),
-    )
-}
-
-/// The "CE answered by CNPs" check.
-fn ce_answered_by_cnps(f: &Figures, _e: &Expect) -> Check {
-    check(
-        "CE answered by CNPs",
-        if f.ce > 0 && f.cnp_pkts == 0 {
-            Verdict::Fail
-        } else if f.ce == 0 {
-            Verdict::Info
-        } else {
-            Verdict::Pass
-        },
-        format!("{} CE-marked packets, {} CNPs", f.ce, f.cnp_pkts),
-    )
-}
-
-/// The "no go-back-N" check.
-fn no_go_back_n(f: &Figures, _e: &Expect) -> Check {
-    check(
-        "no go-back-N",
-        if f.psn_gaps > 0 || f.psn_retrans > 0 {
-            Verdict::Fail
-        } else {
-            Verdict::Pass
-        },
-        format!(
-            "{} PSN gaps ({} missing), {} retransmitted, {} NAKs, {} RNR NAKs",
-            f.psn_gaps, f.psn_missing, f.psn_retrans, f.naks, f.rnr_naks
-        ),
-    )
-}
-
-/// The "PFC only on the RDMA priority" check.
-fn pfc_only_on_the_rdma_priority(f: &Figures, e: &Expect) -> Check {
-    let other: i64 = f
-        .pfc_xoff
+/// Runs a check's two wrapper queries.
+fn run_check(
+    eng: &Engine,
+    query: &str,
+    prm: &mut BTreeMap<&'static str, String>,
+) -> Result<CheckRows, EngineError> {
+    let (_, text) = CHECK_SQL
         .iter()
-        .enumerate()
-        .filter(|(p, _)| *p != e.rdma_priority)
-        .map(|(_, n)| n)
-        .sum();
-    check(
-        "PFC only on the RDMA priority",
-        if other > 0 {
-            Verdict::Fail
-        } else {
-            Verdict::Pass
-        },
-        format!(
+        .find(|(n, _)| *n == query)
+        .expect("a check query");
+    let v = render(query, text, prm)?;
+    prm.insert("violations", strip_comments(&v));
+    let subj = render("subjects", SUBJECTS_SQL, prm).and_then(|q| eng.run(&q));
+    let ivs = render("intervals", INTERVALS_SQL, prm).and_then(|q| eng.run(&q));
+    prm.remove("violations");
+    let (subj, ivs) = (rows(&subj?), rows(&ivs?));
+    let mut parts: BTreeMap<String, Part> = BTreeMap::new();
+    let mut worst = Vec::new();
+    for r in &subj {
+        let part = string(r, "part").unwrap_or_default();
+        let p = parts.entry(part.clone()).or_default();
+        p.part = part.clone();
+        p.subjects = int(r, "part_subjects");
+        p.violations = int(r, "part_violations");
+        p.figure = int(r, "part_figure");
+        p.peak = int(r, "part_peak");
+        worst.push(Subject {
+            part,
+            host: string(r, "host"),
+            iface: string(r, "iface"),
+            dir: string(r, "dir"),
+            src: string(r, "src"),
+            dst: string(r, "dst"),
+            qp: opt_int(r, "qp"),
+            violations: int(r, "violations"),
+            figure: int(r, "figure"),
+            peak: int(r, "peak"),
+            context: int(r, "context"),
+            first_us: int(r, "first_t0"),
+            last_us: int(r, "last_t1"),
+        });
+    }
+    let mut intervals = Vec::new();
+    for r in &ivs {
+        let part = string(r, "part").unwrap_or_default();
+        if let Some(p) = parts.get_mut(&part) {
+            p.intervals = int(r, "part_intervals");
+        }
+        intervals.push(Interval {
+            part,
+            start_us: int(r, "t0"),
+            end_us: int(r, "t1"),
+            subjects: int(r, "subjects"),
+            figure: int(r, "figure"),
+        });
+    }
+    Ok((parts.into_values().collect(), worst, intervals))
+}
+
+/// The whole report over the engine's (filtered) tables.
+pub fn report(
+    eng: &Engine,
+    policy: &PolicyConfig,
+    policy_source: &str,
+    top: usize,
+    timeline_limit: Option<usize>,
+) -> Result<Report, EngineError> {
+    let mut prm = params(policy, top, timeline_limit.unwrap_or(1));
+    let one = |name: &str, prm: &BTreeMap<&'static str, String>| -> Result<Vec<Row>, EngineError> {
+        let (_, t) = REPORT_SQL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("a report query");
+        Ok(rows(&eng.run(&render(name, t, prm)?)?))
+    };
+    let totals = one("totals", &prm)?.pop().unwrap_or_default();
+    let ifaces = one("ifaces", &prm)?.pop().unwrap_or_default();
+    let mut f = Figures {
+        qps: int(&totals, "qps") as u64,
+        data_pkts: int(&totals, "data_pkts"),
+        cnp_pkts: int(&totals, "cnp_pkts"),
+        ce: int(&totals, "ce"),
+        not_ect_data: int(&totals, "not_ect_data"),
+        psn_gaps: int(&totals, "psn_gaps"),
+        psn_missing: int(&totals, "psn_missing"),
+        psn_retrans: int(&totals, "psn_retrans"),
+        naks: int(&totals, "naks"),
+        rnr_naks: int(&totals, "rnr_naks"),
+        rdma_priority: policy.expected.rdma_priority as usize,
+        pause_frames: int(&ifaces, "pause_frames"),
+        ..Figures::default()
+    };
+    for p in 0..8 {
+        f.pfc_xoff[p] = int(&ifaces, &format!("xoff_p{p}"));
+        f.max_xoff_per_s = f
+            .max_xoff_per_s
+            .max(int(&ifaces, &format!("peak_p{p}")) as f64);
+    }
+    for (k, v) in &ifaces {
+        if let (Some(r), Some(n)) = (k.strip_prefix("excluded_"), v.as_i64()) {
+            f.excluded.insert(r.to_string(), n);
+        }
+    }
+    for r in one("payloads", &prm)? {
+        f.max_payloads
+            .insert(int(&r, "max_payload") as i32, int(&r, "qps") as u64);
+    }
+    for r in one("alerts", &prm)? {
+        f.alerts
+            .insert(string(&r, "rule").unwrap_or_default(), int(&r, "alerts"));
+    }
+    let mut ran: BTreeMap<&str, CheckRows> = BTreeMap::new();
+    let mut checks = Vec::new();
+    for d in &CHECKS {
+        if !ran.contains_key(d.query) {
+            ran.insert(d.query, run_check(eng, d.query, &mut prm)?);
+        }
+        let (parts, worst, ivs) = &ran[d.query];
+        let mine = |p: &str| d.parts.is_empty() || d.parts.contains(&p);
+        let c = Check {
+            name: d.name,
+            verdict: Verdict::Pass,
+            detail: String::new(),
+            parts: parts.iter().filter(|p| mine(&p.part)).cloned().collect(),
+            worst: worst.iter().filter(|s| mine(&s.part)).cloned().collect(),
+            intervals: ivs.iter().filter(|i| mine(&i.part)).cloned().collect(),
+        };
+        checks.push(judge(c, d, &f, policy));
+    }
+    let (_, worst_mf, _) = run_check(eng, "map_full", &mut prm)?;
+    checks.push(qp_table_check(worst_mf, &f));
+    f.data_off_dscp = part_figure(&checks, "dscp_data");
+    f.cnp_off_dscp = part_figure(&checks, "dscp_cnp");
+    checks.push(exclusions(&f));
+    let timeline = match timeline_limit {
+        Some(_) => Some(one("timeline", &prm)?),
+        None => None,
+    };
+    let ifc = int(&ifaces, "intervals");
+    Ok(Report {
+        figures: f,
+        checks,
+        policy_source: policy_source.to_string(),
+        policy: policy.to_toml(),
+        files: eng.file_count(),
+        flow_rows: int(&totals, "flow_rows"),
+        intervals: ifc,
+        first_us: opt_int(&totals, "first_t0"),
+        last_us: opt_int(&totals, "last_t1"),
+        timeline,
+    })
+}
+
+/// `dirs` opened without filters (default engine options) and reported with `policy`, top 5.
+pub fn analyze(dirs: &[PathBuf], policy: &PolicyConfig) -> Result<Report, EngineError> {
+    let eng = Engine::open(
+        dirs,
+        &crate::engine::Filters::default(),
+        &crate::engine::Options::default(),
+    )?;
+    report(&eng, policy, "given", 5, None)
+}
+
+fn part_figure(checks: &[Check], part: &str) -> i64 {
+    checks
+        .iter()
+        .flat_map(|c| &c.parts)
+        .filter(|p| p.part == part)
+        .map(|p| p.figure)
+        .sum()
+}
+
+/// The verdict and the one-line detail of a check.
+fn judge(mut c: Check, d: &CheckDef, f: &Figures, p: &PolicyConfig) -> Check {
+    let fired = c.parts.iter().any(|x| x.violations > 0);
+    c.verdict = if fired { d.fires } else { Verdict::Pass };
+    let parts: Vec<String> = c
+        .parts
+        .iter()
+        .map(|x| {
+            format!(
+                "{} {} in {} interval(s) of {} subject(s)",
+                x.figure,
+                part_words(&x.part),
+                x.intervals,
+                x.subjects
+            )
+        })
+        .collect();
+    let e = &p.expected;
+    c.detail = match d.name {
+        "CE answered by CNPs" if !fired && f.ce == 0 => {
+            c.verdict = Verdict::Info;
+            "no CE-marked packet: ECN never acted".into()
+        }
+        _ if fired => parts.join("; "),
+        "data marking" => format!(
+            "{} data packets, DSCP {} as expected",
+            f.data_pkts,
+            want(e.dscp[class::DATA])
+        ),
+        "CNP marking" => format!(
+            "{} CNPs, DSCP {} as expected",
+            f.cnp_pkts,
+            want(e.dscp[class::CNP])
+        ),
+        "ACK marking" => format!("ACKs at DSCP {} as expected", want(e.dscp[class::ACK])),
+        "ECN-capable data" if e.ecn_capable[class::DATA] == 0 => {
+            "not checked (policy: data ecn = \"any\")".into()
+        }
+        "ECN-capable data" => "every data packet ECN-capable".into(),
+        "CE answered by CNPs" => format!(
+            "{} CE-marked packets, {} CNPs; every pair with at least {} CE in an interval got CNPs back",
+            f.ce, f.cnp_pkts, p.thresholds.ce_without_cnp_min_ce
+        ),
+        "no go-back-N" => format!(
+            "{} NAKs, {} RNR NAKs, no PSN gap or retransmission",
+            f.naks, f.rnr_naks
+        ),
+        "PFC only on the RDMA priority" => format!(
             "XOFF per priority {:?} (RDMA priority {})",
             f.pfc_xoff, e.rdma_priority
         ),
-    )
-}
-
-/// The "no PFC storm" check.
-fn no_pfc_storm(f: &Figures, e: &Expect) -> Check {
-    check(
-        "no PFC storm",
-        if f.max_xoff_per_s > e.storm_xoff_per_s {
-            Verdict::Fail
-        } else {
-            Verdict::Pass
-        },
-        format!(
-            "largest XOFF rate {:.0}/s on one priority (threshold {:.0}/s)",
-            f.max_xoff_per_s, e.storm_xoff_per_s
+        "no PFC storm" => format!(
+            "largest XOFF count in one second {:.0} (threshold {}/s)",
+            f.max_xoff_per_s, p.thresholds.pfc_storm_xoff_per_s
         ),
-    )
+        "no 802.3x PAUSE" => "no PAUSE frame".into(),
+        "PFC with ECN" => "no interval with XOFF and RoCE but no CE mark".into(),
+        "path MTU" if p.expected_mtu == 0 => "not checked".into(),
+        "path MTU" => format!(
+            "no multi-packet message below RoCE MTU {} (largest UDP payload per QP -> QPs: {:?})",
+            p.expected_mtu, f.max_payloads
+        ),
+        _ => String::new(),
+    };
+    c
 }
 
-/// The "no 802.3x PAUSE" check.
-fn no_802_3x_pause(f: &Figures, _e: &Expect) -> Check {
-    check(
-        "no 802.3x PAUSE",
-        if f.pause_frames > 0 {
-            Verdict::Fail
-        } else {
-            Verdict::Pass
-        },
-        format!("{} PAUSE frames", f.pause_frames),
-    )
+fn want(v: u8) -> String {
+    if v == ANY {
+        "any".into()
+    } else {
+        v.to_string()
+    }
 }
 
-/// The "PFC with ECN" check.
-fn pfc_with_ecn(f: &Figures, _e: &Expect) -> Check {
-    check(
-        "PFC with ECN",
-        if f.pfc_xoff.iter().sum::<i64>() > 0 && f.ce == 0 {
-            Verdict::Warn
-        } else {
-            Verdict::Pass
-        },
-        "congestion handled by pauses alone when XOFF > 0 and CE = 0".into(),
-    )
-}
-
-/// The "one MTU" check.
-fn one_mtu(f: &Figures, _e: &Expect) -> Check {
-    check(
-        "one MTU",
-        if f.max_payloads.len() > 1 {
-            Verdict::Warn
-        } else {
-            Verdict::Info
-        },
-        format!("largest UDP payload per QP -> QPs: {:?}", f.max_payloads),
-    )
+/// "QP table": untracked keys (warn) and lost events (info).
+fn qp_table_check(worst: Vec<Subject>, _f: &Figures) -> Check {
+    let full: i64 = worst
+        .iter()
+        .filter(|s| s.part == "qp_map_full")
+        .map(|s| s.figure)
+        .sum();
+    let lost: i64 = worst
+        .iter()
+        .filter(|s| s.part == "events_lost")
+        .map(|s| s.figure)
+        .sum();
+    let verdict = if full > 0 {
+        Verdict::Warn
+    } else if lost > 0 {
+        Verdict::Info
+    } else {
+        Verdict::Pass
+    };
+    Check {
+        name: "QP table",
+        verdict,
+        detail: format!(
+            "{full} RoCE packets of keys that could not be tracked (shown worst-first below), {lost} events lost"
+        ),
+        parts: Vec::new(),
+        worst,
+        intervals: Vec::new(),
+    }
 }
 
 /// The "exclusions" check.
-fn exclusions(f: &Figures, _e: &Expect) -> Check {
-    check(
-        "exclusions",
-        Verdict::Info,
-        format!(
-            "{:?}",
-            f.excluded
-                .iter()
-                .filter(|(_, n)| **n > 0)
-                .collect::<BTreeMap<_, _>>()
-        ),
-    )
+fn exclusions(f: &Figures) -> Check {
+    let nz: BTreeMap<_, _> = f.excluded.iter().filter(|(_, n)| **n > 0).collect();
+    Check {
+        name: "exclusions",
+        verdict: Verdict::Info,
+        detail: if nz.is_empty() {
+            "no frame excluded".into()
+        } else {
+            format!("frames excluded by reason: {nz:?}")
+        },
+        parts: Vec::new(),
+        worst: Vec::new(),
+        intervals: Vec::new(),
+    }
+}
+
+/// The report as text: one line per check, then its worst subjects and intervals.
+pub fn render_text(r: &Report, top: usize) -> String {
+    use crate::time::fmt_us;
+    use std::fmt::Write;
+    let mut s = String::new();
+    let f = &r.figures;
+    let _ = writeln!(
+        s,
+        "{} QP keys, {} data packets, {} flow rows in {} files, {} .. {}",
+        f.qps,
+        f.data_pkts,
+        r.flow_rows,
+        r.files,
+        r.first_us.map(fmt_us).unwrap_or("-".into()),
+        r.last_us.map(fmt_us).unwrap_or("-".into()),
+    );
+    let _ = writeln!(s, "policy: {}", r.policy_source);
+    for c in &r.checks {
+        let _ = writeln!(
+            s,
+            "{:<5} {:<30} {}",
+            format!("{:?}", c.verdict).to_uppercase(),
+            c.name,
+            c.detail
+        );
+        if c.verdict == Verdict::Pass {
+            continue;
+        }
+        for w in c.worst.iter().take(top) {
+            let _ = writeln!(
+                s,
+                "        {:<20} {}: {} in {} interval(s) (peak {}), {} .. {}",
+                w.part,
+                w.name(),
+                w.figure,
+                w.violations,
+                w.peak,
+                fmt_us(w.first_us),
+                fmt_us(w.last_us)
+            );
+        }
+        for i in c.intervals.iter().take(top) {
+            let _ = writeln!(
+                s,
+                "        {:<20} interval {} .. {}: {} from {} subject(s)",
+                i.part,
+                fmt_us(i.start_us),
+                fmt_us(i.end_us),
+                i.figure,
+                i.subjects
+            );
+        }
+    }
+    if !f.alerts.is_empty() {
+        let _ = writeln!(s, "alerts: {:?}", f.alerts);
+    }
+    if let Some(t) = &r.timeline {
+        let _ = writeln!(s, "\ntimeline ({} rows):", t.len());
+        let _ = writeln!(
+            s,
+            "{:<24} {:<40} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8}",
+            "interval start", "key", "pkts", "data", "ce", "cnp", "gaps", "retr", "naks", "off-pol"
+        );
+        for row in t {
+            let key = format!(
+                "{}/{}/{} {}->{} 0x{:06x}",
+                string(row, "host").unwrap_or_default(),
+                string(row, "iface").unwrap_or_default(),
+                string(row, "dir").unwrap_or_default(),
+                string(row, "src").unwrap_or_default(),
+                string(row, "dst").unwrap_or_default(),
+                int(row, "qp")
+            );
+            let _ = writeln!(
+                s,
+                "{:<24} {:<40} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8}",
+                fmt_us(int(row, "t0")),
+                key,
+                int(row, "pkts"),
+                int(row, "data_pkts"),
+                int(row, "ce"),
+                int(row, "cnp"),
+                int(row, "psn_gaps"),
+                int(row, "psn_retrans"),
+                int(row, "naks"),
+                int(row, "off_policy")
+            );
+        }
+    }
+    s
 }
 
 /// One difference between a baseline and a run.
@@ -378,7 +856,8 @@ fn rates(f: &Figures) -> Vec<(&'static str, f64)> {
         ("max XOFF/s", f.max_xoff_per_s),
         (
             "XOFF off the RDMA priority",
-            f.pfc_xoff.iter().sum::<i64>() as f64 - f.pfc_xoff[3] as f64,
+            f.pfc_xoff.iter().sum::<i64>() as f64
+                - f.pfc_xoff.get(f.rdma_priority).copied().unwrap_or(0) as f64,
         ),
     ]
 }

@@ -4,8 +4,16 @@
 
 mod support;
 
-use analysis::load::load;
-use analysis::report::{Expect, Figures, Verdict, checks, compare};
+use analysis::report::{Report, Verdict, analyze, compare};
+use observer::pipeline::PolicyConfig;
+
+/// The report of one tree under the nvidia profile.
+fn report_of(dir: &std::path::Path) -> Result<Report, analysis::engine::EngineError> {
+    analyze(
+        &[dir.to_path_buf()],
+        &PolicyConfig::profile("nvidia").unwrap(),
+    )
+}
 use support::write_logs;
 
 fn sum(summary: &serde_json::Value, field: &str) -> i64 {
@@ -30,9 +38,8 @@ fn figures_equal_the_collectors_summary() {
         "pause_8023x",
     ];
     let summary = write_logs(&dir, &names);
-    let ds = load(&dir).unwrap();
-    let e = Expect::profile("nvidia").unwrap();
-    let f = Figures::of(&ds, &e);
+    let r = report_of(&dir).unwrap();
+    let f = &r.figures;
     assert_eq!(f.qps as usize, summary["qps"].as_array().unwrap().len());
     assert_eq!(f.data_pkts, sum(&summary, "data_pkts"));
     assert_eq!(f.cnp_pkts, sum(&summary, "cnp"));
@@ -61,7 +68,7 @@ fn figures_equal_the_collectors_summary() {
         .sum();
     assert_eq!(f.pause_frames, pause);
     assert!(f.pause_frames > 0);
-    let c = checks(&f, &e);
+    let c = &r.checks;
     let verdict = |n: &str| c.iter().find(|x| x.name == n).unwrap().verdict;
     assert_eq!(verdict("no go-back-N"), Verdict::Fail);
     assert_eq!(verdict("no 802.3x PAUSE"), Verdict::Fail);
@@ -81,16 +88,16 @@ fn baseline_flags_a_lossy_run_and_not_a_clean_one() {
     let _ = std::fs::remove_dir_all(&run_dir);
     write_logs(&base_dir, &["clean"]);
     write_logs(&run_dir, &["clean", "go_back_n"]);
-    let e = Expect::profile("nvidia").unwrap();
-    let base = Figures::of(&load(&base_dir).unwrap(), &e);
-    let same = Figures::of(&load(&base_dir).unwrap(), &e);
+    let base_r = report_of(&base_dir).unwrap();
+    let base = base_r.figures.clone();
+    let same = report_of(&base_dir).unwrap().figures;
     assert!(compare(&base, &same, 0.1, 0.0).is_empty());
     assert!(
-        checks(&base, &e).iter().all(|c| c.verdict != Verdict::Fail),
+        base_r.checks.iter().all(|c| c.verdict != Verdict::Fail),
         "{:?}",
-        checks(&base, &e)
+        base_r.checks
     );
-    let now = Figures::of(&load(&run_dir).unwrap(), &e);
+    let now = report_of(&run_dir).unwrap().figures;
     let r = compare(&base, &now, 0.1, 0.0);
     let names: Vec<_> = r.iter().map(|x| x.figure).collect();
     assert!(
@@ -98,7 +105,7 @@ fn baseline_flags_a_lossy_run_and_not_a_clean_one() {
         "{names:?}"
     );
     // A missing directory is a clear error, not a panic.
-    let err = load(&run_dir.join("nope")).unwrap_err().to_string();
+    let err = report_of(&run_dir.join("nope")).err().unwrap().to_string();
     assert!(err.contains("nope does not exist"), "{err}");
     let _ = std::fs::remove_dir_all(&base_dir);
     let _ = std::fs::remove_dir_all(&run_dir);

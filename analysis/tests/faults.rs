@@ -7,7 +7,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use analysis::load::load;
+use analysis::report::{Report, analyze};
+use observer::pipeline::PolicyConfig;
+
+/// The report of one tree under the nvidia profile (the query engine reads every file).
+fn report_of(dir: &Path) -> Result<Report, analysis::engine::EngineError> {
+    analyze(
+        &[dir.to_path_buf()],
+        &PolicyConfig::profile("nvidia").unwrap(),
+    )
+}
 use support::write_logs;
 
 fn tmp(name: &str) -> PathBuf {
@@ -83,7 +92,7 @@ fn panicky_offsets(file: &Path, bytes: &[u8], footer_start: usize) -> Vec<(usize
     out
 }
 
-/// One flipped byte in a flows file written by the observer's writer: `load` returns Ok or an
+/// One flipped byte in a flows file written by the observer's writer: the report returns Ok or an
 /// error naming the file, never panics. The flips where the parquet crate panicked
 /// ([`panicky_offsets`]) and every Nth byte of the whole file flipped two ways, within a few
 /// seconds.
@@ -99,7 +108,7 @@ fn a_flipped_byte_is_an_error_naming_the_file_never_a_panic() {
     assert_eq!(files.len(), 1, "{files:?}");
     let path = &files[0];
     let good = std::fs::read(path).unwrap();
-    load(&dir).expect("the unmodified file loads");
+    report_of(&dir).expect("the unmodified file loads");
     let len = good.len();
     let footer_len = u32::from_le_bytes(good[len - 8..len - 4].try_into().unwrap()) as usize;
     let footer_start = len - 8 - footer_len;
@@ -160,7 +169,7 @@ fn a_flipped_byte_is_an_error_naming_the_file_never_a_panic() {
         bad[i] = good[i] ^ flip;
         std::fs::write(path, &bad).unwrap();
         *seen.lock().unwrap() = None;
-        match std::panic::catch_unwind(|| load(&dir)) {
+        match std::panic::catch_unwind(|| report_of(&dir)) {
             Ok(Ok(_)) => oks += 1,
             Ok(Err(e)) => {
                 errs += 1;
@@ -178,7 +187,7 @@ fn a_flipped_byte_is_an_error_naming_the_file_never_a_panic() {
                 seen.lock().unwrap().clone().unwrap_or_default()
             )),
         }
-        // A decoder panic that load caught reaches the hook too: print it (for upstream).
+        // A decoder panic that the engine caught reaches the hook too: print it (for upstream).
         if let Some(p) = seen.lock().unwrap().take() {
             eprintln!("upstream panic caught: byte {i} ^ {flip:#04x}: {p}");
         }
@@ -213,8 +222,7 @@ fn other_writers_codecs_read_like_zstd() {
 
     let dir = tmp("codecs");
     write_logs(&dir, &["clean", "go_back_n"]);
-    let e = analysis::report::Expect::profile("nvidia").unwrap();
-    let want = analysis::report::Figures::of(&load(&dir).unwrap(), &e);
+    let want = report_of(&dir).unwrap().figures;
     assert!(want.data_pkts > 0);
     let files = parquet_below(&dir.join("flows"));
     let batches: Vec<Vec<_>> = files
@@ -244,20 +252,20 @@ fn other_writers_codecs_read_like_zstd() {
             }
             w.close().unwrap();
         }
-        let got = load(&dir)
+        let got = report_of(&dir)
             .unwrap_or_else(|e| panic!("{codec}: {e}: {:?}", std::error::Error::source(&e)));
-        assert_eq!(analysis::report::Figures::of(&got, &e), want, "{codec}");
+        assert_eq!(got.figures, want, "{codec}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A symbolic link loop under the tree (and a link to a directory outside it) is not followed:
-/// `load` ends and reads the real files once.
+/// the report ends and reads the real files once.
 #[test]
 fn a_symlink_loop_is_not_followed() {
     let dir = tmp("symlink");
     write_logs(&dir, &["clean"]);
-    let want = load(&dir).unwrap().files;
+    let want = report_of(&dir).unwrap().files;
     let hour = parquet_below(&dir.join("flows"))[0]
         .parent()
         .unwrap()
@@ -267,10 +275,10 @@ fn a_symlink_loop_is_not_followed() {
     std::os::unix::fs::symlink("/", dir.join("flows/root")).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let d = dir.clone();
-    std::thread::spawn(move || tx.send(load(&d).map(|ds| ds.files).map_err(|e| e.to_string())));
+    std::thread::spawn(move || tx.send(report_of(&d).map(|r| r.files).map_err(|e| e.to_string())));
     let got = rx
         .recv_timeout(Duration::from_secs(30))
-        .expect("load ends under a symlink loop");
+        .expect("the report ends under a symlink loop");
     assert_eq!(got, Ok(want));
     // A tree nested deeper than the bound is an error naming where.
     let mut deep = dir.join("alerts");
@@ -278,7 +286,7 @@ fn a_symlink_loop_is_not_followed() {
         deep = deep.join(format!("d{i}"));
     }
     std::fs::create_dir_all(&deep).unwrap();
-    let err = load(&dir).unwrap_err().to_string();
+    let err = report_of(&dir).err().unwrap().to_string();
     assert!(err.contains("deeper than") && err.contains("/d0/"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,8 @@
-//! Fuzzes roce-analyze's table loading (`analysis::load::load`) on a flows Parquet file made of
+//! Fuzzes roce-analyze's file checks and decoding (`analysis::load::read_tree`, what the query
+//! engine relies on before and after a query) on a flows Parquet file made of
 //! the fuzzer's bytes, in a fresh directory per input (on /dev/shm when there is one). An error
-//! is fine; a panic that escapes `load` is a finding. As in roce-analyze's `main`,
-//! `quiet_decoder_panics` is installed: the parquet / arrow crates' own panics, which `load`
+//! is fine; a panic that escapes `read_tree` is a finding. As in roce-analyze's `main`,
+//! `quiet_decoder_panics` is installed: the parquet / arrow crates' own panics, which `read_tree`
 //! catches around decoding, are then errors, and every other panic still aborts (libFuzzer's
 //! hook). A caught panic located in this project's code (not in a dependency) is a finding too:
 //! it is a bug of ours that the catch would hide.
@@ -24,7 +25,7 @@ fn base() -> PathBuf {
     }
 }
 
-/// Removes the input's directory, also when `load` panics.
+/// Removes the input's directory, also when `read_tree` panics.
 struct Rm(PathBuf);
 
 impl Drop for Rm {
@@ -43,7 +44,7 @@ fuzz_target!(init: { analysis::load::quiet_decoder_panics(); }, |data: &[u8]| {
     let part = dir.join("flows/date=2026-01-01/hour=00");
     std::fs::create_dir_all(&part).unwrap();
     std::fs::write(part.join("flows-f-x-0000.parquet"), data).unwrap();
-    if let Err(LoadError::Corrupt { what, .. }) = analysis::load::load(&dir) {
+    if let Err(LoadError::Corrupt { what, .. }) = analysis::load::read_tree(&dir) {
         assert!(
             !(what.contains("panicked")
                 && (what.contains("analysis/src/") || what.contains("observer/src/"))),

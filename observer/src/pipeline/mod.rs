@@ -549,6 +549,19 @@ fn account_iface(
     rows
 }
 
+/// The file a run records its policy in, in the output directory: `policy-<host>.toml`.
+pub fn policy_file_name(host: &str) -> String {
+    format!("policy-{host}.toml")
+}
+
+/// Writes the policy file (a temporary name, then renamed: a reader never sees half a file).
+fn write_policy(dir: &std::path::Path, host: &str, p: &PolicyConfig) -> std::io::Result<()> {
+    let path = dir.join(policy_file_name(host));
+    let tmp = dir.join(format!("{}.tmp", policy_file_name(host)));
+    std::fs::write(&tmp, p.to_toml())?;
+    std::fs::rename(&tmp, &path)
+}
+
 impl Collector {
     pub fn new(cfg: CollectorConfig) -> Result<Collector, CollectorError> {
         // An output directory that cannot be created now is not fatal: counting starts, an
@@ -558,6 +571,16 @@ impl Collector {
             tracing::error!(error = %e, "output directory unusable; counting continues, writing will be retried each interval");
             e.to_string()
         });
+        // The policy the run observes with, for roce-analyze's default (`policy-<host>.toml`).
+        let startup_err =
+            startup_err.or_else(|| {
+                write_policy(&cfg.out_dir, &cfg.host, &cfg.policy).err().map(|err| {
+                let path = cfg.out_dir.join(policy_file_name(&cfg.host));
+                let e = CollectorError::OutDir { path: path.display().to_string(), err };
+                tracing::error!(error = %e, "cannot record the policy in the output directory");
+                e.to_string()
+            })
+            });
         let (rs, rb) = (cfg.rotate_secs, cfg.rotate_bytes);
         let table = |k| {
             Box::new(TableSink::new(

@@ -135,6 +135,49 @@ impl PolicyConfig {
         Self::from_toml(&text, &path.display().to_string())
     }
 
+    /// The policy as a complete policy file (every key written, so that it reads back as the
+    /// same policy whatever the defaults become): what a run records in its output tree
+    /// (`policy-<host>.toml`) for `roce-analyze`.
+    pub fn to_toml(&self) -> String {
+        use std::fmt::Write;
+        let e = &self.expected;
+        let mut s = String::from(
+            "# The policy this run observed with (roce-observe policy file, docs/policy.md).\n",
+        );
+        let _ = writeln!(s, "rdma_priority = {}", e.rdma_priority);
+        let _ = writeln!(s, "expected_mtu = {}", self.expected_mtu);
+        for c in 0..class::COUNT {
+            let _ = writeln!(s, "\n[{}]", class::NAMES[c]);
+            let _ = match e.dscp[c] {
+                ANY => writeln!(s, "dscp = \"any\""),
+                v => writeln!(s, "dscp = {v}"),
+            };
+            let _ = match e.pcp[c] {
+                ANY => writeln!(s, "pcp = \"any\""),
+                PCP_NONE => writeln!(s, "pcp = \"untagged\""),
+                v => writeln!(s, "pcp = {v}"),
+            };
+            let ecn = if e.ecn_capable[c] != 0 { "ect" } else { "any" };
+            let _ = writeln!(s, "ecn = \"{ecn}\"");
+        }
+        let t = &self.thresholds;
+        let _ = writeln!(s, "\n[thresholds]");
+        let _ = writeln!(s, "pfc_storm_xoff_per_s = {}", t.pfc_storm_xoff_per_s);
+        let _ = writeln!(s, "ce_without_cnp_min_ce = {}", t.ce_without_cnp_min_ce);
+        let _ = writeln!(
+            s,
+            "pfc_without_ecn_min_xoff = {}",
+            t.pfc_without_ecn_min_xoff
+        );
+        let _ = writeln!(s, "hold_down_s = {}", t.hold_down_ns as f64 / 1e9);
+        let _ = writeln!(
+            s,
+            "qp_incarnation_idle_s = {}",
+            e.incarnation_idle_ms as f64 / 1e3
+        );
+        s
+    }
+
     /// Parses policy TOML; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<PolicyConfig, PolicyError> {
         let line_of = |off: usize| text[..off.min(text.len())].matches('\n').count() + 1;
@@ -369,6 +412,31 @@ struct RawThresholds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A policy written by `to_toml` reads back as itself, for the profiles and a file that
+    /// sets every key away from its default.
+    #[test]
+    fn to_toml_round_trips() {
+        let mut all = vec![
+            PolicyConfig::profile("nvidia").unwrap(),
+            PolicyConfig::profile("broadcom").unwrap(),
+        ];
+        all.push(
+            PolicyConfig::from_toml(
+                "rdma_priority = 5\nexpected_mtu = 1024\n[data]\ndscp = \"any\"\npcp = \"untagged\"\necn = \"any\"\n[ack]\npcp = 7\necn = \"ect\"\n[cnp]\ndscp = 0\n[thresholds]\npfc_storm_xoff_per_s = 7\nce_without_cnp_min_ce = 3\npfc_without_ecn_min_xoff = 9\nhold_down_s = 2.5\nqp_incarnation_idle_s = 0.25\n",
+                "p.toml",
+            )
+            .unwrap(),
+        );
+        for p in all {
+            let text = p.to_toml();
+            assert_eq!(
+                PolicyConfig::from_toml(&text, "written").unwrap(),
+                p,
+                "{text}"
+            );
+        }
+    }
 
     /// `--policy /dev/zero` is an error after 1 MiB, not a read until memory runs out.
     #[test]

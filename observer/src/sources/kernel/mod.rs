@@ -52,8 +52,7 @@ use crate::sources::snapshot::CounterWords;
 /// The eBPF object built by `observer/build.rs` (aya-build) from `observer-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
 /// The same programs with their rare-path reports (aya-log), loaded for `--log-level debug`.
-static OBJECT_LOG: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer-log"));
+static OBJECT_LOG: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer-log"));
 
 /// Program names in the object.
 pub mod prog {

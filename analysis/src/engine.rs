@@ -1,0 +1,537 @@
+//! The query engine: Apache DataFusion over the Parquet tables of one or many output trees.
+//!
+//! [`Engine::open`] finds every final `*.parquet` file of the tables `flows`, `interfaces`,
+//! `alerts` and `nic` below each tree (the walker of [`crate::load`]: no symbolic links to
+//! directories, bounded depth), leaves out the Hive partitions (`date=D/hour=H`) that the time
+//! filters exclude, checks each remaining file's footer and columns (a corrupt or foreign file
+//! is an error naming it before any query runs), and registers one table per name over those
+//! files. The filters (`--since`, `--until`, `--host`, `--iface`, `--qp`, `--src`, `--dst`) are
+//! the tables' views, so every query sees only the selected rows and DataFusion prunes row
+//! groups by their statistics. Memory is bounded by a memory pool (`--memory-limit`); sorts and
+//! aggregations beyond it spill to a temporary directory.
+//!
+//! The report's queries are the `.sql` files under `analysis/sql` (compiled in): the engine's
+//! views ([`Engine::prelude`], `sql/engines/datafusion.sql`), then the checks and report queries
+//! with their `${name}` parameters substituted ([`render`]).
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::MemTable;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{Expr, SessionConfig, SessionContext, col, lit};
+use observer::schema;
+
+use crate::load::{self, LoadError};
+
+/// The tables registered, by name, with their definitions.
+pub fn tables() -> [(&'static str, &'static schema::Table); 4] {
+    [
+        ("flows", schema::flows()),
+        ("interfaces", schema::interfaces()),
+        ("alerts", schema::alerts()),
+        ("nic", schema::nic()),
+    ]
+}
+
+/// The engine's views (`sql/engines/datafusion.sql`).
+pub const PRELUDE: &str = include_str!("../sql/engines/datafusion.sql");
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("query failed: {what}")]
+    Query {
+        what: String,
+        #[source]
+        err: datafusion::error::DataFusionError,
+    },
+    #[error("the query engine panicked: {0}")]
+    Panicked(String),
+    #[error("cannot start the query engine")]
+    Runtime(#[source] std::io::Error),
+    #[error("invalid {what}: {msg}")]
+    Filter { what: &'static str, msg: String },
+    #[error("SQL template {name}: parameter ${{{param}}} has no value")]
+    Template { name: String, param: String },
+}
+
+/// Which rows the tables show (every filter optional; several values of one filter: any).
+#[derive(Clone, Debug, Default)]
+pub struct Filters {
+    /// Rows whose interval ends after this time (µs since the epoch).
+    pub since_us: Option<i64>,
+    /// Rows whose interval starts before this time (µs since the epoch).
+    pub until_us: Option<i64>,
+    pub hosts: Vec<String>,
+    pub ifaces: Vec<String>,
+    pub qps: Vec<i64>,
+    pub srcs: Vec<String>,
+    pub dsts: Vec<String>,
+}
+
+impl Filters {
+    pub fn is_empty(&self) -> bool {
+        self.since_us.is_none()
+            && self.until_us.is_none()
+            && self.hosts.is_empty()
+            && self.ifaces.is_empty()
+            && self.qps.is_empty()
+            && self.srcs.is_empty()
+            && self.dsts.is_empty()
+    }
+}
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bytes the queries may hold in memory (sorts, joins and aggregations spill beyond it).
+    pub memory_limit: usize,
+    /// Threads executing a query.
+    pub threads: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            memory_limit: 512 << 20,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(8)),
+        }
+    }
+}
+
+/// Set while a query runs ([`load::QUERYING`]).
+use load::QUERYING;
+
+pub struct Engine {
+    ctx: SessionContext,
+    rt: tokio::runtime::Runtime,
+    /// The files registered per table.
+    pub files: BTreeMap<&'static str, Vec<PathBuf>>,
+    /// Files left out because their partition lies outside the time filter.
+    pub pruned_files: usize,
+    pub dirs: Vec<PathBuf>,
+}
+
+/// The UTC `[start, end)` of a Hive partition path `.../date=YYYY-MM-DD/hour=HH/...`, µs.
+fn partition_range(rel: &Path) -> Option<(i64, i64)> {
+    let (mut date, mut hour) = (None, None);
+    for c in rel.components() {
+        let c = c.as_os_str().to_str()?;
+        if let Some(d) = c.strip_prefix("date=") {
+            date = Some(d.to_string());
+        } else if let Some(h) = c.strip_prefix("hour=") {
+            hour = h.parse::<i64>().ok().filter(|h| (0..24).contains(h));
+        }
+    }
+    let day = crate::time::days_from_date(&date?)?;
+    let start = (day * 86_400 + hour.unwrap_or(0) * 3600) * 1_000_000;
+    let len = if hour.is_some() { 3600 } else { 86_400 } * 1_000_000;
+    Some((start, start + len))
+}
+
+/// Whether a partition's rows can fall inside the time filter. A row lies in the partition of
+/// its interval's start; its end may be later by up to one interval, taken as at most an hour.
+fn partition_wanted(rel: &Path, f: &Filters) -> bool {
+    let Some((start, end)) = partition_range(rel) else {
+        return true;
+    };
+    let hour = 3_600_000_000;
+    f.until_us.is_none_or(|u| start < u) && f.since_us.is_none_or(|s| end + hour > s)
+}
+
+/// An equality filter on a string column (any of `vals`).
+fn any_of(column: &str, vals: &[String]) -> Option<Expr> {
+    vals.iter()
+        .map(|v| col(column).eq(lit(v.as_str())))
+        .reduce(|a, b| a.or(b))
+}
+
+fn ts(us: i64) -> Expr {
+    lit(ScalarValue::TimestampMicrosecond(
+        Some(us),
+        Some("UTC".into()),
+    ))
+}
+
+/// The filter of one table (`None`: every row).
+fn filter_of(table: &str, f: &Filters) -> Option<Expr> {
+    let mut parts: Vec<Expr> = Vec::new();
+    let (start, end) = match table {
+        "alerts" => ("time", "time"),
+        "nic" => ("interval_start", "interval_end"),
+        _ => ("interval_start", "interval_end"),
+    };
+    if let Some(s) = f.since_us {
+        parts.push(if table == "alerts" {
+            col(end).gt_eq(ts(s))
+        } else {
+            col(end).gt(ts(s))
+        });
+    }
+    if let Some(u) = f.until_us {
+        parts.push(col(start).lt(ts(u)));
+    }
+    parts.extend(any_of("host", &f.hosts));
+    parts.extend(any_of("iface", &f.ifaces));
+    if matches!(table, "flows" | "alerts") {
+        parts.extend(any_of("src", &f.srcs));
+        parts.extend(any_of("dst", &f.dsts));
+        let qps: Vec<Expr> = f
+            .qps
+            .iter()
+            .map(|q| {
+                col("qp").eq(lit(if table == "flows" {
+                    ScalarValue::Int32(Some(*q as i32))
+                } else {
+                    ScalarValue::Int64(Some(*q))
+                }))
+            })
+            .collect();
+        parts.extend(qps.into_iter().reduce(|a, b| a.or(b)));
+    }
+    // Interface and NIC rows belong to no key: --qp, --src and --dst leave them as they are.
+    parts.into_iter().reduce(|a, b| a.and(b))
+}
+
+/// Every field nullable: columns added later are absent (null) in older files.
+fn nullable(s: &Schema) -> SchemaRef {
+    Arc::new(Schema::new(
+        s.fields()
+            .iter()
+            .map(|f| Field::new(f.name(), f.data_type().clone(), true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+impl Engine {
+    /// Registers the tables of `dirs` (each the `--out` directory of a run) with `filters`.
+    pub fn open(
+        dirs: &[PathBuf],
+        filters: &Filters,
+        opts: &Options,
+    ) -> Result<Engine, EngineError> {
+        let mut seen = std::collections::HashSet::new();
+        let mut uniq = Vec::new();
+        for d in dirs {
+            load::check_dir(d)?;
+            let canon = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
+            if seen.insert(canon) {
+                uniq.push(d.clone());
+            }
+        }
+        let mut files: BTreeMap<&'static str, Vec<PathBuf>> = BTreeMap::new();
+        let mut pruned = 0;
+        for (name, table) in tables() {
+            let list = files.entry(name).or_default();
+            for d in &uniq {
+                let root = d.join(name);
+                for p in load::parquet_files(&root)? {
+                    let rel = p.strip_prefix(&root).unwrap_or(&p);
+                    if !partition_wanted(rel, filters) {
+                        pruned += 1;
+                        continue;
+                    }
+                    load::check_file(&p, table)?;
+                    list.push(p);
+                }
+            }
+        }
+        if files["flows"].is_empty() && pruned == 0 {
+            return Err(LoadError::Empty(dirs[0].clone()).into());
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(opts.threads.max(1))
+            .thread_name("roce-analyze-query")
+            .enable_all()
+            .build()
+            .map_err(EngineError::Runtime)?;
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(opts.memory_limit, 1.0)
+            .build_arc()
+            .map_err(|err| EngineError::Query {
+                what: "memory pool".into(),
+                err,
+            })?;
+        let config = SessionConfig::new()
+            .with_target_partitions(opts.threads.max(1))
+            .with_information_schema(true);
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let engine = Engine {
+            ctx,
+            rt,
+            files,
+            pruned_files: pruned,
+            dirs: uniq,
+        };
+        engine.register(filters)?;
+        Ok(engine)
+    }
+
+    fn register(&self, filters: &Filters) -> Result<(), EngineError> {
+        let q = |what: &str| {
+            let what = what.to_string();
+            move |err| EngineError::Query { what, err }
+        };
+        for (name, table) in tables() {
+            let schema = nullable(&table.arrow_schema());
+            let raw = format!("{name}_all");
+            let paths = &self.files[name];
+            if paths.is_empty() {
+                let t = MemTable::try_new(schema, vec![vec![]]).map_err(q(name))?;
+                self.ctx
+                    .register_table(&raw, Arc::new(t))
+                    .map_err(q(name))?;
+            } else {
+                let urls = paths
+                    .iter()
+                    .map(|p| ListingTableUrl::parse(p.to_string_lossy()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(q(name))?;
+                let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
+                    .with_file_extension(".parquet");
+                let cfg = ListingTableConfig::new_with_multi_paths(urls)
+                    .with_listing_options(opts)
+                    .with_schema(schema);
+                let t = ListingTable::try_new(cfg).map_err(q(name))?;
+                self.ctx
+                    .register_table(&raw, Arc::new(t))
+                    .map_err(q(name))?;
+            }
+            let mut df = self.block(self.ctx.table(raw.as_str())).map_err(q(name))?;
+            if let Some(f) = filter_of(name, filters) {
+                df = df.filter(f).map_err(q(name))?;
+            }
+            self.ctx
+                .register_table(name, df.into_view())
+                .map_err(q(name))?;
+        }
+        for stmt in statements(PRELUDE) {
+            self.run(&stmt)?;
+        }
+        Ok(())
+    }
+
+    fn block<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// Runs one SQL statement and collects its result. A panic inside the engine (the Parquet
+    /// decoder on a corrupt page) or a read error is turned into an error naming the file,
+    /// found by reading every registered file again on its own.
+    pub fn run(&self, sql: &str) -> Result<Vec<RecordBatch>, EngineError> {
+        let was = QUERYING.swap(true, Ordering::SeqCst);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            self.block(async {
+                let df = self.ctx.sql(sql).await?;
+                df.collect().await
+            })
+        }));
+        QUERYING.store(was, Ordering::SeqCst);
+        match r {
+            Ok(Ok(b)) => Ok(b),
+            Ok(Err(err)) => {
+                if is_data_error(&err) {
+                    self.culprit()?;
+                }
+                Err(EngineError::Query {
+                    what: first_line(sql),
+                    err,
+                })
+            }
+            Err(payload) => {
+                self.culprit()?;
+                Err(EngineError::Panicked(panic_message(&payload)))
+            }
+        }
+    }
+
+    /// The schema of a query's result without running it.
+    pub fn schema_of(&self, sql: &str) -> Result<SchemaRef, EngineError> {
+        let df = self
+            .block(self.ctx.sql(sql))
+            .map_err(|err| EngineError::Query {
+                what: first_line(sql),
+                err,
+            })?;
+        Ok(Arc::new(df.schema().as_arrow().clone()))
+    }
+
+    /// Reads every registered file completely, each on its own: the first that fails is the
+    /// error ([`LoadError`] names it).
+    fn culprit(&self) -> Result<(), EngineError> {
+        for (name, table) in tables() {
+            for p in &self.files[name] {
+                load::read_all(p, table)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Files registered, all tables.
+    pub fn file_count(&self) -> usize {
+        self.files.values().map(Vec::len).sum()
+    }
+}
+
+/// Whether a DataFusion error comes from reading data (not from the query's text or plan).
+fn is_data_error(e: &datafusion::error::DataFusionError) -> bool {
+    use datafusion::error::DataFusionError as E;
+    match e {
+        E::ParquetError(_)
+        | E::ArrowError(..)
+        | E::IoError(_)
+        | E::External(_)
+        | E::ObjectStore(_) => true,
+        E::Context(_, inner) | E::Diagnostic(_, inner) => is_data_error(inner),
+        E::Shared(inner) => is_data_error(inner),
+        _ => false,
+    }
+}
+
+fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+fn first_line(sql: &str) -> String {
+    let l = sql
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("--"))
+        .unwrap_or("");
+    if l.len() > 80 {
+        format!("{}...", &l[..l.floor_char_boundary(80)])
+    } else {
+        l.to_string()
+    }
+}
+
+/// The statements of a SQL file: comment lines dropped, split at `;` (the files have no `;`
+/// inside strings).
+pub fn statements(text: &str) -> Vec<String> {
+    let body: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    body.split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Substitutes every `${name}` of a query template, its comment lines dropped (a parameter in a
+/// comment would otherwise put a query into the comment's line); a parameter without a value is
+/// an error.
+pub fn render(
+    name: &str,
+    template: &str,
+    params: &BTreeMap<&str, String>,
+) -> Result<String, EngineError> {
+    let template: String = template
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template.as_str();
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let Some(j) = after.find('}') else {
+            return Err(EngineError::Template {
+                name: name.into(),
+                param: after.chars().take(20).collect(),
+            });
+        };
+        let p = &after[..j];
+        let v = params.get(p).ok_or_else(|| EngineError::Template {
+            name: name.into(),
+            param: p.into(),
+        })?;
+        out.push_str(v);
+        rest = &after[j + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// A string literal in SQL (quotes doubled).
+pub fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// A type the columns of the results can be: integers, floats, strings, booleans, timestamps.
+pub fn is_simple(t: &DataType) -> bool {
+    t.is_integer()
+        || t.is_floating()
+        || matches!(
+            t,
+            DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View
+                | DataType::Boolean
+                | DataType::Null
+                | DataType::Timestamp(..)
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_substitute_every_parameter_or_fail() {
+        let mut p = BTreeMap::new();
+        p.insert("top", "5".to_string());
+        assert_eq!(
+            render("t", "-- ${top} rows\nLIMIT ${top}", &p).unwrap(),
+            "LIMIT 5\n"
+        );
+        let e = render("t.sql", "x ${nope} y", &p).unwrap_err().to_string();
+        assert!(e.contains("t.sql") && e.contains("${nope}"), "{e}");
+        assert!(render("t", "x ${unclosed", &p).is_err());
+    }
+
+    #[test]
+    fn statements_split_and_drop_comments() {
+        let s = statements("-- a; b\nCREATE VIEW a AS SELECT 1;\n\n-- c\nSELECT 2;\n");
+        assert_eq!(s, vec!["CREATE VIEW a AS SELECT 1", "SELECT 2"]);
+    }
+
+    #[test]
+    fn partitions_outside_the_time_filter_are_left_out() {
+        let f = Filters {
+            since_us: Some(crate::time::parse_time("2026-11-21T05:30:00Z").unwrap()),
+            until_us: Some(crate::time::parse_time("2026-11-21T07:00:00Z").unwrap()),
+            ..Filters::default()
+        };
+        let w = |p: &str| partition_wanted(Path::new(p), &f);
+        assert!(w("date=2026-11-21/hour=05/f.parquet"));
+        assert!(w("date=2026-11-21/hour=06/f.parquet"));
+        assert!(!w("date=2026-11-21/hour=07/f.parquet"));
+        // an hour before since: its last intervals may end inside the range
+        assert!(w("date=2026-11-21/hour=04/f.parquet"));
+        assert!(!w("date=2026-11-21/hour=03/f.parquet"));
+        assert!(!w("date=2026-11-20/hour=23/f.parquet"));
+        // not a partition path: kept
+        assert!(w("f.parquet"));
+        assert!(w("date=garbage/hour=05/f.parquet"));
+    }
+}
