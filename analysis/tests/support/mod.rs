@@ -10,10 +10,19 @@ use observer::sources::datapath::Datapath;
 /// Runs the Ethernet cases named `names` through Datapath + Collector into `out`; returns the
 /// collector's summary JSON.
 pub fn write_logs(out: &std::path::Path, names: &[&str]) -> serde_json::Value {
-    let policy = PolicyConfig::profile("nvidia").unwrap();
+    write_logs_with(out, names, PolicyConfig::profile("nvidia").unwrap(), "t")
+}
+
+/// [`write_logs`] under `policy`, as host `host`.
+pub fn write_logs_with(
+    out: &std::path::Path,
+    names: &[&str],
+    policy: PolicyConfig,
+    host: &str,
+) -> serde_json::Value {
     let mut col = Collector::new(CollectorConfig::new(
         out.to_path_buf(),
-        "t",
+        host,
         "replay",
         policy.clone(),
     ))

@@ -1,0 +1,217 @@
+//! The report's SQL is portable: the queries `roce-analyze report --emit-sql` writes give the
+//! same rows on Apache DataFusion (roce-analyze), DuckDB (PyPI) and Apache Spark in local mode
+//! (PySpark from PyPI on Debian's JDK), over one tree written by the real collector with faults.
+//! Spark listens on 127.0.0.1 only, inside a network namespace the test creates and removes.
+//!
+//! Needs root (the namespace), python3 with duckdb and pyspark, and java: outside CI a missing
+//! one skips the test with a message; with CI=true it fails.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use analysis::engine::{Engine, Filters, Options};
+use analysis::report::rows;
+use support::write_logs;
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/engines/run_queries.py");
+
+/// Skips outside CI, fails in CI.
+fn skip(why: &str) -> bool {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true and the cross-engine test cannot run: {why}");
+    }
+    eprintln!("skipped (outside CI): {why}");
+    true
+}
+
+fn have_python_module(m: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {m}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A network namespace with only loopback, removed on drop (also when the test fails).
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Netns {
+        let name = format!("roce-an-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        let ok = |args: &[&str]| {
+            let o = Command::new("ip").args(args).output().unwrap();
+            assert!(
+                o.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        ok(&["netns", "add", &name]);
+        let ns = Netns(name);
+        ok(&["-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// Runs the Python runner for `engine` inside `ns`, bounded in time; its rows per query file.
+fn other_engine(
+    ns: &Netns,
+    engine: &str,
+    tree: &Path,
+    qdir: &Path,
+    out: &Path,
+    limit: Duration,
+) -> BTreeMap<String, Vec<serde_json::Value>> {
+    let t = Instant::now();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "python3", SCRIPT, engine])
+        .arg(tree)
+        .arg(qdir)
+        .arg(out)
+        .env("SPARK_LOCAL_IP", "127.0.0.1")
+        .env("PYSPARK_PYTHON", "python3")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{engine}: no result within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(status.success(), "{engine} failed: {err}");
+    eprintln!("{engine}: {:.1} s", t.elapsed().as_secs_f64());
+    serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
+}
+
+#[test]
+fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
+    if !nix_root() && skip("not root (needs a network namespace)") {
+        return;
+    }
+    for m in ["duckdb", "pyspark"] {
+        if !have_python_module(m)
+            && skip(&format!(
+                "python3 module {m} missing (scripts/setup.sh installs it)"
+            ))
+        {
+            return;
+        }
+    }
+    if Command::new("java").arg("-version").output().is_err()
+        && skip("java missing (scripts/setup.sh installs it)")
+    {
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("roce-analyze-engines-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let tree = base.join("tree");
+    let qdir = base.join("queries");
+    write_logs(
+        &tree,
+        &[
+            "clean",
+            "go_back_n",
+            "psn_wrap_loss",
+            "ecn_ce_cnp",
+            "bleached",
+            "cnp_on_data_class",
+            "pfc",
+            "pause_8023x",
+            "qinq",
+        ],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
+        .args(["report", "--top", "3", "--emit-sql"])
+        .arg(&qdir)
+        .arg(&tree)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the faults fail checks: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // DataFusion, through the engine roce-analyze uses
+    let eng = Engine::open(
+        std::slice::from_ref(&tree),
+        &Filters::default(),
+        &Options::default(),
+    )
+    .unwrap();
+    let mut ours: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&qdir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_str().unwrap();
+            n.ends_with(".sql") && !n.starts_with("engine.")
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 20, "{files:?}");
+    for f in &files {
+        let q = std::fs::read_to_string(f).unwrap();
+        let r = rows(
+            &eng.run(&q)
+                .unwrap_or_else(|e| panic!("{}: {e}", f.display())),
+        );
+        ours.insert(
+            f.file_name().unwrap().to_str().unwrap().to_string(),
+            r.into_iter()
+                .map(|m| serde_json::Value::Object(m.into_iter().collect()))
+                .collect(),
+        );
+    }
+    let nonempty = ours.values().filter(|v| !v.is_empty()).count();
+    assert!(
+        nonempty >= 10,
+        "too few queries with rows to compare: {nonempty}"
+    );
+    assert!(!ours["marking.subjects.sql"].is_empty() && !ours["go_back_n.subjects.sql"].is_empty());
+    let ns = Netns::new();
+    for (engine, limit) in [("duckdb", 120), ("spark", 600)] {
+        let theirs = other_engine(
+            &ns,
+            engine,
+            &tree,
+            &qdir,
+            &base.join(format!("{engine}.json")),
+            Duration::from_secs(limit),
+        );
+        assert_eq!(theirs.len(), ours.len(), "{engine}: queries run");
+        for (name, rows) in &ours {
+            assert_eq!(
+                &theirs[name], rows,
+                "{name}: {engine} and roce-analyze (DataFusion) differ"
+            );
+        }
+    }
+    drop(ns);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+fn nix_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

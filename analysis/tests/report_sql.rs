@@ -1,0 +1,481 @@
+//! The report on the query engine, over trees written by the real collector: verdicts counted
+//! per interval exactly as the alert rules fire, the recorded policy as default, the filters,
+//! the per-key timeline, `roce-analyze sql`, and the error messages.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use analysis::engine::{Engine, Filters, Options};
+use analysis::report::{Report, report, rows};
+use observer::pipeline::PolicyConfig;
+use observer::pipeline::rules::Rule;
+use support::{write_logs, write_logs_with};
+
+const FAULTS: [&str; 9] = [
+    "clean",
+    "go_back_n",
+    "psn_wrap_loss",
+    "ecn_ce_cnp",
+    "bleached",
+    "cnp_on_data_class",
+    "pfc",
+    "pause_8023x",
+    "qinq",
+];
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("roce-analyze-sql-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn engine(dirs: &[PathBuf], f: &Filters) -> Engine {
+    Engine::open(dirs, f, &Options::default()).unwrap()
+}
+
+fn run(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The alert rule each report part counts.
+fn rule_of(part: &str, check: &str) -> String {
+    match part {
+        p if p.starts_with("dscp_") => "dscp_mismatch".into(),
+        p if p.starts_with("pcp_") => "pcp_mismatch".into(),
+        p if p.starts_with("ecn_") => "not_ect".into(),
+        p if p.starts_with("priority ") && check == "no PFC storm" => "pfc_storm".into(),
+        p if p.starts_with("priority ") => "pfc_wrong_priority".into(),
+        p => p.into(),
+    }
+}
+
+/// With no hold-down every firing of a rule is one alert record: the report's violations per
+/// rule (one per subject and interval) must equal the interval alerts the collector wrote, for
+/// every rule the report checks, under a policy with thresholds away from the defaults (rules
+/// that kernel events raise first: between the interval alerts and those plus the events).
+#[test]
+fn verdicts_count_what_the_alert_rules_fire() {
+    let dir = tmp("verdicts");
+    let policy = PolicyConfig::from_toml(
+        "[data]\npcp = \"untagged\"\n[thresholds]\nhold_down_s = 0\npfc_storm_xoff_per_s = 1\nce_without_cnp_min_ce = 1\n",
+        "test",
+    )
+    .unwrap();
+    write_logs_with(&dir, &FAULTS, policy.clone(), "t");
+    let eng = engine(std::slice::from_ref(&dir), &Filters::default());
+    let r = report(&eng, &policy, "test", 100, None).unwrap();
+    let mut from_report: BTreeMap<String, i64> = BTreeMap::new();
+    for c in &r.checks {
+        for p in &c.parts {
+            *from_report.entry(rule_of(&p.part, c.name)).or_default() += p.violations;
+        }
+    }
+    for c in r.checks.iter().filter(|c| c.name == "QP table") {
+        for w in &c.worst {
+            *from_report.entry(w.part.clone()).or_default() += w.violations;
+        }
+    }
+    let alerts = rows(
+        &eng.run(
+            "SELECT rule, origin, COUNT(*) AS n FROM alerts \
+             WHERE COALESCE(summary, 'false') <> 'true' GROUP BY rule, origin",
+        )
+        .unwrap(),
+    );
+    let mut by_origin: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for r in &alerts {
+        by_origin.insert(
+            (
+                r["rule"].as_str().unwrap().into(),
+                r["origin"].as_str().unwrap().into(),
+            ),
+            r["n"].as_i64().unwrap(),
+        );
+    }
+    let n = |rule: &str, origin: &str| {
+        by_origin
+            .get(&(rule.into(), origin.into()))
+            .copied()
+            .unwrap_or(0)
+    };
+    for rule in RULES {
+        let got = from_report.get(rule).copied().unwrap_or(0);
+        let r = Rule::from_name(rule).unwrap();
+        if r.raised_by_events() {
+            // the packet behind a first-occurrence event is counted once, by the event: an
+            // interval whose only such packet it was raises no interval alert
+            let (iv, ev) = (n(rule, "interval"), n(rule, "event"));
+            assert!(
+                iv <= got && got <= iv + ev,
+                "{rule}: report {got}, alerts {iv} interval + {ev} event"
+            );
+        } else {
+            assert_eq!(got, n(rule, "interval"), "{rule}");
+        }
+    }
+    // the cases exercise these rules, so the comparison is not vacuous
+    for rule in [
+        "dscp_mismatch",
+        "pcp_mismatch",
+        "psn_gap",
+        "go_back_n",
+        "pfc_wrong_priority",
+        "pause_802_3x",
+    ] {
+        assert!(
+            from_report.get(rule).is_some_and(|n| *n > 0),
+            "{rule}: {from_report:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The alert rules the report counts.
+const RULES: [&str; 13] = [
+    "dscp_mismatch",
+    "pcp_mismatch",
+    "not_ect",
+    "psn_gap",
+    "go_back_n",
+    "ce_without_cnp",
+    "pfc_wrong_priority",
+    "pfc_storm",
+    "pause_802_3x",
+    "pfc_without_ecn",
+    "mtu_below_expected",
+    "qp_map_full",
+    "events_lost",
+];
+
+fn check<'a>(r: &'a Report, name: &str) -> &'a analysis::report::Check {
+    r.checks.iter().find(|c| c.name == name).unwrap()
+}
+
+/// The worst subjects are named with their figures, worst first, and `--top` bounds them.
+#[test]
+fn the_worst_subjects_are_named_worst_first() {
+    let dir = tmp("worst");
+    write_logs(&dir, &FAULTS);
+    let eng = engine(std::slice::from_ref(&dir), &Filters::default());
+    let p = PolicyConfig::profile("nvidia").unwrap();
+    let r = report(&eng, &p, "test", 2, None).unwrap();
+    let g = check(&r, "no go-back-N");
+    assert!(!g.worst.is_empty());
+    for part in ["psn_gap", "go_back_n"] {
+        let w: Vec<_> = g.worst.iter().filter(|w| w.part == part).collect();
+        assert!(w.len() <= 2, "{w:?}");
+        assert!(w.windows(2).all(|x| x[0].figure >= x[1].figure), "{w:?}");
+        assert!(w.iter().all(|s| s.qp.is_some() && s.src.is_some()), "{w:?}");
+    }
+    // the part totals cover every subject, not only the named ones
+    let all = report(&eng, &p, "test", 1000, None).unwrap();
+    let sum = |r: &Report| -> i64 {
+        check(r, "no go-back-N")
+            .worst
+            .iter()
+            .map(|w| w.figure)
+            .sum()
+    };
+    let parts: i64 = check(&r, "no go-back-N")
+        .parts
+        .iter()
+        .map(|p| p.figure)
+        .sum();
+    assert_eq!(parts, sum(&all));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The policy recorded in the tree is the default; --profile and --policy override it; trees
+/// with different recorded policies need a choice.
+#[test]
+fn the_runs_policy_is_the_default() {
+    let a = tmp("policy-a");
+    let b = tmp("policy-b");
+    // a site that marks RDMA data with DSCP 0 (an rxe lab, say): its run raises no DSCP alert
+    let site = PolicyConfig::from_toml("[data]\ndscp = 0\n[ack]\ndscp = 0\n", "site").unwrap();
+    write_logs_with(&a, &["bleached"], site, "ha");
+    write_logs_with(
+        &b,
+        &["bleached"],
+        PolicyConfig::profile("nvidia").unwrap(),
+        "hb",
+    );
+    assert!(a.join("policy-ha.toml").is_file());
+    let out = run(&["report".as_ref(), a.as_os_str()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("policy-ha.toml (recorded by the run)"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("PASS  data marking")),
+        "{text}"
+    );
+    let out = run(&[
+        "report".as_ref(),
+        "--profile".as_ref(),
+        "nvidia".as_ref(),
+        a.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("FAIL  data marking")),
+        "{text}"
+    );
+    let pf = a.join("given.toml");
+    std::fs::write(&pf, "[data]\ndscp = \"any\"\n[ack]\ndscp = \"any\"\n").unwrap();
+    let out = run(&[
+        "report".as_ref(),
+        "--policy".as_ref(),
+        pf.as_os_str(),
+        a.as_os_str(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("given.toml (--policy)"), "{text}");
+    let out = run(&["report".as_ref(), a.as_os_str(), b.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("different policies") && err.contains("--policy"),
+        "{err}"
+    );
+    for d in [&a, &b] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// Each filter selects exactly the rows a WHERE clause on the unfiltered tables selects.
+#[test]
+fn filters_select_the_rows_they_name() {
+    let dir = tmp("filters");
+    write_logs(&dir, &FAULTS);
+    let all = engine(std::slice::from_ref(&dir), &Filters::default());
+    let count = |e: &Engine, q: &str| rows(&e.run(q).unwrap())[0]["n"].as_i64().unwrap();
+    let one = rows(
+        &all.run("SELECT qp, iface, src FROM flows ORDER BY pkts DESC LIMIT 1")
+            .unwrap(),
+    );
+    let (qp, iface, src) = (
+        one[0]["qp"].as_i64().unwrap(),
+        one[0]["iface"].as_str().unwrap().to_string(),
+        one[0]["src"].as_str().unwrap().to_string(),
+    );
+    let times = rows(&all.run("SELECT MIN(CAST(interval_start AS BIGINT)) AS a, MAX(CAST(interval_end AS BIGINT)) AS b FROM flows").unwrap());
+    let (a, b) = (
+        times[0]["a"].as_i64().unwrap(),
+        times[0]["b"].as_i64().unwrap(),
+    );
+    let mid = a + (b - a) / 2;
+    let cases: Vec<(Filters, String)> = vec![
+        (
+            Filters {
+                qps: vec![qp],
+                ..Filters::default()
+            },
+            format!("qp = {qp}"),
+        ),
+        (
+            Filters {
+                ifaces: vec![iface.clone()],
+                ..Filters::default()
+            },
+            format!("iface = '{iface}'"),
+        ),
+        (
+            Filters {
+                srcs: vec![src.clone()],
+                qps: vec![qp],
+                ..Filters::default()
+            },
+            format!("src = '{src}' AND qp = {qp}"),
+        ),
+        (
+            Filters {
+                since_us: Some(mid),
+                ..Filters::default()
+            },
+            format!("CAST(interval_end AS BIGINT) > {mid}"),
+        ),
+        (
+            Filters {
+                until_us: Some(mid),
+                ..Filters::default()
+            },
+            format!("CAST(interval_start AS BIGINT) < {mid}"),
+        ),
+        (
+            Filters {
+                hosts: vec!["nobody".into()],
+                ..Filters::default()
+            },
+            "host = 'nobody'".into(),
+        ),
+    ];
+    for (f, wher) in cases {
+        let e = engine(std::slice::from_ref(&dir), &f);
+        let got = count(&e, "SELECT COUNT(*) AS n FROM flows");
+        let want = count(
+            &all,
+            &format!("SELECT COUNT(*) AS n FROM flows WHERE {wher}"),
+        );
+        assert_eq!(got, want, "{wher}");
+        // the report's views see the filtered rows too
+        assert_eq!(
+            count(&e, "SELECT COUNT(*) AS n FROM v_flows"),
+            want,
+            "{wher}"
+        );
+    }
+    // report --qp: the key's timeline, one row per interval
+    let out = run(&[
+        "report".as_ref(),
+        "--qp".as_ref(),
+        format!("{qp:#x}").as_ref(),
+        dir.as_os_str(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let want = count(
+        &all,
+        &format!("SELECT COUNT(*) AS n FROM flows WHERE qp = {qp}"),
+    );
+    assert!(text.contains(&format!("timeline ({want} rows)")), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `roce-analyze sql`: JSON rows, CSV and a table; a bad query is an error, not a panic.
+#[test]
+fn ad_hoc_sql() {
+    let dir = tmp("adhoc");
+    write_logs(&dir, &["clean", "ecn_ce_cnp"]);
+    let d = dir.as_os_str();
+    let out = run(&[
+        "sql".as_ref(),
+        "-d".as_ref(),
+        d,
+        "--format".as_ref(),
+        "json".as_ref(),
+        "SELECT SUM(pkts) AS pkts, COUNT(*) AS n FROM flows".as_ref(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        j["pkts"].as_i64().unwrap() > 0 && j["n"].as_i64().unwrap() > 0,
+        "{j}"
+    );
+    let out = run(&[
+        "sql".as_ref(),
+        "-d".as_ref(),
+        d,
+        "--format".as_ref(),
+        "csv".as_ref(),
+        "SELECT hist, SUM(pkts) AS p FROM v_hist GROUP BY hist ORDER BY hist".as_ref(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("hist,p\n") && text.contains("dscp_data,"),
+        "{text}"
+    );
+    let out = run(&[
+        "sql".as_ref(),
+        "-d".as_ref(),
+        d,
+        "SELECT nope FROM flows".as_ref(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("query failed") && err.contains("nope"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A QP whose messages each fit one packet (ONLY opcodes) never warns about the MTU, however
+/// small its payloads; the multi-packet case below the expected MTU does.
+#[test]
+fn no_mtu_warning_from_single_packet_messages() {
+    let dir = tmp("mtu");
+    write_logs(&dir, &["clean", "ecn_ce_cnp", "bleached"]);
+    let eng = engine(std::slice::from_ref(&dir), &Filters::default());
+    let r = report(
+        &eng,
+        &PolicyConfig::profile("nvidia").unwrap(),
+        "t",
+        5,
+        None,
+    )
+    .unwrap();
+    let full: i64 = rows(&eng.run("SELECT COALESCE(SUM(pkts), 0) AS n FROM v_hist WHERE hist = 'opcodes' AND value IN (0, 1, 6, 7, 13, 14, 32, 33, 38, 39)").unwrap())[0]["n"].as_i64().unwrap();
+    let small = r.figures.max_payloads.keys().all(|p| *p < 4096 + 16);
+    assert!(small, "{:?}", r.figures.max_payloads);
+    let mtu = check(&r, "path MTU");
+    if full == 0 {
+        assert_eq!(
+            mtu.verdict,
+            analysis::report::Verdict::Pass,
+            "{}",
+            mtu.detail
+        );
+    } else {
+        assert_eq!(
+            mtu.verdict,
+            analysis::report::Verdict::Warn,
+            "{}",
+            mtu.detail
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Errors: a missing path says it does not exist, a foreign Parquet file is named with what is
+/// wrong, and swapped compare arguments get a usage hint.
+#[test]
+fn errors_say_what_is_wrong() {
+    let dir = tmp("errors");
+    write_logs(&dir, &["clean"]);
+    let out = run(&["report".as_ref(), dir.join("nope").as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope does not exist"));
+    // a Parquet file of another tool under flows/
+    let foreign = dir.join("flows/date=2026-01-01/hour=00/other.parquet");
+    std::fs::create_dir_all(foreign.parent().unwrap()).unwrap();
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("x", arrow::datatypes::DataType::Int64, false),
+    ]));
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&foreign).unwrap(),
+        schema.clone(),
+        None,
+    )
+    .unwrap();
+    w.write(&arrow::array::RecordBatch::new_empty(schema))
+        .unwrap();
+    w.close().unwrap();
+    let out = run(&["report".as_ref(), dir.as_os_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("other.parquet") && err.contains("not a roce-observe table"),
+        "{err}"
+    );
+    assert!(err.contains("\"host\"") || err.contains("missing"), "{err}");
+    std::fs::remove_file(&foreign).unwrap();
+    let out = run(&[
+        "compare".as_ref(),
+        dir.as_os_str(),
+        dir.join("flows").as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("compare takes the baseline file first"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
