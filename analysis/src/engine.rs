@@ -5,7 +5,8 @@
 //! directories, bounded depth), leaves out the Hive partitions (`date=D/hour=H`) that the time
 //! filters exclude, checks each remaining file's footer and columns (a corrupt or foreign file
 //! is an error naming it before any query runs), and registers one table per name over those
-//! files. The filters (`--since`, `--until`, `--host`, `--iface`, `--qp`, `--src`, `--dst`) are
+//! files (one table per tree, their union with the tree's position on the command line as column
+//! `tree`). The filters (`--since`, `--until`, `--host`, `--iface`, `--qp`, `--src`, `--dst`) are
 //! the tables' views, so every query sees only the selected rows and DataFusion prunes row
 //! groups by their statistics. Memory is bounded by a memory pool (`--memory-limit`); sorts and
 //! aggregations beyond it spill to a temporary directory.
@@ -63,6 +64,8 @@ pub enum EngineError {
     Runtime(#[source] std::io::Error),
     #[error("invalid {what}: {msg}")]
     Filter { what: &'static str, msg: String },
+    #[error("the tables changed while they were read: {0}")]
+    Changed(String),
     #[error("SQL template {name}: parameter ${{{param}}} has no value")]
     Template { name: String, param: String },
 }
@@ -117,8 +120,8 @@ use load::QUERYING;
 pub struct Engine {
     ctx: SessionContext,
     rt: tokio::runtime::Runtime,
-    /// The files registered per table.
-    pub files: BTreeMap<&'static str, Vec<PathBuf>>,
+    /// The files registered per table, with the position of their tree in [`Engine::dirs`].
+    pub files: BTreeMap<&'static str, Vec<(usize, PathBuf)>>,
     /// Files left out because their partition lies outside the time filter.
     pub pruned_files: usize,
     pub dirs: Vec<PathBuf>,
@@ -231,25 +234,27 @@ impl Engine {
                 uniq.push(d.clone());
             }
         }
-        let mut files: BTreeMap<&'static str, Vec<PathBuf>> = BTreeMap::new();
+        let mut files: BTreeMap<&'static str, Vec<(usize, PathBuf)>> = BTreeMap::new();
         let mut pruned = 0;
         for (name, table) in tables() {
             let list = files.entry(name).or_default();
-            for d in &uniq {
+            for (ti, d) in uniq.iter().enumerate() {
                 let root = d.join(name);
-                for p in load::parquet_files(&root)? {
+                let all = load::parquet_files(&root)?;
+                if name == "flows" && all.is_empty() {
+                    // every tree must have flow logs: a wrong directory is an error, not nothing
+                    return Err(LoadError::Empty(d.clone()).into());
+                }
+                for p in all {
                     let rel = p.strip_prefix(&root).unwrap_or(&p);
                     if !partition_wanted(rel, filters) {
                         pruned += 1;
                         continue;
                     }
                     load::check_file(&p, table)?;
-                    list.push(p);
+                    list.push((ti, p));
                 }
             }
-        }
-        if files["flows"].is_empty() && pruned == 0 {
-            return Err(LoadError::Empty(dirs[0].clone()).into());
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(opts.threads.max(1))
@@ -286,30 +291,48 @@ impl Engine {
         };
         for (name, table) in tables() {
             let schema = nullable(&table.arrow_schema());
-            let raw = format!("{name}_all");
-            let paths = &self.files[name];
-            if paths.is_empty() {
-                let t = MemTable::try_new(schema, vec![vec![]]).map_err(q(name))?;
-                self.ctx
-                    .register_table(&raw, Arc::new(t))
-                    .map_err(q(name))?;
-            } else {
-                let urls = paths
+            // one table per tree, then their union with the tree's position as column `tree`
+            let mut union: Option<datafusion::dataframe::DataFrame> = None;
+            for ti in 0..self.dirs.len().max(1) {
+                let paths: Vec<&PathBuf> = self.files[name]
                     .iter()
-                    .map(|p| ListingTableUrl::parse(p.to_string_lossy()))
-                    .collect::<Result<Vec<_>, _>>()
+                    .filter(|(t, _)| *t == ti)
+                    .map(|(_, p)| p)
+                    .collect();
+                let part = format!("{name}_tree{ti}");
+                if paths.is_empty() {
+                    let t = MemTable::try_new(schema.clone(), vec![vec![]]).map_err(q(name))?;
+                    self.ctx
+                        .register_table(&part, Arc::new(t))
+                        .map_err(q(name))?;
+                } else {
+                    let urls = paths
+                        .iter()
+                        .map(|p| ListingTableUrl::parse(p.to_string_lossy()))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(q(name))?;
+                    let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
+                        .with_file_extension(".parquet");
+                    let cfg = ListingTableConfig::new_with_multi_paths(urls)
+                        .with_listing_options(opts)
+                        .with_schema(schema.clone());
+                    let t = ListingTable::try_new(cfg).map_err(q(name))?;
+                    self.ctx
+                        .register_table(&part, Arc::new(t))
+                        .map_err(q(name))?;
+                }
+                let mut cols: Vec<Expr> = schema.fields().iter().map(|f| col(f.name())).collect();
+                cols.push(lit(ti as i32).alias("tree"));
+                let df = self
+                    .block(self.ctx.table(part.as_str()))
+                    .and_then(|d| d.select(cols))
                     .map_err(q(name))?;
-                let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
-                    .with_file_extension(".parquet");
-                let cfg = ListingTableConfig::new_with_multi_paths(urls)
-                    .with_listing_options(opts)
-                    .with_schema(schema);
-                let t = ListingTable::try_new(cfg).map_err(q(name))?;
-                self.ctx
-                    .register_table(&raw, Arc::new(t))
-                    .map_err(q(name))?;
+                union = Some(match union {
+                    None => df,
+                    Some(u) => u.union(df).map_err(q(name))?,
+                });
             }
-            let mut df = self.block(self.ctx.table(raw.as_str())).map_err(q(name))?;
+            let mut df = union.expect("at least one tree");
             if let Some(f) = filter_of(name, filters) {
                 df = df.filter(f).map_err(q(name))?;
             }
@@ -372,7 +395,7 @@ impl Engine {
     /// error ([`LoadError`] names it).
     fn culprit(&self) -> Result<(), EngineError> {
         for (name, table) in tables() {
-            for p in &self.files[name] {
+            for (_, p) in &self.files[name] {
                 load::read_all(p, table)?;
             }
         }

@@ -8,6 +8,7 @@
 #[cfg(feature = "engine")]
 pub mod engine;
 pub mod load;
+#[cfg(feature = "engine")]
 pub mod path;
 #[cfg(feature = "engine")]
 pub mod report;

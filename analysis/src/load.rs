@@ -8,8 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{Int16Type, Int32Type, Int64Type, TimestampMicrosecondType};
+use arrow::array::RecordBatch;
 use observer::schema;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
@@ -290,192 +289,6 @@ fn batches(path: &Path, table: &schema::Table) -> Result<Vec<RecordBatch>, LoadE
     .collect()
 }
 
-fn col_str<'a>(
-    b: &'a RecordBatch,
-    name: &str,
-    path: &Path,
-) -> Result<&'a arrow::array::StringArray, LoadError> {
-    b.column_by_name(name)
-        .and_then(|c| c.as_string_opt::<i32>())
-        .ok_or_else(|| LoadError::Column {
-            path: path.into(),
-            column: name.into(),
-        })
-}
-
-/// Calls `f(value, pkts)` for every bucket of histogram column `c` (a list, 32- or 64-bit
-/// offsets, of struct<value int16, pkts int64>) at `row`. `Ok(false)` when `c` is not a
-/// histogram column.
-fn for_buckets(
-    c: &dyn Array,
-    row: usize,
-    mut f: impl FnMut(i16, i64) -> Result<(), LoadError>,
-) -> Result<bool, LoadError> {
-    let items = if let Some(l) = c.as_list_opt::<i32>() {
-        l.value(row)
-    } else if let Some(l) = c.as_list_opt::<i64>() {
-        l.value(row)
-    } else {
-        return Ok(false);
-    };
-    let Some(st) = items.as_struct_opt() else {
-        return Ok(false);
-    };
-    let (Some(v), Some(n)) = (
-        st.column_by_name("value")
-            .and_then(|x| x.as_primitive_opt::<Int16Type>()),
-        st.column_by_name("pkts")
-            .and_then(|x| x.as_primitive_opt::<Int64Type>()),
-    ) else {
-        return Ok(false);
-    };
-    for j in 0..st.len() {
-        f(v.value(j), n.value(j))?;
-    }
-    Ok(true)
-}
-
-/// One row of a flows file as [`read_flow_rows`] hands it over: the key, the observation point,
-/// the interval, and the columns the caller asked for.
-#[derive(Debug)]
-pub struct FlowRow<'a> {
-    pub host: &'a str,
-    pub iface: &'a str,
-    pub dir: &'a str,
-    /// The `point` column's value: `None` when the file has no such column or the row a null.
-    pub point: Option<&'a str>,
-    pub src: &'a str,
-    pub dst: &'a str,
-    pub qp: i32,
-    /// `interval_start` and `interval_end`, µs since the epoch.
-    pub start_us: i64,
-    pub end_us: i64,
-    /// The requested Int64 columns, in the order asked.
-    pub counts: &'a [i64],
-    /// The requested histogram columns' (value, packets) buckets, in the order asked.
-    pub hists: &'a [Vec<(i16, i64)>],
-}
-
-/// The columns of one flows batch that [`read_flow_rows`] reads, each checked once.
-struct FlowCols<'a> {
-    ids: [&'a arrow::array::StringArray; 5],
-    point: Option<&'a arrow::array::StringArray>,
-    qp: &'a arrow::array::Int32Array,
-    start: &'a arrow::array::TimestampMicrosecondArray,
-    end: &'a arrow::array::TimestampMicrosecondArray,
-    counts: Vec<&'a arrow::array::Int64Array>,
-    hists: Vec<&'a dyn Array>,
-}
-
-impl<'a> FlowCols<'a> {
-    fn of(
-        b: &'a RecordBatch,
-        path: &Path,
-        counts: &[&str],
-        hists: &[&str],
-    ) -> Result<Self, LoadError> {
-        let bad = |name: &str| LoadError::Column {
-            path: path.into(),
-            column: name.into(),
-        };
-        let ts = |name: &str| {
-            b.column_by_name(name)
-                .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
-                .ok_or_else(|| bad(name))
-        };
-        let point = match b.column_by_name("point") {
-            None => None,
-            Some(c) => Some(c.as_string_opt::<i32>().ok_or_else(|| bad("point"))?),
-        };
-        Ok(FlowCols {
-            ids: [
-                col_str(b, "host", path)?,
-                col_str(b, "iface", path)?,
-                col_str(b, "dir", path)?,
-                col_str(b, "src", path)?,
-                col_str(b, "dst", path)?,
-            ],
-            point,
-            qp: b
-                .column_by_name("qp")
-                .and_then(|c| c.as_primitive_opt::<Int32Type>())
-                .ok_or_else(|| bad("qp"))?,
-            start: ts("interval_start")?,
-            end: ts("interval_end")?,
-            counts: counts
-                .iter()
-                .map(|n| {
-                    b.column_by_name(n)
-                        .and_then(|c| c.as_primitive_opt::<Int64Type>())
-                        .ok_or_else(|| bad(n))
-                })
-                .collect::<Result<_, _>>()?,
-            hists: hists
-                .iter()
-                .map(|n| {
-                    b.column_by_name(n)
-                        .map(|c| c.as_ref())
-                        .ok_or_else(|| bad(n))
-                })
-                .collect::<Result<_, _>>()?,
-        })
-    }
-}
-
-/// Every row of the flows file `path` to `f`, with the Int64 columns `counts` and the histogram
-/// columns `hists` (names the schema defines: another name panics, as [`QpTotals::count`]).
-/// The file gets the checks and the panic guard of [`load`]; errors name it.
-pub fn read_flow_rows(
-    path: &Path,
-    counts: &[&str],
-    hists: &[&str],
-    mut f: impl FnMut(&FlowRow<'_>) -> Result<(), LoadError>,
-) -> Result<(), LoadError> {
-    for n in counts.iter().chain(hists) {
-        schema::flows().expect_column(n);
-    }
-    guarded(path, || {
-        let mut vals = vec![0i64; counts.len()];
-        let mut buckets: Vec<Vec<(i16, i64)>> = vec![Vec::new(); hists.len()];
-        for b in batches(path, schema::flows())? {
-            let c = FlowCols::of(&b, path, counts, hists)?;
-            for row in 0..b.num_rows() {
-                for (v, a) in vals.iter_mut().zip(&c.counts) {
-                    *v = a.value(row);
-                }
-                for (i, (h, a)) in buckets.iter_mut().zip(&c.hists).enumerate() {
-                    h.clear();
-                    let ok = for_buckets(*a, row, |v, n| {
-                        h.push((v, n));
-                        Ok(())
-                    })?;
-                    if !ok {
-                        return Err(LoadError::Column {
-                            path: path.into(),
-                            column: hists[i].into(),
-                        });
-                    }
-                }
-                let [host, iface, dir, src, dst] = c.ids.map(|a| a.value(row));
-                f(&FlowRow {
-                    host,
-                    iface,
-                    dir,
-                    point: c.point.filter(|p| p.is_valid(row)).map(|p| p.value(row)),
-                    src,
-                    dst,
-                    qp: c.qp.value(row),
-                    start_us: c.start.value(row),
-                    end_us: c.end.value(row),
-                    counts: &vals,
-                    hists: &buckets,
-                })?;
-            }
-        }
-        Ok(())
-    })
-}
-
 /// The flows files of the output tree `dir`, sorted: an error when `dir` is missing, not a
 /// directory, or has none.
 pub fn flows_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
@@ -547,16 +360,6 @@ pub fn read_tree(dir: &Path) -> Result<usize, LoadError> {
         }
     }
     Ok(n)
-}
-
-/// Adds `v` to a column's sum: a sum beyond i64 (no real count gets there) is a corrupt file,
-/// not an overflow panic (debug) or a wrapped figure (release).
-pub(crate) fn add(sum: &mut i64, v: i64, path: &Path, column: &str) -> Result<(), LoadError> {
-    *sum = sum.checked_add(v).ok_or_else(|| LoadError::Corrupt {
-        path: path.into(),
-        what: format!("the sum of column {column:?} overflows"),
-    })?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -8,13 +8,14 @@
 //! to where every point's compared rows lie.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
 use observer::pipeline::marking::{self, FIELDS, dir_rank, show_value};
 
-use crate::load::{self, FlowRow, LoadError};
+use crate::engine::{self, Engine, EngineError, Filters, Options};
+use crate::report::{self, Row};
 use observer::pipeline::PolicyConfig;
 
 /// What `path` compares against: the expected marking of a policy (docs/analysis.md#path),
@@ -41,7 +42,7 @@ impl Expect {
 
 /// The packet classes, in the order of `observer_common::maps::class`.
 pub const CLASSES: [&str; 3] = ["data", "ack", "cnp"];
-/// The count columns read, in [`FlowRow::counts`] order (`pkts` first).
+/// The count columns summed per key and point (`pkts` first).
 const COUNTS: [&str; 7] = [
     "pkts",
     "data_pkts",
@@ -71,9 +72,7 @@ const CE: i16 = 3;
 #[derive(Debug, thiserror::Error)]
 pub enum PathError {
     #[error(transparent)]
-    Load(#[from] LoadError),
-    #[error("{path}: {err}")]
-    Io { path: PathBuf, err: std::io::Error },
+    Engine(#[from] EngineError),
 }
 
 /// An observation point: where a tree's rows were counted, plus the `point` column's label
@@ -87,15 +86,6 @@ pub struct PointId {
 }
 
 impl PointId {
-    fn of(r: &FlowRow<'_>) -> PointId {
-        PointId {
-            host: r.host.into(),
-            iface: r.iface.into(),
-            dir: r.dir.into(),
-            label: r.point.map(Into::into),
-        }
-    }
-
     /// `host/iface/dir`, with `[label]` after it for a labelled point.
     pub fn name(&self) -> String {
         let base = format!("{}/{}/{}", self.host, self.iface, self.dir);
@@ -115,14 +105,6 @@ pub struct Key {
 }
 
 impl Key {
-    fn of(r: &FlowRow<'_>) -> Key {
-        Key {
-            src: r.src.into(),
-            dst: r.dst.into(),
-            qp: r.qp,
-        }
-    }
-
     /// `src > dst qp 0x000012`.
     pub fn name(&self) -> String {
         format!("{} > {} qp {}", self.src, self.dst, qp_hex(self.qp))
@@ -131,33 +113,6 @@ impl Key {
 
 fn qp_hex(qp: i32) -> String {
     format!("{:#08x}", qp as u32)
-}
-
-/// One output tree: its directory and its flows files, listed once so that every pass reads
-/// the same files (files that appear while it runs are left out).
-struct Tree {
-    dir: PathBuf,
-    files: Vec<PathBuf>,
-}
-
-/// The trees of `dirs`, in command-line order; a directory given twice is read once.
-fn trees(dirs: &[PathBuf]) -> Result<Vec<Tree>, PathError> {
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    for d in dirs {
-        let files = load::flows_files(d)?;
-        let canon = std::fs::canonicalize(d).map_err(|err| PathError::Io {
-            path: d.clone(),
-            err,
-        })?;
-        if seen.insert(canon) {
-            out.push(Tree {
-                dir: d.clone(),
-                files,
-            });
-        }
-    }
-    Ok(out)
 }
 
 /// A point and the first tree (command-line position) it was found in.
@@ -186,9 +141,10 @@ struct Scan {
 }
 
 impl Scan {
-    fn point(&mut self, r: &FlowRow<'_>, tree: usize) -> usize {
-        let id = PointId::of(r);
+    fn point(&mut self, id: PointId, tree: usize) -> usize {
         if let Some(&i) = self.index.get(&id) {
+            let p = &mut self.points[i];
+            p.tree = p.tree.min(tree);
             return i;
         }
         self.points.push(PointInfo {
@@ -201,56 +157,62 @@ impl Scan {
     }
 }
 
-/// Rows without packets (an idle key's eviction row) say nothing about a key's path.
-fn has_packets(r: &FlowRow<'_>) -> bool {
-    r.counts[0] > 0
+/// The query texts of `path` (DataFusion: they read the `tree` column).
+const SCAN_SQL: &str = include_str!("../sql/path/scan.sql");
+const RANGES_SQL: &str = include_str!("../sql/path/ranges.sql");
+const COUNTS_SQL: &str = include_str!("../sql/path/counts.sql");
+const HISTS_SQL: &str = include_str!("../sql/path/hists.sql");
+
+fn s(r: &Row, k: &str) -> String {
+    r.get(k)
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+fn i(r: &Row, k: &str) -> i64 {
+    r.get(k).and_then(|v| v.as_i64()).unwrap_or(0)
 }
 
-fn scan(trees: &[Tree]) -> Result<Scan, LoadError> {
-    let mut s = Scan::default();
-    for (ti, t) in trees.iter().enumerate() {
-        for path in &t.files {
-            load::read_flow_rows(path, &COUNTS[..1], &[], |r| {
-                if !has_packets(r) {
-                    return Ok(());
-                }
-                let p = s.point(r, ti);
-                let e = s
-                    .keys
-                    .entry(Key::of(r))
-                    .or_default()
-                    .entry(p)
-                    .or_insert(Seen {
-                        start: r.start_us,
-                        end: r.end_us,
-                        rows: 0,
-                        pkts: 0,
-                    });
-                e.start = e.start.min(r.start_us);
-                e.end = e.end.max(r.end_us);
-                e.rows += 1;
-                load::add(&mut e.pkts, r.counts[0], path, "pkts")
-            })?;
-        }
+fn point_of(r: &Row) -> PointId {
+    PointId {
+        host: s(r, "host"),
+        iface: s(r, "iface"),
+        dir: s(r, "dir"),
+        label: r.get("point").and_then(|v| v.as_str()).map(Into::into),
     }
-    Ok(s)
+}
+
+fn key_of(r: &Row) -> Key {
+    Key {
+        src: s(r, "src"),
+        dst: s(r, "dst"),
+        qp: i(r, "qp") as i32,
+    }
+}
+
+/// The first pass ([`SCAN_SQL`]): every point, and every key's range at each of its points.
+fn scan(eng: &Engine) -> Result<Scan, EngineError> {
+    let mut sc = Scan::default();
+    let mut rs = report::rows(&eng.run(&engine::render("scan", SCAN_SQL, &BTreeMap::new())?)?);
+    // points numbered in the order of the trees, then by name, whatever the engine's row order
+    rs.sort_by_key(|r| (i(r, "tree"), point_of(r).name()));
+    for r in &rs {
+        let p = sc.point(point_of(r), i(r, "tree") as usize);
+        sc.keys.entry(key_of(r)).or_default().insert(
+            p,
+            Seen {
+                start: i(r, "start_us"),
+                end: i(r, "end_us"),
+                rows: i(r, "rows") as u64,
+                pkts: i(r, "pkts"),
+            },
+        );
+    }
+    Ok(sc)
 }
 
 /// Time range (µs, start and end) compared for each key.
 type Ranges = BTreeMap<Key, (i64, i64)>;
-
-/// The range every point of a key covers: the intersection of the points' ranges, for keys at
-/// two points or more whose intersection is not empty.
-fn common_ranges(keys: &BTreeMap<Key, BTreeMap<usize, Seen>>) -> Ranges {
-    keys.iter()
-        .filter(|(_, ps)| ps.len() >= 2)
-        .filter_map(|(k, ps)| {
-            let s = ps.values().map(|x| x.start).max()?;
-            let e = ps.values().map(|x| x.end).min()?;
-            (s < e).then(|| (k.clone(), (s, e)))
-        })
-        .collect()
-}
 
 /// The sums over the compared rows of one key at one point.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -282,77 +244,61 @@ impl Tally {
             .cloned()
             .unwrap_or_default()
     }
-
-    fn add_row(&mut self, r: &FlowRow<'_>, path: &Path) -> Result<(), LoadError> {
-        self.rows += 1;
-        for (name, v) in COUNTS.iter().zip(r.counts) {
-            load::add(self.counts.entry(name).or_default(), *v, path, name)?;
-        }
-        for (name, buckets) in HISTS.iter().zip(r.hists) {
-            let h = self.hists.entry(name).or_default();
-            for &(v, n) in buckets {
-                load::add(h.entry(v).or_default(), n, path, name)?;
-            }
-        }
-        self.start_us = Some(self.start_us.map_or(r.start_us, |s| s.min(r.start_us)));
-        self.end_us = Some(self.end_us.map_or(r.end_us, |e| e.max(r.end_us)));
-        Ok(())
-    }
 }
 
 /// Tallies per key, per point number.
 type Tallies = BTreeMap<Key, BTreeMap<usize, Tally>>;
 
-/// A pass over every row of the keys in `ranges`: rows whose interval lies inside the key's
-/// range are summed, the others counted as excluded.
-fn tally(trees: &[Tree], scan: &Scan, ranges: &Ranges) -> Result<Tallies, LoadError> {
-    let mut out = Tallies::new();
-    for t in trees {
-        for path in &t.files {
-            load::read_flow_rows(path, &COUNTS, &HISTS, |r| {
-                if !has_packets(r) {
-                    return Ok(());
-                }
-                let key = Key::of(r);
-                let Some(&(s, e)) = ranges.get(&key) else {
-                    return Ok(());
-                };
-                let Some(&p) = scan.index.get(&PointId::of(r)) else {
-                    return Err(LoadError::Corrupt {
-                        path: path.clone(),
-                        what: "the file changed while it was read".into(),
-                    });
-                };
-                let t = out.entry(key).or_default().entry(p).or_default();
-                if r.start_us >= s && r.end_us <= e {
-                    t.add_row(r, path)
-                } else {
-                    t.excluded_rows += 1;
-                    load::add(&mut t.excluded_pkts, r.counts[0], path, "pkts")
-                }
-            })?;
-        }
-    }
-    Ok(out)
-}
-
-/// Each key's range narrowed to the intersection of its points' compared rows: where a tree's
-/// first interval started at its first packet (replay) inside the range, the other points' row
-/// straddling that start was left out, and its time must be left out everywhere. Keys with
-/// fewer than two points with compared rows are dropped.
-fn narrowed(tallies: &Tallies) -> Ranges {
-    tallies
-        .iter()
-        .filter_map(|(k, ps)| {
-            let spans: Vec<(i64, i64)> = ps
-                .values()
-                .filter_map(|t| Some((t.start_us?, t.end_us?)))
-                .collect();
-            let s = spans.iter().map(|x| x.0).max()?;
-            let e = spans.iter().map(|x| x.1).min()?;
-            (spans.len() >= 2 && s < e).then(|| (k.clone(), (s, e)))
+/// The second pass ([`COUNTS_SQL`], [`HISTS_SQL`]): each compared key's range ([`RANGES_SQL`])
+/// and, per point, the sums over its rows inside it and the rows left out.
+fn tally(eng: &Engine, scan: &Scan) -> Result<(Ranges, Tallies), EngineError> {
+    let mut prm = BTreeMap::new();
+    prm.insert(
+        "ranges",
+        engine::render("ranges", RANGES_SQL, &BTreeMap::new())?,
+    );
+    let point = |r: &Row| -> Result<usize, EngineError> {
+        scan.index.get(&point_of(r)).copied().ok_or_else(|| {
+            EngineError::Changed(format!(
+                "point {} appeared between two queries",
+                point_of(r).name()
+            ))
         })
-        .collect()
+    };
+    let mut ranges = Ranges::new();
+    let mut out = Tallies::new();
+    for r in report::rows(&eng.run(&engine::render("counts", COUNTS_SQL, &prm)?)?) {
+        let key = key_of(&r);
+        ranges.insert(key.clone(), (i(&r, "lo"), i(&r, "hi")));
+        let t = out.entry(key).or_default().entry(point(&r)?).or_default();
+        t.rows = i(&r, "rows") as u64;
+        for c in COUNTS {
+            t.counts.insert(c, i(&r, c));
+        }
+        if t.rows > 0 {
+            t.start_us = r.get("start_us").and_then(|v| v.as_i64());
+            t.end_us = r.get("end_us").and_then(|v| v.as_i64());
+        }
+        t.excluded_rows = i(&r, "excluded_rows") as u64;
+        t.excluded_pkts = i(&r, "excluded_pkts");
+    }
+    for r in report::rows(&eng.run(&engine::render("hists", HISTS_SQL, &prm)?)?) {
+        let hist = s(&r, "hist");
+        let Some(name) = HISTS.iter().find(|h| **h == hist) else {
+            continue;
+        };
+        let Some(t) = out
+            .get_mut(&key_of(&r))
+            .and_then(|ps| ps.get_mut(&point(&r).ok()?))
+        else {
+            continue;
+        };
+        t.hists
+            .entry(name)
+            .or_default()
+            .insert(i(&r, "value") as i16, i(&r, "pkts"));
+    }
+    Ok((ranges, out))
 }
 
 /// One point of a key's path, with its sums over the compared rows.
@@ -572,18 +518,15 @@ pub struct PathReport {
 
 /// `roce-analyze path`: the trees of `dirs`, compared key by key along their points.
 pub fn path(dirs: &[PathBuf], expect: &Expect) -> Result<PathReport, PathError> {
-    let trees = trees(dirs)?;
-    let scan = scan(&trees)?;
-    let ranges = common_ranges(&scan.keys);
-    let mut tallies = tally(&trees, &scan, &ranges)?;
-    let ranges = match narrowed(&tallies) {
-        n if n == ranges => ranges,
-        n => {
-            tallies = tally(&trees, &scan, &n)?;
-            n
-        }
-    };
-    Ok(assemble(&trees, &scan, &ranges, tallies, expect))
+    let eng = Engine::open(dirs, &Filters::default(), &Options::default())?;
+    path_on(&eng, expect)
+}
+
+/// [`path`] over an engine's (filtered) tables.
+pub fn path_on(eng: &Engine, expect: &Expect) -> Result<PathReport, PathError> {
+    let scan = scan(eng)?;
+    let (ranges, tallies) = tally(eng, &scan)?;
+    Ok(assemble(&eng.dirs, &scan, &ranges, tallies, expect))
 }
 
 fn uncompared(key: &Key, ps: &BTreeMap<usize, Seen>, scan: &Scan) -> Uncompared {
@@ -605,14 +548,14 @@ fn uncompared(key: &Key, ps: &BTreeMap<usize, Seen>, scan: &Scan) -> Uncompared 
 
 /// Every key of the scan to its list: compared, at one point, or without common time.
 fn assemble(
-    trees: &[Tree],
+    trees: &[PathBuf],
     scan: &Scan,
     ranges: &Ranges,
     mut tallies: Tallies,
     expect: &Expect,
 ) -> PathReport {
     let mut r = PathReport {
-        trees: trees.iter().map(|t| t.dir.clone()).collect(),
+        trees: trees.to_vec(),
         expected: expect.marking.clone(),
         points: Vec::new(),
         keys: Vec::new(),
@@ -635,7 +578,7 @@ fn assemble(
     r
 }
 
-fn point_summaries(trees: &[Tree], scan: &Scan, keys: &[KeyPath]) -> Vec<PointSummary> {
+fn point_summaries(trees: &[PathBuf], scan: &Scan, keys: &[KeyPath]) -> Vec<PointSummary> {
     let mut out: Vec<PointSummary> = scan
         .points
         .iter()
@@ -643,7 +586,7 @@ fn point_summaries(trees: &[Tree], scan: &Scan, keys: &[KeyPath]) -> Vec<PointSu
         .map(|(i, p)| PointSummary {
             name: p.name.clone(),
             id: p.id.clone(),
-            tree: trees[p.tree].dir.clone(),
+            tree: trees[p.tree].clone(),
             keys: scan.keys.values().filter(|ps| ps.contains_key(&i)).count(),
             excluded_rows: 0,
             excluded_pkts: 0,
