@@ -243,7 +243,7 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         Cmd::Path { dirs, json } => {
             let (p, _) = policy_of(dirs)?;
-            Ok(path(dirs, *json, &Expect::of(&p)))
+            Ok(path(dirs, &filters, &opts, *json, &Expect::of(&p)))
         }
         Cmd::Sql {
             query,
@@ -380,8 +380,17 @@ fn print_rows(batches: &[arrow::array::RecordBatch], format: &str) -> anyhow::Re
 
 /// `path`: exit 1 when a marking changed against the policy, 2 when a tree cannot be read
 /// (so that 1 means only that).
-fn path(dirs: &[PathBuf], json: bool, expect: &Expect) -> ExitCode {
-    let r = match analysis::path::path(dirs, expect) {
+fn path(
+    dirs: &[PathBuf],
+    filters: &Filters,
+    opts: &Options,
+    json: bool,
+    expect: &Expect,
+) -> ExitCode {
+    let r = match Engine::open(dirs, filters, opts)
+        .map_err(analysis::path::PathError::from)
+        .and_then(|eng| analysis::path::path_on(&eng, expect))
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("Error: {:?}", anyhow::Error::new(e));
