@@ -1,5 +1,6 @@
 //! `cargo xtask bench-replay [--packets N] [--keys 20000,200000] [--many-packets N]
-//! [--only friendly|many] [--keep]`: replay throughput against tshark.
+//! [--only friendly|many] [--keep]`: replay throughput against tshark (`--generate FILE KEYS`:
+//! only write one many-keys capture of `--many-packets`, given before it, for profiling).
 //!
 //! Two sets of cases. "many" (the realistic one, a GPU cluster's mirror port): for each of
 //! `--keys` a capture of `--many-packets` (default 2,000,000) frames over that many QP keys
@@ -169,6 +170,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             }
             "--only" => only = Some(it.next().context("--only friendly|many")?.clone()),
             "--keep" => keep = true,
+            "--generate" => {
+                // Only writes one many-keys capture (for profiling): --generate FILE KEYS.
+                let file = PathBuf::from(it.next().context("--generate FILE KEYS")?);
+                let k: u32 = it.next().context("--generate FILE KEYS")?.parse()?;
+                let st = generate_many(&file, many_packets, k.max(2) / 2, 10)?;
+                println!("{}: {} bytes", file.display(), st.bytes);
+                return Ok(());
+            }
             other => bail!(
                 "unknown option {other} (options: --packets N, --keys N,N, --many-packets N, --only friendly|many, --keep)"
             ),
