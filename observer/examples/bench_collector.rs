@@ -183,7 +183,8 @@ fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
             series = body.lines().filter(|l| !l.starts_with('#')).count();
         }
     }
-    let summary = col.finish().expect("finish");
+    // As the live command finishes (it reads the output statistics only).
+    let summary = col.finish_without_qps().expect("finish");
     let peak_kib = peak_rss_kib();
     let rows = summary["output"]["flows"]["rows"].as_u64().unwrap_or(0);
     let bytes = summary["output"]["flows"]["bytes"].as_u64().unwrap_or(0);
