@@ -378,18 +378,18 @@ fn account_keys(
 ) {
     st.prev.begin_scan(snap.qps.len());
     for (pos, (k, v)) in snap.qps.iter().enumerate() {
-        // Prefetch: the `pkts` line of both values PREFETCH_HEAD keys ahead; all lines of the
-        // values PREFETCH_FULL keys ahead when that key is active (most keys idle: read one line
-        // each).
+        // Prefetch: the `pkts` line of the new value PREFETCH_HEAD keys ahead (the previous
+        // packet counts are a dense array); all lines of both values PREFETCH_FULL keys ahead
+        // when that key is active (most keys idle: one line of the snapshot each).
         if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_HEAD) {
             deltas::prefetch(nv, 1);
-            if let Some(pv) = st.prev.hinted(pos + PREFETCH_HEAD) {
-                deltas::prefetch(pv, 1);
-            }
         }
         if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_FULL)
+            && st
+                .prev
+                .hinted_pkts(pos + PREFETCH_FULL)
+                .is_some_and(|p| p != nv.pkts)
             && let Some(pv) = st.prev.hinted(pos + PREFETCH_FULL)
-            && nv.pkts != pv.pkts
         {
             deltas::prefetch(nv, usize::MAX);
             deltas::prefetch(pv, usize::MAX);
@@ -398,11 +398,12 @@ fn account_keys(
         kp.tracked[di] += 1;
         match st.prev.find(pos, k) {
             Some(slot) => {
-                let pv = st.prev.value_mut(slot);
-                if pv.pkts == v.pkts {
+                if st.prev.pkts(slot) == v.pkts {
                     continue;
                 }
+                let pv = st.prev.value_mut(slot);
                 sc.update(v, pv);
+                st.prev.sync_pkts(slot);
                 kp.active[di] += 1;
                 let pair = st.prev.tag(slot);
                 kp.row(cx, k, &sc.d, &sc.nz, false, false, &mut st.pairs, pair);
