@@ -367,3 +367,77 @@ impl Datapath {
         self.lend_snapshot(iface, time_ns, link_speed_bps)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u32) -> QpKey {
+        let mut src = [0u8; 16];
+        src[12..].copy_from_slice(&i.to_be_bytes());
+        QpKey {
+            src_ip: src,
+            dst_ip: [7; 16],
+            dest_qp: i.wrapping_mul(2_654_435_761) & 0xff_ffff,
+            dir: (i % 2) as u8,
+            _pad: [0; 3],
+        }
+    }
+
+    /// The slab against a `HashMap` model: inserts through several index growths, lookups of
+    /// present and absent keys, removals (the last entry moving into the hole), values kept.
+    #[test]
+    fn slab_matches_a_map() {
+        let mut s = QpSlab::default();
+        let mut model: HashMap<QpKey, u64> = HashMap::new();
+        for i in 0..5000u32 {
+            let k = key(i);
+            let p = s.insert(
+                k,
+                QpValue {
+                    pkts: i as u64,
+                    ..QpValue::ZERO
+                },
+            );
+            assert_eq!(p, i as usize, "positions in insertion order");
+            model.insert(k, i as u64);
+        }
+        // a second insert of a present key returns its position and changes nothing
+        assert_eq!(s.insert(key(17), QpValue::ZERO), 17);
+        assert_eq!(s.len(), 5000);
+        assert!(s.slots.len() >= 2 * s.len() && s.slots.len().is_power_of_two());
+        for i in (0..5000u32).step_by(3) {
+            assert_eq!(s.remove(&key(i)).map(|v| v.pkts), model.remove(&key(i)));
+        }
+        assert_eq!(s.remove(&key(0)).map(|v| v.pkts), None, "already removed");
+        assert_eq!(s.len(), model.len());
+        for i in 0..6000u32 {
+            let k = key(i);
+            assert_eq!(s.get(&k).map(|v| v.pkts), model.get(&k).copied(), "key {i}");
+            if let Some(p) = s.position(&k) {
+                assert_eq!(s.entries()[p].0, k);
+            }
+        }
+        *s.get_mut(&key(1)).unwrap() = QpValue {
+            pkts: 99,
+            ..QpValue::ZERO
+        };
+        assert_eq!(s.get(&key(1)).unwrap().pkts, 99);
+        assert_eq!(s.iter().count(), model.len());
+    }
+
+    /// A lent snapshot carries every key's value without a copy and gives it back.
+    #[test]
+    fn lend_and_restore() {
+        let mut dp = Datapath::new(Policy::NONE, 16);
+        dp.qps.insert(key(1), QpValue::ZERO);
+        dp.qps.insert(key(2), QpValue::ZERO);
+        let ptr = dp.qps.entries().as_ptr();
+        let s = dp.lend_snapshot("x", 5, None);
+        assert_eq!(s.qps.len(), 2);
+        assert_eq!(s.qps.as_ptr(), ptr, "moved, not copied");
+        dp.restore(s);
+        assert_eq!(dp.qps.position(&key(2)), Some(1));
+        assert_eq!(dp.snapshot("x", 5, None).qps.len(), 2);
+    }
+}
