@@ -3,7 +3,10 @@
 //! measured in the same run (copying the snapshot: the least any reader of the values costs),
 //! and Parquet bytes per QP row. Prints a table of medians.
 //!
-//! Usage: bench_collector [--intervals N] [--sizes 10000,100000]
+//! Usage: bench_collector [--intervals N] [--sizes 10000,100000] [--many 1000000:100000]
+//! (`--many TRACKED:ACTIVE`: the realistic case of many tracked keys of which a tenth are active
+//! each interval; `--many 0:0` leaves it out). Every case prints its peak RSS (VmHWM, reset
+//! before the case through /proc/self/clear_refs).
 //! (`BENCH_NO_JOURNAL=1`: without the crash journal, to measure what it costs). The largest
 //! size also runs with the Prometheus sink on (`--metrics`), beside the same case without it,
 //! with the CPU time of encoding one scrape.
@@ -87,8 +90,29 @@ fn advance(s: &mut Snapshot, active: usize, round: u64, t_ns: u64) {
     s.iface_stats[0].roce += active as u64 * 100;
 }
 
+/// Resets the process's peak RSS (VmHWM) to its current RSS.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak RSS (VmHWM) in KiB since the last [`reset_peak_rss`].
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 struct Row {
     label: String,
+    /// Peak RSS during the case (MiB), and what it was when the case began.
+    peak_mib: f64,
+    start_mib: f64,
     /// Median CPU ms of encoding one scrape (the Prometheus sink on), else 0.
     scrape_ms: f64,
     series: usize,
@@ -101,6 +125,8 @@ struct Row {
 }
 
 fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
+    reset_peak_rss();
+    let start_kib = peak_rss_kib();
     let out = std::env::temp_dir().join(format!(
         "ro-bench-collector-{}-{qps}-{active}",
         std::process::id()
@@ -157,7 +183,9 @@ fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
             series = body.lines().filter(|l| !l.starts_with('#')).count();
         }
     }
-    let summary = col.finish().expect("finish");
+    // As the live command finishes (it reads the output statistics only).
+    let summary = col.finish_without_qps().expect("finish");
+    let peak_kib = peak_rss_kib();
     let rows = summary["output"]["flows"]["rows"].as_u64().unwrap_or(0);
     let bytes = summary["output"]["flows"]["bytes"].as_u64().unwrap_or(0);
     let _ = std::fs::remove_dir_all(&out);
@@ -170,8 +198,10 @@ fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
         label: match (active == qps, metrics) {
             (true, false) => format!("{}k active", qps / 1000),
             (true, true) => format!("{}k active, --metrics", qps / 1000),
-            _ => format!("{}k tracked, {} active", qps / 1000, active),
+            _ => format!("{}k tracked, {}k active", qps / 1000, active / 1000),
         },
+        peak_mib: peak_kib as f64 / 1024.0,
+        start_mib: start_kib as f64 / 1024.0,
         scrape_ms,
         series,
         qps,
@@ -294,6 +324,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mut intervals = 7usize;
     let mut sizes = vec![10_000usize, 100_000];
+    let mut many = (1_000_000usize, 100_000usize);
     let mut i = 1;
     while i < args.len() {
         match args[i].as_str() {
@@ -311,8 +342,18 @@ fn main() {
                     .unwrap_or(sizes);
                 i += 1;
             }
+            "--many" => {
+                many = args
+                    .get(i + 1)
+                    .and_then(|s| s.split_once(':'))
+                    .and_then(|(t, a)| Some((t.parse().ok()?, a.parse().ok()?)))
+                    .unwrap_or(many);
+                i += 1;
+            }
             other => {
-                eprintln!("unknown argument {other} (use --intervals N, --sizes A,B)");
+                eprintln!(
+                    "unknown argument {other} (use --intervals N, --sizes A,B, --many TRACKED:ACTIVE)"
+                );
                 std::process::exit(2);
             }
         }
@@ -326,6 +367,9 @@ fn main() {
         rows.push(run(n, n, intervals, true));
         rows.push(run(n, n / 100, intervals, false));
     }
+    if many.0 > 0 {
+        rows.push(run(many.0, many.1.min(many.0), intervals, false));
+    }
     println!(
         "collector: one interval = read deltas of every tracked key + alert rules + Parquet encode (zstd) + write"
     );
@@ -333,7 +377,7 @@ fn main() {
         "medians of {intervals} intervals; baseline = one copy of the snapshot's values (same run); % core at --interval 1s"
     );
     println!(
-        "{:<30} {:>9} {:>9} {:>13} {:>12} {:>10} {:>9} {:>14}",
+        "{:<30} {:>9} {:>9} {:>13} {:>12} {:>10} {:>9} {:>14} {:>13} {:>11}",
         "case",
         "tracked",
         "rows",
@@ -341,11 +385,13 @@ fn main() {
         "baseline ms",
         "ratio",
         "% core",
-        "parquet B/row"
+        "parquet B/row",
+        "peak RSS MiB",
+        "KiB / key"
     );
     for r in &rows {
         println!(
-            "{:<30} {:>9} {:>9} {:>13.1} {:>12.1} {:>9.1}x {:>8.1}% {:>14.1}",
+            "{:<30} {:>9} {:>9} {:>13.1} {:>12.1} {:>9.1}x {:>8.1}% {:>14.1} {:>13.0} {:>11.2}",
             r.label,
             r.qps,
             r.active,
@@ -357,7 +403,9 @@ fn main() {
                 0.0
             },
             r.cpu_ms / 10.0,
-            r.bytes_per_row
+            r.bytes_per_row,
+            r.peak_mib,
+            (r.peak_mib - r.start_mib) * 1024.0 / r.qps as f64
         );
         let _ = r.wall_ms;
     }

@@ -13,6 +13,10 @@
 //! queue's packets are processed on one CPU: that CPU inserts the key and owns its value, so
 //! every packet takes the plain-instruction path (see `observer_common::qp_table::QpSlot`).
 //!
+//! The many-keys case (`--keys N`, default 100,000; `--passes N`, default 3): N keys (QP numbers)
+//! hit in random order, one test run per packet, beside one key and the empty program measured
+//! the same way; then the maps' kernel memory (memlock in /proc/self/fdinfo) per key.
+//!
 //! Every case but "(no ticker)" runs the packet clock ticker thread as `LiveIface` does (the
 //! per-QP times then come from the `CLOCK` map); "(no ticker)" shows the coarse clock fallback.
 
@@ -183,17 +187,164 @@ fn machine() -> (String, String) {
     (kernel, cpu)
 }
 
+/// Sum of `memlock` over the BPF maps this process holds (bytes), from /proc/self/fdinfo: the
+/// kernel memory the maps take (per-CPU maps counted for every CPU).
+fn maps_memlock() -> u64 {
+    let mut sum = 0u64;
+    let Ok(dir) = std::fs::read_dir("/proc/self/fdinfo") else {
+        return 0;
+    };
+    for e in dir.flatten() {
+        let Ok(info) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        if !info.contains("map_type:") {
+            continue;
+        }
+        sum += info
+            .lines()
+            .find_map(|l| l.strip_prefix("memlock:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    sum
+}
+
+/// Kernel memory of the maps at two table sizes: (bytes at `a` keys, bytes per key between `a`
+/// and `b`).
+fn memory_per_key(a: u32, b: u32) -> Result<(u64, f64)> {
+    let base = maps_memlock();
+    let ta = ProgTester::load(a, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ma = maps_memlock() - base;
+    drop(ta);
+    let tb = ProgTester::load(b, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mb = maps_memlock() - base;
+    drop(tb);
+    Ok((ma, (mb as f64 - ma as f64) / (b - a) as f64))
+}
+
+/// A tagged 1100-byte RoCE data frame to QP `qp` (the key varies by its QP number).
+fn data_to_qp(template: &[u8], qp: u32) -> Vec<u8> {
+    // BTH after Ethernet (14), the C-tag (4), IPv4 (20) and UDP (8); its destination QP is
+    // bytes 5..8.
+    let mut f = template.to_vec();
+    f[46 + 5..46 + 8].copy_from_slice(&qp.to_be_bytes()[1..]);
+    f
+}
+
+/// ns per packet, one BPF_PROG_TEST_RUN per packet (repeat 1), as the kernel times it: the
+/// median and the mean over every packet of `passes` passes over `frames` in a random order
+/// (the same order for every program), after one warm-up pass in order (which inserts the keys).
+fn per_packet(
+    t: &mut ProgTester,
+    p: &str,
+    frames: &[Vec<u8>],
+    passes: usize,
+) -> Result<(u128, f64)> {
+    for f in frames {
+        t.run(p, f, 1).with_context(|| format!("{p} warm-up"))?;
+    }
+    let mut order: Vec<usize> = (0..frames.len()).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut v = Vec::with_capacity(frames.len() * passes);
+    for _ in 0..passes {
+        // Fisher-Yates with xorshift: a new random order each pass.
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        for &i in &order {
+            let (_, d) = t
+                .run(p, &frames[i], 1)
+                .with_context(|| format!("{p} run"))?;
+            v.push(d.as_nanos());
+        }
+    }
+    let mean = v.iter().sum::<u128>() as f64 / v.len().max(1) as f64;
+    Ok((median(v), mean))
+}
+
+/// The many-keys case: `keys` keys hit in random order (cache-cold: the table is far larger than
+/// the caches), beside one key and the empty program measured the same way (one test run per
+/// packet), and the kernel memory per key of the maps.
+fn many_keys(keys: u32, passes: usize) -> Result<()> {
+    let template = roce_data(1100);
+    let frames: Vec<Vec<u8>> = (0..keys)
+        .map(|i| data_to_qp(&template, 0x1000 + i))
+        .collect();
+    let one = vec![template.clone()];
+    let mut t =
+        ProgTester::load(keys.max(65536), &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    t.start_clock().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (empty, empty_mean) = per_packet(&mut t, prog::XDP_EMPTY, &frames, passes)?;
+    let (one_med, one_mean) = per_packet(&mut t, prog::XDP, &one, passes * keys as usize)?;
+    drop(t);
+    let mut t =
+        ProgTester::load(keys.max(65536), &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    t.start_clock().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (many, many_mean) = per_packet(&mut t, prog::XDP, &frames, passes)?;
+    let tracked = t.table_len();
+    drop(t);
+    println!();
+    println!(
+        "RoCE data 1100 B, one BPF_PROG_TEST_RUN per packet (repeat 1: the kernel's per-run time \
+         includes its clock reads, so compare with the empty program measured the same way); \
+         {passes} passes in random order after a warm-up pass; {tracked} keys in the table"
+    );
+    println!(
+        "{:<36} {:>9} {:>9} {:>11} {:>11}",
+        "case", "median ns", "mean ns", "empty ns", "med - empty"
+    );
+    for (name, med, mean) in [
+        ("empty program (xdp_empty)", empty, empty_mean),
+        ("one key, repeated", one_med, one_mean),
+        ("100k-style: keys in random order", many, many_mean),
+    ] {
+        let name = if name.starts_with("100k") {
+            format!("{keys} keys in random order")
+        } else {
+            name.to_string()
+        };
+        println!(
+            "{:<36} {:>9} {:>9.1} {:>11} {:>11}",
+            name,
+            med,
+            mean,
+            empty,
+            med as i128 - empty as i128
+        );
+    }
+    let (at_default, per_key) = memory_per_key(65536, 131072)?;
+    println!(
+        "kernel memory of the maps (memlock): {:.1} MiB at --max-qps 65536; {:.0} bytes ({:.2} KiB) per key \
+         (the difference to 131072 keys); 1,000,000 keys: {:.2} GiB",
+        at_default as f64 / (1 << 20) as f64,
+        per_key,
+        per_key / 1024.0,
+        per_key * 1e6 / (1u64 << 30) as f64
+    );
+    Ok(())
+}
+
 pub fn main(args: &[String]) -> Result<()> {
     let mut repeat: u32 = 1_000_000;
     let mut runs: usize = 9;
     let mut only: Option<String> = None;
+    let mut keys: u32 = 100_000;
+    let mut passes: usize = 3;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--repeat" => repeat = it.next().context("--repeat N")?.parse()?,
             "--runs" => runs = it.next().context("--runs N")?.parse()?,
             "--only" => only = Some(it.next().context("--only TEXT")?.clone()),
-            other => bail!("unknown argument {other:?} (--repeat N, --runs N, --only TEXT)"),
+            "--keys" => keys = it.next().context("--keys N")?.parse()?,
+            "--passes" => passes = it.next().context("--passes N")?.parse()?,
+            other => bail!(
+                "unknown argument {other:?} (--repeat N, --runs N, --only TEXT, --keys N (0: no many-keys case), --passes N)"
+            ),
         }
     }
     if runs == 0 || repeat == 0 {
@@ -243,6 +394,14 @@ pub fn main(args: &[String]) -> Result<()> {
             ratio,
             ns as i128 - empty as i128
         );
+    }
+    if keys > 0
+        && passes > 0
+        && only
+            .as_deref()
+            .is_none_or(|o| "keys in random order".contains(o))
+    {
+        many_keys(keys, passes)?;
     }
     Ok(())
 }

@@ -1,5 +1,18 @@
-//! `cargo xtask bench-replay [--packets N] [--keep]`: replay throughput against tshark.
+//! `cargo xtask bench-replay [--packets N] [--keys 20000,200000] [--many-packets N]
+//! [--only friendly|many] [--keep]`: replay throughput against tshark (`--generate FILE KEYS`:
+//! only write one many-keys capture of `--many-packets`, given before it, for profiling).
 //!
+//! Two sets of cases. "many" (the realistic one, a GPU cluster's mirror port): for each of
+//! `--keys` a capture of `--many-packets` (default 2,000,000) frames over that many QP keys
+//! (keys / 2 RC connections, each a requester's QP and its responder's: RDMA WRITE ONLY of 64 B,
+//! an ACK per two writes, 3 % of writes CE-marked each answered by a CNP, 1 % of writes answered
+//! by a PSN-sequence NAK and a go-back-N of 3 PSNs; a fifth of the connections VLAN-tagged;
+//! connections picked at random, 10 s of capture time so that ten 1 s intervals close). It times
+//! the user's default command `roce-observe replay --out DIR FILE` (collector on: Parquet,
+//! alerts, summary.json; the text summary on stdout), the same with `--no-out`, and `tshark -T
+//! fields` with 8 fields (addresses, QP, PSN, opcode, DSCP, ECN, VLAN priority) on the same file.
+//!
+//! "friendly" (the earlier benchmark):
 //! Generates a capture of N (default 2,000,000) RoCEv2 frames over 64 QP keys (32 connections,
 //! RDMA WRITEs of mixed sizes, an ACK per two writes, a CNP per 64 writes, 1 in 50 writes with
 //! ECN CE), plus a 10x smaller capture of the same mix and a 128-byte-snaplen copy (what a
@@ -138,21 +151,49 @@ struct Timings {
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let mut packets: u64 = 2_000_000;
+    let mut many_packets: u64 = 2_000_000;
+    let mut keys: Vec<u32> = vec![20_000, 200_000];
+    let mut only: Option<String> = None;
     let mut keep = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--packets" => packets = it.next().context("--packets N")?.parse()?,
+            "--many-packets" => many_packets = it.next().context("--many-packets N")?.parse()?,
+            "--keys" => {
+                keys = it
+                    .next()
+                    .context("--keys N,N")?
+                    .split(',')
+                    .map(|k| k.trim().parse::<u32>().map(|k| k.max(2)))
+                    .collect::<Result<_, _>>()?
+            }
+            "--only" => only = Some(it.next().context("--only friendly|many")?.clone()),
             "--keep" => keep = true,
-            other => bail!("unknown option {other} (options: --packets N, --keep)"),
+            "--generate" => {
+                // Only writes one many-keys capture (for profiling): --generate FILE KEYS.
+                let file = PathBuf::from(it.next().context("--generate FILE KEYS")?);
+                let k: u32 = it.next().context("--generate FILE KEYS")?.parse()?;
+                let st = generate_many(&file, many_packets, k.max(2) / 2, 10)?;
+                println!("{}: {} bytes", file.display(), st.bytes);
+                return Ok(());
+            }
+            other => bail!(
+                "unknown option {other} (options: --packets N, --keys N,N, --many-packets N, --only friendly|many, --keep)"
+            ),
         }
     }
     let dir = std::env::temp_dir().join(format!("roce-bench-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let bin = build_binary(&dir)?;
-    let inputs = generate_inputs(&dir, packets)?;
-    let t = time_all(&bin, &dir, &inputs)?;
-    report(&inputs, &t);
+    if only.as_deref().is_none_or(|o| o == "many") {
+        many_keys(&bin, &dir, many_packets, &keys, keep)?;
+    }
+    if only.as_deref().is_none_or(|o| o == "friendly") {
+        let inputs = generate_inputs(&dir, packets)?;
+        let t = time_all(&bin, &dir, &inputs)?;
+        report(&inputs, &t);
+    }
     if keep {
         println!("captures kept in {}", dir.display());
     } else {
@@ -327,4 +368,243 @@ fn report(i: &Inputs, t: &Timings) {
         t.small.rss_kib as f64 / 1024.0,
         packets / 10
     );
+}
+
+/// tshark's fields for the many-keys cases: what a user extracts to count per QP (8 fields).
+const TSHARK_8: [&str; 8] = [
+    "ip.src",
+    "ip.dst",
+    "infiniband.bth.destqp",
+    "infiniband.bth.psn",
+    "infiniband.bth.opcode",
+    "ip.dsfield.dscp",
+    "ip.dsfield.ecn",
+    "vlan.priority",
+];
+
+/// A small deterministic generator (xorshift64*), so every run generates the same capture.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in 0..n.
+    fn below(&mut self, n: u64) -> u64 {
+        ((self.next() >> 32) * n) >> 32
+    }
+}
+
+/// What a many-keys capture holds (counted while generating it).
+#[derive(Default)]
+struct ManyStats {
+    bytes: u64,
+    writes: u64,
+    acks: u64,
+    ce: u64,
+    cnps: u64,
+    naks: u64,
+}
+
+/// A capture of `packets` frames over `conns` RC connections (2 keys each: the requester's
+/// writes to the responder's QP, the responder's ACKs / NAKs / CNPs to the requester's QP),
+/// connections in random order, `secs` seconds of capture time. See the module's doc.
+fn generate_many(path: &Path, packets: u64, conns: u32, secs: u64) -> anyhow::Result<ManyStats> {
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    corpus::write_pcap_header(&mut w, corpus::LINKTYPE_ETHERNET, 65535, true)?;
+    let t0: u64 = 1_700_000_000_000_000_000;
+    let gap = secs * 1_000_000_000 / packets.max(1);
+    let mut psn = vec![0u32; conns as usize];
+    let mut writes = vec![0u32; conns as usize];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut st = ManyStats::default();
+    let mut n = 0u64;
+    while n < packets {
+        let c = rng.below(conns as u64) as u32;
+        // 4 QPs (connections) per host pair, as NCCL opens several per peer.
+        let pair = c / 4;
+        let a = [10, 1, (pair >> 8) as u8, pair as u8];
+        let b = [10, 2, (pair >> 8) as u8, pair as u8];
+        let (req_qp, resp_qp) = (0x10_0000 + c, 0x40_0000 + c);
+        let tags: &[(u16, u8)] = if c.is_multiple_of(5) {
+            &[(0x8100, 3)]
+        } else {
+            &[]
+        };
+        let p = psn[c as usize];
+        let roll = rng.below(100);
+        let ce = roll < 3;
+        let write = corpus::Roce::v4(a, b, resp_qp, p)
+            .payload(64)
+            .tags(tags)
+            .mark(26, if ce { 3 } else { 2 });
+        let mut frames = vec![write.frame()];
+        st.writes += 1;
+        let k = writes[c as usize];
+        writes[c as usize] = k.wrapping_add(1);
+        let mut next = (p + 1) & 0xff_ffff;
+        if roll == 99 && p >= 3 {
+            // A lost write seen by the responder: NAK (PSN sequence error), the requester goes
+            // back 3 PSNs.
+            frames.push(
+                corpus::Roce::v4(b, a, req_qp, p)
+                    .ack(0x60)
+                    .tags(tags)
+                    .frame(),
+            );
+            st.naks += 1;
+            next = (p - 3) & 0xff_ffff;
+        } else if k % 2 == 1 {
+            frames.push(
+                corpus::Roce::v4(b, a, req_qp, p)
+                    .ack(0x1f)
+                    .tags(tags)
+                    .frame(),
+            );
+            st.acks += 1;
+        }
+        if ce {
+            st.ce += 1;
+            let mut cnp = corpus::Roce::v4(b, a, req_qp, 0).cnp();
+            if tags.is_empty() {
+                cnp = cnp.tags(&[]);
+            }
+            frames.push(cnp.frame());
+            st.cnps += 1;
+        }
+        psn[c as usize] = next;
+        for f in frames {
+            if n == packets {
+                break;
+            }
+            corpus::write_pcap_record(&mut w, 65535, true, t0 + n * gap, &f)?;
+            n += 1;
+        }
+    }
+    w.flush()?;
+    st.bytes = std::fs::metadata(path)?.len();
+    Ok(st)
+}
+
+/// Median of 3 runs of `roce-observe replay` with `args` before the file, each with a fresh
+/// output directory.
+fn replay3(bin: &Path, dir: &Path, file: &Path, args: &[&str]) -> anyhow::Result<Run> {
+    let out_dir = dir.join("out");
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let mut c = Command::new(bin);
+        c.current_dir(dir).arg("replay").args(args).arg(file);
+        runs.push(timed(&mut c)?);
+    }
+    let _ = std::fs::remove_dir_all(&out_dir);
+    Ok(median(&runs))
+}
+
+/// The many-keys cases: one capture per entry of `keys`, timed and printed as a table.
+fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for &k in keys {
+        let file = dir.join(format!("many-{k}.pcap"));
+        eprintln!("generating {packets} packets over {k} QP keys...");
+        let t = Instant::now();
+        let st = generate_many(&file, packets, k / 2, 10)?;
+        eprintln!("generated in {:.1} s", t.elapsed().as_secs_f64());
+        std::io::copy(&mut std::fs::File::open(&file)?, &mut std::io::sink())?;
+        eprintln!("timing replay ({k} keys)...");
+        let out = dir.join("out");
+        let out = out.to_str().context("temporary directory not UTF-8")?;
+        let default = replay3(bin, dir, &file, &["--out", out])?;
+        let no_out = replay3(bin, dir, &file, &["--no-out"])?;
+        // Beyond the default --max-qps (65536, as the kernel table) the default command tracks
+        // the first 65536 keys and counts the rest `roce_untracked`: also time it tracking all.
+        let max_qps = (k > 65536).then(|| k.next_power_of_two().to_string());
+        let all = match &max_qps {
+            Some(m) => Some(replay3(bin, dir, &file, &["--out", out, "--max-qps", m])?),
+            None => None,
+        };
+        eprintln!("timing tshark once ({k} keys, slow)...");
+        let mut tc = Command::new("tshark");
+        tc.arg("-r").arg(&file).args(["-T", "fields"]);
+        for f in TSHARK_8 {
+            tc.args(["-e", f]);
+        }
+        let tshark = timed(&mut tc)?;
+        if !keep {
+            std::fs::remove_file(&file)?;
+        }
+        rows.push((k, st, default, no_out, tshark, all, max_qps));
+    }
+    let mpps = |secs: f64| packets as f64 / secs / 1e6;
+    println!();
+    println!(
+        "replay, many QP keys: {packets} packets per capture (64 B RDMA WRITEs, ACKs, 3 % CE + CNP, \
+         1 % NAK + go-back-N, 1/5 VLAN-tagged, random connection order, 10 s of capture time); \
+         release build, median of 3 runs (tshark: 1 run, 8 fields); load average {:.1} at the end",
+        load_average()
+    );
+    println!(
+        "| keys | command | wall s | cpu s | Mpps (wall) | Mpps (cpu) | peak RSS MB | RSS KiB / key | x tshark (wall) | x tshark (cpu) |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (k, st, default, no_out, tshark, all, max_qps) in &rows {
+        let all_name = format!(
+            "roce-observe replay --out DIR --max-qps {} FILE (every key tracked)",
+            max_qps.as_deref().unwrap_or("")
+        );
+        let mut cases = vec![
+            ("roce-observe replay --out DIR FILE (default)", default),
+            ("roce-observe replay --no-out FILE", no_out),
+        ];
+        if let Some(a) = all {
+            cases.push((all_name.as_str(), a));
+        }
+        cases.push(("tshark -T fields (8 fields)", tshark));
+        for (name, r) in cases {
+            println!(
+                "| {k} | {name} | {:.3} | {:.3} | {:.2} | {:.2} | {:.1} | {:.2} | {:.0}x | {:.0}x |",
+                r.wall,
+                r.cpu,
+                mpps(r.wall),
+                mpps(r.cpu),
+                r.rss_kib as f64 / 1024.0,
+                r.rss_kib as f64 / *k as f64,
+                tshark.wall / r.wall,
+                tshark.cpu / r.cpu,
+            );
+        }
+        println!(
+            "|  | capture: {:.0} MB, {} writes, {} ACKs, {} CE, {} CNPs, {} NAKs |  |  |  |  |  |  |  |  |",
+            st.bytes as f64 / 1e6,
+            st.writes,
+            st.acks,
+            st.ce,
+            st.cnps,
+            st.naks
+        );
+    }
+    for (k, _, default, _, _, all, _) in &rows {
+        let default = all.as_ref().unwrap_or(default);
+        let goal_mb = 64.0 + 4.0 * *k as f64 / 1024.0;
+        println!(
+            "{k} keys, every key tracked: {:.2} Mpps (cpu), {:.0}x tshark (cpu); peak RSS {:.1} MB against the goal of {:.1} MB (64 MB + 4 KiB per key)",
+            mpps(default.cpu),
+            rows.iter()
+                .find(|r| r.0 == *k)
+                .map_or(0.0, |r| r.4.cpu / default.cpu),
+            default.rss_kib as f64 / 1024.0,
+            goal_mb
+        );
+    }
+    Ok(())
+}
+
+fn load_average() -> f64 {
+    let mut l = [0f64; 3];
+    // SAFETY: plain libc query into our array.
+    unsafe { libc::getloadavg(l.as_mut_ptr(), 3) };
+    l[0]
 }

@@ -1,14 +1,19 @@
 //! `cargo xtask <command>`: project tasks that are not tests.
 //!
-//! - `bench-ebpf [--repeat N] [--runs N] [--only TEXT]`: ns per packet of the kernel programs
-//!   under BPF_PROG_TEST_RUN (needs root), as a table (`--only`: the cases whose name contains
-//!   TEXT).
-//! - `bench-collector [--intervals N] [--sizes 10000,100000]`: collector CPU time per interval
-//!   and Parquet bytes per QP row (release build of observer's `bench_collector` example).
+//! - `bench-ebpf [--repeat N] [--runs N] [--only TEXT] [--keys N] [--passes N]`: ns per packet
+//!   of the kernel programs under BPF_PROG_TEST_RUN (needs root), as a table (`--only`: the
+//!   cases whose name contains TEXT; `random`: only the many-keys case), then N keys (default
+//!   100,000) in random order beside one key and the empty program, and the maps' kernel memory
+//!   per key.
+//! - `bench-collector [--intervals N] [--sizes 10000,100000] [--many 1000000:100000]`:
+//!   collector CPU time per interval, Parquet bytes per QP row and peak RSS (release build of
+//!   observer's `bench_collector` example); `--many TRACKED:ACTIVE` the many-keys case.
 //! - `jit-dump [--out DIR] [--max-qps N]`: the loaded programs' JIT images and verifier-rewritten
 //!   instructions, for profiling the datapath with perf (needs root).
-//! - `bench-replay [--packets N] [--keep]`: replay packets per second beside tshark on a
-//!   generated capture, peak RSS.
+//! - `bench-replay [--packets N] [--keys 20000,200000] [--many-packets N] [--only friendly|many]
+//!   [--keep]`: replay packets per second beside tshark on generated captures (many QP keys:
+//!   the default command; 64 keys: the earlier cases), peak RSS; `--generate FILE KEYS` only
+//!   writes one many-keys capture.
 //! - `bench-nic [--intervals N] [--iface IF]`: the NIC view's CPU per interval with 2,000
 //!   ethtool counters beside the collector's interval cost, and one real read's wall time.
 //! - `schema-doc`: writes docs/schema.md from the output schema's one definition

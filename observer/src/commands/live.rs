@@ -228,7 +228,7 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     if let Err(e) = res {
         // An interval could not be accounted, or the view failed: still close every file
         // written so far.
-        if let Err(f) = col.finish() {
+        if let Err(f) = col.finish_without_qps() {
             tracing::error!(error = %f, "could not finish the output files");
         }
         return Err(e);
@@ -400,7 +400,10 @@ fn attached_line(a: &Attached, capture_port: bool) -> String {
 
 /// Flush and close every file, write summary.json, say where everything went.
 fn finish(col: Collector, args: &LiveArgs, stop_reason: &str) -> anyhow::Result<()> {
-    let summary = col.finish().context("finishing the output files")?;
+    // summary.json is written in full; this reads the output statistics only.
+    let summary = col
+        .finish_without_qps()
+        .context("finishing the output files")?;
     let out = &summary["output"];
     tracing::info!(reason = stop_reason, out = %args.out.display(), "stopped: files flushed and closed, programs detached");
     let alerts = summary

@@ -1,7 +1,7 @@
 //! `roce-observe replay FILE... | -`: options, and the run that wires the capture source to the
 //! collector and prints the summary.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use super::args::{
 use crate::pipeline::alerts::Severity;
 use crate::pipeline::rules::Rule;
 use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
-use crate::sinks::summary_json::summary_json;
+use crate::sinks::summary_json::{QpList, SummaryDoc, interfaces_json};
 use crate::sinks::summary_text;
 use crate::sources::capture::{CaptureSource, ReplayError, ReplayOptions};
 use crate::sources::{Consumer, Discard, Source, Stop};
@@ -111,16 +111,31 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let elapsed = started.elapsed().as_secs_f64();
     // The summary is printed even when the output could not be finished (a full or read-only
     // disk): the totals are in memory; the error follows it.
-    let (collector_summary, output_err) = match collector.map(Collector::finish) {
+    let (collector_summary, output_err) = match collector.map(Collector::finish_without_qps) {
         Some(Ok(v)) => (Some(v), None),
         Some(Err(e)) => (None, Some(e)),
         None => (None, None),
     };
     let summary = summary(&args, &source, collector_summary, elapsed, &stop);
+    // The QPs are serialized from the final values (no JSON tree of every key).
+    let qps = QpList::new(&source.snapshots);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        serde_json::to_writer_pretty(
+            &mut out,
+            &SummaryDoc {
+                head: summary.as_object().context("summary is an object")?,
+                qps: &qps,
+            },
+        )?;
+        writeln!(out)?;
+        out.flush()?;
     } else {
-        print!("{}", summary_text::render(&summary, args.link_speed));
+        let top = qps.top_by_pkts(summary_text::MAX_QP_ROWS);
+        print!(
+            "{}",
+            summary_text::render_with_qps(&summary, &top, qps.len(), args.link_speed)
+        );
     }
     if let Some(e) = output_err {
         return Err(anyhow::Error::new(e).context(format!(
@@ -210,6 +225,7 @@ fn collector(args: &ReplayArgs, policy: Option<&PolicyConfig>) -> anyhow::Result
 
 /// Replay's own totals, with the collector's additions (alerts, alert occurrences, PFC storm
 /// figures, output files): the per-QP and interface totals stay replay's (the same numbers).
+/// Without the QPs, which are streamed from `source.snapshots` ([`QpList`]).
 fn summary(
     args: &ReplayArgs,
     source: &CaptureSource,
@@ -217,7 +233,7 @@ fn summary(
     elapsed: f64,
     stop: &Stop,
 ) -> Value {
-    let mut summary = summary_json(&source.snapshots);
+    let mut summary = Value::Object(interfaces_json(&source.snapshots));
     let Value::Object(m) = &mut summary else {
         return summary;
     };

@@ -249,16 +249,17 @@ struct Tally {
 /// Deduplication with hold-down per (rule, key).
 pub struct Dedup {
     pub hold_down_ns: u64,
-    holds: HashMap<(Rule, AlertKey), Hold>,
-    tallies: HashMap<(Rule, AlertKey), Tally>,
+    /// foldhash, not SipHash: a replay of many keys offers an alert per key and event.
+    holds: HashMap<(Rule, AlertKey), Hold, crate::sources::datapath::FastHash>,
+    tallies: HashMap<(Rule, AlertKey), Tally, crate::sources::datapath::FastHash>,
 }
 
 impl Dedup {
     pub fn new(hold_down_ns: u64) -> Dedup {
         Dedup {
             hold_down_ns,
-            holds: HashMap::new(),
-            tallies: HashMap::new(),
+            holds: HashMap::default(),
+            tallies: HashMap::default(),
         }
     }
 

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use crate::sinks::parquet_files::OutputError;
 use crate::sinks::row_builders::{self as tables, FlowsBuilder, IfaceExtra};
+use crate::sinks::summary_json::QpList;
 use crate::sinks::{IntervalRows, JsonlSink, RunInfo, Sink, StderrSink, TableKind, TableSink};
 use crate::sources::Snapshot;
 use crate::sources::snapshot::CounterWords;
@@ -377,18 +378,18 @@ fn account_keys(
 ) {
     st.prev.begin_scan(snap.qps.len());
     for (pos, (k, v)) in snap.qps.iter().enumerate() {
-        // Prefetch: the `pkts` line of both values PREFETCH_HEAD keys ahead; all lines of the
-        // values PREFETCH_FULL keys ahead when that key is active (most keys idle: read one line
-        // each).
+        // Prefetch: the `pkts` line of the new value PREFETCH_HEAD keys ahead (the previous
+        // packet counts are a dense array); all lines of both values PREFETCH_FULL keys ahead
+        // when that key is active (most keys idle: one line of the snapshot each).
         if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_HEAD) {
             deltas::prefetch(nv, 1);
-            if let Some(pv) = st.prev.hinted(pos + PREFETCH_HEAD) {
-                deltas::prefetch(pv, 1);
-            }
         }
         if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_FULL)
+            && st
+                .prev
+                .hinted_pkts(pos + PREFETCH_FULL)
+                .is_some_and(|p| p != nv.pkts)
             && let Some(pv) = st.prev.hinted(pos + PREFETCH_FULL)
-            && nv.pkts != pv.pkts
         {
             deltas::prefetch(nv, usize::MAX);
             deltas::prefetch(pv, usize::MAX);
@@ -397,11 +398,12 @@ fn account_keys(
         kp.tracked[di] += 1;
         match st.prev.find(pos, k) {
             Some(slot) => {
-                let pv = st.prev.value_mut(slot);
-                if pv.pkts == v.pkts {
+                if st.prev.pkts(slot) == v.pkts {
                     continue;
                 }
+                let pv = st.prev.value_mut(slot);
                 sc.update(v, pv);
+                st.prev.sync_pkts(slot);
                 kp.active[di] += 1;
                 let pair = st.prev.tag(slot);
                 kp.row(cx, k, &sc.d, &sc.nz, false, false, &mut st.pairs, pair);
@@ -887,47 +889,90 @@ impl Collector {
         self.sinks.iter().flat_map(|s| s.written_files()).collect()
     }
 
-    /// Snapshots of the collector's view of every interface: the last values read, plus keys
-    /// evicted earlier (summary).
-    fn last_snapshots(&self) -> Vec<Snapshot> {
-        self.ifaces
+    /// One interface's last snapshot without its QPs (the interface and MAC counters, with the
+    /// counts from before a restart added).
+    fn last_snapshot_head(name: &str, st: &IfaceState) -> Snapshot {
+        let mut macs: Vec<(MacKey, PfcCounters)> =
+            st.prev_macs.iter().map(|(k, v)| (*k, *v)).collect();
+        macs.sort_by_key(|a| a.0);
+        let mut iface_stats = st.prev_iface;
+        for (s, b) in iface_stats.iter_mut().zip(&st.before_restart) {
+            s.add(b);
+        }
+        Snapshot {
+            iface: name.to_string(),
+            time_ns: st.prev_time.unwrap_or(0),
+            link_speed_bps: st.link_bps,
+            qps: Vec::new(),
+            iface_stats,
+            macs,
+        }
+    }
+
+    /// An interface's QPs as copies: the last values read, keys evicted earlier, the counts
+    /// from before a restart added.
+    fn merged_qps(st: &IfaceState) -> Vec<(QpKey, QpValue)> {
+        let mut qps: Vec<(QpKey, QpValue)> = st.prev.iter().map(|(k, v)| (*k, *v)).collect();
+        qps.extend(
+            st.retired
+                .iter()
+                .filter(|(k, _)| !st.prev.contains(k))
+                .map(|(k, v)| (*k, *v)),
+        );
+        if !st.qps_before_restart.is_empty() {
+            let idx: HashMap<QpKey, usize> =
+                qps.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
+            for (k, b) in &st.qps_before_restart {
+                match idx.get(k) {
+                    Some(&i) => observer_common::qp::add_counts(&mut qps[i].1, b),
+                    None => qps.push((*k, *b)),
+                }
+            }
+        }
+        qps
+    }
+
+    /// The summary's per-interface heads and, for the interfaces restarted during the run
+    /// (whose QPs are merged copies), their QPs.
+    fn summary_snapshots(&self) -> (Vec<Snapshot>, Vec<Snapshot>) {
+        let heads: Vec<Snapshot> = self
+            .ifaces
             .iter()
+            .map(|(name, st)| Self::last_snapshot_head(name, st))
+            .collect();
+        let restarted = self
+            .ifaces
+            .iter()
+            .filter(|(_, st)| !st.qps_before_restart.is_empty())
             .map(|(name, st)| {
-                let mut qps: Vec<(QpKey, QpValue)> =
-                    st.prev.iter().map(|(k, v)| (*k, *v)).collect();
-                qps.extend(
-                    st.retired
-                        .iter()
-                        .filter(|(k, _)| !st.prev.contains(k))
-                        .map(|(k, v)| (*k, *v)),
-                );
-                let mut macs: Vec<(MacKey, PfcCounters)> =
-                    st.prev_macs.iter().map(|(k, v)| (*k, *v)).collect();
-                macs.sort_by_key(|a| a.0);
-                if !st.qps_before_restart.is_empty() {
-                    let idx: HashMap<QpKey, usize> =
-                        qps.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
-                    for (k, b) in &st.qps_before_restart {
-                        match idx.get(k) {
-                            Some(&i) => observer_common::qp::add_counts(&mut qps[i].1, b),
-                            None => qps.push((*k, *b)),
-                        }
-                    }
-                }
-                let mut iface_stats = st.prev_iface;
-                for (s, b) in iface_stats.iter_mut().zip(&st.before_restart) {
-                    s.add(b);
-                }
-                Snapshot {
-                    iface: name.clone(),
-                    time_ns: st.prev_time.unwrap_or(0),
-                    link_speed_bps: st.link_bps,
-                    qps,
-                    iface_stats,
-                    macs,
-                }
+                let mut s = Self::last_snapshot_head(name, st);
+                s.qps = Self::merged_qps(st);
+                s
             })
-            .collect()
+            .collect();
+        (heads, restarted)
+    }
+
+    /// Every QP of the summary, by reference to the collector's last values (copies only for
+    /// restarted interfaces, from `restarted`).
+    fn summary_qps<'a>(&'a self, restarted: &'a [Snapshot]) -> QpList<'a> {
+        let mut groups = Vec::new();
+        for (name, st) in &self.ifaces {
+            if let Some(r) = restarted.iter().find(|r| r.iface == *name) {
+                groups.push(r.qps.iter().map(|(k, v)| (name.as_str(), k, v)).collect());
+                continue;
+            }
+            let mut g: Vec<(&str, &QpKey, &QpValue)> =
+                st.prev.iter().map(|(k, v)| (name.as_str(), k, v)).collect();
+            g.extend(
+                st.retired
+                    .iter()
+                    .filter(|(k, _)| !st.prev.contains(k))
+                    .map(|(k, v)| (name.as_str(), k, v)),
+            );
+            groups.push(g);
+        }
+        QpList::from_groups(groups)
     }
 
     /// The observation points of the run: (host, iface, dir, label) of every interface's
@@ -960,7 +1005,18 @@ impl Collector {
 
     /// Flushes and closes every output, writes `summary.json` (`summary_json` of the last
     /// snapshots plus `"alerts": {rule: count}`) and returns it.
-    pub fn finish(mut self) -> Result<Value, CollectorError> {
+    pub fn finish(self) -> Result<Value, CollectorError> {
+        self.finish_inner(true)
+    }
+
+    /// [`Collector::finish`], returning the summary without its QPs (no "qps"): for a caller
+    /// that has the QPs itself (replay), without building a JSON tree of every key.
+    /// `summary.json` is written in full either way, its QPs streamed.
+    pub fn finish_without_qps(self) -> Result<Value, CollectorError> {
+        self.finish_inner(false)
+    }
+
+    fn finish_inner(mut self, with_qps: bool) -> Result<Value, CollectorError> {
         let t = self
             .ifaces
             .values()
@@ -977,11 +1033,24 @@ impl Collector {
                 first_err.get_or_insert(e.into());
             }
         }
-        let v = self.summary();
+        let (heads, restarted) = self.summary_snapshots();
+        let mut head = self.summary_head(&heads);
+        let qps = self.summary_qps(&restarted);
         let path = self.cfg.out_dir.join("summary.json");
         let tmp = self.cfg.out_dir.join("summary.json.tmp");
-        let text = serde_json::to_string_pretty(&v)?;
-        if let Err(err) = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path)) {
+        let write = || -> std::io::Result<()> {
+            let mut w = std::io::BufWriter::with_capacity(1 << 16, std::fs::File::create(&tmp)?);
+            serde_json::to_writer_pretty(
+                &mut w,
+                &crate::sinks::summary_json::SummaryDoc {
+                    head: &head,
+                    qps: &qps,
+                },
+            )?;
+            w.into_inner().map_err(|e| e.into_error())?;
+            std::fs::rename(&tmp, &path)
+        };
+        if let Err(err) = write() {
             let _ = std::fs::remove_file(&tmp);
             tracing::error!(path = %path.display(), error = %err, "could not write summary.json");
             first_err.get_or_insert(CollectorError::Output(OutputError::Io {
@@ -989,16 +1058,19 @@ impl Collector {
                 err,
             }));
         }
+        if with_qps {
+            head.insert("qps".into(), serde_json::to_value(&qps)?);
+        }
         match first_err {
             Some(e) => Err(e),
-            None => Ok(v),
+            None => Ok(Value::Object(head)),
         }
     }
 
-    /// The run's totals: `summary_json` of the last snapshots, alerts per rule, occurrences,
-    /// PFC storm figures, output statistics.
-    fn summary(&self) -> Value {
-        let mut v = crate::sinks::summary_json::summary_json(&self.last_snapshots());
+    /// The run's totals but the QPs: the interfaces of `heads` (`summary_json` form), alerts
+    /// per rule, occurrences, PFC storm figures, output statistics.
+    fn summary_head(&self, heads: &[Snapshot]) -> serde_json::Map<String, Value> {
+        let mut m = crate::sinks::summary_json::interfaces_json(heads);
         let counts = |m: &BTreeMap<&'static str, u64>| -> serde_json::Map<String, Value> {
             m.iter().map(|(k, n)| (k.to_string(), json!(n))).collect()
         };
@@ -1015,20 +1087,18 @@ impl Collector {
                 json!({"max_xoff_per_s": per_dir, "evictions": st.evictions_total}),
             );
         }
-        if let Value::Object(m) = &mut v {
-            m.insert("alerts".into(), Value::Object(counts(&self.alert_counts)));
-            m.insert(
-                "alert_occurrences".into(),
-                Value::Object(counts(&self.occurrences)),
-            );
-            m.insert("pfc_storm_figures".into(), Value::Object(storms));
-            m.insert("output".into(), self.output_stats());
-            m.insert("host".into(), json!(self.cfg.host));
-            m.insert("source".into(), json!(self.cfg.source));
-            m.insert("point".into(), json!(self.cfg.point_label));
-            m.insert("points".into(), self.points_json());
-        }
-        v
+        m.insert("alerts".into(), Value::Object(counts(&self.alert_counts)));
+        m.insert(
+            "alert_occurrences".into(),
+            Value::Object(counts(&self.occurrences)),
+        );
+        m.insert("pfc_storm_figures".into(), Value::Object(storms));
+        m.insert("output".into(), self.output_stats());
+        m.insert("host".into(), json!(self.cfg.host));
+        m.insert("source".into(), json!(self.cfg.source));
+        m.insert("point".into(), json!(self.cfg.point_label));
+        m.insert("points".into(), self.points_json());
+        m
     }
 }
 

@@ -13,6 +13,9 @@ pub struct PrevStore {
     index: HashMap<QpKey, u32>,
     keys: Vec<QpKey>,
     vals: Vec<QpValue>,
+    /// Each slot's `vals[slot].pkts`, dense: the per-interval scan compares a key's packet count
+    /// here first, so an idle key costs 8 bytes of this array, not a line of its value.
+    pkts: Vec<u64>,
     /// The caller's tag of each key (the collector: its IP pair's id).
     tags: Vec<u32>,
     alive: Vec<bool>,
@@ -65,8 +68,24 @@ impl PrevStore {
     pub fn value(&self, slot: usize) -> &QpValue {
         &self.vals[slot]
     }
+    /// The value of `slot`, to update: [`PrevStore::sync_pkts`] after.
     pub fn value_mut(&mut self, slot: usize) -> &mut QpValue {
         &mut self.vals[slot]
+    }
+    /// The packet count of `slot`'s value (from the dense array).
+    #[inline]
+    pub fn pkts(&self, slot: usize) -> u64 {
+        self.pkts[slot]
+    }
+    /// Packet count of the slot the key at position `pos` most likely has (the position hint).
+    #[inline]
+    pub fn hinted_pkts(&self, pos: usize) -> Option<u64> {
+        self.pkts.get(*self.hint.get(pos)? as usize).copied()
+    }
+    /// Takes `slot`'s packet count from its value after a [`PrevStore::value_mut`] update.
+    #[inline]
+    pub fn sync_pkts(&mut self, slot: usize) {
+        self.pkts[slot] = self.vals[slot].pkts;
     }
     pub fn tag(&self, slot: usize) -> u32 {
         self.tags[slot]
@@ -79,6 +98,7 @@ impl PrevStore {
                 let s = s as usize;
                 self.keys[s] = k;
                 self.vals[s] = v;
+                self.pkts[s] = v.pkts;
                 self.tags[s] = tag;
                 self.alive[s] = true;
                 self.seen[s] = self.generation;
@@ -87,6 +107,7 @@ impl PrevStore {
             None => {
                 self.keys.push(k);
                 self.vals.push(v);
+                self.pkts.push(v.pkts);
                 self.tags.push(tag);
                 self.alive.push(true);
                 self.seen.push(self.generation);
@@ -157,12 +178,22 @@ mod tests {
         p.begin_scan(2);
         let s = p.find(0, &k(2)).unwrap();
         assert_eq!(p.value(s).pkts, 2);
+        assert_eq!((p.pkts(s), p.hinted_pkts(0)), (2, Some(2)));
+        // an update through value_mut reaches the dense packet counts with sync_pkts
+        p.value_mut(s).pkts = 9;
+        assert_eq!(p.pkts(s), 2);
+        p.sync_pkts(s);
+        assert_eq!(p.pkts(s), 9);
+        p.value_mut(s).pkts = 2;
+        p.sync_pkts(s);
         assert_eq!(p.find(1, &k(1)).map(|s| p.value(s).pkts), Some(1));
         assert_eq!(p.vanished(), vec![k(3)]);
         assert_eq!(p.remove(&k(3)).map(|(v, t)| (v.pkts, t)), Some((3, 30)));
         assert!(!p.contains(&k(3)));
         p.insert(1, k(4), QpValue::ZERO, 40); // reuses the freed slot
         assert_eq!(p.len(), 3);
+        let s4 = p.find(1, &k(4)).unwrap();
+        assert_eq!(p.pkts(s4), 0, "the reused slot's count");
         assert_eq!(p.iter().count(), 3);
         p.begin_scan(1);
         assert_eq!(

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::parse::{encap, reason};
 use observer_common::qp::bucket_opcode;
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value, json};
 
 use crate::schema::{IFACE_HEALTH, IFACE_TRAFFIC, QP_COUNTS};
@@ -119,19 +120,453 @@ pub fn iface_json(iface: &str, d: usize, s: &IfaceStats) -> Value {
 /// `{"interfaces": [...], "qps": [...]}` for a set of snapshots (one per interface). QPs are
 /// sorted by (iface, dir, src, dst, qp) so two summaries of the same traffic compare equal.
 pub fn summary_json(snaps: &[Snapshot]) -> Value {
+    let mut m = interfaces_json(snaps);
+    let qps = QpList::new(snaps);
+    m.insert(
+        "qps".into(),
+        Value::Array(
+            qps.items
+                .iter()
+                .map(|&(f, k, v)| qp_json(f, k, v))
+                .collect(),
+        ),
+    );
+    Value::Object(m)
+}
+
+/// One QP's totals serialized straight from its key and value: the same JSON as [`qp_json`]
+/// (the same keys in the same order: a `Value` map's sorted order) without building a `Value`
+/// tree, for summaries of many keys.
+pub struct QpJson<'a> {
+    pub iface: &'a str,
+    pub key: &'a QpKey,
+    pub value: &'a QpValue,
+}
+
+/// A field of [`qp_json`]'s object.
+#[derive(Clone, Copy)]
+enum QpField {
+    Iface,
+    Dir,
+    Src,
+    Dst,
+    Qp,
+    QpHex,
+    FirstNs,
+    LastNs,
+    MaxUdpPayload,
+    LastUdpSport,
+    Opcodes,
+    Dscp,
+    Ecn,
+    Pcp,
+    Count(usize),
+}
+
+/// The orders of the object's keys and of the histograms' keys, as a `Value` map (sorted by
+/// the key string) has them.
+struct Orders {
+    fields: Vec<(&'static str, QpField)>,
+    /// Opcode buckets with their names, by name; "other" once (see [`QpJson::opcodes`]).
+    opcodes: Vec<(String, Option<usize>)>,
+    dscp: Vec<(String, usize)>,
+    ecn: Vec<(String, usize)>,
+    pcp: Vec<(String, usize)>,
+    classes: Vec<usize>,
+}
+
+fn by_name<T>(mut v: Vec<(String, T)>) -> Vec<(String, T)> {
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+static ORDERS: std::sync::LazyLock<Orders> = std::sync::LazyLock::new(|| {
+    use QpField::*;
+    let mut fields: Vec<(&'static str, QpField)> = vec![
+        ("iface", Iface),
+        ("dir", Dir),
+        ("src", Src),
+        ("dst", Dst),
+        ("qp", Qp),
+        ("qp_hex", QpHex),
+        ("first_ns", FirstNs),
+        ("last_ns", LastNs),
+        ("max_udp_payload", MaxUdpPayload),
+        ("last_udp_sport", LastUdpSport),
+        ("opcodes", Opcodes),
+        ("dscp", Dscp),
+        ("ecn", Ecn),
+        ("pcp", Pcp),
+    ];
+    // qp_json inserts the counts after the fixed fields: a count of the same name replaces it.
+    for (i, q) in QP_COUNTS.iter().enumerate() {
+        fields.retain(|f| f.0 != q.name);
+        fields.push((q.name, Count(i)));
+    }
+    fields.sort_by(|a, b| a.0.cmp(b.0));
+    let mut opcodes: Vec<(String, Option<usize>)> = (0..observer_common::maps::OPCODE_BUCKETS)
+        .filter_map(|b| bucket_opcode(b).map(|op| (format!("0x{op:02x}"), Some(b))))
+        .collect();
+    opcodes.push(("other".into(), None));
+    let mut classes: Vec<usize> = (0..class::COUNT).collect();
+    classes.sort_by_key(|&c| class::NAMES[c]);
+    Orders {
+        fields,
+        opcodes: by_name(opcodes),
+        dscp: by_name((0..64).map(|i| (i.to_string(), i)).collect()),
+        ecn: by_name((0..4).map(|i| (i.to_string(), i)).collect()),
+        pcp: by_name(
+            (0..observer_common::maps::PCP_BUCKETS)
+                .map(|i| (pcp_name(i), i))
+                .collect(),
+        ),
+        classes,
+    }
+});
+
+/// The nonzero cells of `h` as a map, in `order`.
+struct Hist<'a, const N: usize> {
+    h: &'a [u32; N],
+    order: &'a [(String, usize)],
+}
+
+impl<const N: usize> Serialize for Hist<'_, N> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        for (name, i) in self.order {
+            let n = self.h[*i];
+            if n != 0 {
+                m.serialize_entry(name.as_str(), &n)?;
+            }
+        }
+        m.end()
+    }
+}
+
+/// A per-class histogram: every class (empty ones too), in name order.
+struct PerClass<'a, const N: usize> {
+    h: &'a [[u32; N]; class::COUNT],
+    order: &'a [(String, usize)],
+}
+
+impl<const N: usize> Serialize for PerClass<'_, N> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(class::COUNT))?;
+        for &c in &ORDERS.classes {
+            m.serialize_entry(
+                class::NAMES[c],
+                &Hist {
+                    h: &self.h[c],
+                    order: self.order,
+                },
+            )?;
+        }
+        m.end()
+    }
+}
+
+/// The opcode histogram: nonzero buckets by name; "other" is the last nonzero bucket without
+/// an opcode (as [`qp_json`] inserts them in bucket order).
+struct Opcodes<'a>(&'a QpValue);
+
+impl Serialize for Opcodes<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let h = &self.0.opcode_hist;
+        let mut m = s.serialize_map(None)?;
+        for (name, b) in &ORDERS.opcodes {
+            let n = match b {
+                Some(b) => h[*b],
+                None => (0..h.len())
+                    .rev()
+                    .find(|&b| bucket_opcode(b).is_none() && h[b] != 0)
+                    .map_or(0, |b| h[b]),
+            };
+            if n != 0 {
+                m.serialize_entry(name.as_str(), &n)?;
+            }
+        }
+        m.end()
+    }
+}
+
+impl Serialize for QpJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let o = &*ORDERS;
+        let (k, v) = (self.key, self.value);
+        let mut m = s.serialize_map(Some(o.fields.len()))?;
+        for &(name, f) in &o.fields {
+            match f {
+                QpField::Iface => m.serialize_entry(name, self.iface)?,
+                QpField::Dir => {
+                    m.serialize_entry(name, dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)])?
+                }
+                QpField::Src => m.serialize_entry(name, &ip_of(&k.src_ip))?,
+                QpField::Dst => m.serialize_entry(name, &ip_of(&k.dst_ip))?,
+                QpField::Qp => m.serialize_entry(name, &k.dest_qp)?,
+                QpField::QpHex => m.serialize_entry(name, &format_args!("0x{:06x}", k.dest_qp))?,
+                QpField::FirstNs => m.serialize_entry(name, &v.first_ns)?,
+                QpField::LastNs => m.serialize_entry(name, &v.last_ns)?,
+                QpField::MaxUdpPayload => m.serialize_entry(name, &v.max_udp_payload)?,
+                QpField::LastUdpSport => m.serialize_entry(name, &v.last_udp_sport)?,
+                QpField::Opcodes => m.serialize_entry(name, &Opcodes(v))?,
+                QpField::Dscp => m.serialize_entry(
+                    name,
+                    &PerClass {
+                        h: &v.dscp_hist,
+                        order: &o.dscp,
+                    },
+                )?,
+                QpField::Ecn => m.serialize_entry(
+                    name,
+                    &PerClass {
+                        h: &v.ecn_hist,
+                        order: &o.ecn,
+                    },
+                )?,
+                QpField::Pcp => m.serialize_entry(
+                    name,
+                    &PerClass {
+                        h: &v.pcp_hist,
+                        order: &o.pcp,
+                    },
+                )?,
+                QpField::Count(i) => m.serialize_entry(name, &(QP_COUNTS[i].get)(v))?,
+            }
+        }
+        m.end()
+    }
+}
+
+/// The QPs of a summary, serialized one by one ([`QpJson`]): every key of `snaps`, sorted by
+/// (iface, dir, src, dst, qp) within each snapshot as [`summary_json`] sorts them.
+pub struct QpList<'a> {
+    items: Vec<(&'a str, &'a QpKey, &'a QpValue)>,
+}
+
+impl<'a> QpList<'a> {
+    pub fn new(snaps: &'a [Snapshot]) -> QpList<'a> {
+        QpList::from_groups(
+            snaps
+                .iter()
+                .map(|s| {
+                    s.qps
+                        .iter()
+                        .map(|(k, v)| (s.iface.as_str(), k, v))
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+    /// One group per interface, in order; each sorted by key here.
+    pub fn from_groups(groups: Vec<Vec<(&'a str, &'a QpKey, &'a QpValue)>>) -> QpList<'a> {
+        let mut items = Vec::with_capacity(groups.iter().map(Vec::len).sum());
+        for mut g in groups {
+            g.sort_unstable_by_key(|e| *e.1);
+            items.append(&mut g);
+        }
+        QpList { items }
+    }
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    /// The `n` QPs with the most packets (ties in list order), as [`qp_json`] values.
+    pub fn top_by_pkts(&self, n: usize) -> Vec<Value> {
+        let mut idx: Vec<usize> = (0..self.items.len()).collect();
+        let key = |i: &usize| (std::cmp::Reverse(self.items[*i].2.pkts), *i);
+        if idx.len() > n {
+            idx.select_nth_unstable_by_key(n, key);
+            idx.truncate(n);
+        }
+        idx.sort_by_key(key);
+        idx.iter()
+            .map(|&i| {
+                let (f, k, v) = self.items[i];
+                qp_json(f, k, v)
+            })
+            .collect()
+    }
+}
+
+impl Serialize for QpList<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut q = s.serialize_seq(Some(self.items.len()))?;
+        for &(iface, key, value) in &self.items {
+            q.serialize_element(&QpJson { iface, key, value })?;
+        }
+        q.end()
+    }
+}
+
+/// A summary object (`head`, a `Value` map without "qps") with its QPs streamed in at their
+/// sorted place: the same JSON as `head` with "qps" inserted, without building the QPs' tree.
+pub struct SummaryDoc<'a> {
+    pub head: &'a Map<String, Value>,
+    pub qps: &'a QpList<'a>,
+}
+
+impl Serialize for SummaryDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.head.len() + 1))?;
+        let mut qps_done = false;
+        for (k, v) in self.head {
+            if k == "qps" {
+                continue;
+            }
+            if !qps_done && k.as_str() > "qps" {
+                m.serialize_entry("qps", self.qps)?;
+                qps_done = true;
+            }
+            m.serialize_entry(k, v)?;
+        }
+        if !qps_done {
+            m.serialize_entry("qps", self.qps)?;
+        }
+        m.end()
+    }
+}
+
+/// `{"interfaces": [...]}` of `snaps`: [`summary_json`] without its QPs (see [`QpList`]).
+pub fn interfaces_json(snaps: &[Snapshot]) -> Map<String, Value> {
     let mut ifaces = Vec::new();
-    let mut qps = Vec::new();
     for s in snaps {
         for d in 0..dir::COUNT {
             if s.iface_stats[d].frames != 0 || d == dir::INGRESS as usize {
                 ifaces.push(iface_json(&s.iface, d, &s.iface_stats[d]));
             }
         }
-        let mut keys: Vec<&(QpKey, QpValue)> = s.qps.iter().collect();
-        keys.sort_by_key(|e| e.0);
-        for (k, v) in keys {
-            qps.push(qp_json(&s.iface, k, v));
+    }
+    let mut m = Map::new();
+    m.insert("interfaces".into(), Value::Array(ifaces));
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value with every histogram and count varied by `seed` (a few cells zero).
+    fn value(seed: u64) -> QpValue {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut v = QpValue::ZERO;
+        let cell = |r: u64| {
+            if r.is_multiple_of(3) {
+                0
+            } else {
+                (r >> 8) as u32 % 1000
+            }
+        };
+        for c in v.opcode_hist.iter_mut() {
+            *c = cell(next());
+        }
+        for row in v.dscp_hist.iter_mut() {
+            for c in row.iter_mut() {
+                *c = cell(next());
+            }
+        }
+        for row in v.ecn_hist.iter_mut() {
+            for c in row.iter_mut() {
+                *c = cell(next());
+            }
+        }
+        for row in v.pcp_hist.iter_mut() {
+            for c in row.iter_mut() {
+                *c = cell(next());
+            }
+        }
+        v.pkts = next() % 100_000;
+        v.bytes_l2 = next();
+        v.naks = next() % 7;
+        v.psn_gaps = next() % 5;
+        v.icrc_ok = next() % 9;
+        v.first_ns = next();
+        v.last_ns = next();
+        v.max_udp_payload = next() as u32;
+        v.last_udp_sport = next() as u16;
+        v
+    }
+
+    fn key(i: u32, d: u8) -> QpKey {
+        let mut src = [0u8; 16];
+        src[10] = 0xff;
+        src[11] = 0xff;
+        src[12..].copy_from_slice(&[10, 0, (i >> 8) as u8, i as u8]);
+        let mut dst = [0u8; 16];
+        dst[0] = 0xfd;
+        dst[15] = (i * 7) as u8;
+        QpKey {
+            src_ip: if i.is_multiple_of(2) { src } else { dst },
+            dst_ip: if i.is_multiple_of(2) { dst } else { src },
+            dest_qp: i * 977 % 0xff_ffff,
+            dir: d,
+            _pad: [0; 3],
         }
     }
-    json!({ "interfaces": ifaces, "qps": qps })
+
+    /// The streamed QP object is exactly `qp_json`'s (same keys, values and order).
+    #[test]
+    fn streamed_qp_equals_value_tree() {
+        for i in 0..200u32 {
+            let (k, v) = (key(i, (i % 2) as u8), value(i as u64));
+            let tree = serde_json::to_string(&qp_json("eth0", &k, &v)).unwrap();
+            let streamed = serde_json::to_string(&QpJson {
+                iface: "eth0",
+                key: &k,
+                value: &v,
+            })
+            .unwrap();
+            assert_eq!(streamed, tree, "key {i}");
+        }
+    }
+
+    /// A streamed summary (head + QPs at their place) prints exactly as the `Value` summary
+    /// with a key before and after "qps"; the top QPs by packets are the table's rows.
+    #[test]
+    fn streamed_summary_and_top_qps() {
+        let snap = |name: &str, n: u32| Snapshot {
+            iface: name.into(),
+            time_ns: 1,
+            link_speed_bps: None,
+            qps: (0..n)
+                .rev()
+                .map(|i| (key(i, 0), value(i as u64 + 7)))
+                .collect(),
+            iface_stats: [IfaceStats::default(); dir::COUNT],
+            macs: Vec::new(),
+        };
+        let snaps = vec![snap("b", 30), snap("a", 12)];
+        let mut full = summary_json(&snaps);
+        full["alerts"] = json!({"x": 1});
+        full["source"] = json!("replay");
+        let Value::Object(mut head) = full.clone() else {
+            panic!()
+        };
+        head.remove("qps");
+        let list = QpList::new(&snaps);
+        assert_eq!(list.len(), 42);
+        let doc = SummaryDoc {
+            head: &head,
+            qps: &list,
+        };
+        assert_eq!(
+            serde_json::to_string_pretty(&doc).unwrap(),
+            serde_json::to_string_pretty(&full).unwrap()
+        );
+        let mut all: Vec<&Value> = full["qps"].as_array().unwrap().iter().collect();
+        all.sort_by_key(|q| std::cmp::Reverse(q["pkts"].as_u64().unwrap()));
+        let top = list.top_by_pkts(5);
+        assert_eq!(top.len(), 5);
+        for (t, a) in top.iter().zip(&all) {
+            assert_eq!(t, *a);
+        }
+        assert_eq!(list.top_by_pkts(100).len(), 42);
+    }
 }

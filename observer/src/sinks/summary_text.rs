@@ -6,7 +6,7 @@ use std::fmt::Write;
 use serde_json::Value;
 
 /// QP rows shown; the rest are summarised in one line (all are in `--json`).
-const MAX_QP_ROWS: usize = 50;
+pub const MAX_QP_ROWS: usize = 50;
 
 fn u(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_u64).unwrap_or(0)
@@ -49,16 +49,27 @@ fn merged(v: Option<&Value>) -> Value {
 
 /// All the tables: interfaces, PFC / PAUSE, QPs, alerts, then the replay's own lines.
 pub fn render(s: &Value, link_speed: Option<u64>) -> String {
+    let empty = Vec::new();
+    let qps = s.get("qps").and_then(Value::as_array).unwrap_or(&empty);
+    let mut sorted: Vec<&Value> = qps.iter().collect();
+    sorted.sort_by_key(|q| std::cmp::Reverse(u(q, "pkts")));
+    sorted.truncate(MAX_QP_ROWS);
+    let top: Vec<Value> = sorted.into_iter().cloned().collect();
+    render_with_qps(s, &top, qps.len(), link_speed)
+}
+
+/// [`render`] with the QP rows given: `top`, the (up to [`MAX_QP_ROWS`]) QPs with the most
+/// packets, most first, of `total` QPs (`s`'s "qps" is not read).
+pub fn render_with_qps(s: &Value, top: &[Value], total: usize, link_speed: Option<u64>) -> String {
     let mut o = String::new();
     let empty = Vec::new();
     let ifaces = s
         .get("interfaces")
         .and_then(Value::as_array)
         .unwrap_or(&empty);
-    let qps = s.get("qps").and_then(Value::as_array).unwrap_or(&empty);
     interfaces_table(&mut o, ifaces);
     pfc_pause_section(&mut o, ifaces, link_speed);
-    qp_table(&mut o, qps);
+    qp_table(&mut o, top, total);
     alerts_section(&mut o, s);
     if let Some(r) = s.get("replay") {
         replay_lines(&mut o, r);
@@ -174,8 +185,8 @@ fn pfc_priority_rows(o: &mut String, pfc: &Value, link_speed: Option<u64>) {
 }
 
 /// `== QPs (n)`: the busiest QPs first, at most [`MAX_QP_ROWS`] rows.
-fn qp_table(o: &mut String, qps: &[Value]) {
-    let _ = writeln!(o, "\n== QPs ({})", qps.len());
+fn qp_table(o: &mut String, top: &[Value], total: usize) {
+    let _ = writeln!(o, "\n== QPs ({total})");
     let _ = writeln!(
         o,
         "{:<16} {:<15} {:<15} {:>8} {:>9} {:>12} {:>7} {:>6} {:>5} {:>5} {:>5} {:>4} {:>5} {:>7} {:>7} {:>6} {:>14}  dscp / ecn / pcp",
@@ -197,16 +208,14 @@ fn qp_table(o: &mut String, qps: &[Value]) {
         "mtu",
         "icrc ok/bad/u"
     );
-    let mut sorted: Vec<&Value> = qps.iter().collect();
-    sorted.sort_by_key(|q| std::cmp::Reverse(u(q, "pkts")));
-    for q in sorted.iter().take(MAX_QP_ROWS) {
+    for q in top.iter().take(MAX_QP_ROWS) {
         qp_row(o, q);
     }
-    if sorted.len() > MAX_QP_ROWS {
+    if total > MAX_QP_ROWS {
         let _ = writeln!(
             o,
             "... {} more QPs (all of them with --json)",
-            sorted.len() - MAX_QP_ROWS
+            total - MAX_QP_ROWS
         );
     }
 }

@@ -20,13 +20,169 @@ use crate::sources::kernel::MAX_MACS;
 /// SipHash on the 40-byte key, which dominated replay's per-packet cost.
 pub type FastHash = foldhash::fast::RandomState;
 
+/// The per-QP values of one interface: a compact open-addressing index (8 bytes per slot, at
+/// most half full: at 20,000 keys 256 KiB, so the lookup stays in the caches) into a dense
+/// vector of (key, value) in insertion order, the key beside the value's first counters (the
+/// key compare loads the line the packet's counters are added to). The vector is what a
+/// snapshot carries: it is lent to the consumer without a copy ([`Datapath::lend_snapshot`])
+/// and its order is stable between intervals (the collector's position hints then find every
+/// key without hashing).
+#[derive(Default)]
+pub struct QpSlab {
+    hasher: FastHash,
+    /// `tag << 32 | (position + 1)`, 0 when empty; the tag is the hash's high 32 bits. A power
+    /// of two in length (or empty); linear probing.
+    slots: Vec<u64>,
+    entries: Vec<(QpKey, QpValue)>,
+}
+
+impl QpSlab {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    #[inline]
+    fn hash(&self, k: &QpKey) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(k)
+    }
+    /// Slot index of `k` (`Ok`), or of the empty slot where it would go (`Err`).
+    #[inline]
+    fn find_slot(&self, k: &QpKey, h: u64) -> Result<usize, usize> {
+        let mask = self.slots.len().wrapping_sub(1);
+        if self.slots.is_empty() {
+            return Err(usize::MAX);
+        }
+        let tag = h >> 32;
+        let mut i = h as usize & mask;
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return Err(i);
+            }
+            if s >> 32 == tag && self.entries[(s as u32 - 1) as usize].0 == *k {
+                return Ok(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+    /// Position of `k` in [`QpSlab::entries`].
+    #[inline]
+    pub fn position(&self, k: &QpKey) -> Option<usize> {
+        let s = self.find_slot(k, self.hash(k)).ok()?;
+        Some((self.slots[s] as u32 - 1) as usize)
+    }
+    pub fn get(&self, k: &QpKey) -> Option<&QpValue> {
+        self.position(k).map(|i| &self.entries[i].1)
+    }
+    pub fn get_mut(&mut self, k: &QpKey) -> Option<&mut QpValue> {
+        let i = self.position(k)?;
+        Some(&mut self.entries[i].1)
+    }
+    /// Rebuilds the index at `cap` slots (a power of two) from the entries.
+    #[cold]
+    fn rebuild(&mut self, cap: usize) {
+        self.slots = vec![0; cap];
+        for p in 0..self.entries.len() {
+            let h = self.hash(&self.entries[p].0);
+            let i = match self.find_slot(&self.entries[p].0, h) {
+                Ok(i) | Err(i) => i,
+            };
+            self.slots[i] = (h >> 32) << 32 | (p as u64 + 1);
+        }
+    }
+    /// Adds `k` (not present) with `v`; returns its position.
+    pub fn insert(&mut self, k: QpKey, v: QpValue) -> usize {
+        if (self.entries.len() + 1) * 2 > self.slots.len() {
+            self.rebuild((self.slots.len() * 2).max(64));
+        }
+        let h = self.hash(&k);
+        let i = match self.find_slot(&k, h) {
+            Ok(i) => return (self.slots[i] as u32 - 1) as usize,
+            Err(i) => i,
+        };
+        let p = self.entries.len();
+        self.entries.push((k, v));
+        self.slots[i] = (h >> 32) << 32 | (p as u64 + 1);
+        p
+    }
+    /// Removes `k` (the last entry takes its position). Rare (tests, never on the packet
+    /// path): the index is rebuilt.
+    pub fn remove(&mut self, k: &QpKey) -> Option<QpValue> {
+        let p = self.position(k)?;
+        let (_, v) = self.entries.swap_remove(p);
+        self.rebuild(self.slots.len());
+        Some(v)
+    }
+    pub fn keys(&self) -> impl Iterator<Item = &QpKey> {
+        self.entries.iter().map(|(k, _)| k)
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (&QpKey, &QpValue)> {
+        self.entries.iter().map(|(k, v)| (k, v))
+    }
+    /// Every (key, value), in insertion order (changed by removals).
+    pub fn entries(&self) -> &[(QpKey, QpValue)] {
+        &self.entries
+    }
+
+    /// Prefetches the cache lines a RoCE packet of key `k` (opcode `op`, DSCP, ECN, PCP bucket)
+    /// will update: the key and the counters, the PSN state and the histogram cells. A hint
+    /// only: nothing is changed, an absent key does nothing.
+    #[inline]
+    fn prefetch(&self, k: &QpKey, f: &observer_common::parse::Frame) {
+        // The first slot with the key's tag: the key itself is not compared (that would wait
+        // for the very line being prefetched); a wrong guess costs a useless prefetch.
+        if self.slots.is_empty() {
+            return;
+        }
+        let h = self.hash(k);
+        let mask = self.slots.len() - 1;
+        let mut i = h as usize & mask;
+        let p = loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return;
+            }
+            if s >> 32 == h >> 32 {
+                break (s as u32 - 1) as usize;
+            }
+            i = (i + 1) & mask;
+        };
+        let Some(e) = self.entries.get(p) else {
+            return;
+        };
+        let v = &e.1;
+        let (bucket, c) = qp::opcode_info(f.bth.opcode);
+        let pcp = (f.pcp as usize).min(observer_common::maps::PCP_BUCKETS - 1);
+        let lines: [*const u8; 7] = [
+            (e as *const (QpKey, QpValue)).cast(),
+            (&v.psn_max_p1 as *const u32).cast(),
+            (&v.icrc_ok as *const u64).cast(),
+            (&v.opcode_hist[bucket] as *const u32).cast(),
+            (&v.dscp_hist[c][(f.dscp & 63) as usize] as *const u32).cast(),
+            (&v.ecn_hist[c][(f.ecn & 3) as usize] as *const u32).cast(),
+            (&v.pcp_hist[c][pcp] as *const u32).cast(),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        for l in lines {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            // SAFETY: a prefetch is only a hint and never faults; the addresses are in `e`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(l.cast()) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = lines;
+    }
+}
+
 /// Per-interface state, as the kernel keeps it for one interface.
 pub struct Datapath {
     pub policy: Policy,
     /// Largest number of keys (the kernel map's size); further new keys are not inserted and
     /// their packets are counted `roce_untracked`.
     pub max_qps: usize,
-    pub qps: HashMap<QpKey, QpValue, FastHash>,
+    pub qps: QpSlab,
     pub iface: [IfaceStats; dir::COUNT],
     pub macs: HashMap<MacKey, PfcCounters, FastHash>,
     /// Largest number of source MACs with PFC / PAUSE counters: the kernel's `MACS` map size
@@ -46,7 +202,7 @@ impl Datapath {
         Datapath {
             policy,
             max_qps,
-            qps: HashMap::default(),
+            qps: QpSlab::default(),
             iface: [IfaceStats::default(); dir::COUNT],
             macs: HashMap::default(),
             max_macs: MAX_MACS as usize,
@@ -89,16 +245,16 @@ impl Datapath {
                     dir: d as u8,
                     _pad: [0; 3],
                 };
-                let full = self.qps.len() >= self.max_qps;
-                let v = match self.qps.get_mut(&key) {
-                    Some(v) => v,
-                    None if full => {
+                let i = match self.qps.position(&key) {
+                    Some(i) => i,
+                    None if self.qps.len() >= self.max_qps => {
                         self.iface[d].qp_insert_failed += 1;
                         self.iface[d].roce_untracked += 1;
                         return;
                     }
-                    None => self.qps.entry(key).or_insert(QpValue::ZERO),
+                    None => self.qps.insert(key, QpValue::ZERO),
                 };
+                let v = &mut self.qps.entries[i].1;
                 // SAFETY: `v` is a live &mut into the map; Plain ops, single thread.
                 let out = unsafe { qp::update::<Plain>(v, &f, wire_len, ts_ns, &self.policy) };
                 if out.psn == qp::PsnStep::Contended {
@@ -136,6 +292,25 @@ impl Datapath {
         }
     }
 
+    /// Prefetches the state the RoCE frame `bytes` (the start of an Ethernet frame seen in
+    /// `direction`) will update, for a frame a few ahead of the current one: its key's index
+    /// slot is read now, its value's lines arrive while the frames before it are processed.
+    #[inline]
+    pub fn prefetch(&self, bytes: &[u8], direction: u8) {
+        let f = parse::classify(bytes);
+        if f.kind != kind::ROCE {
+            return;
+        }
+        let key = QpKey {
+            src_ip: f.src_ip,
+            dst_ip: f.dst_ip,
+            dest_qp: f.bth.dest_qp,
+            dir: (direction as usize).min(dir::COUNT - 1) as u8,
+            _pad: [0; 3],
+        };
+        self.qps.prefetch(&key, &f);
+    }
+
     /// Events produced since the last call.
     pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
@@ -152,9 +327,117 @@ impl Datapath {
             iface: iface.to_string(),
             time_ns,
             link_speed_bps,
-            qps: self.qps.iter().map(|(k, v)| (*k, *v)).collect(),
+            qps: self.qps.entries.clone(),
             iface_stats: self.iface,
             macs: self.macs.iter().map(|(k, v)| (*k, *v)).collect(),
         }
+    }
+
+    /// [`Datapath::snapshot`] without copying the per-QP values: the snapshot takes them, and
+    /// [`Datapath::restore`] must give them back before the next frame (until then the
+    /// datapath has no keys).
+    pub fn lend_snapshot(
+        &mut self,
+        iface: &str,
+        time_ns: u64,
+        link_speed_bps: Option<u64>,
+    ) -> Snapshot {
+        Snapshot {
+            iface: iface.to_string(),
+            time_ns,
+            link_speed_bps,
+            qps: std::mem::take(&mut self.qps.entries),
+            iface_stats: self.iface,
+            macs: self.macs.iter().map(|(k, v)| (*k, *v)).collect(),
+        }
+    }
+
+    /// Takes back the values lent by [`Datapath::lend_snapshot`].
+    pub fn restore(&mut self, s: Snapshot) {
+        self.qps.entries = s.qps;
+    }
+
+    /// The final snapshot, taking the values (the datapath is left without keys).
+    pub fn into_snapshot(
+        mut self,
+        iface: &str,
+        time_ns: u64,
+        link_speed_bps: Option<u64>,
+    ) -> Snapshot {
+        self.lend_snapshot(iface, time_ns, link_speed_bps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u32) -> QpKey {
+        let mut src = [0u8; 16];
+        src[12..].copy_from_slice(&i.to_be_bytes());
+        QpKey {
+            src_ip: src,
+            dst_ip: [7; 16],
+            dest_qp: i.wrapping_mul(2_654_435_761) & 0xff_ffff,
+            dir: (i % 2) as u8,
+            _pad: [0; 3],
+        }
+    }
+
+    /// The slab against a `HashMap` model: inserts through several index growths, lookups of
+    /// present and absent keys, removals (the last entry moving into the hole), values kept.
+    #[test]
+    fn slab_matches_a_map() {
+        let mut s = QpSlab::default();
+        let mut model: HashMap<QpKey, u64> = HashMap::new();
+        for i in 0..5000u32 {
+            let k = key(i);
+            let p = s.insert(
+                k,
+                QpValue {
+                    pkts: i as u64,
+                    ..QpValue::ZERO
+                },
+            );
+            assert_eq!(p, i as usize, "positions in insertion order");
+            model.insert(k, i as u64);
+        }
+        // a second insert of a present key returns its position and changes nothing
+        assert_eq!(s.insert(key(17), QpValue::ZERO), 17);
+        assert_eq!(s.len(), 5000);
+        assert!(s.slots.len() >= 2 * s.len() && s.slots.len().is_power_of_two());
+        for i in (0..5000u32).step_by(3) {
+            assert_eq!(s.remove(&key(i)).map(|v| v.pkts), model.remove(&key(i)));
+        }
+        assert_eq!(s.remove(&key(0)).map(|v| v.pkts), None, "already removed");
+        assert_eq!(s.len(), model.len());
+        for i in 0..6000u32 {
+            let k = key(i);
+            assert_eq!(s.get(&k).map(|v| v.pkts), model.get(&k).copied(), "key {i}");
+            if let Some(p) = s.position(&k) {
+                assert_eq!(s.entries()[p].0, k);
+            }
+        }
+        *s.get_mut(&key(1)).unwrap() = QpValue {
+            pkts: 99,
+            ..QpValue::ZERO
+        };
+        assert_eq!(s.get(&key(1)).unwrap().pkts, 99);
+        assert_eq!(s.iter().count(), model.len());
+    }
+
+    /// A lent snapshot carries every key's value without a copy and gives it back.
+    #[test]
+    fn lend_and_restore() {
+        let mut dp = Datapath::new(Policy::NONE, 16);
+        dp.qps.insert(key(1), QpValue::ZERO);
+        dp.qps.insert(key(2), QpValue::ZERO);
+        let ptr = dp.qps.entries().as_ptr();
+        let s = dp.lend_snapshot("x", 5, None);
+        assert_eq!(s.qps.len(), 2);
+        assert_eq!(s.qps.as_ptr(), ptr, "moved, not copied");
+        dp.restore(s);
+        assert_eq!(dp.qps.position(&key(2)), Some(1));
+        assert_eq!(dp.snapshot("x", 5, None).qps.len(), 2);
     }
 }

@@ -189,9 +189,13 @@ impl<'o> Replay<'o> {
     fn emit(&mut self, idxs: &[usize], time_ns: u64) -> Result<u64, ReplayError> {
         let mut n = 0;
         for &i in idxs {
-            let d = &self.dps[i];
-            let s = d.dp.snapshot(&d.name, time_ns, self.opts.link_speed_bps);
-            self.out.snapshot(&s).map_err(ReplayError::Consumer)?;
+            let d = &mut self.dps[i];
+            // The values are lent to the consumer, not copied.
+            let s =
+                d.dp.lend_snapshot(&d.name, time_ns, self.opts.link_speed_bps);
+            let r = self.out.snapshot(&s);
+            self.dps[i].dp.restore(s);
+            r.map_err(ReplayError::Consumer)?;
             n += 1;
         }
         if n > 0 {
@@ -345,6 +349,13 @@ impl<'o> Replay<'o> {
         };
         let link = decl.link;
         let declared_dp = decl.dp;
+        // A frame a few records ahead (legacy pcap, one interface): its state is prefetched.
+        if !r.ahead.is_empty()
+            && link == LinkType::Ethernet
+            && let Some(di) = declared_dp
+        {
+            self.dps[di].dp.prefetch(r.ahead, dir::INGRESS);
+        }
         let ts = if r.ts_ns == 0 { f.last_ts } else { r.ts_ns };
         match f.next_boundary {
             None => f.next_boundary = Some(boundary_after(ts, f.interval)),
@@ -436,6 +447,15 @@ impl<'o> Replay<'o> {
         self.dps
             .iter()
             .map(|d| d.dp.snapshot(&d.name, d.last_ns, self.opts.link_speed_bps))
+            .collect()
+    }
+
+    /// The final state of every interface, the values moved out (no copy).
+    pub fn into_snapshots(self) -> Vec<Snapshot> {
+        let speed = self.opts.link_speed_bps;
+        self.dps
+            .into_iter()
+            .map(|d| d.dp.into_snapshot(&d.name, d.last_ns, speed))
             .collect()
     }
 }
@@ -608,8 +628,8 @@ impl Source for CaptureSource {
             }
         }
         self.frames = rp.frames;
-        self.event_counts = rp.event_counts.clone();
-        self.snapshots = rp.snapshots();
+        self.event_counts = std::mem::take(&mut rp.event_counts);
+        self.snapshots = rp.into_snapshots();
         Ok(())
     }
 }

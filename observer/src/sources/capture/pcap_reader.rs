@@ -62,7 +62,16 @@ pub struct Record<'a> {
     pub outbound: Option<bool>,
     /// Byte offset of the record in the input.
     pub offset: u64,
+    /// The first bytes of a record a few records ahead in the same input (legacy pcap only;
+    /// empty when unknown): a hint to prefetch the state its packet will update. Nothing but
+    /// a hint: it may be of another interface or cut short.
+    pub ahead: &'a [u8],
 }
+
+/// How many records ahead [`Record::ahead`] is.
+const AHEAD_RECORDS: usize = 4;
+/// How many bytes of it are copied (the headers up to the BTH of a tagged, encapsulated frame).
+const AHEAD_BYTES: usize = 128;
 
 /// What the reader hands to its consumer.
 pub enum Item<'a> {
@@ -212,6 +221,11 @@ struct Driver<'a> {
     section: usize,
     capacity: usize,
     legacy_ts_ns: bool,
+    /// Legacy pcap: header read, and its byte order (for [`Record::ahead`]).
+    legacy_known: bool,
+    legacy_be: bool,
+    ahead_buf: [u8; AHEAD_BYTES],
+    ahead_len: usize,
     /// pcap: FCS bytes at the end of every record.
     legacy_fcs: u32,
     stalls: u32,
@@ -240,6 +254,10 @@ where
         section: 0,
         capacity: BUF_CAPACITY,
         legacy_ts_ns: false,
+        legacy_known: false,
+        legacy_be: false,
+        ahead_buf: [0; AHEAD_BYTES],
+        ahead_len: 0,
         legacy_fcs: 0,
         stalls: 0,
         big_endian: false,
@@ -249,6 +267,9 @@ where
             return Err(d.corrupt(format!(
                 "pcapng block of length {len}: shorter than the 12 bytes every block has"
             )));
+        }
+        if !ng && d.legacy_known {
+            d.peek_ahead(r.data());
         }
         match r.next() {
             Ok((len, block)) => {
@@ -268,6 +289,37 @@ where
 }
 
 impl Driver<'_> {
+    /// Copies the start of the legacy record [`AHEAD_RECORDS`] after the one at the start of
+    /// `data` into `ahead_buf` (nothing when the buffer does not hold it yet).
+    #[inline]
+    fn peek_ahead(&mut self, data: &[u8]) {
+        self.ahead_len = 0;
+        let u32_at = |o: usize| -> Option<u32> {
+            let b: [u8; 4] = data.get(o..o + 4)?.try_into().ok()?;
+            Some(if self.legacy_be {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            })
+        };
+        let mut off = 0usize;
+        for _ in 0..AHEAD_RECORDS {
+            let Some(incl) = u32_at(off + 8) else {
+                return;
+            };
+            off += 16 + incl as usize;
+        }
+        let Some(incl) = u32_at(off + 8) else {
+            return;
+        };
+        let start = off + 16;
+        let end = (start + (incl as usize).min(AHEAD_BYTES)).min(data.len());
+        if end > start {
+            self.ahead_len = end - start;
+            self.ahead_buf[..self.ahead_len].copy_from_slice(&data[start..end]);
+        }
+    }
+
     fn corrupt(&self, what: String) -> ReplayError {
         ReplayError::Corrupt {
             file: self.file.to_string(),
@@ -306,6 +358,8 @@ impl Driver<'_> {
         match block {
             PcapBlockOwned::LegacyHeader(h) => {
                 self.legacy_ts_ns = h.is_nanosecond_precision();
+                self.legacy_be = h.is_bigendian();
+                self.legacy_known = true;
                 let (lt, fcs_len) = legacy_link(h.network.0 as u32);
                 let link = LinkType::from_number(lt).ok_or_else(|| self.unsupported(lt, 0))?;
                 self.legacy_fcs = fcs_len;
@@ -337,6 +391,7 @@ impl Driver<'_> {
                     orig_len,
                     outbound: None,
                     offset: self.offset,
+                    ahead: &self.ahead_buf[..self.ahead_len],
                 }))
             }
             PcapBlockOwned::NG(Block::SectionHeader(ref shb)) => {
@@ -453,6 +508,7 @@ impl Driver<'_> {
             orig_len,
             outbound,
             offset: self.offset,
+            ahead: &[],
         }))
     }
 
@@ -479,6 +535,7 @@ impl Driver<'_> {
             orig_len,
             outbound: None,
             offset: self.offset,
+            ahead: &[],
         }))
     }
 
