@@ -37,7 +37,10 @@ pub const HTML_SQL: [(&str, &str); 4] = [
         "iface_timeline",
         include_str!("../sql/html/iface_timeline.sql"),
     ),
-    ("flow_timeline", include_str!("../sql/html/flow_timeline.sql")),
+    (
+        "flow_timeline",
+        include_str!("../sql/html/flow_timeline.sql"),
+    ),
     ("alerts", include_str!("../sql/html/alerts.sql")),
 ];
 
@@ -101,11 +104,7 @@ pub struct Timelines {
     pub ifaces: Vec<IfaceSeries>,
 }
 
-fn query(
-    eng: &Engine,
-    name: &str,
-    prm: &BTreeMap<&str, String>,
-) -> Result<Vec<Row>, EngineError> {
+fn query(eng: &Engine, name: &str, prm: &BTreeMap<&str, String>) -> Result<Vec<Row>, EngineError> {
     let (_, t) = HTML_SQL
         .iter()
         .find(|(n, _)| *n == name)
@@ -287,7 +286,11 @@ pub fn render_page(p: &Page) -> Result<String, HtmlError> {
 fn summary(s: &mut String, p: &Page) {
     let r = p.report;
     let f = &r.figures;
-    let trees: Vec<String> = p.trees.iter().map(|t| esc(&t.display().to_string())).collect();
+    let trees: Vec<String> = p
+        .trees
+        .iter()
+        .map(|t| esc(&t.display().to_string()))
+        .collect();
     let _ = writeln!(
         s,
         "<p id=\"run\">Trees: {}<br>{} .. {}, {} files, {} flow rows, {} intervals<br>Policy: {}</p>",
@@ -471,6 +474,9 @@ fn chart(name: &str, y_desc: &str, x_max: f64, lines: &[Line]) -> Result<String,
             .x_labels(6)
             .y_labels(5)
             .label_style(("sans-serif", 11))
+            .light_line_style(RGBColor(238, 238, 238))
+            .y_label_formatter(&|v| short(*v))
+            .x_label_formatter(&|v| short(*v))
             .draw()
             .map_err(|e| err(&e))?;
         for l in lines {
@@ -502,7 +508,7 @@ fn charts(s: &mut String, p: &Page) -> Result<(), HtmlError> {
     let t = p.timelines;
     let _ = writeln!(
         s,
-        "<h2 id=\"timelines\">Timelines per interface</h2><p class=\"note\" data-ifaces-total=\"{}\" data-ifaces-shown=\"{}\">{} of {} interfaces (the most XOFF, PAUSE, PSN gaps, retransmissions and CE marks first; at most {}), time zero {}, one point per {} (at most {} points per chart).</p>",
+        "<h2 id=\"timelines\">Timelines per interface</h2><p class=\"note\" data-ifaces-total=\"{}\" data-ifaces-shown=\"{}\">{} of {} interfaces (the most XOFF, PAUSE, PSN gaps, retransmissions and CE marks first; at most {}), time zero {}; intervals starting within the same {} are summed into one point (at most {} points per chart).</p>",
         t.ifaces_total,
         t.ifaces.len(),
         t.ifaces.len(),
@@ -542,35 +548,52 @@ fn charts(s: &mut String, p: &Page) -> Result<(), HtmlError> {
                     .fold(None, |a, v| Some(a.unwrap_or(0.0) + v))
             })
             .collect();
-        s.push_str("<table class=\"totals\"><tr>");
-        let mut cells = Vec::new();
-        for pr in 0..8 {
-            cells.push((format!("xoff_p{pr}"), sum_if(&format!("xoff_p{pr}")).to_string()));
-        }
-        for pr in 0..8 {
-            if let Some(v) = paused[pr] {
-                cells.push((format!("paused_s_p{pr}"), v.to_string()));
-            }
-        }
-        for k in ["pause_frames"] {
-            cells.push((k.to_string(), sum_if(k).to_string()));
-        }
-        for k in ["data_pkts", "ce", "cnp", "psn_gaps", "psn_retrans"] {
-            cells.push((k.to_string(), sum_fl(k).to_string()));
-        }
-        for (k, _) in &cells {
-            let _ = write!(s, "<th>{}</th>", esc(k));
-        }
-        s.push_str("</tr><tr>");
-        for (k, v) in &cells {
+        // Per priority: XOFF frames and seconds paused; then the interface's other totals.
+        let cell = |s: &mut String, k: &str, v: String| {
             let shown = v.parse::<f64>().map(num).unwrap_or_else(|_| v.clone());
             let _ = write!(
                 s,
                 "<td class=\"n\" data-k=\"{}\" data-v=\"{}\">{}</td>",
                 esc(k),
-                esc(v),
+                esc(&v),
                 esc(&shown)
             );
+        };
+        s.push_str("<table class=\"totals\"><tr><th>priority</th>");
+        for pr in 0..8 {
+            let _ = write!(s, "<th>{pr}</th>");
+        }
+        s.push_str("</tr><tr><th>XOFF frames</th>");
+        for pr in 0..8 {
+            let k = format!("xoff_p{pr}");
+            cell(s, &k, sum_if(&k).to_string());
+        }
+        s.push_str("</tr><tr><th>seconds paused</th>");
+        for (pr, v) in paused.iter().enumerate() {
+            match v {
+                Some(v) => cell(s, &format!("paused_s_p{pr}"), v.to_string()),
+                None => s.push_str("<td class=\"n\">unknown</td>"),
+            }
+        }
+        s.push_str("</tr></table>\n<table class=\"totals\"><tr>");
+        let others = [
+            (
+                "pause_frames",
+                "802.3x PAUSE frames",
+                sum_if("pause_frames"),
+            ),
+            ("data_pkts", "data packets", sum_fl("data_pkts")),
+            ("ce", "CE", sum_fl("ce")),
+            ("cnp", "CNPs", sum_fl("cnp")),
+            ("psn_gaps", "PSN gaps", sum_fl("psn_gaps")),
+            ("psn_retrans", "retransmitted PSNs", sum_fl("psn_retrans")),
+        ];
+        for (_, label, _) in &others {
+            let _ = write!(s, "<th>{}</th>", esc(label));
+        }
+        s.push_str("</tr><tr>");
+        for (k, _, v) in &others {
+            cell(s, k, v.to_string());
         }
         s.push_str("</tr></table>\n<div class=\"charts\">\n");
 
@@ -670,7 +693,24 @@ fn charts(s: &mut String, p: &Page) -> Result<(), HtmlError> {
     Ok(())
 }
 
-/// `1 s`, `250 ms`, `2 min 5 s`.
+/// An axis label: `0`, `0.25`, `1.5k`, `2.1M`.
+fn short(v: f64) -> String {
+    let a = v.abs();
+    let (x, unit) = if a >= 1e9 {
+        (v / 1e9, "G")
+    } else if a >= 1e6 {
+        (v / 1e6, "M")
+    } else if a >= 1e4 {
+        (v / 1e3, "k")
+    } else {
+        (v, "")
+    };
+    let t = format!("{x:.3}");
+    let t = t.trim_end_matches('0').trim_end_matches('.');
+    format!("{t}{unit}")
+}
+
+/// `1 s`, `250 ms`, `2 min`.
 fn human_us(us: i64) -> String {
     if us % 1_000_000 == 0 {
         let sec = us / 1_000_000;
@@ -850,6 +890,15 @@ mod tests {
             esc("<a href=\"x\">'&'</a>"),
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
         );
+    }
+
+    #[test]
+    fn axis_labels_are_short() {
+        assert_eq!(short(0.0), "0");
+        assert_eq!(short(0.25), "0.25");
+        assert_eq!(short(8000.0), "8000");
+        assert_eq!(short(15000.0), "15k");
+        assert_eq!(short(2_100_000.0), "2.1M");
     }
 
     #[test]

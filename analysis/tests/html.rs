@@ -229,7 +229,9 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
         if std::env::var("CI").as_deref() == Ok("true") {
             panic!("the html browser test cannot run on CI: {why}");
         }
-        eprintln!("SKIPPED the_page_loads_offline…: {why} (scripts/setup.sh installs chromium and playwright; run as root)");
+        eprintln!(
+            "SKIPPED the_page_loads_offline…: {why} (scripts/setup.sh installs chromium and playwright; run as root)"
+        );
         return;
     }
     let root = tmp("page");
@@ -247,7 +249,12 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
     );
     write_logs(&base_dir, &["clean"]);
     let bl = root.join("baseline.json");
-    let o = run(&["baseline".as_ref(), "-o".as_ref(), bl.as_os_str(), base_dir.as_os_str()]);
+    let o = run(&[
+        "baseline".as_ref(),
+        "-o".as_ref(),
+        bl.as_os_str(),
+        base_dir.as_os_str(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     let page = root.join("report.html");
@@ -264,7 +271,12 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
     assert!(!text.contains("<script"), "the page has no script");
 
     let o = run(&["report".as_ref(), "--json".as_ref(), run_dir.as_os_str()]);
-    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
     let o = run(&["path".as_ref(), "--json".as_ref(), run_dir.as_os_str()]);
     let path: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -274,7 +286,10 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
         .filter_map(|l| l.strip_prefix("WORSE "))
         .map(|l| l.split(" baseline ").next().unwrap().trim().to_string())
         .collect();
-    assert!(!worse.is_empty(), "the faulty run is worse than the clean baseline");
+    assert!(
+        !worse.is_empty(),
+        "the faulty run is worse than the clean baseline"
+    );
 
     // The browser, in a namespace with loopback only, bounded in time.
     let driver = root.join("driver.py");
@@ -316,13 +331,20 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
         .iter()
         .filter(|r| r.as_str() != Some(url))
         .collect();
-    assert!(others.is_empty(), "requests other than the page: {others:?}");
+    assert!(
+        others.is_empty(),
+        "requests other than the page: {others:?}"
+    );
     assert_eq!(seen["failed"], serde_json::json!([]));
 
     // Every interface has its five charts, each an SVG with marks in it, drawn at its size.
     let dom = &seen["dom"];
     let shown: usize = s(&dom["ifaces_shown"]).parse().unwrap();
-    assert_eq!(s(&dom["ifaces_total"]), shown.to_string(), "every interface drawn");
+    assert_eq!(
+        s(&dom["ifaces_total"]),
+        shown.to_string(),
+        "every interface drawn"
+    );
     assert!(shown >= 6, "an interface per case: {shown}");
     let charts = seen["charts"].as_array().unwrap();
     assert_eq!(charts.len(), shown * 5, "{charts:?}");
@@ -453,11 +475,21 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
         assert_eq!(total(k), f[j].as_f64().unwrap(), "{k}");
     }
     assert!(total("ce") > 0.0 && total("psn_retrans") > 0.0);
-    assert!(f["pfc_xoff"].as_array().unwrap().iter().any(|x| x.as_i64() > Some(0)));
+    assert!(
+        f["pfc_xoff"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x.as_i64() > Some(0))
+    );
     // Alerts per rule.
     let alerts = dom["alerts"].as_object().unwrap();
     let want_alerts = f["alerts"].as_object().unwrap();
-    assert_eq!(alerts.len(), want_alerts.len(), "{alerts:?} {want_alerts:?}");
+    assert_eq!(
+        alerts.len(),
+        want_alerts.len(),
+        "{alerts:?} {want_alerts:?}"
+    );
     for (rule, n) in want_alerts {
         assert_eq!(s(&alerts[rule]), s(n), "alerts {rule}");
     }
@@ -491,7 +523,12 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
         .collect();
     assert_eq!(dom_worse, worse);
 
-    let _ = std::fs::remove_dir_all(&root);
+    // ROCE_HTML_KEEP=1 keeps the page and the screenshot for a look.
+    if std::env::var_os("ROCE_HTML_KEEP").is_some() {
+        eprintln!("kept {} and {}", page.display(), shot.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }
 
 /// Clear errors: a missing directory, a file that is not a baseline.
