@@ -443,6 +443,8 @@ const PALETTE: [RGBColor; 8] = [
 ];
 
 const CHART_W: u32 = 440;
+/// Points of a line up to which each is also drawn as a dot.
+const MAX_DOTS: usize = 60;
 const CHART_H: u32 = 220;
 
 /// A line chart as an SVG element (plotters' SVG backend): x seconds since the run's start.
@@ -487,8 +489,11 @@ fn chart(name: &str, y_desc: &str, x_max: f64, lines: &[Line]) -> Result<String,
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 14, y)], col.stroke_width(2))
                 });
-            c.draw_series(l.pts.iter().map(|&p| Circle::new(p, 2, col.filled())))
-                .map_err(|e| err(&e))?;
+            // Dots on the points while they are few (a lone point has no line to show it).
+            if l.pts.len() <= MAX_DOTS {
+                c.draw_series(l.pts.iter().map(|&p| Circle::new(p, 2, col.filled())))
+                    .map_err(|e| err(&e))?;
+            }
         }
         if !lines.is_empty() {
             c.configure_series_labels()

@@ -116,7 +116,11 @@ struct Netns(String);
 
 impl Netns {
     fn new(name: &str) -> Netns {
-        let _ = Command::new("ip").args(["netns", "del", name]).status();
+        // One left by a killed run of the same process id.
+        let _ = Command::new("ip")
+            .args(["netns", "del", name])
+            .stderr(std::process::Stdio::null())
+            .status();
         let st = Command::new("ip")
             .args(["netns", "add", name])
             .status()
@@ -571,5 +575,40 @@ fn missing_directory_and_bad_baseline_are_clear_errors() {
     let page = std::fs::read_to_string(root.join("x.html")).unwrap();
     assert!(page.contains("id=\"chart-0-xoff\""));
     assert!(!page.contains("id=\"baseline\""));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `--max-ifaces` and `--max-points` bound the page: the most troubled interfaces only, and
+/// intervals summed into buckets (no browser needed).
+#[test]
+fn limits_bound_the_interfaces_and_the_points() {
+    let root = tmp("limits");
+    let dir = root.join("run");
+    write_logs(&dir, &["clean", "go_back_n", "ecn_ce_cnp", "pfc"]);
+    let page = root.join("p.html");
+    let o = run(&[
+        "html".as_ref(),
+        dir.as_os_str(),
+        "-o".as_ref(),
+        page.as_os_str(),
+        "--max-ifaces".as_ref(),
+        "2".as_ref(),
+        "--max-points".as_ref(),
+        "2".as_ref(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        text.contains("data-ifaces-total=\"4\" data-ifaces-shown=\"2\""),
+        "two of four interfaces drawn"
+    );
+    assert_eq!(text.matches("<section class=\"iface\"").count(), 2);
+    assert_eq!(text.matches("<figure class=\"chart\"").count(), 10);
+    // The clean interface has no fault: it is not among the two drawn.
+    assert!(!text.contains("data-iface=\"clean\""));
+    for (i, _) in text.match_indices("data-points=\"") {
+        let n: usize = text[i + 13..].split('"').next().unwrap().parse().unwrap();
+        assert!(n <= 3, "{n} points with --max-points 2");
+    }
     let _ = std::fs::remove_dir_all(&root);
 }
