@@ -610,5 +610,23 @@ fn limits_bound_the_interfaces_and_the_points() {
         let n: usize = text[i + 13..].split('"').next().unwrap().parse().unwrap();
         assert!(n <= 3, "{n} points with --max-points 2");
     }
+    // The global filters apply: --iface leaves one interface.
+    let o = run(&[
+        "html".as_ref(),
+        dir.as_os_str(),
+        "-o".as_ref(),
+        page.as_os_str(),
+        "--iface".as_ref(),
+        "go_back_n".as_ref(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&page).unwrap();
+    assert!(text.contains("data-ifaces-total=\"1\" data-ifaces-shown=\"1\""));
+    assert!(text.contains("data-iface=\"go_back_n\""));
+    assert!(text.contains("data-figure=\"psn_gaps\">1<"));
+    assert!(
+        text.contains("data-figure=\"ce\">0<"),
+        "the report is filtered too"
+    );
     let _ = std::fs::remove_dir_all(&root);
 }
