@@ -2,10 +2,12 @@
 # Idempotent set-up for building and testing roce-observe on a fresh Debian 12 machine.
 # Installs: Debian packages (LLVM 22 for bpf-linker, tshark, tcpreplay, nftables, iproute2,
 # Prometheus and Alertmanager with promtool for the monitoring tests, tmux for the terminal
-# view's tests, Debian's JDK runtime for Apache Spark in the cross-engine SQL test),
+# view's tests, Debian's JDK runtime for Apache Spark in the cross-engine SQL test, Chromium
+# and a font for the HTML report's browser test),
 # the pinned Rust toolchain (rust-toolchain.toml) with rust-src, bpf-linker built against
-# LLVM 22, the Python reader (pyarrow) the tests use as an independent Parquet reader, and
-# DuckDB and PySpark, on which the cross-engine test runs roce-analyze's report SQL.
+# LLVM 22, the Python reader (pyarrow) the tests use as an independent Parquet reader,
+# DuckDB and PySpark, on which the cross-engine test runs roce-analyze's report SQL, and
+# Python playwright (drives the Debian chromium for analysis/tests/html.rs; no browser download).
 # Each step checks first and is skipped when already done, so a second run takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +18,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 APT_PKGS=(llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev libxml2-dev libffi-dev pkg-config
   build-essential tshark tcpreplay nftables iproute2 ethtool libpcap-dev
-  prometheus prometheus-alertmanager tmux default-jre-headless)
+  prometheus prometheus-alertmanager tmux default-jre-headless chromium fonts-dejavu-core)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -55,5 +57,9 @@ fi
 if ! python3 -c 'import duckdb, pyspark' 2>/dev/null; then
   log "pip: installing duckdb and pyspark (the report SQL on other engines, tests)"
   python3 -m pip install -q duckdb pyspark
+fi
+if ! python3 -c 'import playwright.sync_api' 2>/dev/null; then
+  log "pip: installing playwright (drives /usr/bin/chromium in analysis/tests/html.rs)"
+  python3 -m pip install -q playwright==1.65.2
 fi
 log "ready: $(rustup run "$TOOLCHAIN" rustc --version), $(bpf-linker --version)"

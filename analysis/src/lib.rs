@@ -7,6 +7,8 @@
 
 #[cfg(feature = "engine")]
 pub mod engine;
+#[cfg(feature = "engine")]
+pub mod html;
 pub mod load;
 #[cfg(feature = "engine")]
 pub mod path;

@@ -114,6 +114,38 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The report as one self-contained HTML page (no script, nothing fetched: it opens
+    /// offline): timelines per interface, checks with their worst QPs and intervals, the marking
+    /// along the path, the baseline comparison, the alerts (docs/analysis.md#html).
+    Html {
+        /// Output directories.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// The page to write.
+        #[arg(long, short)]
+        out: PathBuf,
+        /// Compare with this baseline (`roce-analyze baseline -o FILE`).
+        #[arg(long, value_name = "FILE")]
+        baseline: Option<PathBuf>,
+        /// The baseline comparison's relative tolerance (as compare's).
+        #[arg(long, default_value_t = 0.1, value_parser = parse_margin, allow_hyphen_values = true)]
+        tolerance: f64,
+        /// The baseline comparison's absolute slack (as compare's).
+        #[arg(long, default_value_t = 0.0, value_parser = parse_margin, allow_hyphen_values = true)]
+        slack: f64,
+        /// Subjects and intervals named per check.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+        /// Interfaces with timelines, the most troubled first.
+        #[arg(long, default_value_t = 16)]
+        max_ifaces: usize,
+        /// Points per chart (intervals summed into equal buckets beyond it).
+        #[arg(long, default_value_t = 500)]
+        max_points: usize,
+        /// Alert records listed.
+        #[arg(long, default_value_t = 200)]
+        max_alerts: usize,
+    },
     /// Run SQL on the tables flows, interfaces, alerts and nic (filtered) and the report's
     /// views v_flows, v_hist, v_ifaces, v_alerts.
     Sql {
@@ -244,6 +276,38 @@ fn main() -> anyhow::Result<ExitCode> {
         Cmd::Path { dirs, json } => {
             let (p, _) = policy_of(dirs)?;
             Ok(path(dirs, &filters, &opts, *json, &Expect::of(&p)))
+        }
+        Cmd::Html {
+            dirs,
+            out,
+            baseline,
+            tolerance,
+            slack,
+            top,
+            max_ifaces,
+            max_points,
+            max_alerts,
+        } => {
+            let base = match baseline {
+                Some(b) => Some(analysis::html::Baseline {
+                    file: b.display().to_string(),
+                    figures: read_baseline(b)?,
+                    tolerance: *tolerance,
+                    slack: *slack,
+                }),
+                None => None,
+            };
+            let (p, source) = policy_of(dirs)?;
+            let eng = Engine::open(dirs, &filters, &opts)?;
+            let limits = analysis::html::Limits {
+                max_ifaces: (*max_ifaces).max(1),
+                max_points: (*max_points).max(2),
+                max_alerts: (*max_alerts).max(1),
+            };
+            let page = analysis::html::html(&eng, dirs, &p, &source, *top, base.as_ref(), limits)?;
+            std::fs::write(out, page).with_context(|| format!("writing {}", out.display()))?;
+            println!("{} written", out.display());
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Sql {
             query,

@@ -836,7 +836,7 @@ pub struct Regression {
 }
 
 /// Figures that must not get worse, as rates per million data packets (or absolute for PFC).
-fn rates(f: &Figures) -> Vec<(&'static str, f64)> {
+pub fn rates(f: &Figures) -> Vec<(&'static str, f64)> {
     let per_m = |n: i64| {
         if f.data_pkts == 0 {
             0.0

@@ -1,6 +1,6 @@
 -- The views every report query reads (Apache Spark SQL): v_flows (the flows table with its interval as
 -- µs since the epoch, t0 / t1), v_hist (one row per histogram bucket of a flows row, with t0 / t1: hist is
--- the column's name, value / pkts the bucket), v_ifaces (interfaces, with t0 / t1), v_alerts.
+-- the column's name, value / pkts the bucket), v_ifaces (interfaces, with t0 / t1 and the time paused per priority), v_alerts.
 -- The engine registers the tables flows, interfaces and alerts first (docs/analysis.md#sql).
 -- Only this file differs between engines: the report queries (../checks, ../report) are the
 -- same text everywhere.
@@ -75,7 +75,15 @@ SELECT host,
   excluded_ip_fragment,
   excluded_short_bth,
   excluded_udp_src_port_only,
-  excluded_truncated
+  excluded_truncated,
+  pfc_paused_s_p0,
+  pfc_paused_s_p1,
+  pfc_paused_s_p2,
+  pfc_paused_s_p3,
+  pfc_paused_s_p4,
+  pfc_paused_s_p5,
+  pfc_paused_s_p6,
+  pfc_paused_s_p7
 FROM interfaces;
 
 CREATE OR REPLACE TEMP VIEW v_alerts AS
