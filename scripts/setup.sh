@@ -4,7 +4,8 @@
 # Prometheus and Alertmanager with promtool for the monitoring tests, tmux for the terminal
 # view's tests),
 # the pinned Rust toolchain (rust-toolchain.toml) with rust-src, bpf-linker built against
-# LLVM 22, and the Python reader (pyarrow) the tests use as an independent Parquet reader.
+# LLVM 22, the Python reader (pyarrow) the tests use as an independent Parquet reader, and
+# DuckDB (Python), the baseline of the analysis benchmark.
 # Each step checks first and is skipped when already done, so a second run takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,5 +51,9 @@ fi
 if ! python3 -c 'import pyarrow' 2>/dev/null; then
   log "pip: installing pyarrow (independent Parquet reader for tests)"
   python3 -m pip install -q pyarrow
+fi
+if ! python3 -c 'import duckdb' 2>/dev/null; then
+  log "pip: installing duckdb (the baseline of the analysis benchmark, cargo xtask bench-analyze)"
+  python3 -m pip install -q duckdb
 fi
 log "ready: $(rustup run "$TOOLCHAIN" rustc --version), $(bpf-linker --version)"
