@@ -315,7 +315,7 @@ fn du(p: &Path) -> (u64, u64) {
 
 fn main() -> anyhow::Result<()> {
     let a = args();
-    let t0 = 1_795_168_800u64 * 1_000_000_000; // 2026-11-20T06:00:00Z, an hour's start
+    let t0 = 1_795_168_800u64 * 1_000_000_000; // 2026-11-20T10:00:00Z, an hour's start
     let all = flows(a.hosts, a.keys / 4);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let next = AtomicUsize::new(0);
