@@ -6,7 +6,8 @@
 # and a font for the HTML report's browser test),
 # the pinned Rust toolchain (rust-toolchain.toml) with rust-src, bpf-linker built against
 # LLVM 22, the Python reader (pyarrow) the tests use as an independent Parquet reader,
-# DuckDB and PySpark, on which the cross-engine test runs roce-analyze's report SQL, and
+# DuckDB and PySpark, on which the cross-engine test runs roce-analyze's report SQL (DuckDB is also
+# the baseline of the analysis benchmark), and
 # Python playwright (drives the Debian chromium for analysis/tests/html.rs; no browser download).
 # Each step checks first and is skipped when already done, so a second run takes seconds.
 set -euo pipefail

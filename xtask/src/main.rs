@@ -16,8 +16,12 @@
 //!   writes one many-keys capture.
 //! - `bench-nic [--intervals N] [--iface IF]`: the NIC view's CPU per interval with 2,000
 //!   ethtool counters beside the collector's interval cost, and one real read's wall time.
+//! - `bench-analyze [--hosts N --keys N --minutes N --interval S --runs N --keep --tree DIR]`:
+//!   `roce-analyze report` and `path` over a generated fleet tree (default 36 million flow
+//!   rows) beside DuckDB running the report's queries: wall time, peak RSS, ratio.
 //! - `schema-doc`: writes docs/schema.md from the output schema's one definition
 //!   (`observer::schema`).
+mod bench_analyze;
 mod bench_ebpf;
 mod bench_replay;
 mod jit_dump;
@@ -60,14 +64,15 @@ fn main() -> anyhow::Result<()> {
         Some("bench-collector") => bench_collector(&args[1..]),
         Some("bench-nic") => run_example("bench_nic", &args[1..]),
         Some("bench-replay") => bench_replay::run(&args[1..]),
+        Some("bench-analyze") => bench_analyze::run(&args[1..]),
         Some("jit-dump") => jit_dump::main(&args[1..]),
         Some("jit-lines") => jit_dump::lines(&args[1..]),
         Some("schema-doc") => schema_doc(),
         Some(other) => anyhow::bail!(
-            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc)"
+            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-analyze, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc)"
         ),
         None => anyhow::bail!(
-            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc"
+            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-analyze, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc"
         ),
     }
 }
