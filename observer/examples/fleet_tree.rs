@@ -101,10 +101,10 @@ impl Flow {
         1000 + mix(self.id << 20 ^ r) % 199_000
     }
     fn ce_share(&self) -> bool {
-        self.id % 25 == 0
+        self.id.is_multiple_of(25)
     }
     fn cnp_missing(&self) -> bool {
-        self.id % 100 == 0
+        self.id.is_multiple_of(100)
     }
     /// PSN gaps at the receiver in this round.
     fn gap(&self, r: u64) -> bool {
