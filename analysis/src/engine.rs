@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
@@ -82,18 +82,6 @@ pub struct Filters {
     pub qps: Vec<i64>,
     pub srcs: Vec<String>,
     pub dsts: Vec<String>,
-}
-
-impl Filters {
-    pub fn is_empty(&self) -> bool {
-        self.since_us.is_none()
-            && self.until_us.is_none()
-            && self.hosts.is_empty()
-            && self.ifaces.is_empty()
-            && self.qps.is_empty()
-            && self.srcs.is_empty()
-            && self.dsts.is_empty()
-    }
 }
 
 /// Engine settings.
@@ -380,17 +368,6 @@ impl Engine {
         }
     }
 
-    /// The schema of a query's result without running it.
-    pub fn schema_of(&self, sql: &str) -> Result<SchemaRef, EngineError> {
-        let df = self
-            .block(self.ctx.sql(sql))
-            .map_err(|err| EngineError::Query {
-                what: first_line(sql),
-                err,
-            })?;
-        Ok(Arc::new(df.schema().as_arrow().clone()))
-    }
-
     /// Reads every registered file completely, each on its own: the first that fails is the
     /// error ([`LoadError`] names it).
     fn culprit(&self) -> Result<(), EngineError> {
@@ -498,21 +475,6 @@ pub fn render(
 /// A string literal in SQL (quotes doubled).
 pub fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
-}
-
-/// A type the columns of the results can be: integers, floats, strings, booleans, timestamps.
-pub fn is_simple(t: &DataType) -> bool {
-    t.is_integer()
-        || t.is_floating()
-        || matches!(
-            t,
-            DataType::Utf8
-                | DataType::LargeUtf8
-                | DataType::Utf8View
-                | DataType::Boolean
-                | DataType::Null
-                | DataType::Timestamp(..)
-        )
 }
 
 #[cfg(test)]

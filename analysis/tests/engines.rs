@@ -126,20 +126,7 @@ fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
     let _ = std::fs::remove_dir_all(&base);
     let tree = base.join("tree");
     let qdir = base.join("queries");
-    write_logs(
-        &tree,
-        &[
-            "clean",
-            "go_back_n",
-            "psn_wrap_loss",
-            "ecn_ce_cnp",
-            "bleached",
-            "cnp_on_data_class",
-            "pfc",
-            "pause_8023x",
-            "qinq",
-        ],
-    );
+    write_logs(&tree, &support::FAULTS);
     let out = Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
         .args(["report", "--top", "3", "--emit-sql"])
         .arg(&qdir)

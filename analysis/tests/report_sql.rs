@@ -12,19 +12,7 @@ use analysis::engine::{Engine, Filters, Options};
 use analysis::report::{Report, report, rows};
 use observer::pipeline::PolicyConfig;
 use observer::pipeline::rules::Rule;
-use support::{write_logs, write_logs_with};
-
-const FAULTS: [&str; 9] = [
-    "clean",
-    "go_back_n",
-    "psn_wrap_loss",
-    "ecn_ce_cnp",
-    "bleached",
-    "cnp_on_data_class",
-    "pfc",
-    "pause_8023x",
-    "qinq",
-];
+use support::{FAULTS, write_logs, write_logs_with};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("roce-analyze-sql-{name}-{}", std::process::id()));

@@ -7,6 +7,20 @@ pub mod corpus;
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use observer::sources::datapath::Datapath;
 
+/// Corpus cases with every fault the report checks (PSN gaps, go-back-N, CE and CNPs, bleached
+/// DSCP, CNPs on the data class, PFC, 802.3x PAUSE, QinQ) beside a clean one.
+pub const FAULTS: [&str; 9] = [
+    "clean",
+    "go_back_n",
+    "psn_wrap_loss",
+    "ecn_ce_cnp",
+    "bleached",
+    "cnp_on_data_class",
+    "pfc",
+    "pause_8023x",
+    "qinq",
+];
+
 /// Runs the Ethernet cases named `names` through Datapath + Collector into `out`; returns the
 /// collector's summary JSON.
 pub fn write_logs(out: &std::path::Path, names: &[&str]) -> serde_json::Value {
