@@ -257,7 +257,12 @@ impl Engine {
                 what: "memory pool".into(),
                 err,
             })?;
+        // No per-file statistics at planning: DataFusion would compute them anew for every scan
+        // of every query (the histogram view scans the flows ten times), about 15 KiB per file
+        // and scan held in the plan: 0.6 GiB at 3,700 files. Row groups are still pruned by
+        // their footers' statistics when a file is opened.
         let config = SessionConfig::new()
+            .with_collect_statistics(false)
             .with_target_partitions(opts.threads.max(1))
             .with_information_schema(true);
         let ctx = SessionContext::new_with_config_rt(config, runtime);

@@ -1,6 +1,7 @@
 -- The views every report query reads (Apache Spark SQL): v_flows (the flows table with its interval as
 -- µs since the epoch, t0 / t1), v_hist (one row per histogram bucket of a flows row, with t0 / t1: hist is
--- the column's name, value / pkts the bucket), v_ifaces (interfaces, with t0 / t1 and the time paused per priority), v_alerts.
+-- the column's name, value / pkts the bucket, class_pkts the row's packets of the histogram's class,
+-- max_udp_payload the row's), v_ifaces (interfaces, with t0 / t1 and the time paused per priority), v_alerts.
 -- The engine registers the tables flows, interfaces and alerts first (docs/analysis.md#sql).
 -- Only this file differs between engines: the report queries (../checks, ../report) are the
 -- same text everywhere.
@@ -13,26 +14,26 @@ SELECT host, iface, dir, point, src, dst, qp,
 FROM flows;
 
 CREATE OR REPLACE TEMP VIEW v_hist AS
-SELECT host, iface, dir, point, src, dst, qp, t0, t1, hist, h.value AS value, h.pkts AS pkts FROM (
-  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'opcodes' AS hist, explode(opcodes) AS h FROM flows
+SELECT host, iface, dir, point, src, dst, qp, t0, t1, hist, class_pkts, max_udp_payload, h.value AS value, h.pkts AS pkts FROM (
+  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'opcodes' AS hist, pkts AS class_pkts, max_udp_payload, explode(opcodes) AS h FROM flows
   UNION ALL
-  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'dscp_data' AS hist, explode(dscp_data) AS h FROM flows
+  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'dscp_data' AS hist, data_pkts AS class_pkts, max_udp_payload, explode(dscp_data) AS h FROM flows
   UNION ALL
-  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'dscp_ack' AS hist, explode(dscp_ack) AS h FROM flows
+  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'dscp_ack' AS hist, ack_pkts AS class_pkts, max_udp_payload, explode(dscp_ack) AS h FROM flows
   UNION ALL
-  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'dscp_cnp' AS hist, explode(dscp_cnp) AS h FROM flows
+  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'dscp_cnp' AS hist, cnp AS class_pkts, max_udp_payload, explode(dscp_cnp) AS h FROM flows
   UNION ALL
-  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'ecn_data' AS hist, explode(ecn_data) AS h FROM flows
+  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'ecn_data' AS hist, data_pkts AS class_pkts, max_udp_payload, explode(ecn_data) AS h FROM flows
   UNION ALL
-  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'ecn_ack' AS hist, explode(ecn_ack) AS h FROM flows
+  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'ecn_ack' AS hist, ack_pkts AS class_pkts, max_udp_payload, explode(ecn_ack) AS h FROM flows
   UNION ALL
-  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'ecn_cnp' AS hist, explode(ecn_cnp) AS h FROM flows
+  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'ecn_cnp' AS hist, cnp AS class_pkts, max_udp_payload, explode(ecn_cnp) AS h FROM flows
   UNION ALL
-  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'pcp_data' AS hist, explode(pcp_data) AS h FROM flows
+  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'pcp_data' AS hist, data_pkts AS class_pkts, max_udp_payload, explode(pcp_data) AS h FROM flows
   UNION ALL
-  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'pcp_ack' AS hist, explode(pcp_ack) AS h FROM flows
+  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'pcp_ack' AS hist, ack_pkts AS class_pkts, max_udp_payload, explode(pcp_ack) AS h FROM flows
   UNION ALL
-  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'pcp_cnp' AS hist, explode(pcp_cnp) AS h FROM flows
+  SELECT host, iface, dir, point, src, dst, qp, unix_micros(interval_start) AS t0, unix_micros(interval_end) AS t1, 'pcp_cnp' AS hist, cnp AS class_pkts, max_udp_payload, explode(pcp_cnp) AS h FROM flows
 ) u;
 
 CREATE OR REPLACE TEMP VIEW v_ifaces AS

@@ -14,7 +14,7 @@ SELECT f.host, f.iface, f.dir, f.point, f.src, f.dst, f.qp, g.lo, g.hi,
   MAX(CASE WHEN f.t0 >= g.lo AND f.t1 <= g.hi THEN f.t1 END) AS end_us,
   SUM(CASE WHEN f.t0 >= g.lo AND f.t1 <= g.hi THEN 0 ELSE 1 END) AS excluded_rows,
   SUM(CASE WHEN f.t0 >= g.lo AND f.t1 <= g.hi THEN 0 ELSE f.pkts END) AS excluded_pkts
-FROM v_flows f
-JOIN ranges g ON f.src = g.src AND f.dst = g.dst AND f.qp = g.qp
+FROM ranges g
+JOIN v_flows f ON f.src = g.src AND f.dst = g.dst AND f.qp = g.qp
 WHERE f.pkts > 0
 GROUP BY f.host, f.iface, f.dir, f.point, f.src, f.dst, f.qp, g.lo, g.hi

@@ -16,7 +16,7 @@ c1 AS (
 ),
 inside AS (
   SELECT r.host, r.iface, r.dir, r.point, r.src, r.dst, r.qp, MIN(r.t0) AS a, MAX(r.t1) AS b
-  FROM r JOIN c1 ON r.src = c1.src AND r.dst = c1.dst AND r.qp = c1.qp
+  FROM c1 JOIN r ON r.src = c1.src AND r.dst = c1.dst AND r.qp = c1.qp
   WHERE r.t0 >= c1.lo AND r.t1 <= c1.hi
   GROUP BY r.host, r.iface, r.dir, r.point, r.src, r.dst, r.qp
 ),
