@@ -259,7 +259,7 @@ impl Engine {
             })?;
         // No per-file statistics at planning: DataFusion would compute them anew for every scan
         // of every query (the histogram view scans the flows ten times), about 15 KiB per file
-        // and scan held in the plan: 0.6 GiB at 3,700 files. Row groups are still pruned by
+        // and scan held in the plan: about 0.4 GiB at 3,700 files. Row groups are still pruned by
         // their footers' statistics when a file is opened.
         let config = SessionConfig::new()
             .with_collect_statistics(false)
