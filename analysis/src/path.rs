@@ -267,36 +267,42 @@ fn tally(eng: &Engine, scan: &Scan) -> Result<(Ranges, Tallies), EngineError> {
     };
     let mut ranges = Ranges::new();
     let mut out = Tallies::new();
-    for r in report::rows(&eng.run(&engine::render("counts", COUNTS_SQL, &prm)?)?) {
-        let key = key_of(&r);
-        ranges.insert(key.clone(), (i(&r, "lo"), i(&r, "hi")));
-        let t = out.entry(key).or_default().entry(point(&r)?).or_default();
-        t.rows = i(&r, "rows") as u64;
-        for c in COUNTS {
-            t.counts.insert(c, i(&r, c));
+    // row by row within one batch at a time: a JSON row costs far more than its Arrow form
+    for b in eng.run(&engine::render("counts", COUNTS_SQL, &prm)?)? {
+        for r in report::rows(std::slice::from_ref(&b)) {
+            let key = key_of(&r);
+            ranges.insert(key.clone(), (i(&r, "lo"), i(&r, "hi")));
+            let t = out.entry(key).or_default().entry(point(&r)?).or_default();
+            t.rows = i(&r, "rows") as u64;
+            for c in COUNTS {
+                t.counts.insert(c, i(&r, c));
+            }
+            if t.rows > 0 {
+                t.start_us = r.get("start_us").and_then(|v| v.as_i64());
+                t.end_us = r.get("end_us").and_then(|v| v.as_i64());
+            }
+            t.excluded_rows = i(&r, "excluded_rows") as u64;
+            t.excluded_pkts = i(&r, "excluded_pkts");
         }
-        if t.rows > 0 {
-            t.start_us = r.get("start_us").and_then(|v| v.as_i64());
-            t.end_us = r.get("end_us").and_then(|v| v.as_i64());
-        }
-        t.excluded_rows = i(&r, "excluded_rows") as u64;
-        t.excluded_pkts = i(&r, "excluded_pkts");
     }
-    for r in report::rows(&eng.run(&engine::render("hists", HISTS_SQL, &prm)?)?) {
-        let hist = s(&r, "hist");
-        let Some(name) = HISTS.iter().find(|h| **h == hist) else {
-            continue;
-        };
-        let Some(t) = out
-            .get_mut(&key_of(&r))
-            .and_then(|ps| ps.get_mut(&point(&r).ok()?))
-        else {
-            continue;
-        };
-        t.hists
-            .entry(name)
-            .or_default()
-            .insert(i(&r, "value") as i16, i(&r, "pkts"));
+    // row by row within one batch at a time: a JSON row costs far more than its Arrow form
+    for b in eng.run(&engine::render("hists", HISTS_SQL, &prm)?)? {
+        for r in report::rows(std::slice::from_ref(&b)) {
+            let hist = s(&r, "hist");
+            let Some(name) = HISTS.iter().find(|h| **h == hist) else {
+                continue;
+            };
+            let Some(t) = out
+                .get_mut(&key_of(&r))
+                .and_then(|ps| ps.get_mut(&point(&r).ok()?))
+            else {
+                continue;
+            };
+            t.hists
+                .entry(name)
+                .or_default()
+                .insert(i(&r, "value") as i16, i(&r, "pkts"));
+        }
     }
     Ok((ranges, out))
 }
