@@ -5,11 +5,12 @@
 //! directories, bounded depth), leaves out the Hive partitions (`date=D/hour=H`) that the time
 //! filters exclude, checks each remaining file's footer and columns (a corrupt or foreign file
 //! is an error naming it before any query runs), and registers one table per name over those
-//! files (one table per tree, their union with the tree's position on the command line as column
-//! `tree`). The filters (`--since`, `--until`, `--host`, `--iface`, `--qp`, `--src`, `--dst`) are
-//! the tables' views, so every query sees only the selected rows and DataFusion prunes row
-//! groups by their statistics. Memory is bounded by a memory pool (`--memory-limit`); sorts and
-//! aggregations beyond it spill to a temporary directory.
+//! files (a `FileTable` per tree, their union with the tree's position on the command line as
+//! column `tree`). The filters (`--since`, `--until`, `--host`, `--iface`, `--qp`, `--src`,
+//! `--dst`) are the tables' views, so every query sees only the selected rows and DataFusion
+//! prunes row groups by their statistics. Memory is bounded by a memory pool (`--memory-limit`);
+//! sorts and aggregations beyond it spill to a temporary directory; hash joins cannot, so the
+//! queries build them on their small side.
 //!
 //! The report's queries are the `.sql` files under `analysis/sql` (compiled in): the engine's
 //! views ([`Engine::prelude`], `sql/engines/datafusion.sql`), then the checks and report queries
@@ -264,10 +265,9 @@ impl Engine {
                 what: "memory pool".into(),
                 err,
             })?;
-        // No per-file statistics at planning: DataFusion would compute them anew for every scan
-        // of every query (the histogram view scans the flows ten times), about 15 KiB per file
-        // and scan held in the plan: about 0.4 GiB at 3,700 files. Row groups are still pruned by
-        // their footers' statistics when a file is opened.
+        // The trees' tables are `FileTable`s, which never compute per-file statistics; tables
+        // made in `roce-analyze sql` (CREATE EXTERNAL TABLE) do not either: DataFusion would
+        // compute them for every scan and hold them in its plan (about 15 KiB per file).
         let config = SessionConfig::new()
             .with_collect_statistics(false)
             .with_target_partitions(opts.threads.max(1))
