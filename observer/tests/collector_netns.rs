@@ -382,12 +382,18 @@ fn packet_times_go_on_while_the_observer_is_stopped() {
     std::fs::write(&policy, "profile = \"nvidia\"\n").unwrap();
     let run = out.join("run");
     let mut obs = Observer::start(&pair.b, &pair.b_if, &run, &policy);
+    // Each packet leaves somewhere between the start and the end of its send_raw (a process
+    // start, slow on a loaded machine): the true gap lies between these bounds.
+    let a_start = std::time::Instant::now();
     send_raw(&pair.a, &pair.a_if, &[Roce::data(A, B, 0x700, 0).frame()]);
+    let a_end = std::time::Instant::now();
     std::thread::sleep(Duration::from_millis(200));
     // SAFETY: signalling our own child by pid.
     unsafe { libc::kill(obs.child.id() as i32, libc::SIGSTOP) };
     std::thread::sleep(Duration::from_millis(1500));
+    let b_start = std::time::Instant::now();
     send_raw(&pair.a, &pair.a_if, &[Roce::data(A, B, 0x701, 0).frame()]);
+    let b_end = std::time::Instant::now();
     std::thread::sleep(Duration::from_millis(200));
     // SAFETY: as above.
     unsafe { libc::kill(obs.child.id() as i32, libc::SIGCONT) };
@@ -413,9 +419,14 @@ fn packet_times_go_on_while_the_observer_is_stopped() {
     };
     let (a, b) = (secs(first_pkt(0x700)), secs(first_pkt(0x701)));
     let gap = (b - a).rem_euclid(86400.0);
+    // 50 ms of slack for the two clocks (the kernel's and ours); the lower bound is at least
+    // 1.7 s, so a clock frozen while the observer was stopped (gap 0) fails
+    let lo = (b_start - a_end).as_secs_f64() - 0.05;
+    let hi = (b_end - a_start).as_secs_f64() + 0.05;
     assert!(
-        (1.5..3.0).contains(&gap),
-        "second packet stamped {gap} s after the first (sent 1.7 s later; 0 would be a frozen clock)"
+        (lo..=hi).contains(&gap),
+        "second packet stamped {gap} s after the first (sent between {lo} and {hi} s later; 0 \
+         would be a frozen clock)"
     );
 }
 
