@@ -233,6 +233,10 @@ pub struct IfaceStats {
     /// PSN updates that gave up after [`crate::qp::CAS_TRIES`] compare-and-swap attempts under
     /// contention (the packet is still counted everywhere else, as a retransmission-free step).
     pub psn_contended: u64,
+    /// Histogram buckets (opcode, DSCP or PCP) of RoCE packets that found neither a free cell
+    /// in their key's compact kernel value nor room in the `QPHIST` overflow map
+    /// (`qp_table::KValue`): those packets' other counts are exact, that bucket is short.
+    pub hist_overflow_lost: u64,
     /// Frames dropped after being observed (only with drop-after-observe).
     pub dropped: u64,
 }

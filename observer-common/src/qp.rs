@@ -10,6 +10,7 @@
 
 use crate::maps::{ANY, OPCODE_BUCKETS, PCP_BUCKETS, Policy, QpValue, class, policy_flags};
 use crate::parse::{Frame, PCP_NONE};
+use crate::qp_table::{Cells4, KValue, hist};
 use core::ptr::addr_of_mut;
 
 /// Compare-and-swap attempts before a PSN update gives up.
@@ -96,6 +97,13 @@ pub trait Ops {
     fn index(&self, i: usize, _n: usize) -> usize {
         i
     }
+    /// `v`, as a value the eBPF verifier knows nothing about (the kernel implementation), so
+    /// that paths which computed different constants continue as one verifier state.
+    /// Identity elsewhere.
+    #[inline(always)]
+    fn unknown32(&self, v: u32) -> u32 {
+        v
+    }
 }
 
 /// Single-threaded memory operations (replay, tests; the kernel on a value's owner CPU).
@@ -176,6 +184,187 @@ impl<A: Ops> Ops for Mixed<A> {
     #[inline(always)]
     fn index(&self, i: usize, n: usize) -> usize {
         self.atomic.index(i, n)
+    }
+    #[inline(always)]
+    fn unknown32(&self, v: u32) -> u32 {
+        self.atomic.unknown32(v)
+    }
+}
+
+/// Declares [`Value`] with a pointer projection per field that both value layouts share, and
+/// `value_field_fns!`, their implementation for a type with fields of those names.
+macro_rules! shared_fields {
+    ($($f:ident: $ty:ty),* $(,)?) => {
+        /// A per-key value [`update_split`] can write: [`QpValue`] (replay; readers) and the
+        /// kernel's compact [`KValue`]. The fields they share have the same names; they differ
+        /// in how the opcode, DSCP and PCP histograms are kept ([`Value::hist_add`]).
+        pub trait Value: Sized {
+            $(
+                /// A pointer to the field of this name.
+                ///
+                /// # Safety
+                /// `v` points to a live, aligned value.
+                unsafe fn $f(v: *mut Self) -> *mut $ty;
+            )*
+            /// Adds one packet to the opcode bucket `ob`, the DSCP `dscp` and the PCP bucket
+            /// `pcp` of class `c`. Returns the [`hist`] bits of the histograms whose bucket
+            /// could not be counted in the value (the kernel's cells were all taken): the
+            /// caller counts those elsewhere.
+            ///
+            /// # Safety
+            /// `v` points to a live, aligned value; `o`'s contract as in [`update_split`].
+            unsafe fn hist_add<O: Ops>(
+                o: &O,
+                v: *mut Self,
+                c: usize,
+                ob: usize,
+                dscp: usize,
+                pcp: usize,
+            ) -> u32;
+        }
+        macro_rules! value_field_fns {
+            () => {
+                $(
+                    #[inline(always)]
+                    unsafe fn $f(v: *mut Self) -> *mut $ty {
+                        unsafe { addr_of_mut!((*v).$f) }
+                    }
+                )*
+            };
+        }
+    };
+}
+
+shared_fields!(
+    pkts: u64,
+    bytes_l2: u64,
+    bytes_ip: u64,
+    bytes_udp: u64,
+    first_ns: u64,
+    last_ns: u64,
+    naks: u64,
+    nak_psn_seq_err: u64,
+    rnr_naks: u64,
+    suspect: u64,
+    psn_gaps: u64,
+    psn_missing: u64,
+    psn_retrans: u64,
+    psn_behind: u64,
+    qp_incarnations: u64,
+    psn_max_p1: u32,
+    max_udp_payload: u32,
+    event_flags: u32,
+    last_udp_sport: u16,
+    ecn_hist: [[u32; 4]; class::COUNT],
+);
+
+impl Value for QpValue {
+    value_field_fns!();
+    #[inline(always)]
+    unsafe fn hist_add<O: Ops>(
+        o: &O,
+        v: *mut Self,
+        c: usize,
+        ob: usize,
+        dscp: usize,
+        pcp: usize,
+    ) -> u32 {
+        unsafe {
+            o.add32(addr_of_mut!((*v).opcode_hist[ob]), 1);
+            o.add32(addr_of_mut!((*v).dscp_hist[c][dscp]), 1);
+            o.add32(addr_of_mut!((*v).pcp_hist[c][pcp]), 1);
+        }
+        0
+    }
+}
+
+impl Value for KValue {
+    value_field_fns!();
+    #[inline(always)]
+    unsafe fn hist_add<O: Ops>(
+        o: &O,
+        v: *mut Self,
+        c: usize,
+        ob: usize,
+        dscp: usize,
+        pcp: usize,
+    ) -> u32 {
+        let mut over = 0;
+        unsafe {
+            let t = ob as u32 + 1;
+            if !cells_add(o, addr_of_mut!((*v).opcodes[0]), t)
+                && !cells_add(o, addr_of_mut!((*v).opcodes[1]), t)
+            {
+                over |= hist::OPCODE_BIT;
+            }
+            if !cells_add(o, addr_of_mut!((*v).dscp), dscp_tag(c, dscp) as u32) {
+                over |= hist::DSCP_BIT;
+            }
+            if !cells_add(o, addr_of_mut!((*v).pcp), pcp_tag(c, pcp) as u32) {
+                over |= hist::PCP_BIT;
+            }
+        }
+        // one verifier state after the cells, whichever were full
+        o.unknown32(over)
+    }
+}
+
+/// [`hist::DSCP`] cell tag of DSCP `dscp` (0..64) in class `c`.
+#[inline(always)]
+pub fn dscp_tag(c: usize, dscp: usize) -> u8 {
+    (c * 64 + dscp + 1) as u8
+}
+
+/// [`hist::PCP`] cell tag of PCP bucket `pcp` (0..9) in class `c`.
+#[inline(always)]
+pub fn pcp_tag(c: usize, pcp: usize) -> u8 {
+    (c * PCP_BUCKETS + pcp + 1) as u8
+}
+
+/// The lowest byte of `x` that is zero, as a mask with that byte's top bit set, or 0 when no
+/// byte is (the lowest flagged byte is always right; higher ones may be false positives, which
+/// nothing here reads).
+#[inline(always)]
+fn zero_byte(x: u32) -> u32 {
+    let m = x.wrapping_sub(0x0101_0101) & !x & 0x8080_8080;
+    m.isolate_lowest_one()
+}
+
+/// Index (0..4) of the byte whose top bit a [`zero_byte`] mask (not 0) has set, without a
+/// branch: 2^(8i+7) >> 7 = 2^(8i), times 0x00010203 puts i in the top byte.
+#[inline(always)]
+fn byte_index(m: u32) -> usize {
+    (((m >> 7).wrapping_mul(0x0001_0203) >> 24) & 3) as usize
+}
+
+/// Adds one to the cell of tag `t` (1..=255), claiming a free cell for it if it has none;
+/// false when every cell is another tag's (or the claim lost twice to concurrent claims).
+///
+/// # Safety
+/// `cells` points to live, aligned cells; `o` as in [`update_split`].
+#[inline(always)]
+unsafe fn cells_add<O: Ops>(o: &O, cells: *mut Cells4, t: u32) -> bool {
+    unsafe {
+        let tp = addr_of_mut!((*cells).tags);
+        for _ in 0..2 {
+            let w = o.load32(tp);
+            let hit = zero_byte(w ^ t.wrapping_mul(0x0101_0101));
+            if hit != 0 {
+                // byte_index is `& 3`: a bound the verifier sees without `o.index`
+                o.add32(addr_of_mut!((*cells).n[byte_index(hit)]), 1);
+                return true;
+            }
+            let free = zero_byte(w);
+            if free == 0 {
+                return false;
+            }
+            let i = byte_index(free);
+            if o.cas32(tp, w, w | t << (8 * i)) == w {
+                o.add32(addr_of_mut!((*cells).n[i]), 1);
+                return true;
+            }
+        }
+        false
     }
 }
 
@@ -290,6 +479,10 @@ pub struct Outcome {
     /// beside the enum: the eBPF programs read it instead of matching `psn`, whose payload is
     /// undefined on the other variants and once let LLVM hand the verifier a pointer to shift.
     pub gap: u32,
+    /// [`hist`] bits of the histograms whose bucket this packet could not be counted in by the
+    /// value ([`Value::hist_add`]): the kernel adds them to `QPHIST`. Always 0 for a
+    /// [`QpValue`].
+    pub overflow: u32,
 }
 
 /// Marking and PSN facts of one packet that are event-worthy, as [`ev`] bits.
@@ -349,8 +542,8 @@ pub fn is_suspect(f: &Frame) -> bool {
 /// once handed the eBPF verifier a pointer to shift. `idle`: the key saw no packet for longer
 /// than the policy's incarnation idle time.
 #[inline(always)]
-unsafe fn psn_update<O: Ops>(o: &O, v: *mut QpValue, psn: u32, idle: bool) -> (PsnStep, i32) {
-    let p = unsafe { addr_of_mut!((*v).psn_max_p1) };
+unsafe fn psn_update<O: Ops, V: Value>(o: &O, v: *mut V, psn: u32, idle: bool) -> (PsnStep, i32) {
+    let p = unsafe { V::psn_max_p1(v) };
     let psn = psn & 0x00ff_ffff;
     for _ in 0..CAS_TRIES {
         let cur = unsafe { o.load32(p) };
@@ -384,10 +577,10 @@ unsafe fn psn_update<O: Ops>(o: &O, v: *mut QpValue, psn: u32, idle: bool) -> (P
 /// `now_ns` its time.
 ///
 /// # Safety
-/// `v` points to a live, aligned [`QpValue`]; with [`Plain`] nobody else writes it meanwhile.
+/// `v` points to a live, aligned value; with [`Plain`] nobody else writes it meanwhile.
 #[inline(always)]
-pub unsafe fn update<O: Ops + Default>(
-    v: *mut QpValue,
+pub unsafe fn update<O: Ops + Default, V: Value>(
+    v: *mut V,
     f: &Frame,
     wire_len: u32,
     now_ns: u64,
@@ -413,11 +606,11 @@ pub unsafe fn update<O: Ops + Default>(
 /// atomic operations for it, or none does.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn update_split<C: Ops, S: Ops>(
+pub unsafe fn update_split<C: Ops, S: Ops, V: Value>(
     co: &C,
-    counts: *mut QpValue,
+    counts: *mut V,
     so: &S,
-    state: *mut QpValue,
+    state: *mut V,
     f: &Frame,
     wire_len: u32,
     now_ns: u64,
@@ -436,32 +629,30 @@ pub unsafe fn update_split<C: Ops, S: Ops>(
     };
     let ob = co.index(bucket, OPCODE_BUCKETS);
     unsafe {
-        co.add64(addr_of_mut!((*v).pkts), 1);
-        co.add64(addr_of_mut!((*v).bytes_l2), l2);
-        co.add64(addr_of_mut!((*v).bytes_ip), f.ip_len as u64);
-        co.add64(addr_of_mut!((*v).bytes_udp), f.udp_payload_len as u64);
-        co.add32(addr_of_mut!((*v).opcode_hist[ob]), 1);
-        co.add32(addr_of_mut!((*v).dscp_hist[c][dscp]), 1);
-        co.add32(addr_of_mut!((*v).ecn_hist[c][ecn]), 1);
-        co.add32(addr_of_mut!((*v).pcp_hist[c][pcp]), 1);
+        co.add64(V::pkts(v), 1);
+        co.add64(V::bytes_l2(v), l2);
+        co.add64(V::bytes_ip(v), f.ip_len as u64);
+        co.add64(V::bytes_udp(v), f.udp_payload_len as u64);
+        co.add32(addr_of_mut!((*V::ecn_hist(v))[c][ecn]), 1);
+        let overflow = V::hist_add(co, v, c, ob, dscp, pcp);
         if f.has_aeth != 0 {
             let s = f.aeth_syndrome();
             match s & 0x60 {
                 0x60 => {
-                    co.add64(addr_of_mut!((*v).naks), 1);
+                    co.add64(V::naks(v), 1);
                     if s == 0x60 {
-                        co.add64(addr_of_mut!((*v).nak_psn_seq_err), 1);
+                        co.add64(V::nak_psn_seq_err(v), 1);
                     }
                 }
-                0x20 => co.add64(addr_of_mut!((*v).rnr_naks), 1),
+                0x20 => co.add64(V::rnr_naks(v), 1),
                 _ => {}
             }
         }
         if is_suspect(f) {
-            co.add64(addr_of_mut!((*v).suspect), 1);
+            co.add64(V::suspect(v), 1);
         }
         let (step, d) = if c == class::DATA {
-            let last = core::ptr::read_volatile(addr_of_mut!((*state).last_ns));
+            let last = core::ptr::read_volatile(V::last_ns(state));
             let idle_ns = policy.incarnation_idle_ms as u64 * 1_000_000;
             let idle = idle_ns != 0 && last != 0 && now_ns.saturating_sub(last) > idle_ns;
             psn_update(so, state, f.bth.psn, idle)
@@ -474,18 +665,18 @@ pub unsafe fn update_split<C: Ops, S: Ops>(
             0
         };
         if gap > 0 {
-            co.add64(addr_of_mut!((*v).psn_gaps), 1);
-            co.add64(addr_of_mut!((*v).psn_missing), gap as u64);
+            co.add64(V::psn_gaps(v), 1);
+            co.add64(V::psn_missing(v), gap as u64);
         } else if matches!(step, PsnStep::NotAhead(_)) {
-            co.add64(addr_of_mut!((*v).psn_retrans), 1);
+            co.add64(V::psn_retrans(v), 1);
             if d < 0 {
-                co.add64(addr_of_mut!((*v).psn_behind), 1);
+                co.add64(V::psn_behind(v), 1);
             }
         } else if matches!(step, PsnStep::Reborn) {
-            co.add64(addr_of_mut!((*v).qp_incarnations), 1);
+            co.add64(V::qp_incarnations(v), 1);
         }
         // Largest UDP payload: a bounded CAS loop that only writes when larger.
-        let mp = addr_of_mut!((*state).max_udp_payload);
+        let mp = V::max_udp_payload(state);
         let pl = f.udp_payload_len as u32;
         for _ in 0..CAS_TRIES {
             let cur = so.load32(mp);
@@ -494,15 +685,15 @@ pub unsafe fn update_split<C: Ops, S: Ops>(
             }
         }
         // Times and the last source port: plain stores (not counts).
-        let first = addr_of_mut!((*state).first_ns);
+        let first = V::first_ns(state);
         if core::ptr::read_volatile(first) == 0 {
             core::ptr::write_volatile(first, now_ns);
         }
-        core::ptr::write_volatile(addr_of_mut!((*state).last_ns), now_ns);
-        core::ptr::write_volatile(addr_of_mut!((*state).last_udp_sport), f.udp_sport);
+        core::ptr::write_volatile(V::last_ns(state), now_ns);
+        core::ptr::write_volatile(V::last_udp_sport(state), f.udp_sport);
 
         let bits = event_bits(f, c, policy, step, d);
-        let fp = addr_of_mut!((*state).event_flags);
+        let fp = V::event_flags(state);
         let seen = so.load32(fp);
         let mut new = bits & !seen;
         if new != 0 {
@@ -514,6 +705,7 @@ pub unsafe fn update_split<C: Ops, S: Ops>(
             new_events: new,
             psn: step,
             gap,
+            overflow,
         }
     }
 }
@@ -612,5 +804,95 @@ mod tests {
         assert_eq!(opcode_info(0x81), (60, class::CNP));
         assert_eq!(opcode_info(0x11), (0x11, class::ACK));
         assert_eq!(opcode_info(0x30), (OPCODE_OTHER, class::DATA));
+    }
+
+    #[test]
+    fn byte_search_finds_the_lowest_matching_byte() {
+        for w in [
+            0u32,
+            0x0000_0005,
+            0x0000_0500,
+            0x0700_0605,
+            0x0807_0605,
+            0x0100_0001,
+        ] {
+            for i in 0..4 {
+                let b = (w >> (8 * i)) & 0xff;
+                let want = (0..4).find(|&j| (w >> (8 * j)) & 0xff == b).unwrap();
+                let m = zero_byte(w ^ b.wrapping_mul(0x0101_0101));
+                assert_ne!(m, 0);
+                assert_eq!(byte_index(m), want, "w {w:#x} byte {i}");
+            }
+        }
+        assert_eq!(zero_byte(0x0102_0304), 0);
+    }
+
+    /// Packets over every opcode, DSCP, ECN and PCP, updated into a [`QpValue`] and into a
+    /// [`KValue`] whose overflowing buckets go to a side table (as the kernel's `QPHIST`): the
+    /// expanded value equals the full one, field by field.
+    #[test]
+    fn compact_value_with_its_overflow_equals_the_full_value() {
+        use crate::qp_table::{HistKey, add_overflow};
+        let mut full = QpValue::ZERO;
+        let mut k = KValue::ZERO;
+        let mut over: std::collections::BTreeMap<HistKey, u64> = Default::default();
+        let mut f = Frame {
+            kind: crate::parse::kind::ROCE,
+            ..Frame::default()
+        };
+        let mut x = 12345u32;
+        let ops = [
+            0x0a, 0x06, 0x07, 0x08, 0x09, 0x0b, 0x11, 0x81, 0x0d, 0x04, 0x30,
+        ];
+        for n in 0..5000 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            // mostly one opcode, DSCP and PCP per class, sometimes any
+            let rare = n % 7 == 0;
+            f.bth.opcode = ops[if rare {
+                (x >> 8) as usize % ops.len()
+            } else {
+                n % 3
+            }];
+            f.dscp = if rare { (x >> 16) as u8 & 63 } else { 26 };
+            f.ecn = (x >> 24) as u8 & 3;
+            f.pcp = if rare { (x >> 4) as u8 % 9 } else { 3 };
+            f.bth.psn = n as u32;
+            let po = &Policy::NONE;
+            let a = unsafe { update::<Plain, _>(&mut full, &f, 100, n as u64 + 1, po) };
+            let b = unsafe { update::<Plain, _>(&mut k, &f, 100, n as u64 + 1, po) };
+            assert_eq!(a.overflow, 0);
+            assert_eq!((a.new_events, a.psn, a.gap), (b.new_events, b.psn, b.gap));
+            let (ob, c) = opcode_info(f.bth.opcode);
+            let pcp = if f.pcp >= PCP_NONE {
+                PCP_BUCKETS - 1
+            } else {
+                f.pcp as usize
+            };
+            for (bit, h, tag) in [
+                (hist::OPCODE_BIT, hist::OPCODE, ob as u8 + 1),
+                (hist::DSCP_BIT, hist::DSCP, dscp_tag(c, f.dscp as usize)),
+                (hist::PCP_BIT, hist::PCP, pcp_tag(c, pcp)),
+            ] {
+                if b.overflow & bit != 0 {
+                    let key = HistKey {
+                        slot: 0,
+                        hist: h,
+                        tag,
+                        _pad: 0,
+                    };
+                    *over.entry(key).or_default() += 1;
+                }
+            }
+        }
+        assert!(!over.is_empty(), "the test must reach the overflow path");
+        let mut v = k.to_value();
+        add_overflow(
+            &mut v,
+            over.iter()
+                .map(|(k, n)| (*k, *n))
+                .collect::<Vec<_>>()
+                .iter(),
+        );
+        assert_eq!(v, full);
     }
 }

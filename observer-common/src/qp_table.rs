@@ -13,6 +13,9 @@
 //!   of bucket `b` is slot `b * WAYS + w`.
 //! - `QPCOUNT`: one `u64`, the number of keys in the table; inserts stop at the `--max-qps`
 //!   limit, so the limit is exact whatever the table's capacity.
+//! - `QPHIST`: a hash map of the histogram buckets that found no free cell in their slot's
+//!   compact value ([`KValue`], [`HistKey`]): rare, so a key costs 774 bytes of kernel memory
+//!   instead of the 3.6 KiB two full [`QpValue`]s took.
 //!
 //! A key lives in one of two buckets ([`buckets`]); inserts take the emptier one, so with the
 //! capacity [`buckets_for`] gives (load 3/4 at the limit) a bucket pair is practically never
@@ -34,7 +37,7 @@
 //! under it, so a key is never in two slots. Lookups take no lock. Values are zero when a slot
 //! is claimed (zero at map creation, zeroed by userspace before a slot is freed).
 
-use crate::maps::{QpKey, QpValue};
+use crate::maps::{OPCODE_BUCKETS, PCP_BUCKETS, QpKey, QpValue, class};
 
 /// Ways (slots) per bucket: 15 state words and the lock fill one 64-byte cache line.
 pub const WAYS: usize = 15;
@@ -61,6 +64,217 @@ pub struct Bucket {
     pub lock: u32,
 }
 
+/// Cells of one histogram in the kernel's compact value: up to four (tag, count) pairs. A tag
+/// is the histogram bucket plus one (see [`KValue`]), one byte each in `tags` (byte `i` names
+/// `n[i]`, 0 = free); cells are claimed in order, so the first free byte ends the used ones.
+/// A tag never changes once claimed, until the slot is freed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cells4 {
+    pub tags: u32,
+    pub n: [u32; 4],
+}
+
+impl Cells4 {
+    pub const ZERO: Cells4 = Cells4 { tags: 0, n: [0; 4] };
+
+    /// The used cells as (tag, count).
+    pub fn cells(&self) -> impl Iterator<Item = (u8, u32)> + '_ {
+        (0..4)
+            .map(|i| ((self.tags >> (8 * i)) as u8, self.n[i]))
+            .take_while(|&(t, _)| t != 0)
+    }
+}
+
+/// Which histogram a [`Cells4`] tag or a [`HistKey`] belongs to.
+pub mod hist {
+    /// Tag = opcode bucket (`qp::opcode_bucket`) + 1: 1..=64.
+    pub const OPCODE: u8 = 0;
+    /// Tag = class * 64 + DSCP + 1: 1..=192.
+    pub const DSCP: u8 = 1;
+    /// Tag = class * 9 + PCP bucket + 1: 1..=27.
+    pub const PCP: u8 = 2;
+    pub const COUNT: u8 = 3;
+    /// [`crate::qp::Outcome::overflow`] bits.
+    pub const OPCODE_BIT: u32 = 1 << OPCODE;
+    pub const DSCP_BIT: u32 = 1 << DSCP;
+    pub const PCP_BIT: u32 = 1 << PCP;
+}
+
+/// The kernel's per-key value: [`QpValue`]'s fields under the same names, but for the ICRC
+/// verdicts (replay only), and its opcode, DSCP and PCP histograms (1,132 bytes) kept as a few
+/// (bucket, count) cells (80 bytes): a QP uses one or two DSCPs and PCPs per class and a
+/// handful of opcodes. A packet whose bucket finds no cell claims a free one; when all are
+/// taken the eBPF program adds it to the `QPHIST` hash map under a [`HistKey`] instead, so the
+/// counts stay exact. Readers expand a slot into a [`QpValue`] ([`QpSlot::merged`], then
+/// [`add_overflow`]). 264 bytes, against 1,424 for a [`QpValue`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KValue {
+    pub pkts: u64,
+    pub bytes_l2: u64,
+    pub bytes_ip: u64,
+    pub bytes_udp: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub naks: u64,
+    pub nak_psn_seq_err: u64,
+    pub rnr_naks: u64,
+    pub suspect: u64,
+    pub psn_gaps: u64,
+    pub psn_missing: u64,
+    pub psn_retrans: u64,
+    pub psn_behind: u64,
+    pub qp_incarnations: u64,
+    pub psn_max_p1: u32,
+    pub max_udp_payload: u32,
+    pub event_flags: u32,
+    pub last_udp_sport: u16,
+    pub _pad: u16,
+    pub ecn_hist: [[u32; 4]; class::COUNT],
+    /// Opcode cells: the second group is used once the first is full (8 opcodes: a requester
+    /// key's RDMA WRITE first/middle/last/only with and without immediate, or a responder
+    /// key's ACK, CNP and READ responses).
+    pub opcodes: [Cells4; 2],
+    pub dscp: Cells4,
+    pub pcp: Cells4,
+}
+
+impl KValue {
+    pub const ZERO: KValue = KValue {
+        pkts: 0,
+        bytes_l2: 0,
+        bytes_ip: 0,
+        bytes_udp: 0,
+        first_ns: 0,
+        last_ns: 0,
+        naks: 0,
+        nak_psn_seq_err: 0,
+        rnr_naks: 0,
+        suspect: 0,
+        psn_gaps: 0,
+        psn_missing: 0,
+        psn_retrans: 0,
+        psn_behind: 0,
+        qp_incarnations: 0,
+        psn_max_p1: 0,
+        max_udp_payload: 0,
+        event_flags: 0,
+        last_udp_sport: 0,
+        _pad: 0,
+        ecn_hist: [[0; 4]; class::COUNT],
+        opcodes: [Cells4::ZERO; 2],
+        dscp: Cells4::ZERO,
+        pcp: Cells4::ZERO,
+    };
+
+    /// Adds this value's counters and cells to `v` (wrapping), as [`crate::qp::add_counts`]
+    /// does for two [`QpValue`]s. The state fields are not touched.
+    pub fn add_counts_to(&self, v: &mut QpValue) {
+        macro_rules! add {
+            ($($f:ident),*) => { $( v.$f = v.$f.wrapping_add(self.$f); )* };
+        }
+        add!(
+            pkts,
+            bytes_l2,
+            bytes_ip,
+            bytes_udp,
+            naks,
+            nak_psn_seq_err,
+            rnr_naks,
+            suspect,
+            psn_gaps,
+            psn_missing,
+            psn_retrans,
+            psn_behind,
+            qp_incarnations
+        );
+        for (a, b) in v.ecn_hist.iter_mut().zip(&self.ecn_hist) {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x = x.wrapping_add(*y);
+            }
+        }
+        for (h, cells) in [
+            (hist::OPCODE, &self.opcodes[0]),
+            (hist::OPCODE, &self.opcodes[1]),
+            (hist::DSCP, &self.dscp),
+            (hist::PCP, &self.pcp),
+        ] {
+            for (tag, n) in cells.cells() {
+                add_bucket(v, h, tag, n as u64);
+            }
+        }
+    }
+
+    /// The value as a [`QpValue`]: state fields copied, counts added to zero.
+    pub fn to_value(&self) -> QpValue {
+        let mut v = QpValue::ZERO;
+        v.first_ns = self.first_ns;
+        v.last_ns = self.last_ns;
+        v.psn_max_p1 = self.psn_max_p1;
+        v.max_udp_payload = self.max_udp_payload;
+        v.event_flags = self.event_flags;
+        v.last_udp_sport = self.last_udp_sport;
+        self.add_counts_to(&mut v);
+        v
+    }
+}
+
+/// Adds `n` to the bucket a cell tag of histogram `h` names (tags as [`hist`] defines them;
+/// out-of-range tags, which the kernel never writes, are ignored).
+pub fn add_bucket(v: &mut QpValue, h: u8, tag: u8, n: u64) {
+    let Some(b) = (tag as usize).checked_sub(1) else {
+        return;
+    };
+    let n = n as u32;
+    match h {
+        hist::OPCODE if b < OPCODE_BUCKETS => v.opcode_hist[b] = v.opcode_hist[b].wrapping_add(n),
+        hist::DSCP if b < 64 * class::COUNT => {
+            let x = &mut v.dscp_hist[b / 64][b % 64];
+            *x = x.wrapping_add(n);
+        }
+        hist::PCP if b < PCP_BUCKETS * class::COUNT => {
+            let x = &mut v.pcp_hist[b / PCP_BUCKETS][b % PCP_BUCKETS];
+            *x = x.wrapping_add(n);
+        }
+        _ => {}
+    }
+}
+
+/// Key of the `QPHIST` hash map: the counts of one histogram bucket of one slot that found no
+/// free [`Cells4`] cell (in the value or the spill value). Entries of a slot are deleted when
+/// the slot is freed, before it can be claimed again.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HistKey {
+    /// The slot's index in `QPS`.
+    pub slot: u32,
+    /// [`hist`] kind.
+    pub hist: u8,
+    /// The bucket's cell tag.
+    pub tag: u8,
+    pub _pad: u16,
+}
+
+/// Adds the `QPHIST` entries of one slot (`(key, count)`, `key.slot` that slot) to its value.
+pub fn add_overflow<'a>(v: &mut QpValue, entries: impl IntoIterator<Item = &'a (HistKey, u64)>) {
+    for (k, n) in entries {
+        add_bucket(v, k.hist, k.tag, *n);
+    }
+}
+
+/// `QPHIST` entries per `--max-qps` key (at least [`HIST_OVERFLOW_MIN`]): one key in eight may
+/// have one bucket beyond its cells. A packet that finds the map full is counted
+/// (`IfaceStats::hist_overflow_lost`), not added to its histogram bucket.
+pub const HIST_OVERFLOW_PER_KEYS: u32 = 8;
+/// Smallest `QPHIST`.
+pub const HIST_OVERFLOW_MIN: u32 = 1024;
+
+/// `QPHIST`'s entries for a table of `max_qps` keys.
+pub fn hist_overflow_entries(max_qps: u32) -> u32 {
+    (max_qps / HIST_OVERFLOW_PER_KEYS).max(HIST_OVERFLOW_MIN)
+}
+
 /// One slot of `QPS`: the key, its value, the value's owner CPU and the spill value.
 ///
 /// The CPU that inserted the key owns the value's counters and adds to them with plain
@@ -69,7 +283,8 @@ pub struct Bucket {
 /// instructions (nine locked adds per packet cost ~12 ns here). RoCE traffic of one QP usually
 /// arrives on one RX queue, so on one CPU: the owner's. The PSN state, times and event flags are
 /// always `value`'s, updated atomically. Readers add `spill`'s counts to `value`'s
-/// (`qp::add_counts`); `spill` stays zero unless one key's packets are seen on two CPUs.
+/// ([`QpSlot::merged`]); `spill` stays zero unless one key's packets are seen on two CPUs.
+/// 576 bytes: nine cache lines.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpSlot {
@@ -77,8 +292,8 @@ pub struct QpSlot {
     /// The owner CPU's number + 1 (0 in a free slot), set by the insert.
     pub owner: u32,
     pub _pad: u32,
-    pub value: QpValue,
-    pub spill: QpValue,
+    pub value: KValue,
+    pub spill: KValue,
 }
 
 impl QpSlot {
@@ -92,22 +307,24 @@ impl QpSlot {
         },
         owner: 0,
         _pad: 0,
-        value: QpValue::ZERO,
-        spill: QpValue::ZERO,
+        value: KValue::ZERO,
+        spill: KValue::ZERO,
     };
 
-    /// The key's value as readers see it: `value` with `spill`'s counts added.
+    /// The key's value as readers see it, less its `QPHIST` entries ([`add_overflow`]):
+    /// `value` expanded, with `spill`'s counts added.
     pub fn merged(&self) -> QpValue {
-        let mut v = self.value;
+        let mut v = self.value.to_value();
         if self.spill.pkts != 0 {
-            crate::qp::add_counts(&mut v, &self.spill);
+            self.spill.add_counts_to(&mut v);
         }
         v
     }
 }
 
 /// Buckets for a table that holds `max_qps` keys at a load of at most 3/4 (at least 2).
-/// Kernel memory: (64 / 15 + 4 / 3 * `size_of::<QpSlot>()`) bytes per key, ~3.6 KiB.
+/// Kernel memory: (64 / 15 + 4 / 3 * `size_of::<QpSlot>()`) bytes per key, 774 bytes, plus
+/// `QPHIST`'s share ([`hist_overflow_entries`]).
 pub fn buckets_for(max_qps: u32) -> u32 {
     let slots = (max_qps as u64 * 4).div_ceil(3);
     (slots.div_ceil(WAYS as u64)).clamp(2, (u32::MAX as u64) / WAYS as u64) as u32
@@ -194,6 +411,9 @@ mod pod {
     // SAFETY: #[repr(C)], two Pod structs whose sizes are multiples of 8 (no padding between
     // or after them, checked by a test); any bit pattern is a valid value.
     unsafe impl aya::Pod for QpSlot {}
+    // SAFETY: #[repr(C)], integer fields with explicit padding (8 bytes, a test); any bit
+    // pattern is a valid value.
+    unsafe impl aya::Pod for HistKey {}
 }
 
 #[cfg(test)]
@@ -217,12 +437,17 @@ mod tests {
         assert_eq!(size_of::<Bucket>(), 64);
         assert_eq!(
             size_of::<QpSlot>(),
-            size_of::<QpKey>() + 8 + 2 * size_of::<QpValue>()
+            size_of::<QpKey>() + 8 + 2 * size_of::<KValue>()
         );
         assert_eq!(core::mem::offset_of!(QpSlot, value) % 8, 0);
         assert_eq!(size_of::<QpSlot>() % 8, 0);
         assert_eq!(align_of::<QpKey>(), 8);
-        assert_eq!(QpSlot::ZERO.value, QpValue::ZERO);
+        assert_eq!(QpSlot::ZERO.value, KValue::ZERO);
+        assert_eq!(size_of::<KValue>(), 264);
+        assert_eq!(size_of::<QpSlot>(), 576);
+        assert_eq!(size_of::<Cells4>(), 20);
+        assert_eq!(size_of::<HistKey>(), 8);
+        assert_eq!(QpSlot::ZERO.merged(), QpValue::ZERO);
     }
 
     #[test]

@@ -19,7 +19,9 @@ fn run(frames: &[Vec<u8>]) -> QpValue {
     for (i, fr) in frames.iter().enumerate() {
         let f = classify(&fr[..]);
         assert_eq!(f.kind, kind::ROCE, "frame {i} not RoCE: {f:?}");
-        unsafe { qp::update::<Plain>(&mut v, &f, fr.len() as u32, 1000 + i as u64, &Policy::NONE) };
+        unsafe {
+            qp::update::<Plain, _>(&mut v, &f, fr.len() as u32, 1000 + i as u64, &Policy::NONE)
+        };
     }
     v
 }
@@ -219,7 +221,7 @@ fn mirror_encapsulations_are_opened() {
         assert_eq!(fr.len() - f.l2_off as usize, inner.len());
         assert_eq!(icrc::verify(&fr, &f), icrc::Verdict::Ok);
         let mut v = QpValue::ZERO;
-        unsafe { qp::update::<Plain>(&mut v, &f, fr.len() as u32, 1, &Policy::NONE) };
+        unsafe { qp::update::<Plain, _>(&mut v, &f, fr.len() as u32, 1, &Policy::NONE) };
         assert_eq!(
             v.bytes_l2 as usize,
             inner.len(),
@@ -345,7 +347,7 @@ fn run_timed(pkts: &[(u32, u64)], pol: &Policy) -> QpValue {
     for &(psn, t) in pkts {
         let fr = data(psn);
         let f = classify(&fr[..]);
-        unsafe { qp::update::<Plain>(&mut v, &f, fr.len() as u32, t, pol) };
+        unsafe { qp::update::<Plain, _>(&mut v, &f, fr.len() as u32, t, pol) };
     }
     v
 }
@@ -432,18 +434,18 @@ fn events_fire_once_per_key_and_follow_the_policy() {
     bleached.ecn = 0;
     bleached.vlans = vec![(0x8100, 3)];
     let f = classify(&bleached.build()[..]);
-    let o = unsafe { qp::update::<Plain>(&mut v, &f, 100, 1, &pol) };
+    let o = unsafe { qp::update::<Plain, _>(&mut v, &f, 100, 1, &pol) };
     let want = (1 << ev::NEW_QP) | (1 << ev::DSCP) | (1 << ev::NOT_ECT);
     assert_eq!(o.new_events, want);
     assert_eq!(o.psn, PsnStep::First);
     bleached.payload = support::bth(0x0a, 1, 2);
     let f = classify(&bleached.build()[..]);
-    let o = unsafe { qp::update::<Plain>(&mut v, &f, 100, 2, &pol) };
+    let o = unsafe { qp::update::<Plain, _>(&mut v, &f, 100, 2, &pol) };
     assert_eq!(o.new_events, 0, "second occurrence is not an event");
     let mut gap = Pkt::roce(0x0a, 1, 9, 8);
     gap.vlans = vec![(0x8100, 3)];
     let f = classify(&gap.build()[..]);
-    let o = unsafe { qp::update::<Plain>(&mut v, &f, 100, 3, &pol) };
+    let o = unsafe { qp::update::<Plain, _>(&mut v, &f, 100, 3, &pol) };
     assert_eq!(o.new_events, 1 << ev::PSN_GAP);
     assert_eq!(o.psn, PsnStep::Ahead(7));
     // CNP on priority 0 untagged: PCP mismatch for the CNP class, and the CNP event.
@@ -451,12 +453,12 @@ fn events_fire_once_per_key_and_follow_the_policy() {
     let mut c = cnp.clone();
     c.dscp = 48;
     let f = classify(&c.build()[..]);
-    let o = unsafe { qp::update::<Plain>(&mut v, &f, 100, 4, &pol) };
+    let o = unsafe { qp::update::<Plain, _>(&mut v, &f, 100, 4, &pol) };
     assert_eq!(o.new_events, (1 << (ev::PCP + 2)) | (1 << ev::CNP));
     // Without ENABLED nothing marking-related fires.
     let mut v = QpValue::ZERO;
     let f = classify(&cnp.build()[..]);
-    let o = unsafe { qp::update::<Plain>(&mut v, &f, 100, 4, &Policy::NONE) };
+    let o = unsafe { qp::update::<Plain, _>(&mut v, &f, 100, 4, &Policy::NONE) };
     assert_eq!(o.new_events, (1 << ev::NEW_QP) | (1 << ev::CNP));
 }
 
@@ -547,7 +549,7 @@ fn split_update_with_spill_equals_single_update() {
         for (i, fr) in frames.iter().enumerate() {
             let f = classify(&fr[..]);
             let t = 1000 + i as u64;
-            let a = unsafe { qp::update::<Plain>(&mut single, &f, fr.len() as u32, t, &pol) };
+            let a = unsafe { qp::update::<Plain, _>(&mut single, &f, fr.len() as u32, t, &pol) };
             let counts: *mut QpValue = if mask & (1 << i) != 0 {
                 &mut spill
             } else {

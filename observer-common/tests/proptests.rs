@@ -98,7 +98,7 @@ proptest! {
         if f.kind == kind::ROCE {
             prop_assert!(f.bth_off as usize + 12 <= b.len());
             let mut v = QpValue::ZERO;
-            unsafe { qp::update::<Plain>(&mut v, &f, b.len() as u32, 1, &Policy::NONE) };
+            unsafe { qp::update::<Plain, _>(&mut v, &f, b.len() as u32, 1, &Policy::NONE) };
             prop_assert_eq!(v.pkts, 1);
             let _ = icrc::verify(&b, &f);
         }
@@ -119,7 +119,7 @@ proptest! {
             let mut f = Frame { kind: kind::ROCE, ..Frame::default() };
             f.bth.opcode = 0x06;
             f.bth.psn = psn;
-            unsafe { qp::update::<Plain>(&mut v, &f, 100, 1, &Policy::NONE) };
+            unsafe { qp::update::<Plain, _>(&mut v, &f, 100, 1, &Policy::NONE) };
             match max {
                 None => max = Some(psn as i64),
                 Some(m) => {

@@ -11,17 +11,17 @@ use aya_ebpf::helpers::generated::{
     bpf_skb_pull_data, bpf_xdp_get_buff_len,
 };
 use aya_ebpf::macros::{classifier, map, perf_event, xdp};
-use aya_ebpf::maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya_ebpf::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya_ebpf::programs::{PerfEventContext, TcContext, XdpContext};
 use observer_common::cursor::Bytes;
 use observer_common::maps::{
-    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, QpValue, XdpLenLayout, dir,
+    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, XdpLenLayout, dir,
     kfunc_call,
     policy_flags,
 };
 use observer_common::parse::{self, Frame, kind};
 use observer_common::qp::{self, Ops, PsnStep};
-use observer_common::qp_table::{self as table, Bucket, QpSlot, WAYS};
+use observer_common::qp_table::{self as table, Bucket, HistKey, KValue, QpSlot, WAYS};
 
 /// Rare-path events reported through aya-log at debug level, in the object built with the
 /// `kernel-log` feature, which userspace loads for `--log-level debug`. Each is also counted in
@@ -33,6 +33,7 @@ mod rare {
     pub const EVENTS_LOST: u32 = 3;
     pub const PAUSES_LOST: u32 = 4;
     pub const EXCLUDED: u32 = 5;
+    pub const HIST_LOST: u32 = 6;
 }
 
 /// One rare-path event to the aya-log ring (a BPF-to-BPF call on cold paths only). `a` and `b`:
@@ -46,6 +47,7 @@ fn log_rare(kind: u32, a: u32, b: u32) {
         rare::PSN_CONTENDED => aya_log_ebpf::debug!(&(), "PSN update gave up under contention (dir {})", a),
         rare::EVENTS_LOST => aya_log_ebpf::debug!(&(), "event ring buffer full: an event was lost (dir {})", a),
         rare::PAUSES_LOST => aya_log_ebpf::debug!(&(), "PAUSES ring buffer full: a PFC/PAUSE record was lost (dir {})", a),
+        rare::HIST_LOST => aya_log_ebpf::debug!(&(), "QPHIST full: a histogram bucket was not counted (dir {})", a),
         _ => aya_log_ebpf::debug!(&(), "frame excluded (dir {}): reason {}", a, b),
     }
 }
@@ -77,6 +79,12 @@ static QPS: Array<QpSlot> = Array::with_max_entries(1024, BPF_F_MMAPABLE);
 /// Per-QP table: the buckets' state words and insert locks (`QP_BUCKETS` entries).
 #[map]
 static QPIDX: Array<Bucket> = Array::with_max_entries(64, BPF_F_MMAPABLE);
+
+/// Per-QP table: histogram buckets that found no free cell in their slot's compact value
+/// (`table::KValue`), one count per (slot, histogram, bucket); `max_entries` set at load
+/// (`table::hist_overflow_entries`). Rare: a QP uses few opcodes, DSCPs and PCPs.
+#[map]
+static QPHIST: HashMap<HistKey, u64> = HashMap::with_max_entries(1024, 0);
 
 /// Per-QP table: keys in it (index 0); inserts stop at `QP_LIMIT`, evictions decrement it.
 #[map]
@@ -288,6 +296,44 @@ impl Ops for Atomic {
         let i = opaque(i as u64) as usize;
         if i < n { i } else { n - 1 }
     }
+    #[inline(always)]
+    fn unknown32(&self, v: u32) -> u32 {
+        launder(v) as u32
+    }
+}
+
+/// [`Atomic`], hiding values from the verifier with [`forget`] (`noise`: any value read from map
+/// memory) instead of a round trip through `SCRATCH`: the ops of the per-QP update's counts.
+#[derive(Clone, Copy)]
+struct AtomicForget {
+    noise: u64,
+}
+
+impl Ops for AtomicForget {
+    #[inline(always)]
+    unsafe fn add64(&self, p: *mut u64, v: u64) {
+        unsafe { Atomic.add64(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn add32(&self, p: *mut u32, v: u32) {
+        unsafe { Atomic.add32(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn cas32(&self, p: *mut u32, old: u32, new: u32) -> u32 {
+        unsafe { Atomic.cas32(p, old, new) }
+    }
+    #[inline(always)]
+    unsafe fn or32(&self, p: *mut u32, v: u32) -> u32 {
+        unsafe { Atomic.or32(p, v) }
+    }
+    #[inline(always)]
+    fn index(&self, i: usize, n: usize) -> usize {
+        Atomic.index(i, n)
+    }
+    #[inline(always)]
+    fn unknown32(&self, v: u32) -> u32 {
+        forget(v as u64, self.noise) as u32
+    }
 }
 
 /// `v`, opaque to LLVM (it cannot relate it to anything it knows) at no cost: an empty inline
@@ -494,7 +540,7 @@ fn find_in(b: u32, tag: u32, key: &QpKey) -> Option<u32> {
 /// `key`'s slot (`h` its hash), inserting the key when new; `None` (counted) when it cannot be
 /// inserted.
 #[inline(always)]
-fn qp_slot(s: *mut IfaceStats, key: &QpKey, h: u64, noise: u64) -> Option<*mut QpSlot> {
+fn qp_slot(s: *mut IfaceStats, key: &QpKey, h: u64, noise: u64) -> Option<(*mut QpSlot, u32)> {
     // SAFETY: read-only data set at load.
     let n = unsafe { core::ptr::read_volatile(&QP_BUCKETS) };
     let (b1, b2) = table::buckets(h, n);
@@ -523,7 +569,8 @@ fn qp_slot(s: *mut IfaceStats, key: &QpKey, h: u64, noise: u64) -> Option<*mut Q
     // The slot index arrives on ~30 paths (one per bucket and way, each with its own known
     // range): forgotten, they continue as one state and the per-QP update is verified once,
     // not once per path.
-    QPS.get_ptr_mut(forget(r as u64, noise) as u32)
+    let i = forget(r as u64, noise) as u32;
+    QPS.get_ptr_mut(i).map(|p| (p, i))
 }
 
 /// Inserts `key` (hash `h`) under the insert lock of its first bucket; returns its slot, or -1
@@ -707,7 +754,7 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     // Map memory the verifier does not track, for `forget`.
     // SAFETY: this CPU's counters of this program run.
     let noise = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*s).frames)) };
-    let Some(sl) = qp_slot(s, &key, table::hash_words(&w), noise) else {
+    let Some((sl, slot)) = qp_slot(s, &key, table::hash_words(&w), noise) else {
         return;
     };
     // SAFETY: `sl` points to a live slot of QPS. Its value's counters are written with plain
@@ -723,9 +770,9 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
         let m = (forget(other as u64, noise) as u32) & 1;
         let value = core::ptr::addr_of_mut!((*sl).value);
         let counts =
-            (value as *mut u8).add(m as usize * core::mem::size_of::<QpValue>()) as *mut QpValue;
+            (value as *mut u8).add(m as usize * core::mem::size_of::<KValue>()) as *mut KValue;
         let ops = qp::Mixed {
-            atomic: Atomic,
+            atomic: AtomicForget { noise },
             use_atomic: m,
         };
         qp::update_split(&ops, counts, &Atomic, value, f, wire_len, now, policy)
@@ -734,8 +781,59 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
         count(s, |s| s.psn_contended += 1);
         log_rare(rare::PSN_CONTENDED, d as u32, 0);
     }
+    if out.overflow != 0 {
+        hist_overflow(s, f, slot, out.overflow, d as u32);
+    }
     if out.new_events != 0 {
         emit(s, &key, f, &out);
+    }
+}
+
+/// Counts the histogram buckets of packet `f` that found no free cell in slot `slot`'s compact
+/// value (`bits`: `table::hist` bits) in `QPHIST`, with atomic adds; a bucket that finds the
+/// map full is counted `hist_overflow_lost`. A BPF-to-BPF call: rare.
+#[inline(never)]
+fn hist_overflow(s: *mut IfaceStats, f: &Frame, slot: u32, bits: u32, d: u32) {
+    let (ob, c) = qp::opcode_info(f.bth.opcode);
+    let pcp = if f.pcp >= parse::PCP_NONE {
+        observer_common::maps::PCP_BUCKETS - 1
+    } else {
+        f.pcp as usize
+    };
+    let tags = [
+        ob as u8 + 1,
+        qp::dscp_tag(c, (f.dscp & 63) as usize),
+        qp::pcp_tag(c, pcp),
+    ];
+    for h in 0..table::hist::COUNT {
+        if bits & (1 << h) == 0 {
+            continue;
+        }
+        let key = HistKey {
+            slot,
+            hist: h,
+            tag: tags[h as usize],
+            _pad: 0,
+        };
+        let mut p = QPHIST.get_ptr_mut(&key);
+        if p.is_none() {
+            match QPHIST.insert(&key, &0, BPF_NOEXIST) {
+                Ok(()) => {}
+                Err(e) if e == -EEXIST => {}
+                Err(_) => {}
+            }
+            p = QPHIST.get_ptr_mut(&key);
+        }
+        match p {
+            // SAFETY: a value of QPHIST; other CPUs add to it atomically too.
+            Some(p) => unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(p, 1);
+            },
+            None => {
+                count(s, |s| s.hist_overflow_lost += 1);
+                log_rare(rare::HIST_LOST, d, 0);
+            }
+        }
     }
 }
 

@@ -456,7 +456,7 @@ pub const IFACE_TRAFFIC: [IfaceCount; 5] = [
 
 /// The interface's other MAC control frames and the observer's own health counts, in
 /// `interfaces` column order (after 802.3x PAUSE).
-pub const IFACE_HEALTH: [IfaceCount; 7] = [
+pub const IFACE_HEALTH: [IfaceCount; 8] = [
     IfaceCount {
         name: "mac_control_other",
         unit: "frames",
@@ -492,6 +492,12 @@ pub const IFACE_HEALTH: [IfaceCount; 7] = [
         unit: "packets",
         doc: "PSN updates that gave up under compare-and-swap contention",
         get: |s| s.psn_contended,
+    },
+    IfaceCount {
+        name: "hist_overflow_lost",
+        unit: "packets",
+        doc: "histogram buckets not counted: the key's compact kernel value and the overflow map were full",
+        get: |s| s.hist_overflow_lost,
     },
     IfaceCount {
         name: "dropped",

@@ -461,6 +461,73 @@ fn cnp() {
     assert_eq!(kinds, vec![ev::NEW_QP, ev::CNP]);
 }
 
+/// One key with more opcodes, DSCPs and PCPs than its compact kernel value has cells for
+/// (8 opcodes, 4 DSCP and 4 PCP cells): the buckets beyond them go to the `QPHIST` map, and the
+/// snapshot's histograms still equal userspace's, bucket for bucket (`run_case`); evicting the
+/// key deletes its `QPHIST` entries.
+#[test]
+fn histograms_beyond_the_compact_cells_stay_exact() {
+    let opcodes = [
+        0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x0a, 0x0b,
+    ];
+    let mut frames = Vec::new();
+    for (i, &opcode) in opcodes.iter().enumerate() {
+        for j in 0..3u32 {
+            let n = i as u32 * 3 + j;
+            frames.push(
+                Roce {
+                    opcode,
+                    psn: 100 + n,
+                    dscp: [26, 0, 46, 10, 12, 34][n as usize % 6],
+                    tags: vec![(0x8100, (n % 8) as u8, 100)],
+                    ..Roce::default()
+                }
+                .build(),
+            );
+        }
+    }
+    let r = run_case("histograms_beyond_cells", &Policy::NONE, &frames);
+    if skipped() {
+        return;
+    }
+    let (k, v) = only_qp("histograms_beyond_cells", &r.snap);
+    assert_eq!(v.pkts, frames.len() as u64);
+    for &op in &opcodes {
+        assert_eq!(v.opcode_hist[opcode_bucket(op)], 3, "opcode {op:#x}");
+    }
+    assert_eq!(
+        v.dscp_hist[class::DATA].iter().filter(|&&n| n > 0).count(),
+        6
+    );
+    assert_eq!(v.pcp_hist[class::DATA][..8], [5, 4, 4, 4, 4, 4, 4, 4]);
+    assert_eq!(ingress(&r).hist_overflow_lost, 0);
+    // the last run of run_case (tc egress) left its key in the table: 3 opcodes, 2 DSCPs and
+    // 4 PCPs beyond the cells
+    let mut t = tester();
+    assert_eq!(t.hist_overflow_entries().unwrap(), 3 + 2 + 4);
+    let keys: Vec<_> = t
+        .snapshot("t", 0)
+        .unwrap()
+        .qps
+        .iter()
+        .map(|(k, _)| *k)
+        .collect();
+    assert_eq!(keys.len(), 1);
+    assert_eq!((keys[0].src_ip, keys[0].dest_qp), (k.src_ip, k.dest_qp));
+    let gone = t.evict(&keys).unwrap();
+    assert_eq!(gone.len(), 1);
+    assert_eq!(
+        gone[0].1.opcode_hist, v.opcode_hist,
+        "the evicted value has every bucket"
+    );
+    assert_eq!(gone[0].1.pcp_hist, v.pcp_hist);
+    assert_eq!(
+        t.hist_overflow_entries().unwrap(),
+        0,
+        "evicted with its key"
+    );
+}
+
 fn psn_frames(psns: &[u32]) -> Vec<Vec<u8>> {
     psns.iter().map(|&p| Roce::data(p).build()).collect()
 }

@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         pol.flags = observer_common::maps::policy_flags::ENABLED;
         pol.dscp = [26, 26, 48];
         // SAFETY: a local value, single thread.
-        unsafe { qp::update::<qp::Plain>(&mut v, &f, data.len() as u32, 1, &pol) };
+        unsafe { qp::update::<qp::Plain, _>(&mut v, &f, data.len() as u32, 1, &pol) };
         assert_eq!(v.pkts, 1);
         let _ = icrc::verify(data, &f);
     }

@@ -72,7 +72,7 @@ pub struct LiveArgs {
     /// Stop after this long (seconds; suffixes ms, s, m, h). Default: until SIGINT/SIGTERM.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Most keys in the kernel's per-QP table (about 3.6 KiB of kernel memory each). When it is
+    /// Most keys in the kernel's per-QP table (784 bytes of kernel memory each). When it is
     /// 90% full, keys idle longer than --idle-evict are evicted (their counts are kept).
     #[arg(long, value_name = "KEYS", default_value_t = 65536)]
     pub max_qps: u32,

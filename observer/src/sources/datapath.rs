@@ -256,7 +256,7 @@ impl Datapath {
                 };
                 let v = &mut self.qps.entries[i].1;
                 // SAFETY: `v` is a live &mut into the map; Plain ops, single thread.
-                let out = unsafe { qp::update::<Plain>(v, &f, wire_len, ts_ns, &self.policy) };
+                let out = unsafe { qp::update::<Plain, _>(v, &f, wire_len, ts_ns, &self.policy) };
                 if out.psn == qp::PsnStep::Contended {
                     self.iface[d].psn_contended += 1;
                 }

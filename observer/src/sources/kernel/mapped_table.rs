@@ -1,16 +1,18 @@
 //! Userspace side of the kernel's per-QP table (`observer_common::qp_table`): the three
-//! `BPF_F_MMAPABLE` arrays mapped into this process. Reads copy the live slots straight out of
-//! shared memory (no syscall, no kernel-side copy); eviction marks slots dead, waits for an RCU
-//! grace period so no program run is still writing them, then takes the final values and frees
-//! the slots.
+//! `BPF_F_MMAPABLE` arrays mapped into this process, and the `QPHIST` hash map of histogram
+//! buckets beyond a slot's cells. Reads expand the live slots' compact values straight out of
+//! shared memory (no syscall, no kernel-side copy) and add their `QPHIST` entries (one syscall
+//! when the map is empty); eviction marks slots dead, waits for an RCU grace period so no
+//! program run is still writing them, then takes the final values, deletes their `QPHIST`
+//! entries and frees the slots.
 
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use aya::maps::{HashMap, MapData, MapError};
 use observer_common::maps::{QpKey, QpValue};
-use observer_common::qp::add_counts;
-use observer_common::qp_table::{self as table, Bucket, QpSlot, WAYS};
+use observer_common::qp_table::{self as table, Bucket, HistKey, QpSlot, WAYS};
 
 /// `membarrier(MEMBARRIER_CMD_GLOBAL)`: returns after `synchronize_rcu()`, i.e. after every
 /// RCU read-side critical section that had begun, every XDP/tc program run among them, has
@@ -67,18 +69,52 @@ pub struct QpTable {
     slots: Mapping,
     count: Mapping,
     buckets: u32,
+    hist: HashMap<MapData, HistKey, u64>,
+}
+
+fn hist_error(e: MapError) -> io::Error {
+    io::Error::other(format!("reading QPHIST: {e}"))
 }
 
 impl QpTable {
-    /// Maps the table's arrays (`QPIDX`, `QPS`, `QPCOUNT` fds) of `buckets` buckets.
-    pub fn map(idx_fd: RawFd, slots_fd: RawFd, count_fd: RawFd, buckets: u32) -> io::Result<Self> {
+    /// Maps the table's arrays (`QPIDX`, `QPS`, `QPCOUNT` fds) of `buckets` buckets; `hist`
+    /// is its `QPHIST` map.
+    pub fn map(
+        idx_fd: RawFd,
+        slots_fd: RawFd,
+        count_fd: RawFd,
+        buckets: u32,
+        hist: HashMap<MapData, HistKey, u64>,
+    ) -> io::Result<Self> {
         let n = buckets as usize;
         Ok(QpTable {
             idx: Mapping::new(idx_fd, n * size_of::<Bucket>())?,
             slots: Mapping::new(slots_fd, n * WAYS * size_of::<QpSlot>())?,
             count: Mapping::new(count_fd, 8)?,
             buckets,
+            hist,
         })
+    }
+
+    /// Every `QPHIST` entry, by slot. Keys deleted meanwhile (by nobody but [`Self::evict`])
+    /// are skipped.
+    fn hist_entries(&self) -> io::Result<Vec<(HistKey, u64)>> {
+        let mut v = Vec::new();
+        for kv in self.hist.iter() {
+            match kv {
+                Ok(kv) => v.push(kv),
+                Err(MapError::KeyNotFound) => continue,
+                Err(e) => return Err(hist_error(e)),
+            }
+        }
+        v.sort_unstable_by_key(|(k, _)| (k.slot, k.hist, k.tag));
+        Ok(v)
+    }
+
+    #[cfg(any(test, feature = "test-support"))]
+    /// Entries in `QPHIST` (histogram buckets beyond their slot's cells).
+    pub fn hist_overflow_entries(&self) -> io::Result<usize> {
+        Ok(self.hist_entries()?.len())
     }
 
     fn state(&self, slot: usize) -> &AtomicU32 {
@@ -141,43 +177,48 @@ impl QpTable {
         self.keys_in_table().load(Ordering::Relaxed)
     }
 
-    /// Every live (key, value), `each` applied to every value as it is copied.
-    pub fn read(&self, expect: usize, mut each: impl FnMut(&mut QpValue)) -> Vec<(QpKey, QpValue)> {
+    /// Every live (key, value), `each` applied to every value as it is expanded.
+    pub fn read(
+        &self,
+        expect: usize,
+        mut each: impl FnMut(&mut QpValue),
+    ) -> io::Result<Vec<(QpKey, QpValue)>> {
+        // Read before the slots: an entry of a slot freed and claimed again meanwhile cannot
+        // be, as entries are deleted by `evict` before the slot is freed.
+        let hist = self.hist_entries()?;
+        let mut h = 0;
         let mut out: Vec<(QpKey, QpValue)> = Vec::with_capacity(expect + expect / 16 + 16);
         for i in 0..self.buckets as usize * WAYS {
             if !table::is_live(self.state(i).load(Ordering::Acquire)) {
                 continue;
             }
-            out.reserve(1);
             // SAFETY: a live slot (its key was published before its tag, which the Acquire
-            // load saw), copied into the vector's spare capacity, then the length is set.
-            // The kernel keeps adding to the value meanwhile (counters only grow): as with the
-            // kernel's own copy for a map lookup syscall, each word is some recent value. A
-            // plain copy, not a volatile one: volatile copies the 1.4 KB value in small pieces
+            // load saw). The kernel keeps adding to the value meanwhile (counters only grow):
+            // as with the kernel's own copy for a map lookup syscall, each word is some recent
+            // value. Plain copies, not volatile ones: volatile copies a value in small pieces
             // (3x slower at 100k keys) and nothing here re-reads it.
-            unsafe {
+            let (key, mut v) = unsafe {
                 let src = self.slot(i);
-                let dst = out.as_mut_ptr().add(out.len());
-                std::ptr::copy_nonoverlapping(
-                    std::ptr::addr_of!((*src).key),
-                    std::ptr::addr_of_mut!((*dst).0),
-                    1,
-                );
-                std::ptr::copy_nonoverlapping(
-                    std::ptr::addr_of!((*src).value),
-                    std::ptr::addr_of_mut!((*dst).1),
-                    1,
-                );
+                let key = std::ptr::read(std::ptr::addr_of!((*src).key));
+                let mut v = std::ptr::read(std::ptr::addr_of!((*src).value)).to_value();
                 // The spill value's counts (zero unless the key's packets met on two CPUs).
                 if std::ptr::read_volatile(std::ptr::addr_of!((*src).spill.pkts)) != 0 {
-                    let spill = std::ptr::read_volatile(std::ptr::addr_of!((*src).spill));
-                    add_counts(&mut (*dst).1, &spill);
+                    std::ptr::read(std::ptr::addr_of!((*src).spill)).add_counts_to(&mut v);
                 }
-                each(&mut (*dst).1);
-                out.set_len(out.len() + 1);
+                (key, v)
+            };
+            while h < hist.len() && (hist[h].0.slot as usize) < i {
+                h += 1;
             }
+            let start = h;
+            while h < hist.len() && hist[h].0.slot as usize == i {
+                h += 1;
+            }
+            table::add_overflow(&mut v, &hist[start..h]);
+            each(&mut v);
+            out.push((key, v));
         }
-        out
+        Ok(out)
     }
 
     /// The slot holding `key`, if live.
@@ -205,7 +246,7 @@ impl QpTable {
     /// after which no program run still writes the dead slots; copies them out; zeroes and
     /// frees them.
     pub fn evict(
-        &self,
+        &mut self,
         keys: &[QpKey],
         mut each: impl FnMut(&mut QpValue),
     ) -> io::Result<Vec<(QpKey, QpValue)>> {
@@ -224,6 +265,20 @@ impl QpTable {
             return Ok(Vec::new());
         }
         grace_period()?;
+        // The dead slots' QPHIST entries: added to their final values, then deleted (before
+        // the slots are freed, so a new key in a slot never sees an old key's entries).
+        dead.sort_unstable();
+        let hist: Vec<(HistKey, u64)> = self
+            .hist_entries()?
+            .into_iter()
+            .filter(|(k, _)| dead.binary_search(&(k.slot as usize)).is_ok())
+            .collect();
+        for (k, _) in &hist {
+            match self.hist.remove(k) {
+                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(hist_error(e)),
+            }
+        }
         let mut out = Vec::with_capacity(dead.len());
         for i in dead {
             // SAFETY: a dead slot: no program run writes it any more (grace period above), and
@@ -237,6 +292,9 @@ impl QpTable {
             self.state(i).store(table::EMPTY, Ordering::Release);
             self.keys_in_table().fetch_sub(1, Ordering::AcqRel);
             let mut v = s.merged();
+            let from = hist.partition_point(|(k, _)| (k.slot as usize) < i);
+            let to = hist.partition_point(|(k, _)| (k.slot as usize) <= i);
+            table::add_overflow(&mut v, &hist[from..to]);
             each(&mut v);
             out.push((s.key, v));
         }

@@ -335,6 +335,10 @@ fn load_with(
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("QPS", buckets * observer_common::qp_table::WAYS as u32)
         .map_max_entries("QPIDX", buckets)
+        .map_max_entries(
+            "QPHIST",
+            observer_common::qp_table::hist_overflow_entries(max_qps),
+        )
         .override_global("QP_BUCKETS", &buckets, true)
         .override_global("QP_LIMIT", &max_qps, true)
         .override_global("XDP_LEN", &layout, true)
@@ -451,8 +455,9 @@ impl Loaded {
             Map::Array(d) => Ok(d.fd().as_fd().as_raw_fd()),
             _ => Err(LiveError::Setup("per-QP table maps must be arrays".into())),
         };
+        let hist = take(&mut ebpf, "QPHIST")?;
         let table =
-            mapped_table::QpTable::map(fd(&maps[0])?, fd(&maps[1])?, fd(&maps[2])?, buckets)
+            mapped_table::QpTable::map(fd(&maps[0])?, fd(&maps[1])?, fd(&maps[2])?, buckets, hist)
                 .map_err(|e| LiveError::op("mapping the per-QP table", e))?;
         let iface = take(&mut ebpf, "IFACE")?;
         let macs = take(&mut ebpf, "MACS")?;
@@ -513,16 +518,22 @@ impl Loaded {
     }
 
     /// Every (key, value) of the per-QP table, `each` applied to every value as it is read.
-    fn read_qps(&mut self, each: impl FnMut(&mut QpValue)) -> Vec<(QpKey, QpValue)> {
-        let v = self.table.read(self.last_qps, each);
+    fn read_qps(
+        &mut self,
+        each: impl FnMut(&mut QpValue),
+    ) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
+        let v = self
+            .table
+            .read(self.last_qps, each)
+            .map_err(|e| LiveError::op("reading the per-QP table", e))?;
         self.last_qps = v.len();
-        v
+        Ok(v)
     }
 
     fn snapshot(&mut self, iface: &str, time_ns: u64) -> Result<Snapshot, LiveError> {
         let off = mono_to_wall_offset();
         // times converted while each value is in the cache (not a second pass over 140 MB)
-        let qps = self.read_qps(|v| value_to_wall(v, off));
+        let qps = self.read_qps(|v| value_to_wall(v, off))?;
         let mut iface_stats = [IfaceStats::default(); dir::COUNT];
         for (d, slot) in iface_stats.iter_mut().enumerate() {
             let per_cpu = self
@@ -566,7 +577,7 @@ impl Loaded {
     #[cfg(any(test, feature = "test-support"))]
     /// Empties every map (tests reuse one loaded object across cases).
     fn reset(&mut self) -> Result<(), LiveError> {
-        let keys: Vec<QpKey> = self.read_qps(|_| {}).into_iter().map(|(k, _)| k).collect();
+        let keys: Vec<QpKey> = self.read_qps(|_| {})?.into_iter().map(|(k, _)| k).collect();
         self.evict(&keys)?;
         let mac_keys: Vec<MacKey> = self.macs.keys().filter_map(Result::ok).collect();
         for k in mac_keys {

@@ -134,6 +134,14 @@ impl ProgTester {
     pub fn spilled_pkts(&self) -> u64 {
         self.loaded.table.spilled_pkts()
     }
+    /// Entries in the per-QP table's `QPHIST` map: histogram buckets beyond their slot's cells
+    /// (see `observer_common::qp_table::KValue`).
+    pub fn hist_overflow_entries(&self) -> Result<usize, LiveError> {
+        self.loaded
+            .table
+            .hist_overflow_entries()
+            .map_err(|e| LiveError::op("reading QPHIST", e))
+    }
     /// Instructions the verifier processed to accept program `name` (its limit is 1,000,000).
     pub fn verified_insns(&self, name: &str) -> Result<Option<u32>, LiveError> {
         let p = self
