@@ -111,21 +111,14 @@ pub mod hist {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KValue {
+    // What every packet writes first, so that in a slot (after the 48 bytes of key and owner)
+    // it spans the slot's first four cache lines; the rare counters follow.
     pub pkts: u64,
     pub bytes_l2: u64,
     pub bytes_ip: u64,
     pub bytes_udp: u64,
     pub first_ns: u64,
     pub last_ns: u64,
-    pub naks: u64,
-    pub nak_psn_seq_err: u64,
-    pub rnr_naks: u64,
-    pub suspect: u64,
-    pub psn_gaps: u64,
-    pub psn_missing: u64,
-    pub psn_retrans: u64,
-    pub psn_behind: u64,
-    pub qp_incarnations: u64,
     pub psn_max_p1: u32,
     pub max_udp_payload: u32,
     pub event_flags: u32,
@@ -138,6 +131,15 @@ pub struct KValue {
     pub opcodes: [Cells4; 2],
     pub dscp: Cells4,
     pub pcp: Cells4,
+    pub naks: u64,
+    pub nak_psn_seq_err: u64,
+    pub rnr_naks: u64,
+    pub suspect: u64,
+    pub psn_gaps: u64,
+    pub psn_missing: u64,
+    pub psn_retrans: u64,
+    pub psn_behind: u64,
+    pub qp_incarnations: u64,
 }
 
 impl KValue {
@@ -148,15 +150,6 @@ impl KValue {
         bytes_udp: 0,
         first_ns: 0,
         last_ns: 0,
-        naks: 0,
-        nak_psn_seq_err: 0,
-        rnr_naks: 0,
-        suspect: 0,
-        psn_gaps: 0,
-        psn_missing: 0,
-        psn_retrans: 0,
-        psn_behind: 0,
-        qp_incarnations: 0,
         psn_max_p1: 0,
         max_udp_payload: 0,
         event_flags: 0,
@@ -166,6 +159,15 @@ impl KValue {
         opcodes: [Cells4::ZERO; 2],
         dscp: Cells4::ZERO,
         pcp: Cells4::ZERO,
+        naks: 0,
+        nak_psn_seq_err: 0,
+        rnr_naks: 0,
+        suspect: 0,
+        psn_gaps: 0,
+        psn_missing: 0,
+        psn_retrans: 0,
+        psn_behind: 0,
+        qp_incarnations: 0,
     };
 
     /// Adds this value's counters and cells to `v` (wrapping), as [`crate::qp::add_counts`]
@@ -447,6 +449,8 @@ mod tests {
         assert_eq!(size_of::<QpSlot>(), 576);
         assert_eq!(size_of::<Cells4>(), 20);
         assert_eq!(size_of::<HistKey>(), 8);
+        // a packet's common writes within the slot's first four cache lines
+        assert!(core::mem::offset_of!(QpSlot, value) + core::mem::offset_of!(KValue, naks) <= 256);
         assert_eq!(QpSlot::ZERO.merged(), QpValue::ZERO);
     }
 
