@@ -190,6 +190,95 @@ fn one_qp_on_several_cpus_loses_no_count() {
     assert_eq!(events.len(), 2, "{events:?}");
 }
 
+/// One key whose packets carry more DSCPs and opcodes than its compact kernel value has cells
+/// for, sent from every CPU at once: cells are claimed concurrently (compare-and-swap on the
+/// tag word of the spill value) and the buckets beyond them go to `QPHIST` with atomic adds
+/// from several CPUs. Every bucket's total must be exact.
+#[test]
+fn histogram_cells_and_overflow_are_exact_across_cpus() {
+    let Some((_turn, cpus)) = multicpu_test("histogram_cells_and_overflow_are_exact_across_cpus")
+    else {
+        return;
+    };
+    let threads: Vec<usize> = cpus.iter().chain(cpus.iter()).copied().collect();
+    const REPEAT: u32 = 300;
+    // 10 opcodes (8 cells) and 7 DSCPs (4 cells): each thread starts at a different frame, so
+    // the first claims of the cells race
+    let opcodes = [0x00u8, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x0a];
+    let dscps = [26u8, 0, 46, 10, 12, 34, 18];
+    let frames: Vec<(u8, u8, Vec<u8>)> = (0..opcodes.len() * dscps.len())
+        .map(|i| {
+            let (op, d) = (opcodes[i % opcodes.len()], dscps[i % dscps.len()]);
+            let f = Roce {
+                opcode: op,
+                dscp: d,
+                psn: 7,
+                ..Roce::default()
+            }
+            .build();
+            (op, d, f)
+        })
+        .collect();
+    let t = ProgTester::load(1024, &Policy::NONE).unwrap_or_else(|e| panic!("{e}"));
+    let runners: Vec<_> = [prog::XDP, prog::TC_INGRESS]
+        .iter()
+        .map(|p| t.shared_runner(p).unwrap())
+        .collect();
+    // inserted first (a give-up on the insert lock is another test's subject)
+    runners[0].run(&frames[0].2, 1).unwrap();
+    let barrier = std::sync::Barrier::new(threads.len());
+    std::thread::scope(|s| {
+        for (i, &cpu) in threads.iter().enumerate() {
+            let (runners, frames, barrier) = (&runners, &frames, &barrier);
+            s.spawn(move || {
+                pin_to(cpu);
+                barrier.wait();
+                for c in 0..frames.len() {
+                    let f = &frames[(i * 11 + c) % frames.len()].2;
+                    runners[(i + c) % 2].run(f, REPEAT).unwrap();
+                }
+            });
+        }
+    });
+    drop(runners);
+    let mut t = t;
+    let spilled = t.spilled_pkts();
+    let s = t.snapshot("test", 0).unwrap();
+    let per_frame = threads.len() as u64 * REPEAT as u64;
+    let n = frames.len() as u64 * per_frame + 1;
+    assert!(
+        spilled > 0,
+        "the spill value's cells must have been claimed concurrently"
+    );
+    assert_eq!(s.qps.len(), 1, "one key");
+    let (_, v) = s.qps[0];
+    assert_eq!(v.pkts, n);
+    let st = s.iface_stats[dir::INGRESS as usize];
+    assert_eq!(st.hist_overflow_lost, 0);
+    for &op in &opcodes {
+        let want = frames.iter().filter(|f| f.0 == op).count() as u64 * per_frame
+            + (op == frames[0].0) as u64;
+        assert_eq!(
+            v.opcode_hist[opcode_bucket(op)] as u64,
+            want,
+            "opcode {op:#x}"
+        );
+    }
+    for &d in &dscps {
+        let want = frames.iter().filter(|f| f.1 == d).count() as u64 * per_frame
+            + (d == frames[0].1) as u64;
+        assert_eq!(
+            v.dscp_hist[class::DATA][d as usize] as u64,
+            want,
+            "DSCP {d}"
+        );
+    }
+    assert!(
+        t.hist_overflow_entries().unwrap() > 0,
+        "buckets beyond the cells must have gone to QPHIST"
+    );
+}
+
 /// Many new keys inserted at the same moment from every CPU: each key ends up in exactly one
 /// slot of the per-QP table (inserts of one key are serialised by its bucket's lock and re-scan
 /// under it), every packet is counted in its key or (a give-up on the lock) as untracked, and
