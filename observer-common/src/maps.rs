@@ -105,6 +105,16 @@ pub struct QpValue {
 #[macro_export]
 macro_rules! qp_scalar_counters {
     ($m:ident) => {
+        $crate::qp_kernel_counters!($m, icrc_ok, icrc_bad, icrc_unverifiable)
+    };
+}
+
+/// Calls `$m!` with the scalar counters the kernel's compact value has too (all of
+/// [`qp_scalar_counters!`]'s but the ICRC verdicts, which only replay computes), followed by
+/// `$extra`.
+#[macro_export]
+macro_rules! qp_kernel_counters {
+    ($m:ident $(, $extra:ident)*) => {
         $m!(
             pkts,
             bytes_l2,
@@ -118,10 +128,8 @@ macro_rules! qp_scalar_counters {
             psn_missing,
             psn_retrans,
             psn_behind,
-            qp_incarnations,
-            icrc_ok,
-            icrc_bad,
-            icrc_unverifiable
+            qp_incarnations
+            $(, $extra)*
         )
     };
 }

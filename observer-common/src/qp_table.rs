@@ -176,21 +176,7 @@ impl KValue {
         macro_rules! add {
             ($($f:ident),*) => { $( v.$f = v.$f.wrapping_add(self.$f); )* };
         }
-        add!(
-            pkts,
-            bytes_l2,
-            bytes_ip,
-            bytes_udp,
-            naks,
-            nak_psn_seq_err,
-            rnr_naks,
-            suspect,
-            psn_gaps,
-            psn_missing,
-            psn_retrans,
-            psn_behind,
-            qp_incarnations
-        );
+        crate::qp_kernel_counters!(add);
         for (a, b) in v.ecn_hist.iter_mut().zip(&self.ecn_hist) {
             for (x, y) in a.iter_mut().zip(b) {
                 *x = x.wrapping_add(*y);
