@@ -504,16 +504,26 @@ pub fn iface_interval(
             ));
         }
     }
-    if di.qp_insert_failed > 0 {
+    if di.qp_insert_failed > 0 || di.hist_overflow_lost > 0 {
+        let mut obs = Vec::new();
+        if di.qp_insert_failed > 0 {
+            obs.push(format!(
+                "{} RoCE packets of new QP keys that could not be inserted ({} RoCE packets untracked in all)",
+                di.qp_insert_failed, di.roce_untracked
+            ));
+        }
+        if di.hist_overflow_lost > 0 {
+            obs.push(format!(
+                "{} histogram buckets not counted (the per-QP map's overflow map is full: the keys use more opcodes, DSCPs or PCPs than it has room for)",
+                di.hist_overflow_lost
+            ));
+        }
         out.push(mk(
             Rule::QpMapFull,
             key.clone(),
-            format!(
-                "{} RoCE packets of new QP keys that could not be inserted ({} RoCE packets untracked in all)",
-                di.qp_insert_failed, di.roce_untracked
-            ),
+            obs.join("; "),
             "room in the per-QP map (raise --max-qps)".into(),
-            di.qp_insert_failed,
+            di.qp_insert_failed + di.hist_overflow_lost,
         ));
     }
     if di.events_lost > 0 {
@@ -847,5 +857,53 @@ mod tests {
         assert_eq!(out[4].observed, "largest UDP payload 1040 (RoCE MTU 1024)");
         assert_eq!(mtu_of_payload(4112), 4096);
         assert_eq!(mtu_of_payload(4111), 2048);
+    }
+
+    /// A full per-QP map, for new keys or for the histogram overflow map, is one `qp_map_full`
+    /// alert per interval and direction naming what was not counted.
+    #[test]
+    fn qp_map_full_names_untracked_packets_and_lost_histogram_buckets() {
+        let run = |delta: &IfaceStats| {
+            let x = IfaceInterval {
+                iface: "e",
+                dir: 0,
+                delta,
+                secs: 1.0,
+                end_ns: 5,
+                pause_src_macs: None,
+                xoff_peak_1s: [0; 8],
+            };
+            let mut out = Vec::new();
+            iface_interval(&x, &Policy::NONE, &Thresholds::default(), &mut out);
+            out
+        };
+        assert!(run(&IfaceStats::default()).is_empty());
+        let lost = IfaceStats {
+            hist_overflow_lost: 3,
+            ..IfaceStats::default()
+        };
+        let out = run(&lost);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].rule, out[0].count), (Rule::QpMapFull, 3));
+        assert!(
+            out[0]
+                .observed
+                .starts_with("3 histogram buckets not counted"),
+            "{}",
+            out[0].observed
+        );
+        let both = IfaceStats {
+            qp_insert_failed: 2,
+            roce_untracked: 2,
+            ..lost
+        };
+        let out = run(&both);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].count, 5);
+        assert!(
+            out[0].observed.contains("; 3 histogram"),
+            "{}",
+            out[0].observed
+        );
     }
 }
