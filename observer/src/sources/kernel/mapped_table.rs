@@ -186,7 +186,6 @@ impl QpTable {
         // Read before the slots: an entry of a slot freed and claimed again meanwhile cannot
         // be, as entries are deleted by `evict` before the slot is freed.
         let hist = self.hist_entries()?;
-        let mut h = 0;
         let mut out: Vec<(QpKey, QpValue)> = Vec::with_capacity(expect + expect / 16 + 16);
         for i in 0..self.buckets as usize * WAYS {
             if !table::is_live(self.state(i).load(Ordering::Acquire)) {
@@ -207,14 +206,7 @@ impl QpTable {
                 }
                 (key, v)
             };
-            while h < hist.len() && (hist[h].0.slot as usize) < i {
-                h += 1;
-            }
-            let start = h;
-            while h < hist.len() && hist[h].0.slot as usize == i {
-                h += 1;
-            }
-            table::add_overflow(&mut v, &hist[start..h]);
+            table::add_overflow(&mut v, of_slot(&hist, i));
             each(&mut v);
             out.push((key, v));
         }
@@ -292,14 +284,19 @@ impl QpTable {
             self.state(i).store(table::EMPTY, Ordering::Release);
             self.keys_in_table().fetch_sub(1, Ordering::AcqRel);
             let mut v = s.merged();
-            let from = hist.partition_point(|(k, _)| (k.slot as usize) < i);
-            let to = hist.partition_point(|(k, _)| (k.slot as usize) <= i);
-            table::add_overflow(&mut v, &hist[from..to]);
+            table::add_overflow(&mut v, of_slot(&hist, i));
             each(&mut v);
             out.push((s.key, v));
         }
         Ok(out)
     }
+}
+
+/// The entries of slot `i` in `QPHIST` entries sorted by slot.
+fn of_slot(hist: &[(HistKey, u64)], i: usize) -> &[(HistKey, u64)] {
+    let from = hist.partition_point(|(k, _)| (k.slot as usize) < i);
+    let to = hist.partition_point(|(k, _)| (k.slot as usize) <= i);
+    &hist[from..to]
 }
 
 /// Waits until every eBPF program run that began before the call has ended.
