@@ -309,6 +309,29 @@ impl Value for KValue {
     }
 }
 
+/// The [`hist`] cell tags of packet `f`'s opcode, DSCP and PCP buckets, indexed by
+/// [`hist::OPCODE`], [`hist::DSCP`], [`hist::PCP`]: the `QPHIST` keys of the buckets that
+/// [`Outcome::overflow`] names.
+#[inline(always)]
+pub fn hist_tags(f: &Frame) -> [u8; 3] {
+    let (ob, c) = opcode_info(f.bth.opcode);
+    [
+        ob as u8 + 1,
+        dscp_tag(c, (f.dscp & 63) as usize),
+        pcp_tag(c, pcp_bucket(f.pcp)),
+    ]
+}
+
+/// The [`QpValue::pcp_hist`] bucket of a frame's PCP (untagged: the last).
+#[inline(always)]
+pub fn pcp_bucket(pcp: u8) -> usize {
+    if pcp >= PCP_NONE {
+        PCP_BUCKETS - 1
+    } else {
+        pcp as usize
+    }
+}
+
 /// [`hist::DSCP`] cell tag of DSCP `dscp` (0..64) in class `c`.
 #[inline(always)]
 pub fn dscp_tag(c: usize, dscp: usize) -> u8 {
@@ -622,11 +645,7 @@ pub unsafe fn update_split<C: Ops, S: Ops, V: Value>(
     let l2 = wire_len.saturating_sub(f.l2_off as u32) as u64;
     let dscp = (f.dscp & 63) as usize;
     let ecn = (f.ecn & 3) as usize;
-    let pcp = if f.pcp >= PCP_NONE {
-        PCP_BUCKETS - 1
-    } else {
-        f.pcp as usize
-    };
+    let pcp = pcp_bucket(f.pcp);
     let ob = co.index(bucket, OPCODE_BUCKETS);
     unsafe {
         co.add64(V::pkts(v), 1);
@@ -868,10 +887,12 @@ mod tests {
             } else {
                 f.pcp as usize
             };
+            let want = [ob as u8 + 1, dscp_tag(c, f.dscp as usize), pcp_tag(c, pcp)];
+            assert_eq!(hist_tags(&f), want, "the kernel's QPHIST tags");
             for (bit, h, tag) in [
-                (hist::OPCODE_BIT, hist::OPCODE, ob as u8 + 1),
-                (hist::DSCP_BIT, hist::DSCP, dscp_tag(c, f.dscp as usize)),
-                (hist::PCP_BIT, hist::PCP, pcp_tag(c, pcp)),
+                (hist::OPCODE_BIT, hist::OPCODE, want[0]),
+                (hist::DSCP_BIT, hist::DSCP, want[1]),
+                (hist::PCP_BIT, hist::PCP, want[2]),
             ] {
                 if b.overflow & bit != 0 {
                     let key = HistKey {

@@ -794,17 +794,7 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
 /// map full is counted `hist_overflow_lost`. A BPF-to-BPF call: rare.
 #[inline(never)]
 fn hist_overflow(s: *mut IfaceStats, f: &Frame, slot: u32, bits: u32, d: u32) {
-    let (ob, c) = qp::opcode_info(f.bth.opcode);
-    let pcp = if f.pcp >= parse::PCP_NONE {
-        observer_common::maps::PCP_BUCKETS - 1
-    } else {
-        f.pcp as usize
-    };
-    let tags = [
-        ob as u8 + 1,
-        qp::dscp_tag(c, (f.dscp & 63) as usize),
-        qp::pcp_tag(c, pcp),
-    ];
+    let tags = qp::hist_tags(f);
     for h in 0..table::hist::COUNT {
         if bits & (1 << h) == 0 {
             continue;
@@ -817,11 +807,9 @@ fn hist_overflow(s: *mut IfaceStats, f: &Frame, slot: u32, bits: u32, d: u32) {
         };
         let mut p = QPHIST.get_ptr_mut(&key);
         if p.is_none() {
-            match QPHIST.insert(&key, &0, BPF_NOEXIST) {
-                Ok(()) => {}
-                Err(e) if e == -EEXIST => {}
-                Err(_) => {}
-            }
+            // Whatever the insert's result (EEXIST: another CPU inserted the key meanwhile; the
+            // map full), the second lookup tells whether there is a count to add to.
+            let _ = QPHIST.insert(&key, &0, BPF_NOEXIST);
             p = QPHIST.get_ptr_mut(&key);
         }
         match p {
