@@ -100,8 +100,8 @@ pub struct QpValue {
 /// Calls `$m!` with the names of [`QpValue`]'s scalar counters: the `u64` fields a packet adds
 /// to (everything but the histograms, the PSN state, times, the largest payload, the last
 /// source port and the event flags). The one list for every piece of code that combines two
-/// values counter by counter (the spill merge `qp::add_counts`, the collector's deltas), so a
-/// new counter cannot be left out of one of them.
+/// values counter by counter (`qp::add_counts`, the collector's deltas; the kernel's compact
+/// value through [`crate::qp_kernel_counters!`]), so a new counter cannot be left out of one of them.
 #[macro_export]
 macro_rules! qp_scalar_counters {
     ($m:ident) => {

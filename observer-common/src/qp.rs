@@ -730,8 +730,10 @@ pub unsafe fn update_split<C: Ops, S: Ops, V: Value>(
 }
 
 /// Adds `b`'s counters and histograms (the fields [`update_split`] writes through its counts
-/// ops) to `a`, wrapping: how readers fold a key's spill value into its value. The state fields
-/// (PSN state, largest payload, times, last source port, event flags) are `a`'s.
+/// ops) to `a`, wrapping: how two values of one key are summed (a split update's spill, the
+/// collector's totals across a restart; the kernel's compact values have
+/// `qp_table::KValue::add_counts_to`). The state fields (PSN state, largest payload, times, last
+/// source port, event flags) are `a`'s.
 pub fn add_counts(a: &mut QpValue, b: &QpValue) {
     macro_rules! add {
         ($($f:ident),*) => { $( a.$f = a.$f.wrapping_add(b.$f); )* };

@@ -7,6 +7,7 @@ use observer_common::icrc;
 use observer_common::maps::{IfaceStats, PfcCounters, Policy, QpValue, class, policy_flags};
 use observer_common::parse::{self, Frame, PCP_NONE, classify, encap, kind, reason};
 use observer_common::qp::{self, Plain, PsnStep, ev};
+use observer_common::qp_table::{HistKey, KValue, QpSlot, add_overflow, hist};
 use support::*;
 
 fn excluded(f: &Frame) -> Option<&'static str> {
@@ -530,7 +531,9 @@ fn real_softroce_capture_icrc_and_keys() {
 
 /// The kernel's split update (counts into the value or, when its lock is taken, into the spill
 /// value; state always in the value) gives, once the spill's counts are added back, exactly the
-/// value of the single-value update: every field, whatever packets went to the spill.
+/// value of the single-value update: every field, whatever packets went to the spill. Both for
+/// full values and for the kernel's slot of compact values (`QpSlot::merged`, with the buckets
+/// beyond its cells added back as from `QPHIST`).
 #[test]
 fn split_update_with_spill_equals_single_update() {
     let mut frames = Vec::new();
@@ -546,6 +549,8 @@ fn split_update_with_spill_equals_single_update() {
     for mask in [0u32, 0b1, 0b1010_1010_1010, 0xfff] {
         let mut single = QpValue::ZERO;
         let (mut value, mut spill) = (QpValue::ZERO, QpValue::ZERO);
+        let mut slot = QpSlot::ZERO;
+        let mut over = std::collections::BTreeMap::<HistKey, u64>::new();
         for (i, fr) in frames.iter().enumerate() {
             let f = classify(&fr[..]);
             let t = 1000 + i as u64;
@@ -568,10 +573,53 @@ fn split_update_with_spill_equals_single_update() {
                 )
             };
             assert_eq!(a, b, "mask {mask:#x} frame {i}: outcomes");
+            let kcounts: *mut KValue = if mask & (1 << i) != 0 {
+                &mut slot.spill
+            } else {
+                &mut slot.value
+            };
+            let k = unsafe {
+                qp::update_split(
+                    &Plain,
+                    kcounts,
+                    &Plain,
+                    &mut slot.value,
+                    &f,
+                    fr.len() as u32,
+                    t,
+                    &pol,
+                )
+            };
+            // the buckets beyond the cells, to a side table as the kernel's QPHIST
+            assert_eq!(
+                qp::Outcome { overflow: 0, ..k },
+                a,
+                "mask {mask:#x} frame {i}"
+            );
+            let tags = qp::hist_tags(&f);
+            for h in 0..hist::COUNT {
+                if k.overflow & (1 << h) != 0 {
+                    let key = HistKey {
+                        slot: 0,
+                        hist: h,
+                        tag: tags[h as usize],
+                        _pad: 0,
+                    };
+                    *over.entry(key).or_default() += 1;
+                }
+            }
         }
         let mut merged = value;
         qp::add_counts(&mut merged, &spill);
         assert_eq!(merged, single, "mask {mask:#x}");
+        let mut kmerged = slot.merged();
+        let over: Vec<(HistKey, u64)> = over.into_iter().collect();
+        add_overflow(&mut kmerged, &over);
+        assert_eq!(kmerged, single, "mask {mask:#x}: compact slot");
+        if mask == 0 {
+            // 5 (class, DSCP) pairs in one value's 4 cells (a spill has cells of its own)
+            assert!(!over.is_empty(), "one DSCP beyond the cells");
+        }
         if mask != 0 {
             assert!(spill.pkts > 0 && value.pkts < single.pkts);
         }
