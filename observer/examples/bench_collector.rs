@@ -5,8 +5,9 @@
 //!
 //! Usage: bench_collector [--intervals N] [--sizes 10000,100000] [--many 1000000:100000]
 //! (`--many TRACKED:ACTIVE`: the realistic case of many tracked keys of which a tenth are active
-//! each interval; `--many 0:0` leaves it out). Every case prints its peak RSS (VmHWM, reset
-//! before the case through /proc/self/clear_refs).
+//! each interval; `--many 0:0` leaves it out; as root also on a real kernel table of TRACKED
+//! keys, with and without the snapshot given back for the next read). Every case prints its
+//! peak RSS (VmHWM, reset before the case through /proc/self/clear_refs).
 //! (`BENCH_NO_JOURNAL=1`: without the crash journal, to measure what it costs). The largest
 //! size also runs with the Prometheus sink on (`--metrics`), beside the same case without it,
 //! with the CPU time of encoding one scrape.
@@ -254,17 +255,26 @@ fn kernel_read(n: u32, reads: usize) -> Result<(f64, f64), String> {
     ))
 }
 
-/// The whole live interval on a real kernel table: each interval every key receives its next
-/// data packet (next PSN, so no key alerts) through the tc ingress program (BPF_PROG_TEST_RUN,
-/// not timed; an XDP test run waits for two RCU grace periods to switch the XDP dispatcher),
-/// then the timed part drains the kernel's events into the collector, reads the mapped table
-/// and the per-CPU maps (`snapshot`) and runs `Collector::on_snapshot` (deltas, alert rules,
-/// Parquet encode and write), as the live loop does. Needs root. Median CPU ms per interval.
-fn live_interval(n: u32, intervals: usize) -> Result<(f64, f64), String> {
+/// The whole live interval on a real kernel table of `tracked` keys: each interval `active` of
+/// them (the next window, round robin) receive their next data packet (next PSN, so no key
+/// alerts) through the tc ingress program (BPF_PROG_TEST_RUN, not timed; an XDP test run waits
+/// for two RCU grace periods to switch the XDP dispatcher), then the timed part drains the
+/// kernel's events into the collector, reads the mapped table and the per-CPU maps
+/// (`snapshot`) and runs `Collector::on_snapshot` (deltas, alert rules, Parquet encode and
+/// write), as the live loop does. `recycle`: the snapshot is given back after use, as the live
+/// loop does, so the next read expands only the keys whose packets moved; without it every key
+/// is expanded at every read (as before 2026-11-24). Needs root. Median CPU ms per interval:
+/// (all of it, the read alone).
+fn live_interval(
+    tracked: u32,
+    active: u32,
+    intervals: usize,
+    recycle: bool,
+) -> Result<(f64, f64), String> {
     use observer::sources::kernel::{ProgTester, prog};
     use observer::sources::synthetic::Roce;
     let policy = PolicyConfig::profile("nvidia").map_err(|e| e.to_string())?;
-    let mut t = ProgTester::load(n + 1024, &policy.expected).map_err(|e| e.to_string())?;
+    let mut t = ProgTester::load(tracked + 1024, &policy.expected).map_err(|e| e.to_string())?;
     let frame = |i: u32, psn: u32| {
         let mut r = Roce::data(
             [10, 77, (i >> 16) as u8, (i >> 8) as u8],
@@ -276,7 +286,7 @@ fn live_interval(n: u32, intervals: usize) -> Result<(f64, f64), String> {
         r.frame()
     };
     let out = std::env::temp_dir().join(format!(
-        "ro-bench-collector-{}-live-{n}",
+        "ro-bench-collector-{}-live-{tracked}",
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&out);
@@ -287,10 +297,17 @@ fn live_interval(n: u32, intervals: usize) -> Result<(f64, f64), String> {
     let mut col = Collector::new(cfg).map_err(|e| e.to_string())?;
     let t0 = 1_795_239_299_000_000_000u64;
     col.begin("bench0", t0, Some(400_000_000_000));
-    let (mut cpu, mut rows, mut events) = (Vec::new(), 0usize, Vec::new());
+    let (mut cpu, mut read, mut rows, mut events) = (Vec::new(), Vec::new(), 0usize, Vec::new());
+    let mut psn = vec![0u32; tracked as usize];
+    let mut next = 0u32;
     for r in 0..=intervals as u32 {
-        for i in 0..n {
-            t.run(prog::TC_INGRESS, &frame(i, r), 1)
+        // the first interval gives every key its first packet (not measured)
+        let n = if r == 0 { tracked } else { active };
+        for _ in 0..n {
+            let i = next;
+            next = (next + 1) % tracked;
+            psn[i as usize] += 1;
+            t.run(prog::TC_INGRESS, &frame(i, psn[i as usize]), 1)
                 .map_err(|e| e.to_string())?;
         }
         let c0 = thread_cpu_ns();
@@ -300,21 +317,29 @@ fn live_interval(n: u32, intervals: usize) -> Result<(f64, f64), String> {
         let s = t
             .snapshot("bench0", t0 + (r as u64 + 1) * 1_000_000_000)
             .map_err(|e| e.to_string())?;
+        let c1 = thread_cpu_ns();
         col.on_snapshot(&s).map_err(|e| e.to_string())?;
+        rows = s.qps.len();
+        if recycle {
+            t.recycle(s);
+        } else {
+            drop(s);
+        }
         let c = thread_cpu_ns() - c0;
-        // the first interval sees every key new: not measured
         if r > 0 {
             cpu.push(c);
+            read.push(c1 - c0);
         }
-        rows = s.qps.len();
     }
     col.finish().map_err(|e| e.to_string())?;
     let _ = std::fs::remove_dir_all(&out);
-    if rows != n as usize {
-        return Err(format!("read {rows} keys, expected {n}"));
+    if rows != tracked as usize {
+        return Err(format!("read {rows} keys, expected {tracked}"));
     }
-    let ms = median(&mut cpu) as f64 / 1e6;
-    Ok((ms, ms / 10.0))
+    Ok((
+        median(&mut cpu) as f64 / 1e6,
+        median(&mut read) as f64 / 1e6,
+    ))
 }
 
 fn main() {
@@ -434,16 +459,37 @@ fn main() {
         }
         println!();
         println!(
-            "live interval on the kernel table: every key gets its next data packet through tc ingress (untimed), then events + read + delta + rules + Parquet + write (timed), median of {intervals}"
+            "live interval on the kernel table: the active keys get their next data packet through tc ingress (untimed), then events + read + delta + rules + Parquet + write (timed), median of {intervals}; the snapshot given back after use (as the live loop does) or not (every key expanded at every read)"
         );
         println!(
-            "{:<26} {:>13} {:>9}",
-            "active keys", "cpu ms/intvl", "% core"
+            "{:<30} {:>9} {:>9} {:>13} {:>12} {:>9}",
+            "case", "tracked", "active", "cpu ms/intvl", "of it read", "% core"
         );
-        for &n in &sizes {
-            match live_interval(n as u32, intervals) {
-                Ok((c, pct)) => println!("{:<26} {:>13.1} {:>8.1}%", n, c, pct),
-                Err(e) => println!("{n:<26} unavailable: {e}"),
+        let mut cases: Vec<(u32, u32, bool)> =
+            sizes.iter().map(|&n| (n as u32, n as u32, true)).collect();
+        if many.0 > 0 {
+            let (tr, ac) = (many.0 as u32, many.1.min(many.0) as u32);
+            cases.push((tr, ac, false));
+            cases.push((tr, ac, true));
+        }
+        for (tr, ac, recycle) in cases {
+            let label = format!(
+                "{}k tracked, {}k active{}",
+                tr / 1000,
+                ac / 1000,
+                if recycle { "" } else { ", no reuse" }
+            );
+            match live_interval(tr, ac, intervals, recycle) {
+                Ok((c, rd)) => println!(
+                    "{:<30} {:>9} {:>9} {:>13.1} {:>12.1} {:>8.1}%",
+                    label,
+                    tr,
+                    ac,
+                    c,
+                    rd,
+                    c / 10.0
+                ),
+                Err(e) => println!("{label:<30} unavailable: {e}"),
             }
         }
     } else {

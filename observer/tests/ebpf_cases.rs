@@ -11,7 +11,8 @@ use observer::sources::Snapshot;
 use observer::sources::datapath::Datapath;
 use observer::sources::kernel::{ProgTester, XdpLenPath, prog};
 use observer_common::maps::{
-    ANY, Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, class, dir, policy_flags,
+    ANY, Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, QpValue, class, dir,
+    policy_flags,
 };
 use observer_common::parse::{PCP_NONE, encap, reason};
 use observer_common::qp::{self, ev, opcode_bucket};
@@ -530,6 +531,99 @@ fn histograms_beyond_the_compact_cells_stay_exact() {
         0,
         "evicted with its key"
     );
+}
+
+/// The live loop gives each snapshot back and the next read updates it in place, expanding
+/// only the slots whose packets moved: over rounds of random traffic (a third of 400 keys
+/// active per round, up to 12 DSCPs so some buckets go to QPHIST, keys evicted and coming
+/// back), every incremental snapshot equals a full read of the table, and expands no more
+/// than this round's and the last round's active keys.
+#[test]
+fn incremental_reads_equal_full_reads() {
+    if !observer::testutil::require_root("incremental_reads_equal_full_reads") {
+        return;
+    }
+    let mut t = tester();
+    t.set_policy(&Policy::NONE).unwrap();
+    t.reset().unwrap();
+    let frame = |q: u32, psn: u32, dscp: u8| {
+        Roce {
+            src4: [10, 9, (q >> 8) as u8, q as u8],
+            dest_qp: 0x300 + q,
+            psn,
+            dscp,
+            ..Roce::default()
+        }
+        .build()
+    };
+    let sorted = |mut v: Vec<(QpKey, QpValue)>| {
+        for (_, x) in v.iter_mut() {
+            // the snapshot's times are wall-clock, the full read's monotonic
+            x.first_ns = 0;
+            x.last_ns = 0;
+        }
+        v.sort_by_key(|(k, _)| *k);
+        v
+    };
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut psn = vec![0u32; 400];
+    let mut last_active = 0usize;
+    let mut kept_total = 0usize;
+    let mut snap: Option<Snapshot> = None;
+    for round in 0..16 {
+        let mut active = std::collections::BTreeSet::new();
+        for _ in 0..130 {
+            let q = rnd(400) as u32;
+            for _ in 0..1 + rnd(3) {
+                psn[q as usize] += 1;
+                let dscp = (rnd(12) * 4) as u8;
+                t.run(prog::XDP, &frame(q, psn[q as usize], dscp), 1)
+                    .unwrap();
+            }
+            active.insert(q);
+        }
+        if let Some(s) = snap.take() {
+            t.recycle(s);
+        }
+        let s = t.snapshot("t", 0).unwrap();
+        let full = t.read_all_qps().unwrap();
+        assert_eq!(
+            sorted(s.qps.clone()),
+            sorted(full.clone()),
+            "round {round}: the incremental snapshot differs from a full read"
+        );
+        let expanded = t.last_read_expansions();
+        if round > 0 {
+            assert!(
+                expanded <= active.len() + last_active,
+                "round {round}: {expanded} slots expanded, {} + {last_active} keys active",
+                active.len()
+            );
+            kept_total += full.len() - expanded;
+        }
+        last_active = active.len();
+        // every fourth round: evict a tenth of the keys (they come back as new keys later)
+        if round % 4 == 3 {
+            let gone: Vec<QpKey> = s.qps.iter().step_by(10).map(|(k, _)| *k).collect();
+            assert_eq!(t.evict(&gone).unwrap().len(), gone.len());
+        }
+        snap = Some(s);
+    }
+    assert!(
+        kept_total > 1000,
+        "entries kept without expansion: {kept_total}"
+    );
+    assert!(
+        t.hist_overflow_entries().unwrap() > 0,
+        "the traffic should have put buckets into QPHIST"
+    );
+    t.reset().unwrap();
 }
 
 fn psn_frames(psns: &[u32]) -> Vec<Vec<u8>> {

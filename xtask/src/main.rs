@@ -7,7 +7,8 @@
 //!   per key.
 //! - `bench-collector [--intervals N] [--sizes 10000,100000] [--many 1000000:100000]`:
 //!   collector CPU time per interval, Parquet bytes per QP row and peak RSS (release build of
-//!   observer's `bench_collector` example); `--many TRACKED:ACTIVE` the many-keys case.
+//!   observer's `bench_collector` example); `--many TRACKED:ACTIVE` the many-keys case (as root
+//!   also on a real kernel table).
 //! - `jit-dump [--out DIR] [--max-qps N]`: the loaded programs' JIT images and verifier-rewritten
 //!   instructions, for profiling the datapath with perf (needs root).
 //! - `bench-replay [--packets N] [--keys 20000,200000] [--many-packets N] [--only friendly|many]

@@ -196,7 +196,10 @@ impl Polled for KernelSource {
                 n.read_into(&o.name, out).map_err(ConsumerFailed)?;
             }
             out.snapshot(&snap).map_err(ConsumerFailed)?;
-            self.evict_idle(i, out, t_ns, snap.qps.len());
+            let keys = snap.qps.len();
+            // the next read updates these entries in place
+            self.ifaces[i].iface.recycle(snap);
+            self.evict_idle(i, out, t_ns, keys);
         }
         Ok(())
     }

@@ -70,6 +70,57 @@ pub struct QpTable {
     count: Mapping,
     buckets: u32,
     hist: HashMap<MapData, HistKey, u64>,
+    cache: ReadCache,
+}
+
+/// No entry.
+const NONE: u32 = u32::MAX;
+
+/// Slots ahead whose lines [`QpTable::read_into`] prefetches.
+const PREFETCH: usize = 12;
+
+/// What the last [`QpTable::read_into`] left, slot by slot: the next one expands only the slots
+/// whose packets moved.
+#[derive(Default)]
+struct ReadCache {
+    /// Position of each slot's entry in the vector last returned, or [`NONE`].
+    pos: Vec<u32>,
+    /// Each slot's packets (value + spill) when its entry was last expanded.
+    pkts: Vec<u64>,
+    /// Expand the slot at the next read even if its packets did not move: its entry was
+    /// expanded after they moved (writes of that packet may still have been in flight), or
+    /// [`QpTable::evict`] freed it (the same key may have claimed it again).
+    recheck: Vec<bool>,
+    /// Slot of each entry position.
+    slot_of: Vec<u32>,
+    /// The vector described (address and length): only that one is updated in place.
+    lent: Option<(usize, usize)>,
+    /// Slots expanded by the last read.
+    expanded: usize,
+}
+
+impl ReadCache {
+    /// Forgets every entry (the next read expands every live slot into `out`).
+    fn restart(&mut self, slots: usize) {
+        self.pos.clear();
+        self.pos.resize(slots, NONE);
+        self.pkts.clear();
+        self.pkts.resize(slots, 0);
+        self.recheck.clear();
+        self.recheck.resize(slots, true);
+        self.slot_of.clear();
+        self.lent = None;
+    }
+
+    /// Removes the entry at `p` (the last entry takes its place).
+    fn remove(&mut self, out: &mut Vec<(QpKey, QpValue)>, p: usize) {
+        self.pos[self.slot_of[p] as usize] = NONE;
+        out.swap_remove(p);
+        self.slot_of.swap_remove(p);
+        if let Some(&moved) = self.slot_of.get(p) {
+            self.pos[moved as usize] = p as u32;
+        }
+    }
 }
 
 fn hist_error(e: MapError) -> io::Error {
@@ -93,6 +144,7 @@ impl QpTable {
             count: Mapping::new(count_fd, 8)?,
             buckets,
             hist,
+            cache: ReadCache::default(),
         })
     }
 
@@ -109,6 +161,12 @@ impl QpTable {
         }
         v.sort_unstable_by_key(|(k, _)| (k.slot, k.hist, k.tag));
         Ok(v)
+    }
+
+    #[cfg(any(test, feature = "test-support"))]
+    /// Slots the last [`Self::read_into`] expanded (the others kept their entries).
+    pub fn last_read_expansions(&self) -> usize {
+        self.cache.expanded
     }
 
     #[cfg(any(test, feature = "test-support"))]
@@ -130,6 +188,39 @@ impl QpTable {
         // SAFETY: inside the mapping; slots are 8-aligned (the mapping is page-aligned and the
         // slot size a multiple of 8).
         unsafe { self.slots.ptr.add(slot * size_of::<QpSlot>()) as *mut QpSlot }
+    }
+
+    /// The packets of `slot`'s value and spill (two aligned u64 loads).
+    ///
+    /// # Safety
+    /// `slot` < slots.
+    #[inline]
+    unsafe fn moved(&self, slot: usize) -> u64 {
+        let src = self.slot(slot);
+        // SAFETY: inside the mapping (the caller's bound); aligned u64 fields.
+        unsafe {
+            std::ptr::read_volatile(std::ptr::addr_of!((*src).value.pkts)).wrapping_add(
+                std::ptr::read_volatile(std::ptr::addr_of!((*src).spill.pkts)),
+            )
+        }
+    }
+
+    /// Hints the lines of `slot` that [`Self::read_into`] reads for every live slot.
+    #[inline]
+    fn prefetch(&self, slot: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let p = self.slot(slot);
+            // SAFETY: a prefetch is only a hint and never faults; the addresses are inside the
+            // slot (`slot` < slots).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(std::ptr::addr_of!((*p).value.pkts) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(std::ptr::addr_of!((*p).spill.pkts) as *const i8);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = slot;
     }
 
     fn keys_in_table(&self) -> &AtomicU64 {
@@ -178,15 +269,13 @@ impl QpTable {
     }
 
     /// Every live (key, value), `each` applied to every value as it is expanded.
-    pub fn read(
-        &self,
-        expect: usize,
-        mut each: impl FnMut(&mut QpValue),
-    ) -> io::Result<Vec<(QpKey, QpValue)>> {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn read(&self, mut each: impl FnMut(&mut QpValue)) -> io::Result<Vec<(QpKey, QpValue)>> {
         // Read before the slots: an entry of a slot freed and claimed again meanwhile cannot
         // be, as entries are deleted by `evict` before the slot is freed.
         let hist = self.hist_entries()?;
-        let mut out: Vec<(QpKey, QpValue)> = Vec::with_capacity(expect + expect / 16 + 16);
+        let mut out: Vec<(QpKey, QpValue)> =
+            Vec::with_capacity(self.keys_in_table().load(Ordering::Relaxed) as usize + 16);
         for i in 0..self.buckets as usize * WAYS {
             if !table::is_live(self.state(i).load(Ordering::Acquire)) {
                 continue;
@@ -210,6 +299,96 @@ impl QpTable {
             each(&mut v);
             out.push((key, v));
         }
+        Ok(out)
+    }
+
+    /// Every live (key, value), as [`Self::read`], updating `prev` in place when it is the
+    /// vector the last call returned (given back after its snapshot was used): only the
+    /// entries of slots whose packet count moved since that read (or moved before it: writes
+    /// of that packet may have been in flight), of new slots and of freed slots are touched.
+    /// A read costs one line per live slot plus an expansion per changed key, instead of an
+    /// expansion per key. Any other `prev` (or none) is cleared and every slot expanded.
+    /// Entry order: slot order after a full expansion; then a freed entry's place is taken by
+    /// the last entry and new keys are appended.
+    pub fn read_into(
+        &mut self,
+        prev: Option<Vec<(QpKey, QpValue)>>,
+        mut each: impl FnMut(&mut QpValue),
+    ) -> io::Result<Vec<(QpKey, QpValue)>> {
+        let slots = self.buckets as usize * WAYS;
+        let hist = self.hist_entries()?;
+        let mut c = std::mem::take(&mut self.cache);
+        c.expanded = 0;
+        let mut out = match prev {
+            Some(v) if c.lent == Some((v.as_ptr() as usize, v.len())) => v,
+            other => {
+                c.restart(slots);
+                let mut v = other.unwrap_or_default();
+                v.clear();
+                v.reserve(self.keys_in_table().load(Ordering::Relaxed) as usize + 16);
+                v
+            }
+        };
+        for i in 0..slots {
+            // the two lines a kept slot costs (key and packets; the spill's packets), some
+            // slots ahead: a slot is 576 bytes, so the hardware prefetcher stops at each page
+            if i + 2 * PREFETCH < slots {
+                self.prefetch(i + 2 * PREFETCH);
+            }
+            // and the entry a slot closer will be expanded into (written: 23 lines, at random
+            // places of the vector when few keys are active)
+            let j = i + PREFETCH;
+            if j < slots
+                && let Some(e) = out.get(c.pos[j] as usize)
+                // SAFETY: as below (a u64 of the slot, prefetched); a slot not live any more
+                // only costs a useless prefetch.
+                && (c.recheck[j] || c.pkts[j] != unsafe { self.moved(j) })
+            {
+                prefetch_entry(e);
+            }
+            let p = c.pos[i];
+            if !table::is_live(self.state(i).load(Ordering::Acquire)) {
+                if p != NONE {
+                    c.remove(&mut out, p as usize);
+                }
+                continue;
+            }
+            let src = self.slot(i);
+            // SAFETY: a live slot.
+            let moved = unsafe { self.moved(i) };
+            // Kept: its packets did not move, and the slot was not freed since (only `evict`
+            // frees slots, and it sets `recheck`), so it still holds the entry's key.
+            if p != NONE && !c.recheck[i] && c.pkts[i] == moved {
+                continue;
+            }
+            // SAFETY: a live slot's key (published before its tag).
+            let key = unsafe { std::ptr::read(std::ptr::addr_of!((*src).key)) };
+            let same_key = p != NONE && out[p as usize].0 == key;
+            // SAFETY: a live slot, read as in `read`.
+            let mut v = unsafe {
+                let mut v = std::ptr::read(std::ptr::addr_of!((*src).value)).to_value();
+                if std::ptr::read_volatile(std::ptr::addr_of!((*src).spill.pkts)) != 0 {
+                    std::ptr::read(std::ptr::addr_of!((*src).spill)).add_counts_to(&mut v);
+                }
+                v
+            };
+            table::add_overflow(&mut v, of_slot(&hist, i));
+            each(&mut v);
+            c.expanded += 1;
+            // Expanded because its packets moved (or a key is new here): expanded once more
+            // at the next read, after any write still in flight now has landed.
+            c.recheck[i] = !same_key || c.pkts[i] != moved;
+            c.pkts[i] = moved;
+            if p == NONE {
+                c.pos[i] = out.len() as u32;
+                c.slot_of.push(i as u32);
+                out.push((key, v));
+            } else {
+                out[p as usize] = (key, v);
+            }
+        }
+        c.lent = Some((out.as_ptr() as usize, out.len()));
+        self.cache = c;
         Ok(out)
     }
 
@@ -282,6 +461,10 @@ impl QpTable {
             };
             // Release: the zeroes are visible before the slot can be claimed.
             self.state(i).store(table::EMPTY, Ordering::Release);
+            // the next incremental read expands whatever claims the slot next
+            if let Some(r) = self.cache.recheck.get_mut(i) {
+                *r = true;
+            }
             self.keys_in_table().fetch_sub(1, Ordering::AcqRel);
             let mut v = s.merged();
             table::add_overflow(&mut v, of_slot(&hist, i));
@@ -290,6 +473,22 @@ impl QpTable {
         }
         Ok(out)
     }
+}
+
+/// Hints every line of an entry of the read's output (about to be overwritten).
+#[inline]
+fn prefetch_entry(e: &(QpKey, QpValue)) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let p = e as *const (QpKey, QpValue) as *const i8;
+        for off in (0..size_of::<(QpKey, QpValue)>()).step_by(64) {
+            // SAFETY: a prefetch is only a hint and never faults; the address is inside `e`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = e;
 }
 
 /// The entries of slot `i` in `QPHIST` entries sorted by slot.

@@ -412,8 +412,9 @@ struct Loaded {
     pauses: RingBuf<MapData>,
     /// The programs' rare-path log records (aya-log), when kernel logging is on.
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
-    /// Keys in the last per-QP map read (the next read's allocation size).
-    last_qps: usize,
+    /// The last snapshot's per-QP entries, given back ([`Loaded::recycle`]): the next snapshot
+    /// updates them in place (only keys whose packets moved are read again).
+    spare: Option<Vec<(QpKey, QpValue)>>,
     /// How the XDP program takes a multi-buffer frame's length.
     xdp_len: XdpLenPath,
 }
@@ -488,7 +489,7 @@ impl Loaded {
             events,
             pauses,
             logger,
-            last_qps: 0,
+            spare: None,
             xdp_len,
         };
         l.set_policy(policy)?;
@@ -517,23 +518,27 @@ impl Loaded {
             .map_err(|e| LiveError::op("writing the policy", e))
     }
 
-    /// Every (key, value) of the per-QP table, `each` applied to every value as it is read.
+    #[cfg(any(test, feature = "test-support"))]
+    /// Every (key, value) of the per-QP table, every value expanded (not the incremental
+    /// read of [`Loaded::snapshot`]; its cache is left alone).
     fn read_qps(
         &mut self,
         each: impl FnMut(&mut QpValue),
     ) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
-        let v = self
-            .table
-            .read(self.last_qps, each)
-            .map_err(|e| LiveError::op("reading the per-QP table", e))?;
-        self.last_qps = v.len();
-        Ok(v)
+        self.table
+            .read(each)
+            .map_err(|e| LiveError::op("reading the per-QP table", e))
     }
 
     fn snapshot(&mut self, iface: &str, time_ns: u64) -> Result<Snapshot, LiveError> {
         let off = mono_to_wall_offset();
-        // times converted while each value is in the cache (not a second pass over 140 MB)
-        let qps = self.read_qps(|v| value_to_wall(v, off))?;
+        // times converted while each value is in the cache (not a second pass over the values);
+        // the entries of keys whose packets did not move keep their conversion of an earlier
+        // read
+        let qps = self
+            .table
+            .read_into(self.spare.take(), |v| value_to_wall(v, off))
+            .map_err(|e| LiveError::op("reading the per-QP table", e))?;
         let mut iface_stats = [IfaceStats::default(); dir::COUNT];
         for (d, slot) in iface_stats.iter_mut().enumerate() {
             let per_cpu = self
@@ -565,6 +570,12 @@ impl Loaded {
             iface_stats,
             macs,
         })
+    }
+
+    /// Gives a snapshot back once it has been used: its per-QP entries are the next
+    /// snapshot's starting point.
+    fn recycle(&mut self, snap: Snapshot) {
+        self.spare = Some(snap.qps);
     }
 
     fn evict(&mut self, keys: &[QpKey]) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
@@ -766,6 +777,11 @@ impl LiveIface {
     pub fn snapshot(&mut self, time_ns: u64) -> Result<Snapshot, LiveError> {
         let name = self.attached.iface.clone();
         self.loaded.snapshot(&name, time_ns)
+    }
+    /// Gives a snapshot back after use, so the next [`Self::snapshot`] reads only the keys
+    /// whose packets moved (and costs O(active keys) expansions, not O(keys)).
+    pub fn recycle(&mut self, snap: Snapshot) {
+        self.loaded.recycle(snap)
     }
     /// Removes keys (idle QPs) atomically with their last value, so nothing is lost.
     pub fn evict(&mut self, keys: &[QpKey]) -> Result<Vec<(QpKey, QpValue)>, LiveError> {

@@ -77,6 +77,19 @@ impl ProgTester {
     pub fn snapshot(&mut self, iface: &str, time_ns: u64) -> Result<Snapshot, LiveError> {
         self.loaded.snapshot(iface, time_ns)
     }
+    /// Every (key, value) in the per-QP table, each expanded afresh (times in monotonic ns),
+    /// without touching the incremental read's state.
+    pub fn read_all_qps(&mut self) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
+        self.loaded.read_qps(|_| {})
+    }
+    /// Slots the last snapshot expanded (the others' entries were kept from the recycled one).
+    pub fn last_read_expansions(&self) -> usize {
+        self.loaded.table.last_read_expansions()
+    }
+    /// Gives a snapshot back (the next snapshot updates it in place, as the live loop does).
+    pub fn recycle(&mut self, snap: Snapshot) {
+        self.loaded.recycle(snap)
+    }
     pub fn evict(&mut self, keys: &[QpKey]) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
         self.loaded.evict(keys)
     }
