@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 
 use observer_common::maps::{QpKey, class, dir};
-use serde_json::json;
 
 use super::rules::Rule;
 use crate::sinks::parquet_files::rfc3339;
@@ -32,7 +31,7 @@ impl Severity {
 }
 
 /// What an alert is about (the dedup key with the rule).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AlertKey {
     pub iface: String,
     pub dir: Option<u8>,
@@ -91,6 +90,38 @@ pub struct Alert {
     pub point: Option<String>,
 }
 
+/// An alert as JSON ([`Alert::json_view`]). Fields in sorted order: the order of the keys of
+/// [`Alert::json`]'s object, so a line written from the view and one printed from the object are
+/// the same bytes (a test checks).
+#[derive(serde::Serialize)]
+pub struct AlertJson<'a> {
+    class: Option<&'static str>,
+    count: u64,
+    dir: Option<&'static str>,
+    dst: Option<String>,
+    expected: &'a str,
+    first_time: String,
+    host: &'a str,
+    iface: &'a str,
+    message: String,
+    observed: &'a str,
+    origin: &'static str,
+    point: Option<&'a str>,
+    priority: Option<u8>,
+    qp: Option<u32>,
+    qp_hex: Option<String>,
+    rule: &'static str,
+    severity: &'static str,
+    source: &'a str,
+    src: Option<String>,
+    subject: Option<&'a str>,
+    summary: bool,
+    time: String,
+    time_ns: u64,
+    to_dir: Option<&'static str>,
+    to_iface: Option<&'a str>,
+}
+
 impl Alert {
     pub fn message(&self) -> String {
         let mut s = format!("{} on {}", self.rule.name(), self.key.iface);
@@ -132,33 +163,46 @@ impl Alert {
     }
 
     pub fn json(&self, host: &str, source: &str) -> serde_json::Value {
-        json!({
-            "time": rfc3339(self.time_ns),
-            "time_ns": self.time_ns,
-            "first_time": rfc3339(self.first_ns),
-            "host": host,
-            "source": source,
-            "rule": self.rule.name(),
-            "severity": self.severity.as_str(),
-            "iface": self.key.iface,
-            "dir": self.key.dir.map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)]),
-            "point": self.point,
-            "to_iface": self.key.to_iface,
-            "to_dir": self.key.to_dir.map(dir_name),
-            "class": self.key.class.map(|c| class::NAMES[(c as usize).min(class::COUNT - 1)]),
-            "src": self.key.src.map(|a| ip_of(&a).to_string()),
-            "dst": self.key.dst.map(|a| ip_of(&a).to_string()),
-            "qp": self.key.qp,
-            "qp_hex": self.key.qp.map(|q| format!("0x{q:06x}")),
-            "priority": self.key.priority,
-            "subject": self.key.other,
-            "observed": self.observed,
-            "expected": self.expected,
-            "count": self.count,
-            "summary": self.summary,
-            "origin": self.origin,
-            "message": self.message(),
-        })
+        serde_json::to_value(self.json_view(host, source)).unwrap_or_default()
+    }
+
+    /// The alert's JSON object as a typed view, serialized without building a
+    /// `serde_json::Value` (the `alerts.jsonl` line): the same keys in the same (sorted) order
+    /// as [`Alert::json`], which is made from it.
+    pub fn json_view<'a>(&'a self, host: &'a str, source: &'a str) -> AlertJson<'a> {
+        AlertJson {
+            class: self
+                .key
+                .class
+                .map(|c| class::NAMES[(c as usize).min(class::COUNT - 1)]),
+            count: self.count,
+            dir: self
+                .key
+                .dir
+                .map(|d| dir::NAMES[(d as usize).min(dir::COUNT - 1)]),
+            dst: self.key.dst.map(|a| ip_of(&a).to_string()),
+            expected: &self.expected,
+            first_time: rfc3339(self.first_ns),
+            host,
+            iface: &self.key.iface,
+            message: self.message(),
+            observed: &self.observed,
+            origin: self.origin,
+            point: self.point.as_deref(),
+            priority: self.key.priority,
+            qp: self.key.qp,
+            qp_hex: self.key.qp.map(|q| format!("0x{q:06x}")),
+            rule: self.rule.name(),
+            severity: self.severity.as_str(),
+            source,
+            src: self.key.src.map(|a| ip_of(&a).to_string()),
+            subject: self.key.other.as_deref(),
+            summary: self.summary,
+            time: rfc3339(self.time_ns),
+            time_ns: self.time_ns,
+            to_dir: self.key.to_dir.map(dir_name),
+            to_iface: self.key.to_iface.as_deref(),
+        }
     }
 
     /// A row of the alerts table (in [`crate::schema::alerts`] column order).
@@ -355,7 +399,10 @@ impl Dedup {
         let holds = &self.holds;
         self.tallies
             .retain(|id, t| t.credit > 0 || holds.contains_key(id));
-        out.sort_by_key(|a| (a.time_ns, a.rule.name()));
+        // in a fixed order (the holds are a hash map): the same input gives the same lines
+        out.sort_by(|a, b| {
+            (a.time_ns, a.rule.name(), &a.key).cmp(&(b.time_ns, b.rule.name(), &b.key))
+        });
         out
     }
 
@@ -419,6 +466,63 @@ mod tests {
         let f = d.tick(6, true);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].count, 2);
+    }
+
+    #[test]
+    fn json_view_is_the_json_object_byte_for_byte() {
+        // every optional field set, then none: the typed view (the alerts.jsonl line) prints
+        // the same keys in the same order as the object (whose keys are sorted)
+        let mut full = a(1_795_238_400_123_000_000, 3);
+        full.first_ns = 1_795_238_399_000_000_000;
+        full.key = AlertKey {
+            iface: "ens1f0".into(),
+            dir: Some(dir::EGRESS),
+            class: Some(class::CNP as u8),
+            src: Some([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1]),
+            dst: Some([0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]),
+            qp: Some(0x12345),
+            priority: Some(3),
+            other: Some("dscp \"quoted\"".into()),
+            to_iface: Some("ens1f1".into()),
+            to_dir: Some(dir::INGRESS),
+        };
+        full.point = Some("tor1-mirror".into());
+        full.summary = true;
+        let bare = a(5, 1);
+        for x in [&full, &bare] {
+            let line = serde_json::to_string(&x.json_view("h1", "live")).unwrap();
+            assert_eq!(line, x.json("h1", "live").to_string());
+            let keys: Vec<String> = x
+                .json("h1", "live")
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
+            assert_eq!(keys.len(), 25, "{keys:?}");
+        }
+        assert!(
+            serde_json::to_string(&full.json_view("h", "s"))
+                .unwrap()
+                .contains(r#""subject":"dscp \"quoted\"","summary":true"#)
+        );
+    }
+
+    #[test]
+    fn summaries_come_in_a_fixed_order() {
+        // many keys held at once: the summaries of one tick are ordered by time, rule and key,
+        // whatever the hash map's order
+        let mut d = Dedup::new(10);
+        for p in (0..40u8).rev() {
+            let mut x = a(0, 1);
+            x.key.priority = Some(p);
+            assert!(d.offer(x.clone()).is_some());
+            x.time_ns = 1;
+            assert!(d.offer(x).is_none());
+        }
+        let f = d.tick(100, false);
+        let prios: Vec<u8> = f.iter().map(|x| x.key.priority.unwrap()).collect();
+        assert_eq!(prios, (0..40).collect::<Vec<u8>>());
     }
 
     #[test]

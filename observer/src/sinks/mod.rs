@@ -225,7 +225,11 @@ impl Sink for JsonlSink {
         "alerts.jsonl"
     }
     fn alert(&mut self, a: &Alert, run: &RunInfo) {
-        self.writer.push(a.json(&run.host, run.source).to_string());
+        // straight from the typed view (no `Value` tree per alert)
+        match serde_json::to_string(&a.json_view(&run.host, run.source)) {
+            Ok(line) => self.writer.push(line),
+            Err(e) => tracing::error!(error = %e, "an alert could not be written as JSON"),
+        }
     }
     fn flush(&mut self, _t_ns: u64) -> Result<(), OutputError> {
         self.writer.flush()
