@@ -626,6 +626,44 @@ fn incremental_reads_equal_full_reads() {
     t.reset().unwrap();
 }
 
+/// A read can meet a packet half counted: its packet count added, the rest of its writes still
+/// to come (another CPU's program run). Simulated from userspace between incremental reads:
+/// the read that sees the count move expands the slot, and the next one expands it once more
+/// and takes the writes that landed after; then the entry is kept as it is.
+#[test]
+fn a_packet_counted_during_a_read_is_taken_whole_by_the_next() {
+    if !observer::testutil::require_root("a_packet_counted_during_a_read") {
+        return;
+    }
+    let mut t = tester();
+    t.set_policy(&Policy::NONE).unwrap();
+    t.reset().unwrap();
+    t.run(prog::XDP, &Roce::default().build(), 1).unwrap();
+    let s1 = t.snapshot("t", 0).unwrap();
+    let (k, v1) = only_qp("half counted", &s1);
+    t.recycle(s1);
+    // a packet begins: its count first
+    assert!(t.poke_slot(&k, |s| s.value.pkts += 1));
+    let s2 = t.snapshot("t", 0).unwrap();
+    assert_eq!(t.last_read_expansions(), 1);
+    assert_eq!(s2.qps[0].1.pkts, v1.pkts + 1);
+    assert_eq!(s2.qps[0].1.bytes_l2, v1.bytes_l2);
+    t.recycle(s2);
+    // the rest of its writes land after that read
+    assert!(t.poke_slot(&k, |s| s.value.bytes_l2 += 100));
+    let s3 = t.snapshot("t", 0).unwrap();
+    assert_eq!(t.last_read_expansions(), 1, "expanded again after the move");
+    assert_eq!(s3.qps[0].1.bytes_l2, v1.bytes_l2 + 100);
+    t.recycle(s3);
+    let s4 = t.snapshot("t", 0).unwrap();
+    assert_eq!(t.last_read_expansions(), 0, "nothing moved: kept");
+    assert_eq!(s4.qps[0].1.bytes_l2, v1.bytes_l2 + 100);
+    let full = t.read_all_qps().unwrap();
+    assert_eq!(full[0].1.bytes_l2, v1.bytes_l2 + 100);
+    assert_eq!(full[0].1.pkts, v1.pkts + 1);
+    t.reset().unwrap();
+}
+
 fn psn_frames(psns: &[u32]) -> Vec<Vec<u8>> {
     psns.iter().map(|&p| Roce::data(p).build()).collect()
 }

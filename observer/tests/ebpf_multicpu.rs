@@ -505,3 +505,98 @@ fn insert_waits_for_a_held_lock_then_gives_up_counted() {
     let took = waited.expect("no insert waited for a lock and then took it");
     eprintln!("an insert waited {took:?} for a lock let go after {delay:?}");
 }
+
+/// The live loop's incremental read (only slots whose packets moved are expanded, the snapshot
+/// updated in place) under traffic from every CPU, with evictions: read as often as possible
+/// while the CPUs count into 64 keys (a read can see a packet's count before the rest of its
+/// writes), then, once the traffic has stopped, one more incremental read must equal a full
+/// read of the table field by field, and every packet sent is in it, in an evicted value or
+/// counted untracked.
+#[test]
+fn incremental_reads_under_traffic_end_exact() {
+    let Some((_turn, cpus)) = multicpu_test("incremental_reads_under_traffic_end_exact") else {
+        return;
+    };
+    let mut t = ProgTester::load(1024, &Policy::NONE).unwrap_or_else(|e| panic!("{e}"));
+    let frames: Vec<Vec<u8>> = (0..64u32)
+        .map(|q| {
+            Roce {
+                dest_qp: 0x500 + q,
+                dscp: [26, 0, 46, 10, 12, 34, 18][q as usize % 7],
+                ..Roce::data(q)
+            }
+            .build()
+        })
+        .collect();
+    let runner = t.shared_runner(prog::XDP).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let sent = std::sync::atomic::AtomicU64::new(0);
+    let (mut evicted_pkts, mut reads) = (0u64, 0u32);
+    let mut snap = None;
+    std::thread::scope(|s| {
+        for (n, &cpu) in cpus.iter().enumerate() {
+            let (runner, frames, stop, sent) = (&runner, &frames, &stop, &sent);
+            s.spawn(move || {
+                pin_to(cpu);
+                // Bounded: at most 3000 calls of 20 packets per CPU.
+                for i in 0..3000usize {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    runner
+                        .run(&frames[(i * 7 + n * 13) % frames.len()], 20)
+                        .unwrap();
+                    sent.fetch_add(20, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+        // Bounded: 400 reads; every 50th also evicts four keys.
+        for round in 0..400 {
+            if let Some(s) = snap.take() {
+                t.recycle(s);
+            }
+            let s = t.snapshot("test", 0).unwrap();
+            reads += 1;
+            if round % 50 == 49 {
+                let keys: Vec<_> = s.qps.iter().take(4).map(|(k, _)| *k).collect();
+                for (_, v) in t.evict(&keys).unwrap() {
+                    evicted_pkts += v.pkts;
+                }
+            }
+            snap = Some(s);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    drop(runner);
+    if let Some(s) = snap.take() {
+        t.recycle(s);
+    }
+    let s = t.snapshot("test", 0).unwrap();
+    let full = t.read_all_qps().unwrap();
+    let sorted = |mut v: Vec<(observer_common::maps::QpKey, observer_common::maps::QpValue)>| {
+        for (_, x) in v.iter_mut() {
+            x.first_ns = 0;
+            x.last_ns = 0;
+        }
+        v.sort_by_key(|(k, _)| *k);
+        v
+    };
+    let (inc, full) = (sorted(s.qps.clone()), sorted(full));
+    assert_eq!(inc.len(), full.len());
+    for ((k, a), (_, b)) in inc.iter().zip(&full) {
+        assert_eq!(
+            a, b,
+            "after {reads} incremental reads under traffic: key {k:?} differs"
+        );
+    }
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    let st = s.iface_stats[dir::INGRESS as usize];
+    let in_table: u64 = inc.iter().map(|(_, v)| v.pkts).sum();
+    assert_eq!(st.roce, sent);
+    assert_eq!(
+        evicted_pkts + in_table + st.roce_untracked,
+        sent,
+        "evicted {evicted_pkts} + in table {in_table} + untracked {} != sent {sent}",
+        st.roce_untracked
+    );
+}

@@ -164,6 +164,21 @@ impl QpTable {
     }
 
     #[cfg(any(test, feature = "test-support"))]
+    /// Writes into `key`'s live slot from userspace as a program run would (`f` gets the
+    /// slot): for the tests of a read that meets a packet's writes half done. False when the
+    /// key has no live slot.
+    pub fn poke_slot(&self, key: &QpKey, f: impl FnOnce(&mut QpSlot)) -> bool {
+        match self.find(key) {
+            Some((i, _)) => {
+                // SAFETY: a live slot of our mapping; the test runs no program meanwhile.
+                f(unsafe { &mut *self.slot(i) });
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[cfg(any(test, feature = "test-support"))]
     /// Slots the last [`Self::read_into`] expanded (the others kept their entries).
     pub fn last_read_expansions(&self) -> usize {
         self.cache.expanded
