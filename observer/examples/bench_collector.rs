@@ -158,6 +158,7 @@ fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
         qps: (0..qps as u32).map(|i| (key(i), QpValue::ZERO)).collect(),
         iface_stats: [IfaceStats::default(); dir::COUNT],
         macs: Vec::new(),
+        changed: None,
     };
     let t0 = 1_795_239_299_000_000_000u64;
     col.begin("bench0", t0, Some(400_000_000_000));

@@ -258,6 +258,7 @@ fn host_tree(a: &Args, all: &[Flow], h: usize, t0: u64) -> anyhow::Result<u64> {
         qps: keys.iter().map(|k| (qp_key(k), QpValue::ZERO)).collect(),
         iface_stats: [IfaceStats::default(); dir::COUNT],
         macs: Vec::new(),
+        changed: None,
     };
     col.begin(iface, t0, Some(400_000_000_000));
     let ins = a.interval * 1_000_000_000;

@@ -131,6 +131,7 @@ fn empty_snapshot() -> Snapshot {
         qps: Vec::new(),
         iface_stats: [IfaceStats::default(); dir::COUNT],
         macs: Vec::new(),
+        changed: None,
     }
 }
 
@@ -576,6 +577,7 @@ fn incremental_reads_equal_full_reads() {
     let mut last_active = 0usize;
     let mut kept_total = 0usize;
     let mut snap: Option<Snapshot> = None;
+    let (mut last_id, mut evicted): (Option<u64>, Vec<QpKey>) = (None, Vec::new());
     for round in 0..16 {
         let mut active = std::collections::BTreeSet::new();
         for _ in 0..130 {
@@ -599,6 +601,56 @@ fn incremental_reads_equal_full_reads() {
             "round {round}: the incremental snapshot differs from a full read"
         );
         let expanded = t.last_read_expansions();
+        // what the snapshot says changed: the expanded entries, the keys evicted since
+        let ch = s
+            .changed
+            .clone()
+            .expect("the kernel source says what changed");
+        assert_eq!(ch.base, last_id, "round {round}: the base is the last read");
+        last_id = Some(ch.id);
+        if round > 0 {
+            assert_eq!(ch.positions.len(), expanded, "round {round}");
+            let mut gone = ch.gone.clone();
+            gone.sort();
+            // the evicted keys' entries are gone, but for those that got a packet since and
+            // were inserted into their old slot again (then they are listed at a position)
+            let listed: std::collections::BTreeSet<QpKey> =
+                ch.positions.iter().map(|&p| s.qps[p as usize].0).collect();
+            let present: std::collections::BTreeSet<QpKey> =
+                s.qps.iter().map(|(k, _)| *k).collect();
+            let evicted = std::mem::take(&mut evicted);
+            for k in &evicted {
+                assert!(
+                    gone.contains(k) || listed.contains(k),
+                    "round {round}: evicted {k:?} neither gone nor listed"
+                );
+                if !present.contains(k) {
+                    assert!(gone.contains(k), "round {round}: {k:?} absent, not gone");
+                }
+            }
+            assert!(
+                gone.iter().all(|k| evicted.contains(k)),
+                "round {round}: only evicted keys are gone"
+            );
+            for &p in &ch.positions {
+                assert!((p as usize) < s.qps.len());
+            }
+            let moved: std::collections::BTreeSet<u32> = s
+                .qps
+                .iter()
+                .map(|(k, _)| k.dest_qp - 0x300)
+                .filter(|q| active.contains(q))
+                .collect();
+            let listed: std::collections::BTreeSet<u32> = ch
+                .positions
+                .iter()
+                .map(|&p| s.qps[p as usize].0.dest_qp - 0x300)
+                .collect();
+            assert!(
+                listed.is_superset(&moved),
+                "round {round}: every key with packets is listed"
+            );
+        }
         if round > 0 {
             assert!(
                 expanded <= active.len() + last_active,
@@ -612,6 +664,8 @@ fn incremental_reads_equal_full_reads() {
         if round % 4 == 3 {
             let gone: Vec<QpKey> = s.qps.iter().step_by(10).map(|(k, _)| *k).collect();
             assert_eq!(t.evict(&gone).unwrap().len(), gone.len());
+            evicted = gone;
+            evicted.sort();
         }
         snap = Some(s);
     }

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use observer_common::maps::{QpKey, QpValue};
+use observer_common::maps::{QpKey, QpValue, dir};
 
 #[derive(Default)]
 pub struct PrevStore {
@@ -25,6 +25,8 @@ pub struct PrevStore {
     /// Slot of each position of the last snapshot.
     hint: Vec<u32>,
     generation: u64,
+    /// Keys per direction.
+    dirs: [u64; dir::COUNT],
 }
 
 impl PrevStore {
@@ -33,6 +35,10 @@ impl PrevStore {
     }
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+    /// Keys per direction ([`dir`]).
+    pub fn per_dir(&self) -> [u64; dir::COUNT] {
+        self.dirs
     }
 
     /// Starts a snapshot scan (for [`PrevStore::vanished`]).
@@ -115,6 +121,7 @@ impl PrevStore {
             }
         };
         self.index.insert(k, s as u32);
+        self.dirs[(k.dir as usize).min(dir::COUNT - 1)] += 1;
         if let Some(x) = self.hint.get_mut(pos) {
             *x = s as u32;
         }
@@ -123,6 +130,7 @@ impl PrevStore {
     /// Removes `k`: its last value and tag.
     pub fn remove(&mut self, k: &QpKey) -> Option<(QpValue, u32)> {
         let s = self.index.remove(k)? as usize;
+        self.dirs[(k.dir as usize).min(dir::COUNT - 1)] -= 1;
         self.alive[s] = false;
         self.free.push(s as u32);
         Some((self.vals[s], self.tags[s]))
@@ -188,7 +196,9 @@ mod tests {
         p.sync_pkts(s);
         assert_eq!(p.find(1, &k(1)).map(|s| p.value(s).pkts), Some(1));
         assert_eq!(p.vanished(), vec![k(3)]);
+        assert_eq!(p.per_dir()[0], 3);
         assert_eq!(p.remove(&k(3)).map(|(v, t)| (v.pkts, t)), Some((3, 30)));
+        assert_eq!(p.per_dir()[0], 2);
         assert!(!p.contains(&k(3)));
         p.insert(1, k(4), QpValue::ZERO, 40); // reuses the freed slot
         assert_eq!(p.len(), 3);

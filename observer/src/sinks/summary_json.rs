@@ -541,6 +541,7 @@ mod tests {
                 .collect(),
             iface_stats: [IfaceStats::default(); dir::COUNT],
             macs: Vec::new(),
+            changed: None,
         };
         let snaps = vec![snap("b", 30), snap("a", 12)];
         let mut full = summary_json(&snaps);

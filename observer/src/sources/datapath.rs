@@ -330,6 +330,7 @@ impl Datapath {
             qps: self.qps.entries.clone(),
             iface_stats: self.iface,
             macs: self.macs.iter().map(|(k, v)| (*k, *v)).collect(),
+            changed: None,
         }
     }
 
@@ -349,6 +350,7 @@ impl Datapath {
             qps: std::mem::take(&mut self.qps.entries),
             iface_stats: self.iface,
             macs: self.macs.iter().map(|(k, v)| (*k, *v)).collect(),
+            changed: None,
         }
     }
 

@@ -17,7 +17,7 @@ pub mod paced;
 pub mod snapshot;
 pub mod synthetic;
 
-pub use snapshot::Snapshot;
+pub use snapshot::{Changed, Snapshot};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};

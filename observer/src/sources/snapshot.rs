@@ -17,6 +17,30 @@ pub struct Snapshot {
     pub iface_stats: [IfaceStats; dir::COUNT],
     /// PFC/PAUSE counters per source MAC.
     pub macs: Vec<(MacKey, PfcCounters)>,
+    /// Which entries of `qps` changed since an earlier snapshot of the same source, when the
+    /// source knows (the live kernel source's incremental read); `None`: any may have.
+    pub changed: Option<Changed>,
+}
+
+/// What changed between two snapshots of one source: snapshot `base` and this one, `id` (ids
+/// are unique in the process). Every entry of `qps` not at one of `positions` holds a key of
+/// snapshot `base` with the same value it had there; every key of `base` not in `qps` is in
+/// `gone`. A consumer whose last snapshot of the interface was `base` need look at these only;
+/// any other, or any snapshot without a `base` (a full read), compares every key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changed {
+    pub base: Option<u64>,
+    pub id: u64,
+    /// Positions in `qps` of the entries read again (their packets moved, or new keys).
+    pub positions: Vec<u32>,
+    /// Keys of snapshot `base` no longer present.
+    pub gone: Vec<QpKey>,
+}
+
+/// A new snapshot id ([`Changed::id`]), unique in the process.
+pub fn next_snapshot_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Per-interface counter structs that are nothing but `u64` counters: they are summed over CPUs

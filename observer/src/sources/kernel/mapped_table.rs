@@ -14,6 +14,8 @@ use aya::maps::{HashMap, MapData, MapError};
 use observer_common::maps::{QpKey, QpValue};
 use observer_common::qp_table::{self as table, Bucket, HistKey, QpSlot, WAYS};
 
+use crate::sources::Changed;
+
 /// `membarrier(MEMBARRIER_CMD_GLOBAL)`: returns after `synchronize_rcu()`, i.e. after every
 /// RCU read-side critical section that had begun, every XDP/tc program run among them, has
 /// ended.
@@ -76,6 +78,9 @@ pub struct QpTable {
 /// No entry.
 const NONE: u32 = u32::MAX;
 
+/// A read's (key, value) entries.
+pub type Entries = Vec<(QpKey, QpValue)>;
+
 /// Slots ahead whose lines [`QpTable::read_into`] prefetches.
 const PREFETCH: usize = 12;
 
@@ -97,6 +102,8 @@ struct ReadCache {
     lent: Option<(usize, usize)>,
     /// Slots expanded by the last read.
     expanded: usize,
+    /// Id of the last read's snapshot ([`Changed::id`]).
+    read_id: u64,
 }
 
 impl ReadCache {
@@ -325,25 +332,33 @@ impl QpTable {
     /// expansion per key. Any other `prev` (or none) is cleared and every slot expanded.
     /// Entry order: slot order after a full expansion; then a freed entry's place is taken by
     /// the last entry and new keys are appended.
+    ///
+    /// Also says what changed ([`Changed`]): with the last vector given back, the positions of
+    /// the entries expanded and the keys gone since it, so the collector can look at those
+    /// only; otherwise only the read's id (the next read's base).
     pub fn read_into(
         &mut self,
         prev: Option<Vec<(QpKey, QpValue)>>,
         mut each: impl FnMut(&mut QpValue),
-    ) -> io::Result<Vec<(QpKey, QpValue)>> {
+    ) -> io::Result<(Entries, Changed)> {
         let slots = self.buckets as usize * WAYS;
         let hist = self.hist_entries()?;
         let mut c = std::mem::take(&mut self.cache);
         c.expanded = 0;
-        let mut out = match prev {
-            Some(v) if c.lent == Some((v.as_ptr() as usize, v.len())) => v,
+        let (mut out, base) = match prev {
+            Some(v) if c.lent == Some((v.as_ptr() as usize, v.len())) => (v, Some(c.read_id)),
             other => {
                 c.restart(slots);
                 let mut v = other.unwrap_or_default();
                 v.clear();
                 v.reserve(self.keys_in_table().load(Ordering::Relaxed) as usize + 16);
-                v
+                (v, None)
             }
         };
+        // the slots expanded (their positions are taken at the end: a later removal can move
+        // an entry) and the keys gone, when there is a base to tell them against
+        let track = base.is_some();
+        let (mut touched, mut gone): (Vec<u32>, Vec<QpKey>) = (Vec::new(), Vec::new());
         for i in 0..slots {
             // the two lines a kept slot costs (key and packets; the spill's packets), some
             // slots ahead: a slot is 576 bytes, so the hardware prefetcher stops at each page
@@ -364,6 +379,9 @@ impl QpTable {
             let p = c.pos[i];
             if !table::is_live(self.state(i).load(Ordering::Acquire)) {
                 if p != NONE {
+                    if track {
+                        gone.push(out[p as usize].0);
+                    }
                     c.remove(&mut out, p as usize);
                 }
                 continue;
@@ -394,6 +412,12 @@ impl QpTable {
             // at the next read, after any write still in flight now has landed.
             c.recheck[i] = !same_key || c.pkts[i] != moved;
             c.pkts[i] = moved;
+            if track {
+                if p != NONE && !same_key {
+                    gone.push(out[p as usize].0);
+                }
+                touched.push(i as u32);
+            }
             if p == NONE {
                 c.pos[i] = out.len() as u32;
                 c.slot_of.push(i as u32);
@@ -403,8 +427,15 @@ impl QpTable {
             }
         }
         c.lent = Some((out.as_ptr() as usize, out.len()));
+        c.read_id = crate::sources::snapshot::next_snapshot_id();
+        let changed = Changed {
+            base,
+            id: c.read_id,
+            positions: touched.iter().map(|&i| c.pos[i as usize]).collect(),
+            gone,
+        };
         self.cache = c;
-        Ok(out)
+        Ok((out, changed))
     }
 
     /// The slot holding `key`, if live.

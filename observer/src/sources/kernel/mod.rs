@@ -535,7 +535,7 @@ impl Loaded {
         // times converted while each value is in the cache (not a second pass over the values);
         // the entries of keys whose packets did not move keep their conversion of an earlier
         // read
-        let qps = self
+        let (qps, changed) = self
             .table
             .read_into(self.spare.take(), |v| value_to_wall(v, off))
             .map_err(|e| LiveError::op("reading the per-QP table", e))?;
@@ -569,6 +569,7 @@ impl Loaded {
             qps,
             iface_stats,
             macs,
+            changed: Some(changed),
         })
     }
 
