@@ -123,6 +123,8 @@ struct Row {
     base_ms: f64,
     wall_ms: f64,
     bytes_per_row: f64,
+    /// Median CPU ms of one search for eviction candidates (no key idle: every key looked at).
+    idle_ms: f64,
 }
 
 fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
@@ -185,6 +187,22 @@ fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
             series = body.lines().filter(|l| !l.starts_with('#')).count();
         }
     }
+    // The search for eviction candidates the live loop makes every interval once its table is
+    // 90 % full (a tenth of the keys at most; none idle for 60 s here, so every key is looked at).
+    let mut idle = Vec::new();
+    for _ in 0..5 {
+        let c0 = thread_cpu_ns();
+        let n = col
+            .idle_keys(
+                "bench0",
+                t0 + (intervals as u64 + 1) * 1_000_000_000,
+                60_000_000_000,
+                qps / 10,
+            )
+            .len();
+        idle.push(thread_cpu_ns() - c0);
+        assert_eq!(n, 0, "no key is idle for 60 s");
+    }
     // As the live command finishes (it reads the output statistics only).
     let summary = col.finish_without_qps().expect("finish");
     let peak_kib = peak_rss_kib();
@@ -211,6 +229,7 @@ fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
         cpu_ms: median(&mut cpu) as f64 / 1e6,
         base_ms: median(&mut base) as f64 / 1e6,
         wall_ms: median(&mut wall) as f64 / 1e6,
+        idle_ms: median(&mut idle) as f64 / 1e6,
         bytes_per_row: if rows > 0 {
             bytes as f64 / rows as f64
         } else {
@@ -434,6 +453,12 @@ fn main() {
             (r.peak_mib - r.start_mib) * 1024.0 / r.qps as f64
         );
         let _ = r.wall_ms;
+    }
+    for r in rows.iter().filter(|r| r.qps != r.active) {
+        println!(
+            "{}: one search for eviction candidates (every interval once the table is 90 % full) {:.2} ms CPU (median of 5; every key looked at)",
+            r.label, r.idle_ms
+        );
     }
     for r in rows.iter().filter(|r| r.series > 0) {
         println!(

@@ -739,12 +739,7 @@ impl Collector {
         let limit = (now_ns as i64)
             .saturating_sub(idle_ns as i64)
             .saturating_sub(self.clock_offset_ns);
-        st.prev
-            .iter()
-            .filter(|(_, v)| (v.last_ns as i64) < limit)
-            .map(|(k, _)| *k)
-            .take(max)
-            .collect()
+        st.prev.idle(limit).take(max).copied().collect()
     }
 
     /// Alerts emitted so far, per rule.
@@ -1371,6 +1366,61 @@ mod tests {
         let _ = std::fs::remove_dir_all(&out);
     }
 
+    /// The eviction candidates are the keys whose last packet is older than the idle time, from
+    /// the last packet times kept with the previous values (updated as keys move), at most `max`.
+    #[test]
+    fn idle_keys_follow_the_last_packet_times() {
+        let out = std::env::temp_dir().join(format!("ro-col-idle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let policy = PolicyConfig::profile("nvidia").unwrap();
+        let mut cfg = CollectorConfig::new(out.clone(), "h", "live", policy);
+        cfg.journal = false;
+        let mut col = Collector::new(cfg).unwrap();
+        col.quiet_stderr();
+        let s = 1_000_000_000u64;
+        let t0 = 1_795_239_299_000_000_000u64;
+        col.begin("e0", t0, None);
+        let mut qps: Vec<(QpKey, QpValue)> = (0..3u32)
+            .map(|i| {
+                let mut v = QpValue::ZERO;
+                add(&mut v, 10, 0, 0);
+                v.first_ns = t0;
+                v.last_ns = t0 + (1 + 4 * i as u64) * s; // 1 s, 5 s, 9 s
+                (key(1, 2, i), v)
+            })
+            .collect();
+        let mut snap = Snapshot {
+            iface: "e0".into(),
+            time_ns: t0 + 10 * s,
+            link_speed_bps: None,
+            qps: qps.clone(),
+            iface_stats: [IfaceStats::default(); dir::COUNT],
+            macs: Vec::new(),
+            changed: None,
+        };
+        col.on_snapshot(&snap).unwrap();
+        let idle = |col: &Collector, max| {
+            let mut v: Vec<u32> = col
+                .idle_keys("e0", t0 + 10 * s, 3 * s, max)
+                .iter()
+                .map(|k| k.dest_qp)
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(idle(&col, 10), vec![0, 1]);
+        assert_eq!(idle(&col, 1).len(), 1);
+        // key 0 sends again: no longer idle
+        add(&mut qps[0].1, 5, 0, 0);
+        qps[0].1.last_ns = t0 + 10 * s;
+        snap.qps = qps;
+        snap.time_ns = t0 + 11 * s;
+        col.on_snapshot(&snap).unwrap();
+        assert_eq!(idle(&col, 10), vec![1]);
+        assert!(col.idle_keys("other", t0, 0, 10).is_empty());
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
     use crate::sinks::parquet_files::OutputError;
     use crate::sinks::{IntervalRows, Sink};
     use arrow::array::{ArrayRef, RecordBatch};
@@ -1458,7 +1508,8 @@ mod tests {
                 // a third of the keys move
                 for (p, (_, v)) in table.iter_mut().enumerate() {
                     if rnd(3) == 0 && !positions.contains(&(p as u32)) {
-                        add(v, 1 + rnd(100) as u32, rnd(3) as u32, rnd(2) as u32);
+                        let n = 1 + rnd(100) as u32;
+                        add(v, n, (rnd(3) as u32).min(n), rnd(2) as u32);
                         v.last_ns = t0 + round * 1_000_000_000 + 5;
                         positions.push(p as u32);
                     }
