@@ -1270,18 +1270,32 @@ mod tests {
         v.pcp_hist[class::CNP][3] += cnp;
     }
 
+    /// A collector with the nvidia profile writing under a fresh temporary directory named
+    /// after `name` (returned, to be removed), `source` as its source, `tune` applied to its
+    /// configuration; stderr alerts off.
+    fn test_collector(
+        name: &str,
+        source: &'static str,
+        tune: impl FnOnce(&mut CollectorConfig),
+    ) -> (Collector, std::path::PathBuf) {
+        let out = std::env::temp_dir().join(format!("ro-col-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let policy = PolicyConfig::profile("nvidia").unwrap();
+        let mut cfg = CollectorConfig::new(out.clone(), "h", source, policy);
+        tune(&mut cfg);
+        let mut col = Collector::new(cfg).unwrap();
+        col.quiet_stderr();
+        (col, out)
+    }
+
     /// ce_without_cnp sums CE over all keys of an IP pair, evicted keys included, and looks
     /// at the reverse pair's CNPs and packets of the same interval; pair ids survive keys
     /// coming and going.
     #[test]
     fn ce_without_cnp_per_ip_pair_over_intervals() {
-        let out = std::env::temp_dir().join(format!("ro-col-pairs-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&out);
-        let policy = PolicyConfig::profile("nvidia").unwrap();
-        let mut cfg = CollectorConfig::new(out.clone(), "h", "replay", policy);
-        cfg.policy.thresholds.hold_down_ns = 1; // every interval's alert is emitted
-        let mut col = Collector::new(cfg).unwrap();
-        col.quiet_stderr();
+        // every interval's alert is emitted
+        let (mut col, out) =
+            test_collector("pairs", "replay", |c| c.policy.thresholds.hold_down_ns = 1);
         let t0 = 1_795_239_299_000_000_000u64;
         col.begin("e0", t0, None);
         // pair 1->2: two keys with 6 CE each (12 >= 10), reverse 2->1 sends packets, no CNP
@@ -1370,13 +1384,7 @@ mod tests {
     /// the last packet times kept with the previous values (updated as keys move), at most `max`.
     #[test]
     fn idle_keys_follow_the_last_packet_times() {
-        let out = std::env::temp_dir().join(format!("ro-col-idle-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&out);
-        let policy = PolicyConfig::profile("nvidia").unwrap();
-        let mut cfg = CollectorConfig::new(out.clone(), "h", "live", policy);
-        cfg.journal = false;
-        let mut col = Collector::new(cfg).unwrap();
-        col.quiet_stderr();
+        let (mut col, out) = test_collector("idle", "live", |c| c.journal = false);
         let s = 1_000_000_000u64;
         let t0 = 1_795_239_299_000_000_000u64;
         col.begin("e0", t0, None);
@@ -1447,14 +1455,8 @@ mod tests {
     fn changed_entries_give_the_rows_of_a_full_comparison() {
         use crate::sources::Changed;
         let run = |hinted: bool| {
-            let out = std::env::temp_dir()
-                .join(format!("ro-col-changed-{}-{hinted}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&out);
-            let policy = PolicyConfig::profile("nvidia").unwrap();
-            let mut cfg = CollectorConfig::new(out.clone(), "h", "live", policy);
-            cfg.journal = false;
-            let mut col = Collector::new(cfg).unwrap();
-            col.quiet_stderr();
+            let (mut col, out) =
+                test_collector(&format!("changed-{hinted}"), "live", |c| c.journal = false);
             let rows = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
             col.add_sink(Box::new(Rows(rows.clone())));
             let t0 = 1_795_239_299_000_000_000u64;

@@ -227,6 +227,29 @@ impl QpTable {
         }
     }
 
+    /// The full value of live slot `i`: its compact value expanded, the spill value's counts
+    /// (zero unless the key's packets met on two CPUs) and its `QPHIST` entries (`hist`, sorted
+    /// by slot) added.
+    ///
+    /// # Safety
+    /// Slot `i` is live. The kernel keeps adding to the value meanwhile (counters only grow): as
+    /// with the kernel's own copy for a map lookup syscall, each word is some recent value.
+    /// Plain copies, not volatile ones: volatile copies a value in small pieces (3x slower at
+    /// 100k keys) and nothing here re-reads it.
+    unsafe fn expand(&self, i: usize, hist: &[(HistKey, u64)]) -> QpValue {
+        let src = self.slot(i);
+        // SAFETY: the caller's live slot, inside the mapping.
+        let mut v = unsafe {
+            let mut v = std::ptr::read(std::ptr::addr_of!((*src).value)).to_value();
+            if std::ptr::read_volatile(std::ptr::addr_of!((*src).spill.pkts)) != 0 {
+                std::ptr::read(std::ptr::addr_of!((*src).spill)).add_counts_to(&mut v);
+            }
+            v
+        };
+        table::add_overflow(&mut v, of_slot(hist, i));
+        v
+    }
+
     /// Hints the lines of `slot` that [`Self::read_into`] reads for every live slot.
     #[inline]
     fn prefetch(&self, slot: usize) {
@@ -303,21 +326,10 @@ impl QpTable {
                 continue;
             }
             // SAFETY: a live slot (its key was published before its tag, which the Acquire
-            // load saw). The kernel keeps adding to the value meanwhile (counters only grow):
-            // as with the kernel's own copy for a map lookup syscall, each word is some recent
-            // value. Plain copies, not volatile ones: volatile copies a value in small pieces
-            // (3x slower at 100k keys) and nothing here re-reads it.
-            let (key, mut v) = unsafe {
-                let src = self.slot(i);
-                let key = std::ptr::read(std::ptr::addr_of!((*src).key));
-                let mut v = std::ptr::read(std::ptr::addr_of!((*src).value)).to_value();
-                // The spill value's counts (zero unless the key's packets met on two CPUs).
-                if std::ptr::read_volatile(std::ptr::addr_of!((*src).spill.pkts)) != 0 {
-                    std::ptr::read(std::ptr::addr_of!((*src).spill)).add_counts_to(&mut v);
-                }
-                (key, v)
-            };
-            table::add_overflow(&mut v, of_slot(&hist, i));
+            // load saw).
+            let key = unsafe { std::ptr::read(std::ptr::addr_of!((*self.slot(i)).key)) };
+            // SAFETY: a live slot.
+            let mut v = unsafe { self.expand(i, &hist) };
             each(&mut v);
             out.push((key, v));
         }
@@ -397,15 +409,8 @@ impl QpTable {
             // SAFETY: a live slot's key (published before its tag).
             let key = unsafe { std::ptr::read(std::ptr::addr_of!((*src).key)) };
             let same_key = p != NONE && out[p as usize].0 == key;
-            // SAFETY: a live slot, read as in `read`.
-            let mut v = unsafe {
-                let mut v = std::ptr::read(std::ptr::addr_of!((*src).value)).to_value();
-                if std::ptr::read_volatile(std::ptr::addr_of!((*src).spill.pkts)) != 0 {
-                    std::ptr::read(std::ptr::addr_of!((*src).spill)).add_counts_to(&mut v);
-                }
-                v
-            };
-            table::add_overflow(&mut v, of_slot(&hist, i));
+            // SAFETY: a live slot.
+            let mut v = unsafe { self.expand(i, &hist) };
             each(&mut v);
             c.expanded += 1;
             // Expanded because its packets moved (or a key is new here): expanded once more
