@@ -1,12 +1,16 @@
 //! Rotating Parquet writers with Hive-style partitions, and the `alerts.jsonl` appender.
 //!
-//! A table's rows go into a Parquet file assembled in memory (zstd-compressed column chunks);
-//! when the file is complete (rotation by data time, by size, on an hour change, or at the end)
-//! it is written as `<name>.parquet.tmp`, fsynced and renamed to `<name>.parquet`. So every
-//! file under its final name is complete and readable, a SIGKILL loses at most the open
-//! rotation window, and a failed write (disk full, unwritable directory) keeps the completed
-//! file in memory and retries it on the next interval (up to [`MAX_PENDING_BYTES`]; beyond
-//! that the oldest pending file is dropped and its rows counted as lost).
+//! A table's rows go into a Parquet file (zstd-compressed column chunks) that is written to disk
+//! as its row groups are encoded, as `.journal/<name>.<pid>.part` ([`Spool`]): memory holds the
+//! row group being encoded, not the window, so it does not grow with the intervals of a window.
+//! When the file is complete (rotation by data time, by size, on an hour change, or at the end)
+//! it is fsynced and renamed to `<table>/date=D/hour=H/<name>.parquet`. So every file under its
+//! final name is complete and readable, and a SIGKILL loses at most the interval being read
+//! (the crash [`Journal`] has the open window's rows). Bytes the disk does not take (disk full,
+//! unwritable directory) are kept in memory, in order, and written at the next attempt; a
+//! completed file that cannot be put in place is kept whole in memory and retried on the next
+//! interval (up to [`MAX_PENDING_BYTES`]; beyond that the oldest pending file is dropped and
+//! its rows counted as lost).
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
@@ -99,7 +103,7 @@ pub struct WriterStats {
 }
 
 struct OpenFile {
-    writer: ArrowWriter<Vec<u8>>,
+    writer: ArrowWriter<Spool>,
     start_ns: u64,
     date: String,
     hour: String,
@@ -118,6 +122,161 @@ struct Finished {
     rows: u64,
     /// Deleted once the file is in place.
     journal: Option<PathBuf>,
+}
+
+/// Bytes of an open window's Parquet file are written to disk in pieces of at least this size.
+const SPOOL_CHUNK: usize = 1 << 20;
+
+/// Where an open window's Parquet bytes go: the part file `.journal/<name>.<pid>.part`, written
+/// whenever [`SPOOL_CHUNK`] bytes are waiting and at every interval's write (the Parquet writer
+/// hands over a row group's bytes when the row group is complete, and the footer at the end;
+/// the row group being encoded stays in memory). A write the disk refuses keeps
+/// the bytes, in order, for the next attempt ([`Spool::drain`]): the Parquet writer never sees
+/// an error, and the error is reported once ([`Spool::take_error`]). So the bytes in memory are
+/// those the disk has not taken yet, at most the window's (bounded by the size rotation).
+struct Spool {
+    path: PathBuf,
+    /// Created at the first write that has bytes to put in it.
+    file: Option<File>,
+    /// Bytes in the part file.
+    on_disk: u64,
+    /// Bytes after them, not written yet.
+    held: Vec<u8>,
+    /// The last failure, until reported.
+    error: Option<std::io::Error>,
+}
+
+impl Write for Spool {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.held.extend_from_slice(b);
+        if self.held.len() >= SPOOL_CHUNK {
+            self.drain();
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Spool {
+    fn new(path: PathBuf) -> Spool {
+        Spool {
+            path,
+            file: None,
+            on_disk: 0,
+            held: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// Writes the held bytes to the part file (creating it first). On a failure the bytes not
+    /// written stay held and the error is kept for [`Spool::take_error`]. True when none is held.
+    fn drain(&mut self) -> bool {
+        if self.held.is_empty() {
+            return true;
+        }
+        if self.file.is_none() {
+            let created = self
+                .path
+                .parent()
+                .map_or(Ok(()), fs::create_dir_all)
+                .and_then(|()| {
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .truncate(true)
+                        .open(&self.path)
+                });
+            match created {
+                Ok(f) => {
+                    self.file = Some(f);
+                    self.on_disk = 0;
+                }
+                Err(e) => {
+                    self.error = Some(e);
+                    return false;
+                }
+            }
+        }
+        let file = self.file.as_mut().expect("created above");
+        let mut done = 0;
+        while done < self.held.len() {
+            match file.write(&self.held[done..]) {
+                Ok(0) => {
+                    self.error = Some(std::io::ErrorKind::WriteZero.into());
+                    break;
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.error = Some(e);
+                    break;
+                }
+            }
+        }
+        self.held.drain(..done);
+        self.on_disk += done as u64;
+        self.held.is_empty()
+    }
+
+    /// The failure since the last call, if any.
+    fn take_error(&mut self) -> Option<std::io::Error> {
+        self.error.take()
+    }
+
+    /// Puts the complete file in place as `dir/name` (every byte written, fsync, rename, the
+    /// directory fsynced) and returns its size; or, when any step fails, removes the part file
+    /// and returns the whole file's bytes (read back from the part file, then those held), for
+    /// the caller to keep and retry. `Err(None)`: the bytes on disk could not be read back.
+    fn complete(mut self, dir: &Path, name: &str) -> Result<u64, Option<Vec<u8>>> {
+        let fin = dir.join(name);
+        let placed = (|| -> std::io::Result<()> {
+            if !self.drain() {
+                return Err(self
+                    .error
+                    .take()
+                    .unwrap_or_else(|| std::io::Error::other("bytes left unwritten")));
+            }
+            let Some(file) = self.file.as_ref() else {
+                return Err(std::io::Error::other("no bytes to write"));
+            };
+            file.sync_all()?;
+            fs::create_dir_all(dir)?;
+            fs::rename(&self.path, &fin)?;
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+            Ok(())
+        })();
+        match placed {
+            Ok(()) => Ok(self.on_disk),
+            Err(e) => {
+                tracing::debug!(part = %self.path.display(), error = %e, "part file not put in place; kept in memory");
+                let mut data = vec![0u8; self.on_disk as usize];
+                let read = match &self.file {
+                    Some(f) => {
+                        use std::os::unix::fs::FileExt;
+                        f.read_exact_at(&mut data, 0)
+                    }
+                    None => Ok(()),
+                };
+                let _ = fs::remove_file(&self.path);
+                if let Err(e) = read {
+                    tracing::error!(part = %self.path.display(), error = %e, "cannot read back a part file");
+                    return Err(None);
+                }
+                data.extend_from_slice(&self.held);
+                Err(Some(data))
+            }
+        }
+    }
+}
+
+/// The part file of the window that becomes `name`, written by this process.
+fn part_of(journals: &Path, name: &str) -> PathBuf {
+    journals.join(format!("{name}.{}.part", std::process::id()))
 }
 
 /// The rows of an open window, appended durably (fsync) at every interval as an Arrow IPC
@@ -189,7 +348,8 @@ pub struct Recovered {
 }
 
 /// Writes the journals a crashed run of `table` left under `root` into the Parquet files they
-/// would have become, then removes them. A journal of a process still running is left alone;
+/// would have become, then removes them, and the crashed run's part files (the same windows'
+/// Parquet bytes, without a footer). A journal of a process still running is left alone;
 /// one whose file was already completed is only removed; a journal cut short by the crash
 /// gives the batches written before the cut. Errors name the journal.
 pub fn recover_journals(root: &Path, table: &str) -> Result<Recovered, OutputError> {
@@ -201,6 +361,23 @@ pub fn recover_journals(root: &Path, table: &str) -> Result<Recovered, OutputErr
     let own = std::process::id();
     for e in entries.flatten() {
         let file = e.file_name().to_string_lossy().into_owned();
+        if let Some(part) = file.strip_suffix(".part") {
+            // a crashed window's Parquet bytes, without a footer: its journal has the rows
+            let pid = part
+                .rsplit_once('.')
+                .and_then(|(_, p)| p.parse::<u32>().ok());
+            if let Some(pid) = pid
+                && part.starts_with(&format!("{table}-"))
+                && (pid == own || !Path::new(&format!("/proc/{pid}")).exists())
+            {
+                let path = e.path();
+                fs::remove_file(&path).map_err(|err| OutputError::Io {
+                    path: path.display().to_string(),
+                    err,
+                })?;
+            }
+            continue;
+        }
         let Some((name, date, hour, pid)) = parse_journal_name(&file) else {
             continue;
         };
@@ -381,6 +558,7 @@ impl TableWriter {
     /// completed file. An error means completed files are still pending (kept, retried).
     pub fn write(&mut self, batch: &RecordBatch, t_ns: u64) -> Result<(), OutputError> {
         self.rotate_if_due(t_ns)?;
+        let mut spool_error = None;
         if batch.num_rows() > 0 {
             if self.open.is_none() {
                 self.open = Some(self.open_window(t_ns)?);
@@ -390,6 +568,16 @@ impl TableWriter {
                 table: self.table.into(),
                 err,
             })?;
+            // bytes the disk refused before: the next attempt
+            let spool = o.writer.inner_mut();
+            spool.drain();
+            if let Some(err) = spool.take_error() {
+                self.stats.write_errors += 1;
+                spool_error = Some(OutputError::Io {
+                    path: spool.path.display().to_string(),
+                    err,
+                });
+            }
             if let Some(j) = &mut o.journal
                 && let Err(e) = j.append(batch)
             {
@@ -403,7 +591,8 @@ impl TableWriter {
                 self.close_open()?;
             }
         }
-        self.flush_pending()
+        self.flush_pending()?;
+        spool_error.map_or(Ok(()), Err)
     }
 
     /// Closes the open file when its window has passed or `t_ns` is in another hour.
@@ -428,8 +617,6 @@ impl TableWriter {
     /// A new window starting at `t_ns`: its Parquet writer, its final name, its journal.
     fn open_window(&mut self, t_ns: u64) -> Result<OpenFile, OutputError> {
         let (date, hour, stamp) = utc_parts(t_ns);
-        let writer = ArrowWriter::try_new(Vec::new(), self.schema(), Some(self.props.clone()))
-            .map_err(|err| self.perr(err))?;
         let dir = self
             .root
             .join(self.table)
@@ -444,11 +631,18 @@ impl TableWriter {
             self.seq += 1;
             let taken = dir.join(&n).exists()
                 || journal_of(&journals, &n).exists()
+                || part_of(&journals, &n).exists()
                 || self.pending.iter().any(|p| p.dir == dir && p.name == n);
             if !taken {
                 break n;
             }
         };
+        let writer = ArrowWriter::try_new(
+            Spool::new(part_of(&journals, &name)),
+            self.schema(),
+            Some(self.props.clone()),
+        )
+        .map_err(|err| self.perr(err))?;
         let journal = if self.journaling {
             let path = journal_of(&journals, &name);
             Journal::create(path.clone(), &self.schema)
@@ -476,7 +670,20 @@ impl TableWriter {
             return Ok(());
         };
         let journal = o.journal.map(|j| j.path);
-        let data = o.writer.into_inner().map_err(|err| self.perr(err))?;
+        let spool = o.writer.into_inner().map_err(|err| self.perr(err))?;
+        let data = match spool.complete(&o.dir, &o.name) {
+            Ok(bytes) => {
+                self.placed(o.dir.join(&o.name), o.rows, bytes, journal.as_deref());
+                return Ok(());
+            }
+            Err(Some(data)) => data,
+            Err(None) => {
+                // the journal keeps the rows: the next start writes them
+                self.stats.rows_lost += o.rows;
+                tracing::error!(table = self.table, file = %o.name, rows = o.rows, "a completed file was lost (its rows stay in the journal for the next start)");
+                return Ok(());
+            }
+        };
         self.pending.push_back(Finished {
             dir: o.dir,
             name: o.name,
@@ -519,20 +726,25 @@ impl TableWriter {
                 });
             }
             let f = self.pending.pop_front().expect("front exists");
-            if let Some(j) = &f.journal
-                && let Err(e) = fs::remove_file(j)
-            {
-                tracing::warn!(journal = %j.display(), error = %e, "could not remove a journal whose file is written");
-            }
-            self.stats.files += 1;
-            self.stats.rows += f.rows;
-            self.stats.bytes += f.data.len() as u64;
-            if self.recent.len() == 64 {
-                self.recent.pop_front();
-            }
-            self.recent.push_back(fin);
+            self.placed(fin, f.rows, f.data.len() as u64, f.journal.as_deref());
         }
         Ok(())
+    }
+
+    /// A file is in place under its final name `fin`: its journal goes, the stats count it.
+    fn placed(&mut self, fin: PathBuf, rows: u64, bytes: u64, journal: Option<&Path>) {
+        if let Some(j) = journal
+            && let Err(e) = fs::remove_file(j)
+        {
+            tracing::warn!(journal = %j.display(), error = %e, "could not remove a journal whose file is written");
+        }
+        self.stats.files += 1;
+        self.stats.rows += rows;
+        self.stats.bytes += bytes;
+        if self.recent.len() == 64 {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(fin);
     }
 
     /// Completes the open file and writes everything pending.
@@ -653,6 +865,144 @@ mod tests {
             vec![Arc::new(Int64Array::from((0..n).collect::<Vec<_>>()))],
         )
         .unwrap()
+    }
+
+    /// `n` rows of values that do not compress: 8 bytes a row in the file.
+    fn noise(n: i64, from: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let v: Vec<i64> = (from..from + n)
+            .map(|i| {
+                (i as u64)
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    .rotate_left(17) as i64
+            })
+            .collect();
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(v))]).unwrap()
+    }
+
+    fn read_back(path: &Path) -> Vec<RecordBatch> {
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            File::open(path).unwrap(),
+        )
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(|b| b.unwrap())
+        .collect()
+    }
+
+    /// An open window's Parquet bytes reach its part file as its row groups complete: memory
+    /// holds less than a row group and a chunk whatever the window's rows (before, the whole
+    /// window's file was assembled in memory until it closed), and the file completes whole.
+    #[test]
+    fn an_open_window_goes_to_disk_as_its_row_groups_complete() {
+        let root = tmpdir("spool");
+        let rg = 128 * 1024; // the writer's row group
+        let mut w = TableWriter::new(&root, "flows", "h", noise(1, 0).schema(), 3600, 1 << 30);
+        let t = 1_795_238_400_000_000_000u64;
+        let mut sent = Vec::new();
+        for i in 0..6 {
+            let b = noise(rg, i * rg);
+            w.write(&b, t + i as u64 * 1_000_000_000).unwrap();
+            sent.push(b);
+            let o = w.open.as_ref().unwrap();
+            let spool = o.writer.inner();
+            assert!(
+                spool.held.len() < SPOOL_CHUNK + 8 * rg as usize,
+                "after {} row groups {} bytes held",
+                i + 1,
+                spool.held.len()
+            );
+        }
+        let o = w.open.as_ref().unwrap();
+        let spool = o.writer.inner();
+        assert!(spool.on_disk >= 3 << 20, "{} bytes on disk", spool.on_disk);
+        assert_eq!(fs::metadata(&spool.path).unwrap().len(), spool.on_disk);
+        assert_eq!(w.stats.files, 0, "the window is open");
+        let part = spool.path.clone();
+        w.finish().unwrap();
+        assert_eq!(w.stats.files, 1);
+        assert!(!part.exists(), "the part file became the final file");
+        let fin = w.recent.back().unwrap().clone();
+        assert_eq!(w.stats.bytes, fs::metadata(&fin).unwrap().len());
+        let back = read_back(&fin);
+        let back = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
+        let sent = arrow::compute::concat_batches(&sent[0].schema(), &sent).unwrap();
+        assert_eq!(back, sent);
+        assert_eq!(files(&root), vec![fin], "nothing else left");
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// The part file cannot be created (`.journal` is a file): the bytes are held and the
+    /// failure reported; once the disk takes them, the next write writes them, in order. When
+    /// the part file stays impossible until the end, the whole file is kept and written in
+    /// place from memory. Every row arrives.
+    #[test]
+    fn refused_part_file_bytes_are_kept_and_written_later() {
+        let rg = 128 * 1024;
+        let t = 1_795_238_400_000_000_000u64;
+        for recovers in [true, false] {
+            let root = tmpdir(&format!("spool-refused-{recovers}"));
+            fs::create_dir_all(&root).unwrap();
+            fs::write(root.join(".journal"), b"not a directory").unwrap();
+            let mut w = TableWriter::new(&root, "flows", "h", noise(1, 0).schema(), 3600, 1 << 30);
+            let mut sent = Vec::new();
+            let mut errors = 0;
+            for i in 0..4 {
+                let b = noise(rg, i * rg);
+                if let Err(e) = w.write(&b, t + i as u64 * 1_000_000_000) {
+                    assert!(matches!(e, OutputError::Io { .. }), "{e:?}");
+                    errors += 1;
+                }
+                sent.push(b);
+            }
+            assert!(errors >= 1, "the refused writes are reported");
+            assert_eq!(w.stats.write_errors, errors);
+            let held = w.open.as_ref().unwrap().writer.inner().held.len();
+            assert!(held >= 3 * 8 * rg as usize, "{held} bytes held");
+            if recovers {
+                fs::remove_file(root.join(".journal")).unwrap();
+                let b = noise(10, 4 * rg);
+                w.write(&b, t + 4_000_000_000).unwrap();
+                sent.push(b);
+                let spool = w.open.as_ref().unwrap().writer.inner();
+                assert!(spool.held.len() < SPOOL_CHUNK, "written once possible");
+                assert_eq!(fs::metadata(&spool.path).unwrap().len(), spool.on_disk);
+            }
+            w.finish().unwrap();
+            assert_eq!(w.stats.files, 1);
+            assert_eq!(w.stats.rows_lost, 0);
+            let fin = w.recent.back().unwrap().clone();
+            let back = read_back(&fin);
+            let back = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
+            let sent = arrow::compute::concat_batches(&sent[0].schema(), &sent).unwrap();
+            assert_eq!(back, sent, "recovers: {recovers}");
+            let _ = fs::remove_dir_all(&root);
+        }
+    }
+
+    /// A crashed run's part files (Parquet bytes without a footer) are removed at the next
+    /// start; a running process's and another table's stay.
+    #[test]
+    fn a_crashed_runs_part_files_are_removed_at_recovery() {
+        let root = tmpdir("parts");
+        let j = journal_dir(&root);
+        fs::create_dir_all(&j).unwrap();
+        let name = "flows-h-20261121T053459Z-0000.parquet";
+        let dead = j.join(format!("{name}.4999999.part")); // above any pid_max
+        let alive = j.join(format!("{name}.1.part"));
+        let other = j.join("alerts-h-20261121T053459Z-0000.parquet.4999999.part");
+        for p in [&dead, &alive, &other] {
+            fs::write(p, b"PAR1 no footer").unwrap();
+        }
+        assert_eq!(
+            recover_journals(&root, "flows").unwrap(),
+            Recovered::default()
+        );
+        assert!(!dead.exists());
+        assert!(alive.exists(), "pid 1 runs");
+        assert!(other.exists(), "another table's");
+        let _ = fs::remove_dir_all(&root);
     }
 
     fn files(root: &Path) -> Vec<PathBuf> {
