@@ -479,12 +479,12 @@ fn evicted_and_vanished_keys_keep_their_counts() {
     col.on_snapshot(&dp.snapshot("e", T0 + S, None)).unwrap();
     // qp 1: 2 more packets, then the source evicts it and reports its final value
     send(&mut dp, 1, 2, T0 + S);
-    let k1 = *dp.qps.keys().find(|k| k.dest_qp == 1).unwrap();
-    let v1 = dp.qps.remove(&k1).unwrap();
+    let k1 = *dp.qps().keys().find(|k| k.dest_qp == 1).unwrap();
+    let v1 = dp.remove(&k1).unwrap();
     col.on_evicted("e", &[(k1, v1)]);
     // qp 2 vanishes without a report (its last read value stands)
-    let k2 = *dp.qps.keys().find(|k| k.dest_qp == 2).unwrap();
-    dp.qps.remove(&k2);
+    let k2 = *dp.qps().keys().find(|k| k.dest_qp == 2).unwrap();
+    dp.remove(&k2);
     send(&mut dp, 3, 1, T0 + S);
     col.on_snapshot(&dp.snapshot("e", T0 + 2 * S, None))
         .unwrap();

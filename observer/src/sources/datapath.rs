@@ -14,6 +14,7 @@ use observer_common::parse::{self, kind};
 use observer_common::qp::{self, Plain};
 
 use crate::sources::Snapshot;
+use crate::sources::snapshot::{Changed, next_snapshot_id};
 use crate::sources::kernel::MAX_MACS;
 
 /// Hasher of the per-QP and per-MAC maps: foldhash (randomly seeded), several times faster than
@@ -182,7 +183,13 @@ pub struct Datapath {
     /// Largest number of keys (the kernel map's size); further new keys are not inserted and
     /// their packets are counted `roce_untracked`.
     pub max_qps: usize,
-    pub qps: QpSlab,
+    /// Changed only by [`Datapath::process`], which notes each entry it touches in `touched`.
+    qps: QpSlab,
+    /// Positions of the entries touched since the last lent snapshot, each once (`dirty`).
+    touched: Vec<u32>,
+    dirty: Vec<bool>,
+    /// The id of the last lent snapshot ([`Changed::base`] of the next).
+    last_lent: Option<u64>,
     pub iface: [IfaceStats; dir::COUNT],
     pub macs: HashMap<MacKey, PfcCounters, FastHash>,
     /// Largest number of source MACs with PFC / PAUSE counters: the kernel's `MACS` map size
@@ -203,6 +210,9 @@ impl Datapath {
             policy,
             max_qps,
             qps: QpSlab::default(),
+            touched: Vec::new(),
+            dirty: Vec::new(),
+            last_lent: None,
             iface: [IfaceStats::default(); dir::COUNT],
             macs: HashMap::default(),
             max_macs: MAX_MACS as usize,
@@ -254,6 +264,13 @@ impl Datapath {
                     }
                     None => self.qps.insert(key, QpValue::ZERO),
                 };
+                if i >= self.dirty.len() {
+                    self.dirty.resize(i + 1, false);
+                }
+                if !self.dirty[i] {
+                    self.dirty[i] = true;
+                    self.touched.push(i as u32);
+                }
                 let v = &mut self.qps.entries[i].1;
                 // SAFETY: `v` is a live &mut into the map; Plain ops, single thread.
                 let out = unsafe { qp::update::<Plain, _>(v, &f, wire_len, ts_ns, &self.policy) };
@@ -334,15 +351,45 @@ impl Datapath {
         }
     }
 
+    /// The per-QP state, in insertion order.
+    pub fn qps(&self) -> &QpSlab {
+        &self.qps
+    }
+
+    /// Removes key `k` (as a kernel eviction does; tests). Positions move, so the next lent
+    /// snapshot has no base: its consumer compares every key.
+    pub fn remove(&mut self, k: &QpKey) -> Option<QpValue> {
+        let v = self.qps.remove(k)?;
+        self.touched.clear();
+        self.dirty.clear();
+        self.last_lent = None;
+        Some(v)
+    }
+
     /// [`Datapath::snapshot`] without copying the per-QP values: the snapshot takes them, and
     /// [`Datapath::restore`] must give them back before the next frame (until then the
-    /// datapath has no keys).
+    /// datapath has no keys). It says which entries changed since the last lent snapshot
+    /// ([`Snapshot::changed`]): those the frames since touched (keys are never removed, and
+    /// an entry keeps its position).
     pub fn lend_snapshot(
         &mut self,
         iface: &str,
         time_ns: u64,
         link_speed_bps: Option<u64>,
     ) -> Snapshot {
+        let mut positions = std::mem::take(&mut self.touched);
+        // ascending: the collector's rows come in the order of a full comparison
+        positions.sort_unstable();
+        for &p in &positions {
+            self.dirty[p as usize] = false;
+        }
+        let id = next_snapshot_id();
+        let changed = Changed {
+            base: self.last_lent.replace(id),
+            id,
+            positions,
+            gone: Vec::new(),
+        };
         Snapshot {
             iface: iface.to_string(),
             time_ns,
@@ -350,7 +397,7 @@ impl Datapath {
             qps: std::mem::take(&mut self.qps.entries),
             iface_stats: self.iface,
             macs: self.macs.iter().map(|(k, v)| (*k, *v)).collect(),
-            changed: None,
+            changed: Some(changed),
         }
     }
 
@@ -426,6 +473,53 @@ mod tests {
         };
         assert_eq!(s.get(&key(1)).unwrap().pkts, 99);
         assert_eq!(s.iter().count(), model.len());
+    }
+
+    /// A lent snapshot says which entries changed since the last one: exactly the entries
+    /// whose values differ from that snapshot's (new keys included), in ascending order, with
+    /// the last lent snapshot as base; a removal leaves the next without a base. Random traffic
+    /// over 12 rounds, 300 keys of which a few dozen get packets per round.
+    #[test]
+    fn lent_snapshots_say_what_changed() {
+        use crate::sources::synthetic::Roce;
+        let mut dp = Datapath::new(Policy::NONE, 1000);
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut prev: Vec<(QpKey, QpValue)> = Vec::new();
+        let mut last_id = None;
+        let mut psn = [0u32; 300];
+        for round in 0..12u64 {
+            if round == 7 {
+                let k = dp.qps().entries()[3].0;
+                dp.remove(&k).unwrap();
+                prev = dp.qps().entries().to_vec();
+            }
+            let n = next() % 60;
+            for _ in 0..n {
+                let q = (next() % 300) as usize;
+                let f = Roce::data([10, 0, 0, 1], [10, 0, 0, 2], q as u32, psn[q]).frame();
+                psn[q] += 1;
+                dp.process(&f, f.len() as u32, round * 1_000_000_000, 0);
+            }
+            let s = dp.lend_snapshot("x", round, None);
+            let ch = s.changed.clone().expect("a lent snapshot says what changed");
+            let expect: Vec<u32> = (0..s.qps.len())
+                .filter(|&p| prev.get(p) != Some(&s.qps[p]))
+                .map(|p| p as u32)
+                .collect();
+            assert_eq!(ch.positions, expect, "round {round}");
+            assert!(ch.gone.is_empty());
+            assert_eq!(ch.base, if round == 7 { None } else { last_id }, "round {round}");
+            assert_ne!(Some(ch.id), last_id);
+            last_id = Some(ch.id);
+            prev = s.qps.clone();
+            dp.restore(s);
+        }
     }
 
     /// A lent snapshot carries every key's value without a copy and gives it back.
