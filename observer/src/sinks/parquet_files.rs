@@ -131,7 +131,7 @@ const SPOOL_CHUNK: usize = 1 << 20;
 /// whenever [`SPOOL_CHUNK`] bytes are waiting and at every interval's write (the Parquet writer
 /// hands over a row group's bytes when the row group is complete, and the footer at the end;
 /// the row group being encoded stays in memory). A write the disk refuses keeps
-/// the bytes, in order, for the next attempt ([`Spool::drain`]): the Parquet writer never sees
+/// the bytes, in order, for the next interval's attempt ([`Spool::retry`]): the Parquet writer never sees
 /// an error, and the error is reported once ([`Spool::take_error`]). So the bytes in memory are
 /// those the disk has not taken yet, at most the window's (bounded by the size rotation).
 struct Spool {
@@ -144,12 +144,15 @@ struct Spool {
     held: Vec<u8>,
     /// The last failure, until reported.
     error: Option<std::io::Error>,
+    /// A write failed: the next attempt waits for [`Spool::retry`] (the next interval), not
+    /// the Parquet writer's next piece.
+    failed: bool,
 }
 
 impl Write for Spool {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
         self.held.extend_from_slice(b);
-        if self.held.len() >= SPOOL_CHUNK {
+        if self.held.len() >= SPOOL_CHUNK && !self.failed {
             self.drain();
         }
         Ok(b.len())
@@ -167,7 +170,14 @@ impl Spool {
             on_disk: 0,
             held: Vec::new(),
             error: None,
+            failed: false,
         }
+    }
+
+    /// [`Spool::drain`] after a failure too.
+    fn retry(&mut self) -> bool {
+        self.failed = false;
+        self.drain()
     }
 
     /// Writes the held bytes to the part file (creating it first). On a failure the bytes not
@@ -196,6 +206,7 @@ impl Spool {
                 }
                 Err(e) => {
                     self.error = Some(e);
+                    self.failed = true;
                     return false;
                 }
             }
@@ -206,12 +217,14 @@ impl Spool {
             match file.write(&self.held[done..]) {
                 Ok(0) => {
                     self.error = Some(std::io::ErrorKind::WriteZero.into());
+                    self.failed = true;
                     break;
                 }
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.error = Some(e);
+                    self.failed = true;
                     break;
                 }
             }
@@ -233,7 +246,7 @@ impl Spool {
     fn complete(mut self, dir: &Path, name: &str) -> Result<u64, Option<Vec<u8>>> {
         let fin = dir.join(name);
         let placed = (|| -> std::io::Result<()> {
-            if !self.drain() {
+            if !self.retry() {
                 return Err(self
                     .error
                     .take()
@@ -570,7 +583,7 @@ impl TableWriter {
             })?;
             // bytes the disk refused before: the next attempt
             let spool = o.writer.inner_mut();
-            spool.drain();
+            spool.retry();
             if let Some(err) = spool.take_error() {
                 self.stats.write_errors += 1;
                 spool_error = Some(OutputError::Io {

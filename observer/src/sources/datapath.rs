@@ -14,8 +14,8 @@ use observer_common::parse::{self, kind};
 use observer_common::qp::{self, Plain};
 
 use crate::sources::Snapshot;
-use crate::sources::snapshot::{Changed, next_snapshot_id};
 use crate::sources::kernel::MAX_MACS;
+use crate::sources::snapshot::{Changed, next_snapshot_id};
 
 /// Hasher of the per-QP and per-MAC maps: foldhash (randomly seeded), several times faster than
 /// SipHash on the 40-byte key, which dominated replay's per-packet cost.
@@ -507,14 +507,21 @@ mod tests {
                 dp.process(&f, f.len() as u32, round * 1_000_000_000, 0);
             }
             let s = dp.lend_snapshot("x", round, None);
-            let ch = s.changed.clone().expect("a lent snapshot says what changed");
+            let ch = s
+                .changed
+                .clone()
+                .expect("a lent snapshot says what changed");
             let expect: Vec<u32> = (0..s.qps.len())
                 .filter(|&p| prev.get(p) != Some(&s.qps[p]))
                 .map(|p| p as u32)
                 .collect();
             assert_eq!(ch.positions, expect, "round {round}");
             assert!(ch.gone.is_empty());
-            assert_eq!(ch.base, if round == 7 { None } else { last_id }, "round {round}");
+            assert_eq!(
+                ch.base,
+                if round == 7 { None } else { last_id },
+                "round {round}"
+            );
             assert_ne!(Some(ch.id), last_id);
             last_id = Some(ch.id);
             prev = s.qps.clone();
