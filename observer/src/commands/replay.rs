@@ -220,6 +220,7 @@ fn collector(args: &ReplayArgs, policy: Option<&PolicyConfig>) -> anyhow::Result
     cc.point_label = args.point_label.clone();
     cc.rotate_secs = args.rotate.as_secs().max(1);
     cc.rotate_bytes = args.rotate_mb << 20;
+    cc.flush_on_events = false;
     Ok(Collector::new(cc)?)
 }
 

@@ -96,6 +96,11 @@ pub struct CollectorConfig {
     /// Journal every interval's rows durably, so a crash loses at most the interval being read
     /// (on by default).
     pub journal: bool,
+    /// Write the outputs that should not wait for the interval (`alerts.jsonl`, Alertmanager)
+    /// after every batch of events (on by default: live). Replay turns it off: its events come
+    /// with nearly every packet of a bad capture, and its intervals pass in milliseconds of
+    /// wall time; the interval's end writes them.
+    pub flush_on_events: bool,
 }
 
 impl CollectorConfig {
@@ -118,6 +123,7 @@ impl CollectorConfig {
             log_json: false,
             nic_policy: None,
             journal: true,
+            flush_on_events: true,
         }
     }
 }
@@ -258,6 +264,9 @@ pub struct Collector {
     occurrences: BTreeMap<&'static str, u64>,
     clock_offset_ns: i64,
     failing: HashSet<&'static str>,
+    /// Events since the sinks were last flushed (`flush_on_events` off: flushed at 4096 too,
+    /// so what waits for the interval stays bounded).
+    unflushed_events: usize,
     startup_err: Option<String>,
     /// Scratch delta and its non-zero buckets (hot path, reused every key).
     scratch: Box<deltas::Scratch>,
@@ -673,6 +682,7 @@ impl Collector {
             occurrences: BTreeMap::new(),
             clock_offset_ns: 0,
             failing: HashSet::new(),
+            unflushed_events: 0,
             startup_err,
             scratch: Box::default(),
             nics: BTreeMap::new(),
@@ -787,7 +797,9 @@ impl Collector {
                 self.offer(a);
             }
         }
-        if !events.is_empty() {
+        self.unflushed_events += events.len();
+        if !events.is_empty() && (self.cfg.flush_on_events || self.unflushed_events >= 4096) {
+            self.unflushed_events = 0;
             let t = events.iter().map(|e| e.ts_ns).max().unwrap_or(0);
             self.each_sink(t, |s| s.flush(t));
         }
@@ -1378,6 +1390,63 @@ mod tests {
             ]
         );
         let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// With `flush_on_events` off (replay), alerts from events reach alerts.jsonl at the
+    /// interval's end, or once 4096 events are waiting; with it on (live), after every batch.
+    #[test]
+    fn events_are_flushed_per_batch_or_per_interval() {
+        use observer_common::maps::Event;
+        let t0 = 1_795_239_299_000_000_000u64;
+        let gap = |i: u32| Event {
+            ts_ns: t0 + i as u64,
+            key: QpKey {
+                dest_qp: i,
+                ..Default::default()
+            },
+            kind: observer_common::qp::ev::PSN_GAP,
+            psn: 10,
+            detail: 1,
+            opcode: 0x0a,
+            dscp: 26,
+            ecn: 2,
+            pcp: 3,
+        };
+        let lines = |out: &std::path::Path| {
+            std::fs::read_to_string(out.join("alerts.jsonl"))
+                .map(|s| s.lines().count())
+                .unwrap_or(0)
+        };
+        for per_batch in [true, false] {
+            let (mut col, out) = test_collector(&format!("flush-{per_batch}"), "replay", |c| {
+                c.flush_on_events = per_batch;
+                c.journal = false;
+            });
+            col.begin("e0", t0, None);
+            col.on_events("e0", &[gap(1)]);
+            col.on_events("e0", &[gap(2), gap(3)]);
+            assert_eq!(lines(&out), if per_batch { 3 } else { 0 }, "{per_batch}");
+            let snap = Snapshot {
+                iface: "e0".into(),
+                time_ns: t0 + 1_000_000_000,
+                link_speed_bps: None,
+                qps: Vec::new(),
+                iface_stats: [IfaceStats::default(); dir::COUNT],
+                macs: Vec::new(),
+                changed: None,
+            };
+            col.on_snapshot(&snap).unwrap();
+            assert_eq!(lines(&out), 3, "the interval's end writes them");
+            // a burst: 4000 events wait, the 4096th writes them all
+            let burst: Vec<Event> = (100..5100).map(gap).collect();
+            for chunk in burst[..4000].chunks(1000) {
+                col.on_events("e0", chunk);
+            }
+            assert_eq!(lines(&out), if per_batch { 4003 } else { 3 }, "{per_batch}");
+            col.on_events("e0", &burst[4000..]);
+            assert_eq!(lines(&out), 5003, "{per_batch}");
+            let _ = std::fs::remove_dir_all(&out);
+        }
     }
 
     /// The eviction candidates are the keys whose last packet is older than the idle time, from
