@@ -9,8 +9,9 @@
 //! by a PSN-sequence NAK and a go-back-N of 3 PSNs; a fifth of the connections VLAN-tagged;
 //! connections picked at random, 10 s of capture time so that ten 1 s intervals close). It times
 //! the user's default command `roce-observe replay --out DIR FILE` (collector on: Parquet,
-//! alerts, summary.json; the text summary on stdout), the same with `--no-out`, and `tshark -T
-//! fields` with 8 fields (addresses, QP, PSN, opcode, DSCP, ECN, VLAN priority) on the same file.
+//! alerts, summary.json; the text summary on stdout), the same with `--no-out`, the default
+//! command with `--interval 20ms` (500 intervals: peak RSS must not grow with them), and `tshark
+//! -T fields` with 8 fields (addresses, QP, PSN, opcode, DSCP, ECN, VLAN priority) on the same file.
 //!
 //! "friendly" (the earlier benchmark):
 //! Generates a capture of N (default 2,000,000) RoCEv2 frames over 64 QP keys (32 connections,

@@ -911,6 +911,7 @@ impl Collector {
         for a in self.dedup.tick(end, false) {
             self.emit(a);
         }
+        self.unflushed_events = 0;
         self.each_sink(end, |s| s.end_interval(end));
         self.last.alerts = self.alerts_since_log.remove(&snap.iface).unwrap_or(0);
         if !self.cfg.terminal {
