@@ -1531,13 +1531,8 @@ mod tests {
             col.add_sink(Box::new(Rows(rows.clone())));
             let t0 = 1_795_239_299_000_000_000u64;
             col.begin("e0", t0, None);
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
-            let mut rnd = |n: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % n
-            };
+            let mut next = crate::testutil::xorshift(0x9e37_79b9_7f4a_7c15);
+            let mut rnd = |n: u64| next() % n;
             // the source's table: (key, value), in its order
             let mut table: Vec<(QpKey, QpValue)> = Vec::new();
             let mut next_qp = 0u32;

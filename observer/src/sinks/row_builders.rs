@@ -731,13 +731,7 @@ mod tests {
     fn flows_rows_match_their_deltas() {
         use arrow::array::{Array, AsArray};
         use arrow::datatypes::{Int16Type, Int32Type, Int64Type, TimestampMicrosecondType};
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::testutil::xorshift(0x9e37_79b9_7f4a_7c15);
         let (start, end, off) = (1_000_000_000u64, 2_000_123_456u64, -7_000i64);
         let mut b = FlowsBuilder::new("h", "live", "eth0", start, end);
         let mut rows = Vec::new();
@@ -749,7 +743,7 @@ mod tests {
             };
             for a in [&mut k.src_ip, &mut k.dst_ip] {
                 let x = next();
-                if x % 4 == 0 {
+                if x.is_multiple_of(4) {
                     a.copy_from_slice(&(next() as u128 | ((x as u128) << 64)).to_be_bytes());
                 } else {
                     a[10] = 0xff;
@@ -765,21 +759,29 @@ mod tests {
             v.pkts = next() % 1000;
             v.bytes_l2 = next();
             // counters that stay zero for a while, then appear
-            if r > 1500 && next() % 7 == 0 {
+            if r > 1500 && next().is_multiple_of(7) {
                 v.naks = next() % 9;
                 v.icrc_bad = 1;
             }
             v.psn_retrans = if r == 2999 { 5 } else { 0 };
-            v.psn_max_p1 = if next() % 3 == 0 {
+            v.psn_max_p1 = if next().is_multiple_of(3) {
                 0
             } else {
                 next() as u32 & 0xff_ffff
             };
-            v.first_ns = if next() % 5 == 0 { 0 } else { next() >> 4 };
-            v.last_ns = if next() % 5 == 0 { 0 } else { next() >> 4 };
+            v.first_ns = if next().is_multiple_of(5) {
+                0
+            } else {
+                next() >> 4
+            };
+            v.last_ns = if next().is_multiple_of(5) {
+                0
+            } else {
+                next() >> 4
+            };
             v.max_udp_payload = next() as u32 % 5000;
             v.last_udp_sport = next() as u16;
-            let (new_qp, evicted) = (next() % 2 == 0, next() % 9 == 0);
+            let (new_qp, evicted) = (next().is_multiple_of(2), next().is_multiple_of(9));
             b.push(&k, &v, new_qp, evicted, off);
             rows.push((k, v, new_qp, evicted));
         }

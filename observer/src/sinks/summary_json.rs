@@ -449,13 +449,7 @@ mod tests {
 
     /// A value with every histogram and count varied by `seed` (a few cells zero).
     fn value(seed: u64) -> QpValue {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::testutil::xorshift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let mut v = QpValue::ZERO;
         let cell = |r: u64| {
             if r.is_multiple_of(3) {

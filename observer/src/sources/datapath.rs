@@ -483,13 +483,7 @@ mod tests {
     fn lent_snapshots_say_what_changed() {
         use crate::sources::synthetic::Roce;
         let mut dp = Datapath::new(Policy::NONE, 1000);
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = crate::testutil::xorshift(0x2545_f491_4f6c_dd1d);
         let mut prev: Vec<(QpKey, QpValue)> = Vec::new();
         let mut last_id = None;
         let mut psn = [0u32; 300];
