@@ -355,7 +355,9 @@ pub struct KeyPath {
     /// The first point (in path order) whose compared rows have PSN gaps.
     pub first_gap: Option<String>,
     /// The points' compared rows do not start and end at the same times (their intervals are
-    /// not aligned): losses and changes include up to one interval at each end.
+    /// not aligned): losses and changes include the difference at each end (up to the key's
+    /// tolerance when the intervals end on the same instants give or take a few ms, else up to
+    /// one interval).
     pub spans_differ: bool,
 }
 
@@ -748,10 +750,26 @@ fn render_key(out: &mut String, k: &KeyPath) {
         );
     }
     if k.spans_differ {
+        let apart = |f: fn(&Tally) -> Option<i64>| {
+            let v: Vec<i64> = k.points.iter().filter_map(|p| f(&p.tally)).collect();
+            let (lo, hi) = (v.iter().min(), v.iter().max());
+            lo.zip(hi).map_or(0, |(a, b)| b.saturating_sub(*a))
+        };
         let _ = writeln!(
             out,
-            "  the points' intervals are not aligned: losses and changes include up to one interval at each end"
+            "  the points' intervals are not aligned (their compared rows start {} and end {} apart): losses and changes include the traffic of those times",
+            duration(apart(|t| t.start_us)),
+            duration(apart(|t| t.end_us)),
         );
+    }
+}
+
+/// A span of µs as shown: `3.2 ms`, `1.500 s`.
+fn duration(us: i64) -> String {
+    if us.unsigned_abs() >= 1_000_000 {
+        format!("{:.3} s", us as f64 / 1e6)
+    } else {
+        format!("{:.1} ms", us as f64 / 1e3)
     }
 }
 

@@ -1,10 +1,10 @@
 //! `roce-analyze path` over the output trees of the lab's two observers (`roce-observe lab
 //! --scenario dscp-remap --out DIR`, the fallback observer, in this process): the same changes
 //! as the lab's own path view, at the same points, over the time both trees cover (the two
-//! observers' intervals are not aligned: rows at the ends are left out, so no more packets than
-//! the switch re-marked; the run lasts several intervals, so there is time to compare). Needs
-//! root (network namespaces): skipped outside CI, a failure under
-//! CI=true.
+//! observers end their intervals on the same whole seconds, a few ms apart: rows that only one
+//! of them covers whole are left out, so no more packets than the switch re-marked; the run
+//! lasts several intervals, so there is time to compare). Needs root (network namespaces):
+//! skipped outside CI, a failure under CI=true.
 
 use observer::lab::{self, LabArgs, ObserverMode};
 use observer::testutil::require_root;

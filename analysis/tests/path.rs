@@ -445,6 +445,101 @@ fn partial_overlap_compares_only_the_common_intervals() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// (c2) Live trees: two observers whose intervals tick on the same seconds but each a few
+/// milliseconds late, in turn one before the other (begin 0 and 5 ms, ends 6.2 s and 6.1 s).
+/// No packet falls between two observers' ticks, so every row has its twin at the other point:
+/// every row is compared at both, nothing is lost, and key 0x12's half re-marked DSCP is counted
+/// exactly. (Matched by the exact ends of the rows, the second point kept only 2 of its rows
+/// against the first's 4, and half of 0x12's packets looked lost.)
+#[test]
+fn intervals_a_few_milliseconds_apart_compare_the_same_rows() {
+    use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
+    use observer::sources::datapath::Datapath;
+    use observer_common::maps::dir;
+    let root = tmp("jitter");
+    let ms = |x: u64| T0 + x * 1_000_000;
+    // keys 1 and 2 (QPs 0x11, 0x12) from 21 and 22 ms on, every 20 ms: nothing at 5-12 ms
+    // past a second, where the ticks are
+    let sent = capture(&[1, 2], false, |k, i| (i > 0).then(|| base(k, i)));
+    let received = capture(&[1, 2], false, |k, i| match (k, i) {
+        (_, 0) => None,
+        (2, i) if i.is_multiple_of(2) => Some(base(k, i).mark(24, 2)),
+        _ => Some(base(k, i)),
+    });
+    let observe = |host: &str, d: u8, frames: &[(u64, Vec<u8>)], ticks: &[u64]| {
+        let out = root.join(host);
+        let policy = PolicyConfig::profile("nvidia").unwrap();
+        let mut col = Collector::new(CollectorConfig::new(
+            out.clone(),
+            host,
+            "live",
+            policy.clone(),
+        ))
+        .unwrap();
+        let mut dp = Datapath::new(policy.expected, 1000);
+        col.begin("eth0", ms(ticks[0]), None);
+        let mut next = ticks[1..].iter().map(|&t| ms(t)).peekable();
+        for (t, f) in frames {
+            while let Some(tick) = next.next_if(|tick| tick <= t) {
+                col.on_snapshot(&dp.snapshot("eth0", tick, None)).unwrap();
+            }
+            dp.process(f, f.len() as u32, *t, d);
+            col.on_events("eth0", &dp.take_events());
+        }
+        for tick in next {
+            col.on_snapshot(&dp.snapshot("eth0", tick, None)).unwrap();
+        }
+        col.finish().unwrap();
+        out
+    };
+    let a = observe(
+        "h1",
+        dir::EGRESS,
+        &sent,
+        &[0, 1012, 2005, 3012, 4005, 5005, 6200],
+    );
+    let b = observe(
+        "h2",
+        dir::INGRESS,
+        &received,
+        &[5, 1005, 2012, 3005, 4012, 5012, 6100],
+    );
+    let (code, j) = path_json(&[&a, &b]);
+    assert_eq!(code, Some(1), "DSCP 24 is against the profile: {j:#}");
+    assert_eq!(j["totals"]["keys"], 2, "{j:#}");
+    let (pa, pb) = ("h1/eth0/egress", "h2/eth0/ingress");
+    for qp in [0x11, 0x12] {
+        let k = key(&j, qp);
+        assert_eq!(names(k), [pa, pb]);
+        for p in 0..2 {
+            let pt = &k["points"][p];
+            assert_eq!(
+                (&pt["rows"], &pt["pkts"], &pt["excluded_rows"]),
+                (&6.into(), &(N as i64 - 1).into(), &0.into()),
+                "qp {qp:#x} point {p}: {pt:#}"
+            );
+        }
+        assert_eq!(k["hops"][0]["lost"]["data"], 0, "{k:#}");
+        assert_eq!(k["spans_differ"], true, "the ends differ by milliseconds");
+    }
+    assert!(changes(key(&j, 0x11), 0).is_empty());
+    assert_eq!(
+        changes(key(&j, 0x12), 0),
+        [(
+            format!("data DSCP 26 → 24 between {pa} and {pb}: 149 of 299 packets"),
+            true
+        )]
+    );
+    let text = path_text(&[&a, &b]);
+    assert!(
+        text.stdout
+            .contains("(their compared rows start 5.0 ms and end 100.0 ms apart)"),
+        "{}",
+        text.stdout
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// (d) Keys seen at one point only, and a key seen at both points at different times: listed
 /// apart, not compared, not losses; the run passes.
 #[test]
@@ -993,7 +1088,11 @@ fn intervals_not_aligned_are_flagged() {
     assert!(k["hops"][0]["changes"].as_array().unwrap().is_empty());
     let text = path_text(&[&a, &b]);
     assert!(
-        text.stdout.contains("intervals are not aligned"),
+        text.stdout
+            .contains("intervals are not aligned (their compared rows start ")
+            && text
+                .stdout
+                .contains(" apart): losses and changes include the traffic"),
         "{}",
         text.stdout
     );

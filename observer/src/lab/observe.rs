@@ -25,6 +25,7 @@ use crate::lab::netns::Netns;
 use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::summary_json::summary_json;
 use crate::sources::datapath::Datapath;
+use crate::sources::paced::next_tick;
 
 use super::sock::{PACKET_OUTGOING, RawSock};
 use super::{LabError, stop_requested};
@@ -388,9 +389,9 @@ pub struct FallbackCollector {
 
 /// The fallback observer: captures on `iface` in `ns` until `done`, through the userspace
 /// datapath (with the policy's expected marking, so it raises the same first-occurrence events
-/// the kernel would) and, with `collector`, the real collector: one snapshot per second, events
-/// as they come, `summary.json` with alert counts at the end. Returns the summary and the frames
-/// the socket lost. With `pcap`, every frame is also written there (pcap, nanosecond
+/// the kernel would) and, with `collector`, the real collector: one snapshot on every whole
+/// second, events as they come, `summary.json` with alert counts at the end. Returns the summary
+/// and the frames the socket lost. With `pcap`, every frame is also written there (pcap, nanosecond
 /// timestamps, Ethernet), for `roce-observe replay` or tshark.
 pub fn userspace_capture(
     ns: &Netns,
@@ -408,6 +409,9 @@ pub fn userspace_capture(
     ready.store(true, Ordering::SeqCst);
     cap.run(done)
 }
+
+/// The fallback observer's interval, ns.
+const SECOND_NS: u64 = 1_000_000_000;
 
 /// Wall-clock time in nanoseconds since the Unix epoch (0 if the clock is before it).
 fn wall_ns() -> u64 {
@@ -472,7 +476,7 @@ impl<'a> FallbackCapture<'a> {
 
     /// Captures until `done` (one last round after it), then finishes.
     fn run(mut self, done: &AtomicBool) -> Result<(Value, u64), LabError> {
-        let mut next_interval = Instant::now() + Duration::from_secs(1);
+        let mut next_interval = next_tick(wall_ns(), SECOND_NS);
         loop {
             let finishing = done.load(Ordering::SeqCst);
             if stop_requested() {
@@ -506,12 +510,10 @@ impl<'a> FallbackCapture<'a> {
         Ok(())
     }
 
-    /// New events to the collector at once; a snapshot every second and at the end.
-    fn feed_collector(
-        &mut self,
-        finishing: bool,
-        next_interval: &mut Instant,
-    ) -> Result<(), LabError> {
+    /// New events to the collector at once; a snapshot on every whole second of the wall clock
+    /// (as the live command's, so that the trees of the two hosts' observers cover the same
+    /// seconds) and at the end.
+    fn feed_collector(&mut self, finishing: bool, next_interval: &mut u64) -> Result<(), LabError> {
         let Some(c) = self.col.as_mut() else {
             return Ok(());
         };
@@ -523,9 +525,10 @@ impl<'a> FallbackCapture<'a> {
         if !pauses.is_empty() {
             c.on_pauses(self.iface, &pauses);
         }
-        if finishing || Instant::now() >= *next_interval {
-            *next_interval += Duration::from_secs(1);
-            c.on_snapshot(&self.dp.snapshot(self.iface, wall_ns(), None))
+        let now = wall_ns();
+        if finishing || now >= *next_interval {
+            *next_interval = next_tick(now, SECOND_NS);
+            c.on_snapshot(&self.dp.snapshot(self.iface, now, None))
                 .map_err(collector_err(self.iface))?;
         }
         Ok(())

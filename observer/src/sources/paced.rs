@@ -1,6 +1,7 @@
-//! Sources read on the wall clock (the kernel's maps, the synthetic generator): every
-//! `interval` a snapshot of each interface, first-occurrence events polled every 100 ms in
-//! between (alerts within the interval), and a last partial interval at stop.
+//! Sources read on the wall clock (the kernel's maps, the synthetic generator): at every
+//! multiple of `interval` in wall-clock time (UTC) a snapshot of each interface,
+//! first-occurrence events polled every 100 ms in between (alerts within the interval), and a
+//! last partial interval at stop.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -40,25 +41,34 @@ impl<P: Polled> Source for Paced<P> {
     fn run(&mut self, out: &mut dyn Consumer, stop: &Stop) -> Result<(), P::Error> {
         self.inner.begin(out, now_ns());
         let started = Instant::now();
-        let mut next = started + self.interval;
+        let every = (self.interval.as_nanos() as u64).max(1);
+        let mut next = next_tick(now_ns(), every);
         let poll = Duration::from_millis(100).min(self.interval);
         while !stop.is_set() && !self.duration.is_some_and(|d| started.elapsed() >= d) {
             self.inner.poll_events(out)?;
-            let now = Instant::now();
+            let now = now_ns();
             if now < next {
-                std::thread::sleep(poll.min(next - now));
+                if next - now > every {
+                    next = next_tick(now, every); // the clock was set back
+                }
+                std::thread::sleep(poll.min(Duration::from_nanos(next - now)));
                 continue;
             }
-            next += self.interval;
-            if next < Instant::now() {
-                next = Instant::now() + self.interval; // fell behind: skip, do not burst
-            }
+            // fell behind (or the clock was set forward): the next tick, no burst
+            next = next_tick(now, every);
             self.interval_now(out)?;
         }
         // The last partial interval.
         self.inner.poll_events(out)?;
         self.interval_now(out)
     }
+}
+
+/// The first multiple of `every` ns after `now_ns` on the wall clock: intervals end on the
+/// same instants on every host whose clock is synchronised (the first one is shorter), so that
+/// the rows of two observers' trees cover the same times (docs/analysis.md#which-rows-are-compared).
+pub fn next_tick(now_ns: u64, every: u64) -> u64 {
+    (now_ns / every).saturating_add(1).saturating_mul(every)
 }
 
 impl<P: Polled> Paced<P> {
@@ -125,5 +135,75 @@ impl Polled for SyntheticFeed {
             .dp
             .snapshot(&self.iface, t_ns, self.link_speed_bps);
         out.snapshot(&snap).map_err(ConsumerFailed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::Snapshot;
+    use observer_common::maps::Event;
+
+    #[test]
+    fn ticks_are_the_next_multiple_of_the_interval() {
+        let s = 1_000_000_000;
+        assert_eq!(next_tick(0, s), s);
+        assert_eq!(next_tick(5 * s, s), 6 * s, "on a tick: the next one");
+        assert_eq!(next_tick(5 * s + 1, s), 6 * s);
+        assert_eq!(next_tick(6 * s - 1, s), 6 * s);
+        assert_eq!(
+            next_tick(1_700_000_000_123_456_789, 250_000_000),
+            1_700_000_000_250_000_000
+        );
+        assert_eq!(next_tick(u64::MAX - 3, 10), u64::MAX, "saturates");
+    }
+
+    /// Records the times of the intervals.
+    #[derive(Default)]
+    struct Clock {
+        ticks: Vec<u64>,
+    }
+    impl Polled for Clock {
+        type Error = ConsumerFailed;
+        fn begin(&mut self, _out: &mut dyn Consumer, _t0_ns: u64) {}
+        fn poll_events(&mut self, _out: &mut dyn Consumer) -> Result<(), ConsumerFailed> {
+            Ok(())
+        }
+        fn interval(&mut self, _out: &mut dyn Consumer, t_ns: u64) -> Result<(), ConsumerFailed> {
+            self.ticks.push(t_ns);
+            Ok(())
+        }
+    }
+    struct Nothing;
+    impl Consumer for Nothing {
+        fn events(&mut self, _iface: &str, _events: &[Event]) -> Result<(), ConsumerError> {
+            Ok(())
+        }
+        fn snapshot(&mut self, _snap: &Snapshot) -> Result<(), ConsumerError> {
+            Ok(())
+        }
+    }
+
+    /// Every interval but the last (the stop's) ends in its own period of the wall clock, at or
+    /// after the period's start: intervals end on multiples of the interval, one per multiple
+    /// (however late the thread wakes), never two in a burst.
+    #[test]
+    fn intervals_end_on_multiples_of_the_interval_of_the_wall_clock() {
+        let every = 30_000_000u64;
+        let mut p = Paced {
+            inner: Clock::default(),
+            interval: Duration::from_nanos(every),
+            duration: Some(Duration::from_millis(200)),
+        };
+        let t0 = now_ns();
+        p.run(&mut Nothing, &Stop::default()).unwrap();
+        let ticks = &p.inner.ticks;
+        assert!(ticks.len() >= 2, "{ticks:?}");
+        let periods: Vec<u64> = ticks[..ticks.len() - 1].iter().map(|t| t / every).collect();
+        assert!(periods[0] > t0 / every, "the first tick is after the start");
+        assert!(
+            periods.windows(2).all(|w| w[0] < w[1]),
+            "one interval per period: {ticks:?}"
+        );
     }
 }
