@@ -25,7 +25,7 @@ use crate::lab::netns::Netns;
 use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::summary_json::summary_json;
 use crate::sources::datapath::Datapath;
-use crate::sources::paced::next_tick;
+use crate::sources::paced::{first_tick, next_tick};
 
 use super::sock::{PACKET_OUTGOING, RawSock};
 use super::{LabError, stop_requested};
@@ -476,7 +476,7 @@ impl<'a> FallbackCapture<'a> {
 
     /// Captures until `done` (one last round after it), then finishes.
     fn run(mut self, done: &AtomicBool) -> Result<(Value, u64), LabError> {
-        let mut next_interval = next_tick(wall_ns(), SECOND_NS);
+        let mut next_interval = first_tick(wall_ns(), SECOND_NS);
         loop {
             let finishing = done.load(Ordering::SeqCst);
             if stop_requested() {

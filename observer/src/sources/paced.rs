@@ -42,7 +42,7 @@ impl<P: Polled> Source for Paced<P> {
         self.inner.begin(out, now_ns());
         let started = Instant::now();
         let every = (self.interval.as_nanos() as u64).max(1);
-        let mut next = next_tick(now_ns(), every);
+        let mut next = first_tick(now_ns(), every);
         let poll = Duration::from_millis(100).min(self.interval);
         while !stop.is_set() && !self.duration.is_some_and(|d| started.elapsed() >= d) {
             self.inner.poll_events(out)?;
@@ -65,10 +65,24 @@ impl<P: Polled> Source for Paced<P> {
 }
 
 /// The first multiple of `every` ns after `now_ns` on the wall clock: intervals end on the
-/// same instants on every host whose clock is synchronised (the first one is shorter), so that
-/// the rows of two observers' trees cover the same times (docs/analysis.md#which-rows-are-compared).
+/// same instants on every host whose clock is synchronised, so that the rows of two observers'
+/// trees cover the same times (docs/analysis.md#which-rows-are-compared).
 pub fn next_tick(now_ns: u64, every: u64) -> u64 {
     (now_ns / every).saturating_add(1).saturating_mul(every)
+}
+
+/// The end of the first interval of a run starting at `now_ns`: the next multiple of `every`,
+/// or the one after when the next is less than half an interval away, so that the first
+/// interval lasts between half an interval and one and a half (a rate over a first interval of
+/// a few milliseconds, such as PFC frames per second from the NIC's counters, would be mostly
+/// noise).
+pub fn first_tick(now_ns: u64, every: u64) -> u64 {
+    let t = next_tick(now_ns, every);
+    if t - now_ns < every / 2 {
+        t.saturating_add(every)
+    } else {
+        t
+    }
 }
 
 impl<P: Polled> Paced<P> {
@@ -156,6 +170,10 @@ mod tests {
             1_700_000_000_250_000_000
         );
         assert_eq!(next_tick(u64::MAX - 3, 10), u64::MAX, "saturates");
+        assert_eq!(first_tick(5 * s, s), 6 * s, "a whole first interval");
+        assert_eq!(first_tick(5 * s + s / 2, s), 6 * s, "half an interval");
+        assert_eq!(first_tick(5 * s + s / 2 + 1, s), 7 * s, "not less");
+        assert_eq!(first_tick(6 * s - 1, s), 7 * s);
     }
 
     /// Records the times of the intervals.
@@ -200,7 +218,10 @@ mod tests {
         let ticks = &p.inner.ticks;
         assert!(ticks.len() >= 2, "{ticks:?}");
         let periods: Vec<u64> = ticks[..ticks.len() - 1].iter().map(|t| t / every).collect();
-        assert!(periods[0] > t0 / every, "the first tick is after the start");
+        assert!(
+            periods[0] * every >= t0 + every / 2,
+            "the first interval lasts half an interval at least"
+        );
         assert!(
             periods.windows(2).all(|w| w[0] < w[1]),
             "one interval per period: {ticks:?}"
