@@ -1104,7 +1104,7 @@ impl Collector {
         let tmp = self.cfg.out_dir.join("summary.json.tmp");
         let write = || -> std::io::Result<()> {
             let mut w = std::io::BufWriter::with_capacity(1 << 16, std::fs::File::create(&tmp)?);
-            serde_json::to_writer_pretty(
+            crate::sinks::summary_json::write_summary(
                 &mut w,
                 &crate::sinks::summary_json::SummaryDoc {
                     head: &head,
