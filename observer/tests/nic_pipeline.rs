@@ -77,6 +77,51 @@ fn alerts(out: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
+/// The last interval at a stop is partial: its PFC frames are counted over the length of the
+/// interval before it, not extrapolated from a few milliseconds. 30 frames in 20 ms (1500/s if
+/// extrapolated) after a whole second of 500 are no storm; 1200 in 20 ms are one.
+#[test]
+fn a_partial_last_interval_is_not_extrapolated_to_a_storm() {
+    let storms = |last: u64| -> Vec<Value> {
+        let out = fresh_dir(&format!("nic-partial-{last}"));
+        let mut cfg = CollectorConfig::new(
+            out.clone(),
+            "h",
+            "live",
+            PolicyConfig::profile("nvidia").unwrap(),
+        );
+        cfg.policy.thresholds.hold_down_ns = 1;
+        let mut col = Collector::new(cfg).unwrap();
+        col.quiet_stderr();
+        let pause = |n: u64| vec![("rx_prio3_pause", n), ("rx_bytes", n * 64)];
+        let samples = vec![
+            sample(T0, &pause(0), &[], 0x08),
+            sample(T0 + S, &pause(500), &[], 0x08),
+            sample(T0 + S + S / 50, &pause(500 + last), &[], 0x08),
+        ];
+        let mut feed = NicFeed::new(Box::new(ScriptedReader::new(samples)));
+        for _ in 0..3 {
+            feed.read_into("ens1f0np0", &mut col).unwrap();
+        }
+        col.finish().unwrap();
+        let found: Vec<Value> = alerts(&out)
+            .into_iter()
+            .filter(|a| a["rule"] == "pfc_storm")
+            .collect();
+        let _ = std::fs::remove_dir_all(&out);
+        found
+    };
+    assert_eq!(storms(30), Vec::<Value>::new());
+    let st = storms(1200);
+    assert_eq!(st.len(), 1, "{st:?}");
+    assert_eq!(st[0]["count"], 1200);
+    let obs = st[0]["observed"].as_str().unwrap();
+    assert!(
+        obs.starts_with("1200 PFC frames/s received on priority 3 (1200 in 0.020 s, over the 1.000 s of the interval before"),
+        "{obs}"
+    );
+}
+
 #[test]
 fn a_scripted_nic_drives_every_nic_rule_and_the_nic_table() {
     let out = fresh_dir("nic-pipeline");

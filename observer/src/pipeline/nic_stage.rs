@@ -17,6 +17,8 @@ pub struct NicState {
     config_unwritten: Option<String>,
     /// The previous sample's time: the next row's interval start.
     prev_time: Option<u64>,
+    /// The length of the previous interval between samples, s.
+    prev_secs: f64,
 }
 
 /// The configuration part of a sample, as the `config` column holds it.
@@ -116,10 +118,14 @@ impl Collector {
         }
         if let (Some(n), Some(start)) = (counters, start) {
             let secs = t.saturating_sub(start) as f64 / 1e9;
+            // a partial interval (the last, at a stop) is not extrapolated to a rate
+            let rate_secs = secs.max(st.prev_secs);
+            st.prev_secs = secs;
             let x = NicInterval {
                 iface,
                 counters: n,
                 secs,
+                rate_secs,
                 end_ns: t,
             };
             let pol = &self.cfg.policy;

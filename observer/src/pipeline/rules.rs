@@ -606,7 +606,12 @@ pub const NIC_SUBJECT: &str = "nic counters";
 pub struct NicInterval<'a> {
     pub iface: &'a str,
     pub counters: &'a crate::sources::nic::Normalized,
+    /// The interval's length, s.
     pub secs: f64,
+    /// The length rates are taken over: the interval's, or the previous interval's when this
+    /// one is shorter (the last, partial interval at a stop: a few frames in a few milliseconds
+    /// are not a storm).
+    pub rate_secs: f64,
     pub end_ns: u64,
 }
 
@@ -668,16 +673,27 @@ fn nic_pfc(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut Vec<Alert
                     n,
                 ));
             }
-            let rate = if x.secs > 0.0 { n as f64 / x.secs } else { 0.0 };
+            let rate = if x.rate_secs > 0.0 {
+                n as f64 / x.rate_secs
+            } else {
+                0.0
+            };
             if rate > th.pfc_storm_xoff_per_s as f64 {
                 out.push(x.candidate(
                     Rule::PfcStorm,
                     Some(d),
                     Some(prio),
-                    format!(
-                        "{rate:.0} PFC frames/s {what} on priority {prio} ({n} in {:.3} s, {q})",
-                        x.secs
-                    ),
+                    if x.rate_secs > x.secs {
+                        format!(
+                            "{rate:.0} PFC frames/s {what} on priority {prio} ({n} in {:.3} s, over the {:.3} s of the interval before, {q})",
+                            x.secs, x.rate_secs
+                        )
+                    } else {
+                        format!(
+                            "{rate:.0} PFC frames/s {what} on priority {prio} ({n} in {:.3} s, {q})",
+                            x.secs
+                        )
+                    },
                     format!("<= {} XOFF/s", th.pfc_storm_xoff_per_s),
                     n,
                 ));
