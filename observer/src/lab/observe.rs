@@ -391,8 +391,8 @@ pub struct FallbackCollector {
 /// datapath (with the policy's expected marking, so it raises the same first-occurrence events
 /// the kernel would) and, with `collector`, the real collector: one snapshot on every whole
 /// second, events as they come, `summary.json` with alert counts at the end. Returns the summary
-/// and the frames the socket lost. With `pcap`, every frame is also written there (pcap, nanosecond
-/// timestamps, Ethernet), for `roce-observe replay` or tshark.
+/// and the frames the socket lost. With `pcap`, every frame is also written there (pcap,
+/// nanosecond timestamps, Ethernet), for `roce-observe replay` or tshark.
 pub fn userspace_capture(
     ns: &Netns,
     iface: &str,
