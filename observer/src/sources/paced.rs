@@ -48,8 +48,10 @@ impl<P: Polled> Source for Paced<P> {
             self.inner.poll_events(out)?;
             let now = now_ns();
             if now < next {
-                if next - now > every {
-                    next = next_tick(now, every); // the clock was set back
+                // further than the first tick can be (an interval and a half): the clock was
+                // set back
+                if next - now > every + every / 2 {
+                    next = next_tick(now, every);
                 }
                 std::thread::sleep(poll.min(Duration::from_nanos(next - now)));
                 continue;
@@ -211,7 +213,7 @@ mod tests {
         let mut p = Paced {
             inner: Clock::default(),
             interval: Duration::from_nanos(every),
-            duration: Some(Duration::from_millis(200)),
+            duration: Some(Duration::from_millis(500)),
         };
         let t0 = now_ns();
         p.run(&mut Nothing, &Stop::default()).unwrap();
