@@ -69,6 +69,22 @@ fn sample(t: u64, eth: &[(&str, u64)], rdma: &[(&str, u64)], pfc_en: u8) -> NicS
     s
 }
 
+/// A live collector writing to `out` under the nvidia profile, every alert let through (hold-down
+/// 1 ns), checking the NIC's configuration against `nic_policy`.
+fn collector(out: &std::path::Path, nic_policy: Option<Policy>) -> Collector {
+    let mut cfg = CollectorConfig::new(
+        out.to_path_buf(),
+        "h",
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    );
+    cfg.policy.thresholds.hold_down_ns = 1;
+    cfg.nic_policy = nic_policy;
+    let mut col = Collector::new(cfg).unwrap();
+    col.quiet_stderr();
+    col
+}
+
 fn alerts(out: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(out.join("alerts.jsonl"))
         .unwrap_or_default()
@@ -84,15 +100,7 @@ fn alerts(out: &std::path::Path) -> Vec<Value> {
 fn a_partial_last_interval_is_not_extrapolated_to_a_storm() {
     let storms = |last: u64| -> Vec<Value> {
         let out = fresh_dir(&format!("nic-partial-{last}"));
-        let mut cfg = CollectorConfig::new(
-            out.clone(),
-            "h",
-            "live",
-            PolicyConfig::profile("nvidia").unwrap(),
-        );
-        cfg.policy.thresholds.hold_down_ns = 1;
-        let mut col = Collector::new(cfg).unwrap();
-        col.quiet_stderr();
+        let mut col = collector(&out, None);
         let pause = |n: u64| vec![("rx_prio3_pause", n), ("rx_bytes", n * 64)];
         let samples = vec![
             sample(T0, &pause(0), &[], 0x08),
@@ -125,16 +133,7 @@ fn a_partial_last_interval_is_not_extrapolated_to_a_storm() {
 #[test]
 fn a_scripted_nic_drives_every_nic_rule_and_the_nic_table() {
     let out = fresh_dir("nic-pipeline");
-    let mut cfg = CollectorConfig::new(
-        out.clone(),
-        "h",
-        "live",
-        PolicyConfig::profile("nvidia").unwrap(),
-    );
-    cfg.policy.thresholds.hold_down_ns = 1;
-    cfg.nic_policy = Some(Policy::nvidia());
-    let mut col = Collector::new(cfg).unwrap();
-    col.quiet_stderr();
+    let mut col = collector(&out, Some(Policy::nvidia()));
     let e0: Vec<(&str, u64)> = vec![
         ("rx_prio3_pause", 100),
         ("rx_prio0_pause", 0),
