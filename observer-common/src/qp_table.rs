@@ -13,6 +13,10 @@
 //!   of bucket `b` is slot `b * WAYS + w`.
 //! - `QPCOUNT`: one `u64`, the number of keys in the table; inserts stop at the `--max-qps`
 //!   limit, so the limit is exact whatever the table's capacity.
+//! - `QPDIRTY`: one bit per slot ([`dirty_words`] `u64`s), set by a packet of the slot's key
+//!   when clear; a read takes the words with an atomic exchange, waits for an RCU grace period
+//!   (a packet that found its bit set may still have been writing) and expands only the slots
+//!   whose bit was set, so it costs the active keys, not the tracked ones.
 //! - `QPHIST`: a hash map of the histogram buckets that found no free cell in their slot's
 //!   compact value ([`KValue`], [`HistKey`]): rare, so a key costs 774 bytes of kernel memory
 //!   instead of the 3.6 KiB two full [`QpValue`]s took.
@@ -316,6 +320,11 @@ impl QpSlot {
 pub fn buckets_for(max_qps: u32) -> u32 {
     let slots = (max_qps as u64 * 4).div_ceil(3);
     (slots.div_ceil(WAYS as u64)).clamp(2, (u32::MAX as u64) / WAYS as u64) as u32
+}
+
+/// `QPDIRTY`'s words for a table of `buckets` buckets: one bit per slot.
+pub fn dirty_words(buckets: u32) -> u32 {
+    ((buckets as u64 * WAYS as u64).div_ceil(64)).max(1) as u32
 }
 
 /// The key as five 64-bit words.

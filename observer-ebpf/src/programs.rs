@@ -90,6 +90,13 @@ static QPHIST: HashMap<HistKey, u64> = HashMap::with_max_entries(1024, 0);
 #[map]
 static QPCOUNT: Array<u64> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
+/// Per-QP table: one bit per slot of `QPS` (`table::dirty_words` words, set at load), set by a
+/// packet of the slot's key when it finds it clear; userspace takes each word with an atomic
+/// exchange and reads only the slots whose bit was set, so a read costs the active keys, not
+/// the tracked ones. Memory-mapped.
+#[map]
+static QPDIRTY: Array<u64> = Array::with_max_entries(16, BPF_F_MMAPABLE);
+
 /// Per-CPU scratch words: values the verifier must not track go through them (see
 /// [`launder`]).
 #[map]
@@ -757,6 +764,9 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     let Some((sl, slot)) = qp_slot(s, &key, table::hash_words(&w), noise) else {
         return;
     };
+    // The slot's dirty bit, loaded before the update so that a cache miss on it overlaps the
+    // update's own; set after it, if it was clear.
+    let dirty = dirty_bit(slot);
     // SAFETY: `sl` points to a live slot of QPS. Its value's counters are written with plain
     // instructions only on its owner CPU (one program run at a time per CPU); other CPUs write
     // the spill value's counters with atomic ones; the state fields are always written
@@ -787,6 +797,27 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     if out.new_events != 0 {
         emit(s, &key, f, &out);
     }
+    if let Some((w, bit, set)) = dirty
+        && !set
+    {
+        // SAFETY: a word of QPDIRTY; userspace clears words with an atomic exchange, the
+        // programs set bits with an atomic OR.
+        unsafe { atomic_or::<u64, u64, { AtomicOrdering::SeqCst }>(w, bit) };
+    }
+}
+
+/// Slot `slot`'s word in `QPDIRTY`, its bit, and whether the bit is set: one load of a dense
+/// array; [`roce`] sets the bit after the packet's writes when it was clear (an atomic OR about
+/// once per key and read). A run that finds the bit set sets nothing, and its load is not
+/// ordered with its writes: userspace, after taking the bits, waits for an RCU grace period
+/// (every run that began before has ended, its writes visible) before it reads the slots.
+#[inline(always)]
+fn dirty_bit(slot: u32) -> Option<(*mut u64, u64, bool)> {
+    let w = QPDIRTY.get_ptr_mut(slot / 64)?;
+    let bit = 1u64 << (slot % 64);
+    // SAFETY: a word of QPDIRTY, read once.
+    let set = unsafe { core::ptr::read_volatile(w) } & bit != 0;
+    Some((w, bit, set))
 }
 
 /// Counts the histogram buckets of packet `f` that found no free cell in slot `slot`'s compact

@@ -506,8 +506,8 @@ fn insert_waits_for_a_held_lock_then_gives_up_counted() {
     eprintln!("an insert waited {took:?} for a lock let go after {delay:?}");
 }
 
-/// The live loop's incremental read (only slots whose packets moved are expanded, the snapshot
-/// updated in place) under traffic from every CPU, with evictions: read as often as possible
+/// The live loop's incremental read (only slots whose dirty bit was set are expanded, the
+/// snapshot updated in place) under traffic from every CPU, with evictions: read as often as possible
 /// while the CPUs count into 64 keys (a read can see a packet's count before the rest of its
 /// writes), then, once the traffic has stopped, one more incremental read must equal a full
 /// read of the table field by field, and every packet sent is in it, in an evicted value or

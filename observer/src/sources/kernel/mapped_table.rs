@@ -1,10 +1,11 @@
-//! Userspace side of the kernel's per-QP table (`observer_common::qp_table`): the three
+//! Userspace side of the kernel's per-QP table (`observer_common::qp_table`): the four
 //! `BPF_F_MMAPABLE` arrays mapped into this process, and the `QPHIST` hash map of histogram
 //! buckets beyond a slot's cells. Reads expand the live slots' compact values straight out of
 //! shared memory (no syscall, no kernel-side copy) and add their `QPHIST` entries (one syscall
-//! when the map is empty); eviction marks slots dead, waits for an RCU grace period so no
-//! program run is still writing them, then takes the final values, deletes their `QPHIST`
-//! entries and frees the slots.
+//! when the map is empty); after the first, a read visits only the slots whose `QPDIRTY` bit
+//! was set since the last one (and, once more, those of the last one). Eviction marks slots
+//! dead, waits for an RCU grace period so no program run is still writing them, then takes
+//! the final values, deletes their `QPHIST` entries and frees the slots.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use aya::maps::{HashMap, MapData, MapError};
 use observer_common::maps::{QpKey, QpValue};
-use observer_common::qp_table::{self as table, Bucket, HistKey, QpSlot, WAYS};
+use observer_common::qp_table::{self as table, Bucket, HistKey, KValue, QpSlot, WAYS};
 
 use crate::sources::Changed;
 
@@ -70,6 +71,7 @@ pub struct QpTable {
     idx: Mapping,
     slots: Mapping,
     count: Mapping,
+    dirty: Mapping,
     buckets: u32,
     hist: HashMap<MapData, HistKey, u64>,
     cache: ReadCache,
@@ -85,17 +87,14 @@ pub type Entries = Vec<(QpKey, QpValue)>;
 const PREFETCH: usize = 12;
 
 /// What the last [`QpTable::read_into`] left, slot by slot: the next one expands only the slots
-/// whose packets moved.
+/// whose `QPDIRTY` bit was set since, and the ones in `recheck`.
 #[derive(Default)]
 struct ReadCache {
     /// Position of each slot's entry in the vector last returned, or [`NONE`].
     pos: Vec<u32>,
-    /// Each slot's packets (value + spill) when its entry was last expanded.
-    pkts: Vec<u64>,
-    /// Expand the slot at the next read even if its packets did not move: its entry was
-    /// expanded after they moved (writes of that packet may still have been in flight), or
-    /// [`QpTable::evict`] freed it (the same key may have claimed it again).
-    recheck: Vec<bool>,
+    /// Slots to visit at the next read whatever their bit: those [`QpTable::evict`] freed since
+    /// (the entry goes, or the key that claimed the slot is expanded).
+    recheck: Vec<u32>,
     /// Slot of each entry position.
     slot_of: Vec<u32>,
     /// The vector described (address and length): only that one is updated in place.
@@ -111,10 +110,7 @@ impl ReadCache {
     fn restart(&mut self, slots: usize) {
         self.pos.clear();
         self.pos.resize(slots, NONE);
-        self.pkts.clear();
-        self.pkts.resize(slots, 0);
         self.recheck.clear();
-        self.recheck.resize(slots, true);
         self.slot_of.clear();
         self.lent = None;
     }
@@ -135,12 +131,10 @@ fn hist_error(e: MapError) -> io::Error {
 }
 
 impl QpTable {
-    /// Maps the table's arrays (`QPIDX`, `QPS`, `QPCOUNT` fds) of `buckets` buckets; `hist`
-    /// is its `QPHIST` map.
+    /// Maps the table's arrays (the fds of `QPIDX`, `QPS`, `QPCOUNT` and `QPDIRTY`) of
+    /// `buckets` buckets; `hist` is its `QPHIST` map.
     pub fn map(
-        idx_fd: RawFd,
-        slots_fd: RawFd,
-        count_fd: RawFd,
+        [idx_fd, slots_fd, count_fd, dirty_fd]: [RawFd; 4],
         buckets: u32,
         hist: HashMap<MapData, HistKey, u64>,
     ) -> io::Result<Self> {
@@ -149,6 +143,7 @@ impl QpTable {
             idx: Mapping::new(idx_fd, n * size_of::<Bucket>())?,
             slots: Mapping::new(slots_fd, n * WAYS * size_of::<QpSlot>())?,
             count: Mapping::new(count_fd, 8)?,
+            dirty: Mapping::new(dirty_fd, table::dirty_words(buckets) as usize * 8)?,
             buckets,
             hist,
             cache: ReadCache::default(),
@@ -172,13 +167,18 @@ impl QpTable {
 
     #[cfg(any(test, feature = "test-support"))]
     /// Writes into `key`'s live slot from userspace as a program run would (`f` gets the
-    /// slot): for the tests of a read that meets a packet's writes half done. False when the
-    /// key has no live slot.
-    pub fn poke_slot(&self, key: &QpKey, f: impl FnOnce(&mut QpSlot)) -> bool {
+    /// slot), setting its `QPDIRTY` bit if `mark` (a run that found its bit clear) or not (a
+    /// run that found it set, or whose writes land after its bit): for the tests of a read
+    /// that meets a packet's writes half done. False when the key has no live slot.
+    pub fn poke_slot(&self, key: &QpKey, mark: bool, f: impl FnOnce(&mut QpSlot)) -> bool {
         match self.find(key) {
             Some((i, _)) => {
                 // SAFETY: a live slot of our mapping; the test runs no program meanwhile.
                 f(unsafe { &mut *self.slot(i) });
+                if mark {
+                    self.dirty_word(i / 64)
+                        .fetch_or(1 << (i % 64), Ordering::AcqRel);
+                }
                 true
             }
             None => false,
@@ -205,6 +205,31 @@ impl QpTable {
         unsafe { &*(self.idx.ptr.add(b * size_of::<Bucket>() + w * 4) as *const AtomicU32) }
     }
 
+    /// Word `w` of `QPDIRTY` (bits of slots `64 w` to `64 w + 63`).
+    fn dirty_word(&self, w: usize) -> &AtomicU64 {
+        debug_assert!(w < table::dirty_words(self.buckets) as usize);
+        // SAFETY: inside the mapping (w < dirty_words); 8-aligned (page-aligned mapping of u64
+        // values); the kernel accesses it with single loads and atomic ORs.
+        unsafe { &*(self.dirty.ptr.add(w * 8) as *const AtomicU64) }
+    }
+
+    /// Takes every set `QPDIRTY` bit (clearing it), as ascending slot numbers appended to `out`.
+    fn take_dirty(&self, out: &mut Vec<u32>) {
+        for w in 0..table::dirty_words(self.buckets) as usize {
+            let a = self.dirty_word(w);
+            // a load first: words without bits (most, when few keys are active) stay unwritten
+            if a.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            // AcqRel: the slots are read after the bits are taken
+            let mut b = a.swap(0, Ordering::AcqRel);
+            while b != 0 {
+                out.push((w * 64) as u32 + b.trailing_zeros());
+                b &= b - 1;
+            }
+        }
+    }
+
     fn slot(&self, slot: usize) -> *mut QpSlot {
         debug_assert!(slot < self.buckets as usize * WAYS);
         // SAFETY: inside the mapping; slots are 8-aligned (the mapping is page-aligned and the
@@ -212,56 +237,44 @@ impl QpTable {
         unsafe { self.slots.ptr.add(slot * size_of::<QpSlot>()) as *mut QpSlot }
     }
 
-    /// The packets of `slot`'s value and spill (two aligned u64 loads).
-    ///
-    /// # Safety
-    /// `slot` < slots.
-    #[inline]
-    unsafe fn moved(&self, slot: usize) -> u64 {
-        let src = self.slot(slot);
-        // SAFETY: inside the mapping (the caller's bound); aligned u64 fields.
-        unsafe {
-            std::ptr::read_volatile(std::ptr::addr_of!((*src).value.pkts)).wrapping_add(
-                std::ptr::read_volatile(std::ptr::addr_of!((*src).spill.pkts)),
-            )
-        }
-    }
-
-    /// The full value of live slot `i`: its compact value expanded, the spill value's counts
-    /// (zero unless the key's packets met on two CPUs) and its `QPHIST` entries (`hist`, sorted
-    /// by slot) added.
+    /// A copy of live slot `i`'s value and, when its packets are not zero, its spill value
+    /// (zero unless the key's packets met on two CPUs), to expand ([`expand_copy`]).
     ///
     /// # Safety
     /// Slot `i` is live. The kernel keeps adding to the value meanwhile (counters only grow): as
     /// with the kernel's own copy for a map lookup syscall, each word is some recent value.
     /// Plain copies, not volatile ones: volatile copies a value in small pieces (3x slower at
     /// 100k keys) and nothing here re-reads it.
-    unsafe fn expand(&self, i: usize, hist: &[(HistKey, u64)]) -> QpValue {
+    unsafe fn copy_values(&self, i: usize) -> (KValue, Option<KValue>) {
         let src = self.slot(i);
         // SAFETY: the caller's live slot, inside the mapping.
-        let mut v = unsafe {
-            let mut v = std::ptr::read(std::ptr::addr_of!((*src).value)).to_value();
-            if std::ptr::read_volatile(std::ptr::addr_of!((*src).spill.pkts)) != 0 {
-                std::ptr::read(std::ptr::addr_of!((*src).spill)).add_counts_to(&mut v);
-            }
-            v
-        };
-        table::add_overflow(&mut v, of_slot(hist, i));
-        v
+        unsafe {
+            let v = std::ptr::read(std::ptr::addr_of!((*src).value));
+            let spill = (std::ptr::read_volatile(std::ptr::addr_of!((*src).spill.pkts)) != 0)
+                .then(|| std::ptr::read(std::ptr::addr_of!((*src).spill)));
+            (v, spill)
+        }
     }
 
-    /// Hints the lines of `slot` that [`Self::read_into`] reads for every live slot.
+    /// Hints the lines of `slot` that an expansion reads: its state word, key and value, and
+    /// the spill value's packets.
     #[inline]
     fn prefetch(&self, slot: usize) {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            let p = self.slot(slot);
+            let p = self.slot(slot) as *const i8;
             // SAFETY: a prefetch is only a hint and never faults; the addresses are inside the
-            // slot (`slot` < slots).
+            // slot (`slot` < slots) and the bucket array.
             unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(std::ptr::addr_of!((*p).value.pkts) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(std::ptr::addr_of!((*p).spill.pkts) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(self.state(slot) as *const AtomicU32 as *const i8);
+                let value_end = std::mem::offset_of!(QpSlot, value) + size_of::<table::KValue>();
+                for off in (0..value_end).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(p.add(off));
+                }
+                _mm_prefetch::<_MM_HINT_T0>(
+                    std::ptr::addr_of!((*(p as *const QpSlot)).spill.pkts) as *const i8
+                );
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -329,7 +342,7 @@ impl QpTable {
             // load saw).
             let key = unsafe { std::ptr::read(std::ptr::addr_of!((*self.slot(i)).key)) };
             // SAFETY: a live slot.
-            let mut v = unsafe { self.expand(i, &hist) };
+            let mut v = expand_copy(&unsafe { self.copy_values(i) }, of_slot(&hist, i));
             each(&mut v);
             out.push((key, v));
         }
@@ -337,13 +350,13 @@ impl QpTable {
     }
 
     /// Every live (key, value), as [`Self::read`], updating `prev` in place when it is the
-    /// vector the last call returned (given back after its snapshot was used): only the
-    /// entries of slots whose packet count moved since that read (or moved before it: writes
-    /// of that packet may have been in flight), of new slots and of freed slots are touched.
-    /// A read costs one line per live slot plus an expansion per changed key, instead of an
-    /// expansion per key. Any other `prev` (or none) is cleared and every slot expanded.
-    /// Entry order: slot order after a full expansion; then a freed entry's place is taken by
-    /// the last entry and new keys are appended.
+    /// vector the last call returned (given back after its snapshot was used): only the slots
+    /// whose `QPDIRTY` bit was set since that read (a packet of their key came), those whose
+    /// bit that read took (a packet's writes may have landed after it) and those evicted since
+    /// are visited, so a read costs the active keys, not the tracked ones. Any other `prev` (or
+    /// none) is cleared and every slot expanded. Entry order: slot order after a full
+    /// expansion; then a freed entry's place is taken by the last entry and new keys are
+    /// appended.
     ///
     /// Also says what changed ([`Changed`]): with the last vector given back, the positions of
     /// the entries expanded and the keys gone since it, so the collector can look at those
@@ -367,27 +380,47 @@ impl QpTable {
                 (v, None)
             }
         };
+        // The bits, taken before any slot is read: a packet that finds its bit clear after
+        // this sets it again for the next read.
+        let mut bits = Vec::new();
+        self.take_dirty(&mut bits);
+        // A packet that found its bit set before it was taken set none, and its program's
+        // load of the bit is not ordered after its own stores: some of its writes may not be
+        // visible yet. After a grace period every program run that began before it has ended
+        // and its writes are visible (a few ms of waiting, no CPU).
+        if !bits.is_empty()
+            && let Err(e) = grace_period()
+        {
+            // the bits are not lost: their slots are visited at the next read
+            c.recheck.extend_from_slice(&bits);
+            self.cache = c;
+            return Err(e);
+        }
+        // The slots to visit: every slot for a full read, else the bits' and the evicted ones.
+        let visit: Option<Vec<u32>> = base.map(|_| {
+            let mut v = std::mem::take(&mut c.recheck);
+            v.extend_from_slice(&bits);
+            v.sort_unstable();
+            v.dedup();
+            v
+        });
+        let n = visit.as_ref().map_or(slots, Vec::len);
+        let slot_at = |k: usize| visit.as_ref().map_or(k, |v| v[k] as usize);
         // the slots expanded (their positions are taken at the end: a later removal can move
         // an entry) and the keys gone, when there is a base to tell them against
         let track = base.is_some();
         let (mut touched, mut gone): (Vec<u32>, Vec<QpKey>) = (Vec::new(), Vec::new());
-        for i in 0..slots {
-            // the two lines a kept slot costs (key and packets; the spill's packets), some
-            // slots ahead: a slot is 576 bytes, so the hardware prefetcher stops at each page
-            if i + 2 * PREFETCH < slots {
-                self.prefetch(i + 2 * PREFETCH);
+        for k in 0..n {
+            // the lines of a slot some visits ahead, and the entry it will be expanded into
+            // (23 lines, at random places of the vector when few keys are active)
+            if k + PREFETCH < n {
+                let j = slot_at(k + PREFETCH);
+                self.prefetch(j);
+                if let Some(e) = out.get(c.pos[j] as usize) {
+                    prefetch_entry(e);
+                }
             }
-            // and the entry a slot closer will be expanded into (written: 23 lines, at random
-            // places of the vector when few keys are active)
-            let j = i + PREFETCH;
-            if j < slots
-                && let Some(e) = out.get(c.pos[j] as usize)
-                // SAFETY: as below (a u64 of the slot, prefetched); a slot not live any more
-                // only costs a useless prefetch.
-                && (c.recheck[j] || c.pkts[j] != unsafe { self.moved(j) })
-            {
-                prefetch_entry(e);
-            }
+            let i = slot_at(k);
             let p = c.pos[i];
             if !table::is_live(self.state(i).load(Ordering::Acquire)) {
                 if p != NONE {
@@ -399,24 +432,13 @@ impl QpTable {
                 continue;
             }
             let src = self.slot(i);
-            // SAFETY: a live slot.
-            let moved = unsafe { self.moved(i) };
-            // Kept: its packets did not move, and the slot was not freed since (only `evict`
-            // frees slots, and it sets `recheck`), so it still holds the entry's key.
-            if p != NONE && !c.recheck[i] && c.pkts[i] == moved {
-                continue;
-            }
             // SAFETY: a live slot's key (published before its tag).
             let key = unsafe { std::ptr::read(std::ptr::addr_of!((*src).key)) };
             let same_key = p != NONE && out[p as usize].0 == key;
             // SAFETY: a live slot.
-            let mut v = unsafe { self.expand(i, &hist) };
+            let mut v = expand_copy(&unsafe { self.copy_values(i) }, of_slot(&hist, i));
             each(&mut v);
             c.expanded += 1;
-            // Expanded because its packets moved (or a key is new here): expanded once more
-            // at the next read, after any write still in flight now has landed.
-            c.recheck[i] = !same_key || c.pkts[i] != moved;
-            c.pkts[i] = moved;
             if track {
                 if p != NONE && !same_key {
                     gone.push(out[p as usize].0);
@@ -512,10 +534,8 @@ impl QpTable {
             };
             // Release: the zeroes are visible before the slot can be claimed.
             self.state(i).store(table::EMPTY, Ordering::Release);
-            // the next incremental read expands whatever claims the slot next
-            if let Some(r) = self.cache.recheck.get_mut(i) {
-                *r = true;
-            }
+            // the next incremental read removes its entry, or expands the key that claimed it
+            self.cache.recheck.push(i as u32);
             self.keys_in_table().fetch_sub(1, Ordering::AcqRel);
             let mut v = s.merged();
             table::add_overflow(&mut v, of_slot(&hist, i));
@@ -540,6 +560,16 @@ fn prefetch_entry(e: &(QpKey, QpValue)) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = e;
+}
+
+/// A value expanded from [`QpTable::copy_values`] with its slot's `QPHIST` entries.
+fn expand_copy((value, spill): &(KValue, Option<KValue>), hist: &[(HistKey, u64)]) -> QpValue {
+    let mut v = value.to_value();
+    if let Some(s) = spill {
+        s.add_counts_to(&mut v);
+    }
+    table::add_overflow(&mut v, hist);
+    v
 }
 
 /// The entries of slot `i` in `QPHIST` entries sorted by slot.

@@ -2,8 +2,9 @@
 //! the fallback) and tc egress, writes the policy, reads the maps into [`Snapshot`]s and drains
 //! the event ring buffer.
 //!
-//! One loaded object per interface: its maps (the per-QP table `QPS`/`QPIDX`/`QPCOUNT`, `IFACE`,
-//! `MACS`, `POLICY`, `EVENTS`, `CLOCK`) belong to that interface only. Map reads:
+//! One loaded object per interface: its maps (the per-QP table `QPS`/`QPIDX`/`QPCOUNT`/
+//! `QPDIRTY`, `IFACE`, `MACS`, `POLICY`, `EVENTS`, `CLOCK`) belong to that interface only. Map
+//! reads:
 //! - The per-QP table (`observer_common::qp_table`, BPF_F_MMAPABLE arrays) is mapped into this
 //!   process and read straight from shared memory (`table.rs`); eviction marks slots dead,
 //!   waits for an RCU grace period and then takes the final values, so the last increments of
@@ -335,6 +336,7 @@ fn load_with(
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("QPS", buckets * observer_common::qp_table::WAYS as u32)
         .map_max_entries("QPIDX", buckets)
+        .map_max_entries("QPDIRTY", observer_common::qp_table::dirty_words(buckets))
         .map_max_entries(
             "QPHIST",
             observer_common::qp_table::hist_overflow_entries(max_qps),
@@ -404,7 +406,7 @@ struct Loaded {
     ebpf: Ebpf,
     /// The per-QP table, memory-mapped (its maps are kept open beside it).
     table: mapped_table::QpTable,
-    _table_maps: [Map; 3],
+    _table_maps: [Map; 4],
     iface: PerCpuArray<MapData, IfaceStats>,
     macs: PerCpuHashMap<MapData, MacKey, PfcCounters>,
     policy: Array<MapData, Policy>,
@@ -451,15 +453,19 @@ impl Loaded {
             table_map("QPIDX")?,
             table_map("QPS")?,
             table_map("QPCOUNT")?,
+            table_map("QPDIRTY")?,
         ];
         let fd = |m: &Map| match m {
             Map::Array(d) => Ok(d.fd().as_fd().as_raw_fd()),
             _ => Err(LiveError::Setup("per-QP table maps must be arrays".into())),
         };
         let hist = take(&mut ebpf, "QPHIST")?;
-        let table =
-            mapped_table::QpTable::map(fd(&maps[0])?, fd(&maps[1])?, fd(&maps[2])?, buckets, hist)
-                .map_err(|e| LiveError::op("mapping the per-QP table", e))?;
+        let table = mapped_table::QpTable::map(
+            [fd(&maps[0])?, fd(&maps[1])?, fd(&maps[2])?, fd(&maps[3])?],
+            buckets,
+            hist,
+        )
+        .map_err(|e| LiveError::op("mapping the per-QP table", e))?;
         let iface = take(&mut ebpf, "IFACE")?;
         let macs = take(&mut ebpf, "MACS")?;
         let policy_map = take(&mut ebpf, "POLICY")?;

@@ -82,13 +82,15 @@ impl ProgTester {
     pub fn read_all_qps(&mut self) -> Result<Vec<(QpKey, QpValue)>, LiveError> {
         self.loaded.read_qps(|_| {})
     }
-    /// Writes into `key`'s slot as a program run would (see `QpTable::poke_slot`).
+    /// Writes into `key`'s slot as a program run would, setting its dirty bit if `mark` (see
+    /// `QpTable::poke_slot`).
     pub fn poke_slot(
         &self,
         key: &QpKey,
+        mark: bool,
         f: impl FnOnce(&mut observer_common::qp_table::QpSlot),
     ) -> bool {
-        self.loaded.table.poke_slot(key, f)
+        self.loaded.table.poke_slot(key, mark, f)
     }
     /// Slots the last snapshot expanded (the others' entries were kept from the recycled one).
     pub fn last_read_expansions(&self) -> usize {
