@@ -93,31 +93,48 @@ fn alerts(out: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
-/// The last interval at a stop is partial: its PFC frames are counted over the length of the
-/// interval before it, not extrapolated from a few milliseconds. 30 frames in 20 ms (1500/s if
-/// extrapolated) after a whole second of 500 are no storm; 1200 in 20 ms are one.
+/// PFC storm alerts of the collector fed NIC samples at `times` (ns after T0) whose priority-3
+/// pause counter reads `counts`.
+fn nic_storms(name: &str, times: &[u64], counts: &[u64]) -> Vec<Value> {
+    let out = fresh_dir(name);
+    let mut col = collector(&out, None);
+    let samples: Vec<NicSample> = times
+        .iter()
+        .zip(counts)
+        .map(|(&t, &n)| {
+            sample(
+                T0 + t,
+                &[("rx_prio3_pause", n), ("rx_bytes", n * 64)],
+                &[],
+                0x08,
+            )
+        })
+        .collect();
+    let mut feed = NicFeed::new(Box::new(ScriptedReader::new(samples)));
+    for _ in 0..times.len() {
+        feed.read_into("ens1f0np0", &mut col).unwrap();
+    }
+    col.finish().unwrap();
+    let found: Vec<Value> = alerts(&out)
+        .into_iter()
+        .filter(|a| a["rule"] == "pfc_storm")
+        .collect();
+    let _ = std::fs::remove_dir_all(&out);
+    found
+}
+
+/// The last interval at a stop is partial: its PFC frames are counted over the trailing second
+/// (it and the interval before), not extrapolated from a few milliseconds. 30 frames in 20 ms
+/// (1500/s if extrapolated) after a whole second of 500 are no storm (530 in 1.02 s); 1200 in
+/// 20 ms are one (1700 in 1.02 s).
 #[test]
 fn a_partial_last_interval_is_not_extrapolated_to_a_storm() {
-    let storms = |last: u64| -> Vec<Value> {
-        let out = fresh_dir(&format!("nic-partial-{last}"));
-        let mut col = collector(&out, None);
-        let pause = |n: u64| vec![("rx_prio3_pause", n), ("rx_bytes", n * 64)];
-        let samples = vec![
-            sample(T0, &pause(0), &[], 0x08),
-            sample(T0 + S, &pause(500), &[], 0x08),
-            sample(T0 + S + S / 50, &pause(500 + last), &[], 0x08),
-        ];
-        let mut feed = NicFeed::new(Box::new(ScriptedReader::new(samples)));
-        for _ in 0..3 {
-            feed.read_into("ens1f0np0", &mut col).unwrap();
-        }
-        col.finish().unwrap();
-        let found: Vec<Value> = alerts(&out)
-            .into_iter()
-            .filter(|a| a["rule"] == "pfc_storm")
-            .collect();
-        let _ = std::fs::remove_dir_all(&out);
-        found
+    let storms = |last: u64| {
+        nic_storms(
+            &format!("nic-partial-{last}"),
+            &[0, S, S + S / 50],
+            &[0, 500, 500 + last],
+        )
     };
     assert_eq!(storms(30), Vec::<Value>::new());
     let st = storms(1200);
@@ -125,9 +142,33 @@ fn a_partial_last_interval_is_not_extrapolated_to_a_storm() {
     assert_eq!(st[0]["count"], 1200);
     let obs = st[0]["observed"].as_str().unwrap();
     assert!(
-        obs.starts_with("1200 PFC frames/s received on priority 3 (1200 in 0.020 s, over the 1.000 s of the interval before"),
+        obs.starts_with("1667 PFC frames/s received on priority 3 (1700 in the trailing 1.020 s, 1200 of them in this interval of 0.020 s"),
         "{obs}"
     );
+}
+
+/// With a sub-second interval (100 ms) PFC rates are taken over the trailing second: a burst
+/// of 150 frames in one 100 ms interval of an otherwise quiet second (150/s; 1500/s if
+/// extrapolated) is no storm; a sustained 1200/s (120 per interval) is, once more than 1000
+/// frames have been seen within a second (a window shorter than a second counts over one).
+#[test]
+fn sub_second_intervals_take_pfc_rates_over_the_trailing_second() {
+    let times: Vec<u64> = (0..=20).map(|i| i * S / 10).collect();
+    let burst: Vec<u64> = (0..=20u64).map(|i| if i >= 12 { 150 } else { 0 }).collect();
+    assert_eq!(
+        nic_storms("nic-subsecond-burst", &times, &burst),
+        Vec::<Value>::new()
+    );
+    let sustained: Vec<u64> = (0..=20u64).map(|i| i * 120).collect();
+    let st = nic_storms("nic-subsecond-sustained", &times, &sustained);
+    assert!(!st.is_empty(), "a sustained 1200/s is a storm");
+    // the first interval whose trailing second holds more than 1000 frames: the ninth
+    let obs = st[0]["observed"].as_str().unwrap();
+    assert!(
+        obs.starts_with("1080 PFC frames/s received on priority 3 (1080 in the trailing 0.900 s, 120 of them in this interval of 0.100 s"),
+        "{obs}"
+    );
+    assert_eq!(st[0]["count"], 120);
 }
 
 #[test]

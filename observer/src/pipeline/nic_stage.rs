@@ -17,8 +17,40 @@ pub struct NicState {
     config_unwritten: Option<String>,
     /// The previous sample's time: the next row's interval start.
     prev_time: Option<u64>,
-    /// The length of the previous interval between samples, s.
-    prev_secs: f64,
+    /// The PFC frames of the last intervals that make up the trailing second (at least), for
+    /// the storm rule's rate: (the interval's length in s, frames received per priority, frames
+    /// sent per priority), oldest first.
+    pfc_window: std::collections::VecDeque<(f64, [u64; 8], [u64; 8])>,
+}
+
+/// Adds an interval's PFC frames to `w` and drops the oldest intervals the trailing second no
+/// longer needs (those before the newest ones that together last at least 1 s); returns the
+/// window's length and frames received and sent per priority.
+fn pfc_window(
+    w: &mut std::collections::VecDeque<(f64, [u64; 8], [u64; 8])>,
+    secs: f64,
+    rx: [u64; 8],
+    tx: [u64; 8],
+) -> (f64, [u64; 8], [u64; 8]) {
+    w.push_back((secs, rx, tx));
+    // bounded: at most the intervals of one second, and never more than 10,000
+    while w.len() > 1 {
+        let rest: f64 = w.iter().skip(1).map(|e| e.0).sum();
+        if rest >= 1.0 || w.len() > 10_000 {
+            w.pop_front();
+        } else {
+            break;
+        }
+    }
+    let (mut len, mut r, mut t) = (0.0, [0u64; 8], [0u64; 8]);
+    for (s, a, b) in w.iter() {
+        len += s;
+        for p in 0..8 {
+            r[p] = r[p].saturating_add(a[p]);
+            t[p] = t[p].saturating_add(b[p]);
+        }
+    }
+    (len, r, t)
 }
 
 /// The configuration part of a sample, as the `config` column holds it.
@@ -118,14 +150,24 @@ impl Collector {
         }
         if let (Some(n), Some(start)) = (counters, start) {
             let secs = t.saturating_sub(start) as f64 / 1e9;
-            // a partial interval (the last, at a stop) is not extrapolated to a rate
-            let rate_secs = secs.max(st.prev_secs);
-            st.prev_secs = secs;
+            // PFC rates over the trailing second at least: an interval shorter than a second
+            // (a short --interval, the partial last one at a stop) is not extrapolated
+            let frames = |q: fn(u8) -> Quantity| {
+                std::array::from_fn(|p| n.get(q(p as u8)).and_then(|v| v.delta).unwrap_or(0))
+            };
+            let (window_secs, window_rx, window_tx) = pfc_window(
+                &mut st.pfc_window,
+                secs,
+                frames(Quantity::PfcRxFrames),
+                frames(Quantity::PfcTxFrames),
+            );
             let x = NicInterval {
                 iface,
                 counters: n,
                 secs,
-                rate_secs,
+                window_secs,
+                window_rx,
+                window_tx,
                 end_ns: t,
             };
             let pol = &self.cfg.policy;
@@ -139,5 +181,44 @@ impl Collector {
         }
         self.each_sink(t, |k| k.flush(t));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pfc_window_spans_the_trailing_second() {
+        let mut w = std::collections::VecDeque::new();
+        let one = |n: u64| {
+            let mut a = [0u64; 8];
+            a[3] = n;
+            a
+        };
+        // 1 s intervals: the window is the interval itself
+        assert_eq!(
+            pfc_window(&mut w, 1.0, one(10), one(1)),
+            (1.0, one(10), one(1))
+        );
+        assert_eq!(
+            pfc_window(&mut w, 1.0, one(20), one(0)),
+            (1.0, one(20), one(0))
+        );
+        // a partial interval of 20 ms joins the second before it
+        let (len, rx, _) = pfc_window(&mut w, 0.02, one(5), one(0));
+        assert!((len - 1.02).abs() < 1e-9);
+        assert_eq!(rx, one(25));
+        // 100 ms intervals: ten of them make the window, the older ones leave it
+        let mut w = std::collections::VecDeque::new();
+        let mut last = (0.0, [0; 8], [0; 8]);
+        for i in 0..25u64 {
+            last = pfc_window(&mut w, 0.1, one(i), one(0));
+        }
+        assert!(w.len() <= 11, "{}", w.len());
+        assert!(last.0 >= 1.0 - 1e-9 && last.0 < 1.1 + 1e-9, "{}", last.0);
+        // the newest intervals: 24, 23, ... as many as make a second
+        let want: u64 = (25 - w.len() as u64..25).sum();
+        assert_eq!(last.1, one(want));
     }
 }

@@ -608,10 +608,14 @@ pub struct NicInterval<'a> {
     pub counters: &'a crate::sources::nic::Normalized,
     /// The interval's length, s.
     pub secs: f64,
-    /// The length rates are taken over: the interval's, or the previous interval's when this
-    /// one is shorter (the last, partial interval at a stop: a few frames in a few milliseconds
-    /// are not a storm).
-    pub rate_secs: f64,
+    /// The window PFC rates are taken over: this interval and the ones before it that make up
+    /// the trailing second (at least), so that frames of a short interval (a sub-second
+    /// `--interval`, the partial last one at a stop) are not extrapolated; its length, s, and
+    /// its PFC frames received and sent per priority. A window shorter than a second (the
+    /// first intervals of a run) counts its frames over one second.
+    pub window_secs: f64,
+    pub window_rx: [u64; 8],
+    pub window_tx: [u64; 8],
     pub end_ns: u64,
 }
 
@@ -655,9 +659,19 @@ fn nic_pfc(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut Vec<Alert
     use observer_common::maps::dir;
     let rdma = p.rdma_priority;
     for prio in 0..8u8 {
-        for (q, d, what) in [
-            (Q::PfcRxFrames(prio), dir::INGRESS, "received"),
-            (Q::PfcTxFrames(prio), dir::EGRESS, "sent"),
+        for (q, d, what, in_window) in [
+            (
+                Q::PfcRxFrames(prio),
+                dir::INGRESS,
+                "received",
+                x.window_rx[prio as usize],
+            ),
+            (
+                Q::PfcTxFrames(prio),
+                dir::EGRESS,
+                "sent",
+                x.window_tx[prio as usize],
+            ),
         ] {
             let n = x.delta(q).unwrap_or(0);
             if n == 0 {
@@ -673,20 +687,23 @@ fn nic_pfc(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut Vec<Alert
                     n,
                 ));
             }
-            let rate = if x.rate_secs > 0.0 {
-                n as f64 / x.rate_secs
-            } else {
-                0.0
-            };
+            // over a second at least: less than a second of history (the first intervals of a
+            // sub-second --interval) is not extrapolated either
+            let rate = in_window as f64 / x.window_secs.max(1.0);
             if rate > th.pfc_storm_xoff_per_s as f64 {
                 out.push(x.candidate(
                     Rule::PfcStorm,
                     Some(d),
                     Some(prio),
-                    if x.rate_secs > x.secs {
+                    if x.window_secs > x.secs {
                         format!(
-                            "{rate:.0} PFC frames/s {what} on priority {prio} ({n} in {:.3} s, over the {:.3} s of the interval before, {q})",
-                            x.secs, x.rate_secs
+                            "{rate:.0} PFC frames/s {what} on priority {prio} ({in_window} in the trailing {:.3} s, {n} of them in this interval of {:.3} s, {q})",
+                            x.window_secs, x.secs
+                        )
+                    } else if x.secs < 1.0 {
+                        format!(
+                            "{rate:.0} PFC frames/s {what} on priority {prio} ({n} in {:.3} s, the first of the run, counted over 1 s, {q})",
+                            x.secs
                         )
                     } else {
                         format!(
