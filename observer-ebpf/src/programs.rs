@@ -764,9 +764,12 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     let Some((sl, slot)) = qp_slot(s, &key, table::hash_words(&w), noise) else {
         return;
     };
-    // The slot's dirty bit, loaded before the update so that a cache miss on it overlaps the
-    // update's own; set after it, if it was clear.
-    let dirty = dirty_bit(slot);
+    // The slot's dirty word, loaded before the update so that a cache miss on it overlaps the
+    // update's own; its bit set after it, if it was clear. Forgotten: one state for the
+    // verifier through the update whatever the word (else the update would be verified once
+    // per outcome of the lookup and the test, and the object with logging on would pass the
+    // verifier's budget of 1,000,000 instructions).
+    let seen = forget(dirty_word(slot), noise);
     // SAFETY: `sl` points to a live slot of QPS. Its value's counters are written with plain
     // instructions only on its owner CPU (one program run at a time per CPU); other CPUs write
     // the spill value's counters with atomic ones; the state fields are always written
@@ -797,8 +800,9 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     if out.new_events != 0 {
         emit(s, &key, f, &out);
     }
-    if let Some((w, bit, set)) = dirty
-        && !set
+    let bit = 1u64 << (slot % 64);
+    if seen & bit == 0
+        && let Some(w) = QPDIRTY.get_ptr_mut(slot / 64)
     {
         // SAFETY: a word of QPDIRTY; userspace clears words with an atomic exchange, the
         // programs set bits with an atomic OR.
@@ -806,18 +810,20 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     }
 }
 
-/// Slot `slot`'s word in `QPDIRTY`, its bit, and whether the bit is set: one load of a dense
-/// array; [`roce`] sets the bit after the packet's writes when it was clear (an atomic OR about
-/// once per key and read). A run that finds the bit set sets nothing, and its load is not
-/// ordered with its writes: userspace, after taking the bits, waits for an RCU grace period
-/// (every run that began before has ended, its writes visible) before it reads the slots.
+/// Slot `slot`'s word of `QPDIRTY` (all ones if the lookup fails: nothing is set): one load of
+/// a dense array; [`roce`] sets the slot's bit after the packet's writes when it was clear (an
+/// atomic OR about once per key and read). A run that finds the bit set sets nothing, and its
+/// load is not ordered with its writes: userspace, after taking the bits, waits for an RCU
+/// grace period (every run that began before has ended, its writes visible) before it reads
+/// the slots.
 #[inline(always)]
-fn dirty_bit(slot: u32) -> Option<(*mut u64, u64, bool)> {
-    let w = QPDIRTY.get_ptr_mut(slot / 64)?;
-    let bit = 1u64 << (slot % 64);
-    // SAFETY: a word of QPDIRTY, read once.
-    let set = unsafe { core::ptr::read_volatile(w) } & bit != 0;
-    Some((w, bit, set))
+fn dirty_word(slot: u32) -> u64 {
+    match QPDIRTY.get(slot / 64) {
+        // SAFETY: a word of QPDIRTY the map lookup gave; read once (other CPUs set its bits
+        // atomically).
+        Some(w) => unsafe { core::ptr::read_volatile(w) },
+        None => u64::MAX,
+    }
 }
 
 /// Counts the histogram buckets of packet `f` that found no free cell in slot `slot`'s compact
