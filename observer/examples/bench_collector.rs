@@ -5,8 +5,10 @@
 //!
 //! Usage: bench_collector [--intervals N] [--sizes 10000,100000] [--many 1000000:100000]
 //! (`--many TRACKED:ACTIVE`: the realistic case of many tracked keys of which a tenth are active
-//! each interval; `--many 0:0` leaves it out; as root also on a real kernel table of TRACKED
-//! keys, with and without the snapshot given back for the next read). Every case prints its
+//! each interval, with snapshots that say which entries changed, as the kernel and replay
+//! sources' do, and without, where the collector compares every key; `--many 0:0` leaves it
+//! out; as root also on a real kernel table of TRACKED keys, with and without the snapshot
+//! given back for the next read). Every case prints its
 //! peak RSS (VmHWM, reset before the case through /proc/self/clear_refs).
 //! (`BENCH_NO_JOURNAL=1`: without the crash journal, to measure what it costs). The largest
 //! size also runs with the Prometheus sink on (`--metrics`), beside the same case without it,
@@ -15,7 +17,7 @@
 use std::time::Instant;
 
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
-use observer::sources::Snapshot;
+use observer::sources::{Changed, Snapshot};
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::qp::opcode_bucket;
 
@@ -52,10 +54,13 @@ fn key(i: u32) -> QpKey {
 
 /// Advances `active` of the keys by a realistic interval of traffic (data with one DSCP / ECN
 /// / PCP bucket, a few CE and ACKs, one opcode mix).
-fn advance(s: &mut Snapshot, active: usize, round: u64, t_ns: u64) {
+/// Returns the positions advanced.
+fn advance(s: &mut Snapshot, active: usize, round: u64, t_ns: u64) -> Vec<u32> {
     let n = s.qps.len();
+    let mut moved = Vec::with_capacity(active);
     for j in 0..active {
         let idx = (j + (round as usize * active)) % n;
+        moved.push(idx as u32);
         let v = &mut s.qps[idx].1;
         // packets per interval vary per key and interval (1..4096), as in real traffic
         let mut x = (idx as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
@@ -89,6 +94,18 @@ fn advance(s: &mut Snapshot, active: usize, round: u64, t_ns: u64) {
     s.time_ns = t_ns;
     s.iface_stats[0].frames += active as u64 * 100;
     s.iface_stats[0].roce += active as u64 * 100;
+    moved
+}
+
+/// What a source that tracks changes says of the snapshot after [`advance`] moved `moved`
+/// (`None`: the snapshot says nothing, the collector compares every key).
+fn say_changed(s: &mut Snapshot, moved: Vec<u32>, on: bool) {
+    s.changed = on.then(|| Changed {
+        base: s.changed.as_ref().map(|c| c.id),
+        id: observer::sources::snapshot::next_snapshot_id(),
+        positions: moved,
+        gone: Vec::new(),
+    });
 }
 
 /// Resets the process's peak RSS (VmHWM) to its current RSS.
@@ -127,7 +144,7 @@ struct Row {
     idle_ms: f64,
 }
 
-fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
+fn run(qps: usize, active: usize, intervals: usize, metrics: bool, changed: bool) -> Row {
     reset_peak_rss();
     let start_kib = peak_rss_kib();
     let out = std::env::temp_dir().join(format!(
@@ -165,11 +182,13 @@ fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
     let t0 = 1_795_239_299_000_000_000u64;
     col.begin("bench0", t0, Some(400_000_000_000));
     // first interval: every key appears (new keys), not measured
-    advance(&mut snap, qps, 0, t0 + 1_000_000_000);
+    let moved = advance(&mut snap, qps, 0, t0 + 1_000_000_000);
+    say_changed(&mut snap, moved, changed);
     col.on_snapshot(&snap).expect("snapshot");
     let (mut cpu, mut base, mut wall) = (Vec::new(), Vec::new(), Vec::new());
     for r in 1..=intervals as u64 {
-        advance(&mut snap, active, r, t0 + (r + 1) * 1_000_000_000);
+        let moved = advance(&mut snap, active, r, t0 + (r + 1) * 1_000_000_000);
+        say_changed(&mut snap, moved, changed);
         // baseline: one copy of the snapshot's values
         let c0 = thread_cpu_ns();
         let copy = std::hint::black_box(snap.qps.clone());
@@ -218,6 +237,11 @@ fn run(qps: usize, active: usize, intervals: usize, metrics: bool) -> Row {
         label: match (active == qps, metrics) {
             (true, false) => format!("{}k active", qps / 1000),
             (true, true) => format!("{}k active, --metrics", qps / 1000),
+            _ if changed => format!(
+                "{}k tracked, {}k active, changed",
+                qps / 1000,
+                active / 1000
+            ),
             _ => format!("{}k tracked, {}k active", qps / 1000, active / 1000),
         },
         peak_mib: peak_kib as f64 / 1024.0,
@@ -406,14 +430,15 @@ fn main() {
     }
     let mut rows = Vec::new();
     for &n in &sizes {
-        rows.push(run(n, n, intervals, false));
+        rows.push(run(n, n, intervals, false, false));
     }
     if let Some(&n) = sizes.iter().max() {
-        rows.push(run(n, n, intervals, true));
-        rows.push(run(n, n / 100, intervals, false));
+        rows.push(run(n, n, intervals, true, false));
+        rows.push(run(n, n / 100, intervals, false, false));
     }
     if many.0 > 0 {
-        rows.push(run(many.0, many.1.min(many.0), intervals, false));
+        rows.push(run(many.0, many.1.min(many.0), intervals, false, false));
+        rows.push(run(many.0, many.1.min(many.0), intervals, false, true));
     }
     println!(
         "collector: one interval = read deltas of every tracked key + alert rules + Parquet encode (zstd) + write"
@@ -422,7 +447,7 @@ fn main() {
         "medians of {intervals} intervals; baseline = one copy of the snapshot's values (same run); % core at --interval 1s"
     );
     println!(
-        "{:<30} {:>9} {:>9} {:>13} {:>12} {:>10} {:>9} {:>14} {:>13} {:>11}",
+        "{:<36} {:>9} {:>9} {:>13} {:>12} {:>10} {:>9} {:>14} {:>13} {:>11}",
         "case",
         "tracked",
         "rows",
@@ -436,7 +461,7 @@ fn main() {
     );
     for r in &rows {
         println!(
-            "{:<30} {:>9} {:>9} {:>13.1} {:>12.1} {:>9.1}x {:>8.1}% {:>14.1} {:>13.0} {:>11.2}",
+            "{:<36} {:>9} {:>9} {:>13.1} {:>12.1} {:>9.1}x {:>8.1}% {:>14.1} {:>13.0} {:>11.2}",
             r.label,
             r.qps,
             r.active,
