@@ -3,9 +3,9 @@
 //! buckets beyond a slot's cells. Reads expand the live slots' compact values straight out of
 //! shared memory (no syscall, no kernel-side copy) and add their `QPHIST` entries (one syscall
 //! when the map is empty); after the first, a read visits only the slots whose `QPDIRTY` bit
-//! was set since the last one (and, once more, those of the last one). Eviction marks slots
-//! dead, waits for an RCU grace period so no program run is still writing them, then takes
-//! the final values, deletes their `QPHIST` entries and frees the slots.
+//! was set since the last one (and those evicted since). Eviction marks slots dead, waits for
+//! an RCU grace period so no program run is still writing them, then takes the final values,
+//! deletes their `QPHIST` entries and frees the slots.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -167,9 +167,9 @@ impl QpTable {
 
     #[cfg(any(test, feature = "test-support"))]
     /// Writes into `key`'s live slot from userspace as a program run would (`f` gets the
-    /// slot), setting its `QPDIRTY` bit if `mark` (a run that found its bit clear) or not (a
-    /// run that found it set, or whose writes land after its bit): for the tests of a read
-    /// that meets a packet's writes half done. False when the key has no live slot.
+    /// slot), setting its `QPDIRTY` bit if `mark` (as every run does when it finds the bit
+    /// clear) or not: for the tests of which slots a read visits. False when the key has no
+    /// live slot.
     pub fn poke_slot(&self, key: &QpKey, mark: bool, f: impl FnOnce(&mut QpSlot)) -> bool {
         match self.find(key) {
             Some((i, _)) => {
@@ -351,12 +351,11 @@ impl QpTable {
 
     /// Every live (key, value), as [`Self::read`], updating `prev` in place when it is the
     /// vector the last call returned (given back after its snapshot was used): only the slots
-    /// whose `QPDIRTY` bit was set since that read (a packet of their key came), those whose
-    /// bit that read took (a packet's writes may have landed after it) and those evicted since
-    /// are visited, so a read costs the active keys, not the tracked ones. Any other `prev` (or
-    /// none) is cleared and every slot expanded. Entry order: slot order after a full
-    /// expansion; then a freed entry's place is taken by the last entry and new keys are
-    /// appended.
+    /// whose `QPDIRTY` bit was set since that read (a packet of their key came) and those
+    /// evicted since are visited, after a grace period (below), so a read costs the active
+    /// keys, not the tracked ones. Any other `prev` (or none) is cleared and every slot
+    /// expanded. Entry order: slot order after a full expansion; then a freed entry's place is
+    /// taken by the last entry and new keys are appended.
     ///
     /// Also says what changed ([`Changed`]): with the last vector given back, the positions of
     /// the entries expanded and the keys gone since it, so the collector can look at those
