@@ -162,6 +162,97 @@ fn sigkill_loses_at_most_the_current_interval() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// Intervals of many rows (66,000 QPs, above the writer's checkpoint threshold) are made
+/// durable by checkpoints of their row groups, not by the journal: at the kill the journal
+/// holds no rows, and recovery writes every logged interval from the part file and its
+/// checkpoint log, read back by pyarrow with every column of the table.
+#[test]
+fn sigkill_with_checkpointed_intervals_recovers_every_logged_one() {
+    const QPS: u64 = 66_000;
+    let out = fresh_dir("sigkill-ckpt");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["--synthetic-qps", &QPS.to_string(), "--interval", "1s"])
+        .args(["--plain", "--host", "first", "--out"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // count the logged intervals as they come; kill after the third
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = c.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if l.contains(" interval ") {
+                let _ = tx.send(());
+            }
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    let t = Instant::now();
+    let mut seen = 0;
+    while seen < 3 {
+        let left = Duration::from_secs(90).saturating_sub(t.elapsed());
+        if rx.recv_timeout(left).is_err() {
+            let _ = c.kill();
+            panic!("fewer than 3 intervals in 90 s: {}", reader.join().unwrap());
+        }
+        seen += 1;
+    }
+    let journals: Vec<_> = all_files(&out.join(".journal"));
+    c.kill().unwrap(); // SIGKILL
+    let _ = wait_bounded(&mut c, Duration::from_secs(5));
+    let err = reader.join().unwrap();
+    let intervals = err.lines().filter(|l| l.contains(" interval ")).count() as u64;
+    let journal: Vec<_> = journals
+        .iter()
+        .filter(|p| {
+            p.to_string_lossy().contains("/flows-") && p.extension().is_some_and(|e| e == "journal")
+        })
+        .collect();
+    assert_eq!(journal.len(), 1, "{journals:?}");
+    let size = std::fs::metadata(journal[0]).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size < 64 << 10,
+        "the journal holds no interval's rows: {size} bytes"
+    );
+    assert!(
+        journals
+            .iter()
+            .any(|p| p.extension().is_some_and(|e| e == "ckpt")),
+        "{journals:?}"
+    );
+    let r = observer::sinks::parquet_files::recover_journals(&out, "flows").unwrap();
+    assert_eq!(r.rows_lost, 0);
+    let t = pyarrow_read(&out, "flows", &["pkts"], false);
+    let rows = t["rows"].as_u64().unwrap();
+    // every logged interval, the one being read at the kill at most lost
+    assert!(
+        rows >= intervals * QPS && rows.is_multiple_of(QPS),
+        "{rows} rows recovered for {intervals} logged intervals"
+    );
+    assert_eq!(r.rows, rows);
+    assert_eq!(t["sums"]["pkts"].as_u64().unwrap(), 4 * rows, "{t}");
+    let columns = t["columns"].as_array().unwrap();
+    for f in observer::schema::flows().arrow_schema().fields() {
+        assert!(
+            columns.iter().any(|c| c == f.name().as_str()),
+            "{} missing",
+            f.name()
+        );
+    }
+    assert!(
+        all_files(&out.join(".journal"))
+            .iter()
+            .all(|p| !p.to_string_lossy().contains("/flows-"))
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn sigkill_leaves_only_readable_final_files() {
     let out = fresh_dir("sigkill");

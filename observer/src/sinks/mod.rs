@@ -6,6 +6,7 @@
 //! text form [`summary_text`].
 
 pub mod alertmanager;
+pub mod checkpoints;
 pub mod parquet_files;
 pub mod prometheus;
 pub mod row_builders;
@@ -115,10 +116,11 @@ impl TableSink {
         let schema = table.arrow_schema();
         // A crashed run's open windows first (SIGKILL, OOM kill, power loss).
         match parquet_files::recover_journals(out, table.name) {
-            Ok(r) if r.files > 0 => tracing::warn!(
+            Ok(r) if r.files > 0 || r.rows_lost > 0 => tracing::warn!(
                 table = table.name,
                 files = r.files,
                 rows = r.rows,
+                rows_lost = r.rows_lost,
                 "recovered the rows of a run that did not stop cleanly"
             ),
             Ok(_) => {}

@@ -6,7 +6,8 @@
 //! When the file is complete (rotation by data time, by size, on an hour change, or at the end)
 //! it is fsynced and renamed to `<table>/date=D/hour=H/<name>.parquet`. So every file under its
 //! final name is complete and readable, and a SIGKILL loses at most the interval being read
-//! (the crash [`Journal`] has the open window's rows). Bytes the disk does not take (disk full,
+//! (the open window's rows are in its checkpointed row groups, [`super::checkpoints`], and,
+//! after the last checkpoint, in its crash [`Journal`]). Bytes the disk does not take (disk full,
 //! unwritable directory) are kept in memory, in order, and written at the next attempt; a
 //! completed file that cannot be put in place is kept whole in memory and retried on the next
 //! interval (up to [`MAX_PENDING_BYTES`]; beyond that the oldest pending file is dropped and
@@ -23,6 +24,9 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::SchemaDescPtr;
+
+use super::checkpoints::{self, CheckpointError, CheckpointLog};
 
 /// Completed files waiting for a writable disk, bytes, per table.
 pub const MAX_PENDING_BYTES: usize = 256 << 20;
@@ -47,7 +51,16 @@ pub enum OutputError {
         #[source]
         err: arrow::error::ArrowError,
     },
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
 }
+
+/// An interval that leaves at least this many rows in the row group being encoded cuts it
+/// there and checkpoints the file ([`super::checkpoints`]) instead of journaling its rows: at
+/// many rows per interval every interval is a row group made durable by a few KiB of footer
+/// metadata, not a copy of its rows; at few rows per interval the journal holds at most about
+/// this many rows.
+pub const CHECKPOINT_ROWS: usize = 64 * 1024;
 
 /// UTC civil date (year, month, day) of a day count since 1970-01-01 (H. Hinnant's algorithm).
 pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -113,6 +126,8 @@ struct OpenFile {
     name: String,
     rows: u64,
     journal: Option<Journal>,
+    /// Checkpoints of the row groups cut so far (with a journal only).
+    ckpt: Option<CheckpointLog>,
 }
 
 struct Finished {
@@ -120,8 +135,9 @@ struct Finished {
     name: String,
     data: Vec<u8>,
     rows: u64,
-    /// Deleted once the file is in place.
-    journal: Option<PathBuf>,
+    /// The crash files that hold its rows (journal, checkpoint log, part file): deleted once
+    /// the file is in place.
+    crash_files: Vec<PathBuf>,
 }
 
 /// Bytes of an open window's Parquet file are written to disk in pieces of at least this size.
@@ -240,10 +256,11 @@ impl Spool {
     }
 
     /// Puts the complete file in place as `dir/name` (every byte written, fsync, rename, the
-    /// directory fsynced) and returns its size; or, when any step fails, removes the part file
-    /// and returns the whole file's bytes (read back from the part file, then those held), for
-    /// the caller to keep and retry. `Err(None)`: the bytes on disk could not be read back.
-    fn complete(mut self, dir: &Path, name: &str) -> Result<u64, Option<Vec<u8>>> {
+    /// directory fsynced) and returns its size; or, when any step fails, returns the whole
+    /// file's bytes (read back from the part file, then those held), for the caller to keep and
+    /// retry, and removes the part file unless `keep` (checkpoints need it until the file is
+    /// in place). `Err(None)`: the bytes on disk could not be read back.
+    fn complete(mut self, dir: &Path, name: &str, keep: bool) -> Result<u64, Option<Vec<u8>>> {
         let fin = dir.join(name);
         let placed = (|| -> std::io::Result<()> {
             if !self.retry() {
@@ -275,7 +292,9 @@ impl Spool {
                     }
                     None => Ok(()),
                 };
-                let _ = fs::remove_file(&self.path);
+                if !keep {
+                    let _ = fs::remove_file(&self.path);
+                }
                 if let Err(e) = read {
                     tracing::error!(part = %self.path.display(), error = %e, "cannot read back a part file");
                     return Err(None);
@@ -300,15 +319,44 @@ struct Journal {
     writer: arrow::ipc::writer::StreamWriter<File>,
 }
 
+/// Schema metadata of a journal: the rows of its window before its first row (those in the
+/// checkpoint it was started after; absent: 0).
+const JOURNAL_AFTER_ROWS: &str = "roce_observe.journal_after_rows";
+
 impl Journal {
-    fn create(path: PathBuf, schema: &SchemaRef) -> std::io::Result<Journal> {
+    /// A journal of the rows after the first `after_rows` of its window.
+    fn create(path: PathBuf, schema: &SchemaRef, after_rows: u64) -> std::io::Result<Journal> {
         if let Some(d) = path.parent() {
             fs::create_dir_all(d)?;
         }
         let f = File::create(&path)?;
+        let mut meta = schema.metadata().clone();
+        meta.insert(JOURNAL_AFTER_ROWS.to_string(), after_rows.to_string());
+        let schema = schema.as_ref().clone().with_metadata(meta);
         let writer =
-            arrow::ipc::writer::StreamWriter::try_new(f, schema).map_err(std::io::Error::other)?;
+            arrow::ipc::writer::StreamWriter::try_new(f, &schema).map_err(std::io::Error::other)?;
         Ok(Journal { path, writer })
+    }
+
+    /// Replaces the journal by an empty one after `after_rows` rows (the window's rows up to
+    /// its last checkpoint): written beside it, fsynced and renamed over it, so that a crash
+    /// leaves either journal whole. On an error the old journal stays.
+    fn restart(&mut self, schema: &SchemaRef, after_rows: u64) -> std::io::Result<()> {
+        let tmp = self.path.with_extension("journal.tmp");
+        let mut fresh = Journal::create(tmp.clone(), schema, after_rows)?;
+        let done = fresh
+            .writer
+            .flush()
+            .map_err(std::io::Error::other)
+            .and_then(|()| fresh.writer.get_ref().sync_data())
+            .and_then(|()| fs::rename(&tmp, &self.path));
+        if let Err(e) = done {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        fresh.path = self.path.clone();
+        *self = fresh;
+        Ok(())
     }
 
     /// Appends a batch and makes it durable.
@@ -330,10 +378,80 @@ fn journal_of(journals: &Path, name: &str) -> PathBuf {
     journals.join(format!("{name}.{}.journal", std::process::id()))
 }
 
-/// What a journal's name says: the final file's name, date and hour directories, and the pid
-/// of the process that wrote it.
-fn parse_journal_name(file: &str) -> Option<(String, String, String, u32)> {
-    let rest = file.strip_suffix(".journal")?;
+/// Cuts the row group being encoded, writes the part file's bytes and fsyncs them, records
+/// the checkpoint ([`super::checkpoints`]) and restarts the journal after it. A failed record
+/// ends the window's checkpoints (a torn record hides the ones after it); the journal then
+/// keeps every row after the last good one.
+fn checkpoint(o: &mut OpenFile, schema: &SchemaRef) -> Result<(), OutputError> {
+    o.writer.flush().map_err(|err| OutputError::Parquet {
+        table: o.name.clone(),
+        err,
+    })?;
+    let io = |path: &Path, err| OutputError::Io {
+        path: path.display().to_string(),
+        err,
+    };
+    // the Parquet writer buffers its last bytes: into the spool with them
+    if let Err(err) = o.writer.sync() {
+        return Err(io(&o.writer.inner().path, err));
+    }
+    let prefix_len = o.writer.bytes_written() as u64;
+    let spool = o.writer.inner_mut();
+    if !spool.retry() {
+        // the spool keeps the error for the caller's report
+        let err = std::io::Error::other("the part file did not take the row group");
+        return Err(io(&spool.path, err));
+    }
+    if spool.on_disk != prefix_len {
+        let err = std::io::Error::other(format!(
+            "{} bytes in the part file, the row groups end at {prefix_len}",
+            spool.on_disk
+        ));
+        return Err(io(&spool.path, err));
+    }
+    if let Some(f) = &spool.file {
+        f.sync_data().map_err(|err| io(&spool.path, err))?;
+    }
+    let Some(ck) = o.ckpt.as_mut() else {
+        return Ok(());
+    };
+    if let Err(e) = ck.record(prefix_len, o.writer.flushed_row_groups()) {
+        o.ckpt = None;
+        return Err(e.into());
+    }
+    let rows = ck.rows();
+    if let Some(j) = o.journal.as_mut() {
+        j.restart(schema, rows).map_err(|err| io(&j.path, err))?;
+    }
+    Ok(())
+}
+
+/// The checkpoint log ([`super::checkpoints`]) of the window that becomes `name`, written by
+/// this process.
+fn ckpt_of(journals: &Path, name: &str) -> PathBuf {
+    journals.join(format!("{name}.{}.ckpt", std::process::id()))
+}
+
+/// The crash files of an open window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CrashKind {
+    Journal,
+    Checkpoints,
+    Part,
+    JournalTmp,
+}
+
+/// What the name of a crash file under `.journal/` says: the final file's name, date and hour
+/// directories, the pid of the process that wrote it, and which crash file it is.
+fn parse_crash_file_name(file: &str) -> Option<(String, String, String, u32, CrashKind)> {
+    let (rest, kind) = [
+        (".journal.tmp", CrashKind::JournalTmp),
+        (".journal", CrashKind::Journal),
+        (".ckpt", CrashKind::Checkpoints),
+        (".part", CrashKind::Part),
+    ]
+    .into_iter()
+    .find_map(|(suffix, k)| Some((file.strip_suffix(suffix)?, k)))?;
     let (name, pid) = rest.rsplit_once('.')?;
     let pid: u32 = pid.parse().ok()?;
     let stem = name.strip_suffix(".parquet")?;
@@ -350,21 +468,48 @@ fn parse_journal_name(file: &str) -> Option<(String, String, String, u32)> {
     }
     let date = format!("{}-{}-{}", &stamp[..4], &stamp[4..6], &stamp[6..8]);
     let hour = stamp[9..11].to_string();
-    Some((name.to_string(), date, hour, pid))
+    Some((name.to_string(), date, hour, pid, kind))
 }
 
-/// Rows recovered from the journals of crashed runs.
+/// Rows recovered from the crash files of crashed runs.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Recovered {
     pub files: u64,
     pub rows: u64,
+    /// Rows known to be lost: checkpointed rows whose part file is shorter than its
+    /// checkpoint, or rows between a checkpoint and a journal started after a later one.
+    pub rows_lost: u64,
 }
 
-/// Writes the journals a crashed run of `table` left under `root` into the Parquet files they
-/// would have become, then removes them, and the crashed run's part files (the same windows'
-/// Parquet bytes, without a footer). A journal of a process still running is left alone;
-/// one whose file was already completed is only removed; a journal cut short by the crash
-/// gives the batches written before the cut. Errors name the journal.
+/// The crash files of one window of a crashed run (`.journal`, `.ckpt`, `.part` under
+/// `.journal/`), by the window's final name and the pid that wrote them.
+#[derive(Default)]
+struct CrashFiles {
+    date: String,
+    hour: String,
+    journal: Option<PathBuf>,
+    ckpt: Option<PathBuf>,
+    part: Option<PathBuf>,
+    /// A journal being restarted when the run died (never the one that counts).
+    tmp: Option<PathBuf>,
+}
+
+impl CrashFiles {
+    fn all(&self) -> impl Iterator<Item = &PathBuf> {
+        [&self.journal, &self.ckpt, &self.part, &self.tmp]
+            .into_iter()
+            .flatten()
+    }
+}
+
+/// Writes the windows a crashed run of `table` left under `root` into the Parquet files they
+/// would have become, then removes their crash files. A window's rows are those of its
+/// checkpointed row groups (the part file's bytes up to the last good checkpoint, closed with
+/// their footer, [`super::checkpoints`]) followed by its journal's rows after that checkpoint,
+/// so no row is counted twice whichever step the crash interrupted. A window of a process still
+/// running is left alone; one whose file was already completed is only removed; a journal or
+/// checkpoint log cut short by the crash gives what was written before the cut. Errors name the
+/// file.
 pub fn recover_journals(root: &Path, table: &str) -> Result<Recovered, OutputError> {
     let mut out = Recovered::default();
     let dir = journal_dir(root);
@@ -372,66 +517,145 @@ pub fn recover_journals(root: &Path, table: &str) -> Result<Recovered, OutputErr
         return Ok(out);
     };
     let own = std::process::id();
+    let mut windows: std::collections::BTreeMap<(String, u32), CrashFiles> = Default::default();
     for e in entries.flatten() {
         let file = e.file_name().to_string_lossy().into_owned();
-        if let Some(part) = file.strip_suffix(".part") {
-            // a crashed window's Parquet bytes, without a footer: its journal has the rows
-            let pid = part
-                .rsplit_once('.')
-                .and_then(|(_, p)| p.parse::<u32>().ok());
-            if let Some(pid) = pid
-                && part.starts_with(&format!("{table}-"))
-                && (pid == own || !Path::new(&format!("/proc/{pid}")).exists())
-            {
-                let path = e.path();
-                fs::remove_file(&path).map_err(|err| OutputError::Io {
-                    path: path.display().to_string(),
-                    err,
-                })?;
-            }
-            continue;
-        }
-        let Some((name, date, hour, pid)) = parse_journal_name(&file) else {
+        let Some((name, date, hour, pid, kind)) = parse_crash_file_name(&file) else {
             continue;
         };
-        if !name.starts_with(&format!("{table}-")) {
-            continue;
+        if !name.starts_with(&format!("{table}-"))
+            || (pid != own && Path::new(&format!("/proc/{pid}")).exists())
+        {
+            continue; // another table's, or another observer's open window
         }
-        if pid != own && Path::new(&format!("/proc/{pid}")).exists() {
-            continue; // another observer's open window
-        }
+        let w = windows.entry((name, pid)).or_default();
+        (w.date, w.hour) = (date, hour);
+        let slot = match kind {
+            CrashKind::Journal => &mut w.journal,
+            CrashKind::Checkpoints => &mut w.ckpt,
+            CrashKind::Part => &mut w.part,
+            CrashKind::JournalTmp => &mut w.tmp,
+        };
+        *slot = Some(e.path());
+    }
+    for ((name, _pid), w) in windows {
         let target_dir = root
             .join(table)
-            .join(format!("date={date}"))
-            .join(format!("hour={hour}"));
-        let journal = e.path();
-        if !target_dir.join(&name).exists() {
-            out.rows += write_recovered(&journal, &target_dir, &name)?;
-            out.files += 1;
+            .join(format!("date={}", w.date))
+            .join(format!("hour={}", w.hour));
+        if (w.journal.is_some() || w.ckpt.is_some()) && !target_dir.join(&name).exists() {
+            let (batches, lost) = recover_window(&w)?;
+            out.rows_lost += lost;
+            let rows = write_recovered(batches, &target_dir, &name)?;
+            if rows > 0 {
+                out.rows += rows;
+                out.files += 1;
+            }
         }
-        fs::remove_file(&journal).map_err(|err| OutputError::Io {
-            path: journal.display().to_string(),
-            err,
-        })?;
+        for f in w.all() {
+            fs::remove_file(f).map_err(|err| OutputError::Io {
+                path: f.display().to_string(),
+                err,
+            })?;
+        }
     }
     Ok(out)
 }
 
-/// The batches of one journal into `dir/name` (tmp, fsync, rename). Returns the rows.
-fn write_recovered(journal: &Path, dir: &Path, name: &str) -> Result<u64, OutputError> {
-    let io = |path: &Path| {
-        let path = path.display().to_string();
-        move |err| OutputError::Io { path, err }
-    };
-    let f = File::open(journal).map_err(io(journal))?;
+/// The rows of one crashed window, in the order they were written, and the rows known lost.
+fn recover_window(w: &CrashFiles) -> Result<(Vec<RecordBatch>, u64), OutputError> {
+    let mut batches = Vec::new();
+    let mut lost = 0;
+    // rows before the journal's first: those of the last good checkpoint
+    let mut before = 0u64;
+    if let Some(log) = &w.ckpt
+        && let Some(c) = checkpoints::read_log(log)?
+    {
+        if let Some((off, why)) = &c.torn {
+            tracing::warn!(log = %log.display(), offset = off, reason = %why, "checkpoint log cut short by the crash: read up to there");
+        }
+        let read = match &w.part {
+            Some(part) => checkpoints::read_rows(part, &c, log),
+            None => Err(CheckpointError::Io {
+                path: format!("the part file of {}", log.display()),
+                err: std::io::ErrorKind::NotFound.into(),
+            }),
+        };
+        match read {
+            Ok(b) => batches = b,
+            Err(e) => {
+                // every row up to the checkpoint was in the part file only
+                tracing::error!(error = %e, rows = c.rows, "checkpointed rows lost");
+                lost += c.rows;
+            }
+        }
+        before = c.rows;
+    }
+    if let Some(j) = &w.journal {
+        let (after, rows) = read_journal(j)?;
+        if after > before {
+            tracing::error!(journal = %j.display(), journal_after = after, checkpointed = before, "rows between the last good checkpoint and the journal lost");
+            lost += after - before;
+        }
+        // a journal started before the last checkpoint (the crash came between the two):
+        // its first rows are already in the checkpointed row groups
+        let mut skip = before.saturating_sub(after) as usize;
+        for b in rows {
+            if skip >= b.num_rows() {
+                skip -= b.num_rows();
+                continue;
+            }
+            batches.push(b.slice(skip, b.num_rows() - skip));
+            skip = 0;
+        }
+    }
+    Ok((batches, lost))
+}
+
+/// A journal's first-row offset in its window and its batches, without the journal's schema
+/// metadata. A crash while appending leaves a cut last message: the batches before it are
+/// whole. A journal cut before its schema (a crash right after it was created) has no rows.
+fn read_journal(journal: &Path) -> Result<(u64, Vec<RecordBatch>), OutputError> {
+    let f = File::open(journal).map_err(|err| OutputError::Io {
+        path: journal.display().to_string(),
+        err,
+    })?;
+    if f.metadata().map(|m| m.len() == 0).unwrap_or(false) {
+        return Ok((0, Vec::new()));
+    }
     let reader = arrow::ipc::reader::StreamReader::try_new(std::io::BufReader::new(f), None)
         .map_err(|err| OutputError::Arrow {
             table: format!("journal {}", journal.display()),
             err,
         })?;
     let schema = reader.schema();
-    // A crash while appending leaves a cut last message: the batches before it are whole.
-    let batches: Vec<RecordBatch> = reader.map_while(Result::ok).collect();
+    let after = schema
+        .metadata()
+        .get(JOURNAL_AFTER_ROWS)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut meta = schema.metadata().clone();
+    meta.remove(JOURNAL_AFTER_ROWS);
+    let plain = Arc::new(schema.as_ref().clone().with_metadata(meta));
+    let mut out = Vec::new();
+    for b in reader.map_while(Result::ok) {
+        let b = RecordBatch::try_new(Arc::clone(&plain), b.columns().to_vec()).map_err(|err| {
+            OutputError::Arrow {
+                table: format!("journal {}", journal.display()),
+                err,
+            }
+        })?;
+        out.push(b);
+    }
+    Ok((after, out))
+}
+
+/// `batches` into `dir/name` (tmp, fsync, rename). Returns the rows.
+fn write_recovered(batches: Vec<RecordBatch>, dir: &Path, name: &str) -> Result<u64, OutputError> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |err| OutputError::Io { path, err }
+    };
     let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
     if rows == 0 {
         return Ok(0);
@@ -442,7 +666,7 @@ fn write_recovered(journal: &Path, dir: &Path, name: &str) -> Result<u64, Output
     };
     let mut w = ArrowWriter::try_new(
         Vec::new(),
-        schema,
+        batches[0].schema(),
         Some(
             WriterProperties::builder()
                 .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
@@ -501,6 +725,9 @@ pub struct TableWriter {
     table: &'static str,
     host: String,
     schema: SchemaRef,
+    /// The Parquet schema the writer derives (for checkpoints; `None`: not derived, the
+    /// journal alone keeps an open window's rows).
+    parquet_schema: Option<SchemaDescPtr>,
     props: WriterProperties,
     rotate_ns: u64,
     rotate_bytes: u64,
@@ -524,11 +751,17 @@ impl TableWriter {
         rotate_bytes: u64,
     ) -> TableWriter {
         let props = writer_props(&schema, None);
+        let parquet_schema = ArrowSchemaConverter::new()
+            .convert(&schema)
+            .inspect_err(|e| tracing::warn!(table, error = %e, "Parquet schema not derived: no checkpoints, every row journaled"))
+            .ok()
+            .map(Arc::new);
         TableWriter {
             root: root.to_path_buf(),
             table,
             host: host.to_string(),
             schema,
+            parquet_schema,
             props,
             rotate_ns: rotate_secs.max(1).saturating_mul(1_000_000_000),
             rotate_bytes: rotate_bytes.max(4096),
@@ -581,6 +814,18 @@ impl TableWriter {
                 table: self.table.into(),
                 err,
             })?;
+            // Many rows in the row group being encoded: cut it and checkpoint the file, which
+            // makes the batch durable; otherwise (or when that fails) the journal does.
+            let durable = o.writer.in_progress_rows() >= CHECKPOINT_ROWS
+                && o.journal.is_some()
+                && o.ckpt.is_some()
+                && match checkpoint(o, &self.schema) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(table = self.table, file = %o.name, error = %e, "checkpoint failed: the journal keeps the rows");
+                        false
+                    }
+                };
             // bytes the disk refused before: the next attempt
             let spool = o.writer.inner_mut();
             spool.retry();
@@ -591,7 +836,8 @@ impl TableWriter {
                     err,
                 });
             }
-            if let Some(j) = &mut o.journal
+            if !durable
+                && let Some(j) = &mut o.journal
                 && let Err(e) = j.append(batch)
             {
                 // The rows are still written at rotation; only crash safety is lost.
@@ -645,6 +891,7 @@ impl TableWriter {
             let taken = dir.join(&n).exists()
                 || journal_of(&journals, &n).exists()
                 || part_of(&journals, &n).exists()
+                || ckpt_of(&journals, &n).exists()
                 || self.pending.iter().any(|p| p.dir == dir && p.name == n);
             if !taken {
                 break n;
@@ -658,13 +905,22 @@ impl TableWriter {
         .map_err(|err| self.perr(err))?;
         let journal = if self.journaling {
             let path = journal_of(&journals, &name);
-            Journal::create(path.clone(), &self.schema)
+            Journal::create(path.clone(), &self.schema, 0)
                 .inspect_err(|e| {
                     tracing::error!(table = self.table, journal = %path.display(), error = %e, "cannot create the journal: a crash would lose this window");
                 })
                 .ok()
         } else {
             None
+        };
+        let ckpt = match (&journal, &self.parquet_schema) {
+            (Some(_), Some(descr)) => Some(CheckpointLog::new(
+                ckpt_of(&journals, &name),
+                &self.schema,
+                Arc::clone(descr),
+                self.props.created_by().to_string().into(),
+            )),
+            _ => None,
         };
         Ok(OpenFile {
             writer,
@@ -675,6 +931,7 @@ impl TableWriter {
             name,
             rows: 0,
             journal,
+            ckpt,
         })
     }
 
@@ -682,16 +939,22 @@ impl TableWriter {
         let Some(o) = self.open.take() else {
             return Ok(());
         };
-        let journal = o.journal.map(|j| j.path);
+        // the files a crash would recover the rows from until the file is in place
+        let checkpointed = o.ckpt.as_ref().is_some_and(|c| c.rows() > 0);
+        let mut crash_files: Vec<PathBuf> = o.journal.map(|j| j.path).into_iter().collect();
+        crash_files.extend(o.ckpt.map(|c| c.path().to_path_buf()));
         let spool = o.writer.into_inner().map_err(|err| self.perr(err))?;
-        let data = match spool.complete(&o.dir, &o.name) {
+        if checkpointed {
+            crash_files.push(spool.path.clone());
+        }
+        let data = match spool.complete(&o.dir, &o.name, checkpointed) {
             Ok(bytes) => {
-                self.placed(o.dir.join(&o.name), o.rows, bytes, journal.as_deref());
+                self.placed(o.dir.join(&o.name), o.rows, bytes, &crash_files);
                 return Ok(());
             }
             Err(Some(data)) => data,
             Err(None) => {
-                // the journal keeps the rows: the next start writes them
+                // the journal (and the checkpoints) keep the rows: the next start writes them
                 self.stats.rows_lost += o.rows;
                 tracing::error!(table = self.table, file = %o.name, rows = o.rows, "a completed file was lost (its rows stay in the journal for the next start)");
                 return Ok(());
@@ -702,7 +965,7 @@ impl TableWriter {
             name: o.name,
             data,
             rows: o.rows,
-            journal,
+            crash_files,
         });
         let mut total: usize = self.pending.iter().map(|p| p.data.len()).sum();
         while total > MAX_PENDING_BYTES && self.pending.len() > 1 {
@@ -739,17 +1002,20 @@ impl TableWriter {
                 });
             }
             let f = self.pending.pop_front().expect("front exists");
-            self.placed(fin, f.rows, f.data.len() as u64, f.journal.as_deref());
+            self.placed(fin, f.rows, f.data.len() as u64, &f.crash_files);
         }
         Ok(())
     }
 
-    /// A file is in place under its final name `fin`: its journal goes, the stats count it.
-    fn placed(&mut self, fin: PathBuf, rows: u64, bytes: u64, journal: Option<&Path>) {
-        if let Some(j) = journal
-            && let Err(e) = fs::remove_file(j)
-        {
-            tracing::warn!(journal = %j.display(), error = %e, "could not remove a journal whose file is written");
+    /// A file is in place under its final name `fin`: its crash files (journal, checkpoint
+    /// log, a kept part file) go, the stats count it.
+    fn placed(&mut self, fin: PathBuf, rows: u64, bytes: u64, crash_files: &[PathBuf]) {
+        for j in crash_files {
+            if let Err(e) = fs::remove_file(j)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(file = %j.display(), error = %e, "could not remove a crash file whose window's file is written");
+            }
         }
         self.stats.files += 1;
         self.stats.rows += rows;
@@ -1015,6 +1281,204 @@ mod tests {
         assert!(!dead.exists());
         assert!(alive.exists(), "pid 1 runs");
         assert!(other.exists(), "another table's");
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// `n` rows of a noise column, a constant one and a string one: the constant column's
+    /// chunk is small, so a row group's last bytes stay in the Parquet writer's buffer unless
+    /// a checkpoint writes them out.
+    fn wide(n: i64, from: i64) -> RecordBatch {
+        let x = noise(n, from).column(0).clone();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("x", DataType::Int64, false),
+            Field::new("y", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let y = Arc::new(Int64Array::from(vec![7; n as usize]));
+        let s = Arc::new(arrow::array::StringArray::from(vec![Some("h"); n as usize]));
+        RecordBatch::try_new(schema, vec![x, y, s]).unwrap()
+    }
+
+    /// A writer of [`wide`] rows under `root`.
+    fn ckpt_writer(root: &Path) -> TableWriter {
+        TableWriter::new(root, "flows", "h", wide(1, 0).schema(), 3600, 1 << 30)
+    }
+
+    fn concat(b: &[RecordBatch]) -> RecordBatch {
+        arrow::compute::concat_batches(&b[0].schema(), b).unwrap()
+    }
+
+    /// The one Parquet file under `root` (the crash files all gone) and its rows.
+    fn only_file(root: &Path) -> RecordBatch {
+        let all = files(root);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(
+            all[0].extension().is_some_and(|e| e == "parquet"),
+            "{all:?}"
+        );
+        concat(&read_back(&all[0]))
+    }
+
+    const T0: u64 = 1_795_238_400_000_000_000;
+
+    /// Intervals of many rows cut a row group and checkpoint it instead of journaling their
+    /// rows: the journal holds the rows after the last checkpoint only. After a crash, the
+    /// checkpointed row groups and the journal's rows make the window's file, each row once.
+    #[test]
+    fn large_intervals_are_checkpointed_not_journaled_and_recovered_after_a_crash() {
+        let root = tmpdir("ckpt");
+        let mut w = ckpt_writer(&root);
+        let sizes = [1000, 70_000, 500, 80_000, 2000];
+        let mut sent = Vec::new();
+        let mut from = 0;
+        for (i, n) in sizes.into_iter().enumerate() {
+            let b = wide(n, from);
+            from += n;
+            w.write(&b, T0 + i as u64 * 1_000_000_000).unwrap();
+            sent.push(b);
+        }
+        let o = w.open.as_ref().unwrap();
+        assert_eq!(
+            o.writer.flushed_row_groups().len(),
+            2,
+            "one row group per checkpoint"
+        );
+        assert_eq!(o.ckpt.as_ref().unwrap().rows(), 151_500);
+        let journal = fs::metadata(&o.journal.as_ref().unwrap().path)
+            .unwrap()
+            .len();
+        assert!(
+            journal < 2000 * 20 + 4096,
+            "the journal holds the last interval's 2000 rows only: {journal} bytes"
+        );
+        drop(w); // a crash: nothing closed
+        let r = recover_journals(&root, "flows").unwrap();
+        assert_eq!(
+            r,
+            Recovered {
+                files: 1,
+                rows: 153_500,
+                rows_lost: 0
+            }
+        );
+        assert_eq!(only_file(&root), concat(&sent));
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// The crash came after a checkpoint was recorded and before the journal restarted: the
+    /// old journal's rows that the checkpoint holds are skipped, none is written twice.
+    #[test]
+    fn a_crash_between_checkpoint_and_journal_restart_counts_no_row_twice() {
+        let root = tmpdir("ckpt-restart");
+        let mut w = ckpt_writer(&root);
+        let a = wide(1000, 0);
+        w.write(&a, T0).unwrap();
+        let jpath = w
+            .open
+            .as_ref()
+            .unwrap()
+            .journal
+            .as_ref()
+            .unwrap()
+            .path
+            .clone();
+        let old = fs::read(&jpath).unwrap();
+        let b = wide(70_000, 1000);
+        w.write(&b, T0 + 1_000_000_000).unwrap();
+        assert_eq!(
+            w.open.as_ref().unwrap().ckpt.as_ref().unwrap().rows(),
+            71_000
+        );
+        drop(w);
+        fs::write(&jpath, &old).unwrap(); // the journal before its restart
+        let r = recover_journals(&root, "flows").unwrap();
+        assert_eq!((r.rows, r.rows_lost), (71_000, 0));
+        assert_eq!(only_file(&root), concat(&[a, b]));
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// The crash cut the last checkpoint record (short, or its bytes not as written): the
+    /// records before it and the journal, which had not restarted after it, give every row up
+    /// to the interval being written.
+    #[test]
+    fn a_torn_checkpoint_record_gives_the_one_before_and_the_journal() {
+        for how in ["short", "crc"] {
+            let root = tmpdir(&format!("ckpt-torn-{how}"));
+            let mut w = ckpt_writer(&root);
+            let sent = [wide(1000, 0), wide(70_000, 1000), wide(500, 71_000)];
+            for (i, b) in sent.iter().enumerate() {
+                w.write(b, T0 + i as u64 * 1_000_000_000).unwrap();
+            }
+            let o = w.open.as_ref().unwrap();
+            let jpath = o.journal.as_ref().unwrap().path.clone();
+            let cpath = o.ckpt.as_ref().unwrap().path().to_path_buf();
+            let old_journal = fs::read(&jpath).unwrap();
+            let good = fs::metadata(&cpath).unwrap().len();
+            w.write(&wide(70_000, 71_500), T0 + 3_000_000_000).unwrap();
+            drop(w);
+            let mut log = fs::read(&cpath).unwrap();
+            assert!(log.len() as u64 > good + 100, "a second record");
+            match how {
+                "short" => log.truncate(good as usize + 30),
+                _ => log[good as usize + 40] ^= 0x55,
+            }
+            fs::write(&cpath, &log).unwrap();
+            fs::write(&jpath, &old_journal).unwrap();
+            let r = recover_journals(&root, "flows").unwrap();
+            assert_eq!((r.rows, r.rows_lost), (71_500, 0), "{how}");
+            assert_eq!(only_file(&root), concat(&sent), "{how}");
+            let _ = fs::remove_dir_all(&root);
+        }
+    }
+
+    /// A part file shorter than its checkpoint (the disk lost what it had synced): the
+    /// checkpointed rows are counted lost, named in the log, and the journal's rows after the
+    /// checkpoint are still written.
+    #[test]
+    fn a_part_file_shorter_than_its_checkpoint_counts_the_rows_lost() {
+        let root = tmpdir("ckpt-short-part");
+        let mut w = ckpt_writer(&root);
+        w.write(&wide(70_000, 0), T0).unwrap();
+        let c = wide(500, 70_000);
+        w.write(&c, T0 + 1_000_000_000).unwrap();
+        let part = w.open.as_ref().unwrap().writer.inner().path.clone();
+        drop(w);
+        let f = OpenOptions::new().write(true).open(&part).unwrap();
+        f.set_len(100).unwrap();
+        drop(f);
+        let r = recover_journals(&root, "flows").unwrap();
+        assert_eq!(
+            r,
+            Recovered {
+                files: 1,
+                rows: 500,
+                rows_lost: 70_000
+            }
+        );
+        assert_eq!(only_file(&root), c);
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// The checkpoint log's error for a part file shorter than it names both files and the
+    /// record's offset.
+    #[test]
+    fn a_short_part_file_error_names_the_files_and_offset() {
+        let root = tmpdir("ckpt-short-msg");
+        let mut w = ckpt_writer(&root);
+        w.write(&wide(70_000, 0), T0).unwrap();
+        let o = w.open.as_ref().unwrap();
+        let part = o.writer.inner().path.clone();
+        let log = o.ckpt.as_ref().unwrap().path().to_path_buf();
+        drop(w);
+        fs::write(&part, b"PAR1").unwrap();
+        let c = checkpoints::read_log(&log).unwrap().unwrap();
+        let e = checkpoints::read_rows(&part, &c, &log)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains(&part.display().to_string()), "{e}");
+        assert!(e.contains(&log.display().to_string()), "{e}");
+        assert!(e.contains("offset 0"), "{e}");
         let _ = fs::remove_dir_all(&root);
     }
 
