@@ -55,14 +55,21 @@ pub enum OutputError {
     Checkpoint(#[from] CheckpointError),
 }
 
-/// An interval that leaves at least this many rows in the row group being encoded cuts it
-/// there and checkpoints the file ([`super::checkpoints`]) instead of journaling its rows: at
-/// 100,000 rows per interval or more every interval is a row group made durable by a few KiB of
-/// footer metadata, not a copy of its rows; at fewer the journal holds at most about this many
-/// rows. Close to the writer's own row groups (128k rows): smaller ones would cost readers and
-/// the open file's metadata (about 70 KB of memory per row group until the file closes), and
-/// a replay of 20,000 keys 5 MB more peak memory at 64k.
+/// An interval of at least this many rows, or one that leaves at least this many in the row
+/// group being encoded, cuts the row group there and checkpoints the file
+/// ([`super::checkpoints`]) instead of journaling its rows: at 100,000 rows per interval or more
+/// every interval is a row group made durable by a few KiB of footer metadata, not a copy of
+/// its rows; at fewer the journal holds fewer than this many rows plus an interval's. Smaller
+/// row groups would cost readers and the open file's metadata (about 70 KB of memory per row
+/// group until the file closes), and a replay of 20,000 keys 5 MB more peak memory at 64k.
 pub const CHECKPOINT_ROWS: usize = 100_000;
+
+/// The writer's own row groups end at this many rows (an interval of more rows is cut here
+/// too). Twice [`CHECKPOINT_ROWS`]: rows of intervals smaller than the threshold reach it
+/// before the writer cuts a row group of its own, so every such window checkpoints (with the
+/// writer cutting at a smaller size, 65,536 rows per interval would never leave 100,000 in
+/// progress).
+pub const MAX_ROW_GROUP_ROWS: usize = 2 * CHECKPOINT_ROWS;
 
 /// UTC civil date (year, month, day) of a day count since 1970-01-01 (H. Hinnant's algorithm).
 pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -694,12 +701,12 @@ fn write_recovered(batches: Vec<RecordBatch>, dir: &Path, name: &str) -> Result<
 /// Encoding of a column without a dictionary, by path and physical type (`None`: dictionary).
 type EncodingOf<'a> = &'a dyn Fn(&str, PhysicalType) -> Option<Encoding>;
 
-/// zstd level 1, row groups of up to 128k rows, dictionary encoding (parquet's default) except
+/// zstd level 1, row groups of up to [`MAX_ROW_GROUP_ROWS`], dictionary encoding (parquet's default) except
 /// where `encodings` ([`TableWriter::with_encodings`]) says otherwise.
 fn writer_props(schema: &SchemaRef, encodings: Option<EncodingOf>) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
-        .set_max_row_group_row_count(Some(128 * 1024))
+        .set_max_row_group_row_count(Some(MAX_ROW_GROUP_ROWS))
         .set_created_by(format!("roce-observe {}", env!("CARGO_PKG_VERSION")));
     if let Some(encoding) = encodings {
         // the Parquet columns ArrowWriter derives from the schema (leaves, with list paths)
@@ -818,7 +825,8 @@ impl TableWriter {
             })?;
             // Many rows in the row group being encoded: cut it and checkpoint the file, which
             // makes the batch durable; otherwise (or when that fails) the journal does.
-            let durable = o.writer.in_progress_rows() >= CHECKPOINT_ROWS
+            let durable = (o.writer.in_progress_rows() >= CHECKPOINT_ROWS
+                || batch.num_rows() >= CHECKPOINT_ROWS)
                 && o.journal.is_some()
                 && o.ckpt.is_some()
                 && match checkpoint(o, &self.schema) {
@@ -1178,7 +1186,7 @@ mod tests {
     #[test]
     fn an_open_window_goes_to_disk_as_its_row_groups_complete() {
         let root = tmpdir("spool");
-        let rg = 128 * 1024; // the writer's row group
+        let rg = MAX_ROW_GROUP_ROWS as i64; // the writer's row group
         let mut w = TableWriter::new(&root, "flows", "h", noise(1, 0).schema(), 3600, 1 << 30);
         let t = 1_795_238_400_000_000_000u64;
         let mut sent = Vec::new();
@@ -1220,7 +1228,7 @@ mod tests {
     /// place from memory. Every row arrives.
     #[test]
     fn refused_part_file_bytes_are_kept_and_written_later() {
-        let rg = 128 * 1024;
+        let rg = MAX_ROW_GROUP_ROWS as i64;
         let t = 1_795_238_400_000_000_000u64;
         for recovers in [true, false] {
             let root = tmpdir(&format!("spool-refused-{recovers}"));
@@ -1365,6 +1373,43 @@ mod tests {
         );
         assert_eq!(only_file(&root), concat(&sent));
         let _ = fs::remove_dir_all(&root);
+    }
+
+    /// Whatever the rows per interval, the journal never holds more than the threshold plus an
+    /// interval's: 65,536 per interval checkpoints every second interval (with the writer
+    /// cutting its own row groups at 131,072 rows it never would), 30,000 every fourth, an
+    /// interval of more than the writer's row group is cut by the writer and checkpointed
+    /// whole. Recovery gives every row once.
+    #[test]
+    fn every_interval_size_reaches_a_checkpoint() {
+        for (size, intervals) in [(65_536i64, 4i64), (30_000, 4), (250_000, 2)] {
+            let root = tmpdir(&format!("ckpt-sizes-{size}"));
+            let mut w = ckpt_writer(&root);
+            let mut sent = Vec::new();
+            for i in 0..intervals {
+                let b = wide(size, i * size);
+                w.write(&b, T0 + i as u64 * 1_000_000_000).unwrap();
+                sent.push(b);
+                let o = w.open.as_ref().unwrap();
+                let journaled = (i + 1) as u64 * size as u64 - o.ckpt.as_ref().unwrap().rows();
+                assert!(
+                    journaled < (CHECKPOINT_ROWS as u64).max(size as u64),
+                    "{size} x {}: {journaled} rows after the last checkpoint",
+                    i + 1
+                );
+            }
+            let o = w.open.as_ref().unwrap();
+            assert!(o.ckpt.as_ref().unwrap().rows() > 0, "{size}: checkpointed");
+            drop(w);
+            let r = recover_journals(&root, "flows").unwrap();
+            assert_eq!(
+                (r.rows, r.rows_lost),
+                ((size * intervals) as u64, 0),
+                "{size}"
+            );
+            assert_eq!(only_file(&root), concat(&sent), "{size}");
+            let _ = fs::remove_dir_all(&root);
+        }
     }
 
     /// The crash came after a checkpoint was recorded and before the journal restarted: the
