@@ -631,7 +631,7 @@ fn flows_table() -> Table {
     }
     Table::new(
         "flows",
-        "One row per QP key with packets in the interval (keys with no new packet are not written, except a key's last row when it is evicted). Counts are interval deltas.",
+        "One row per QP key with packets in the interval (keys with no new packet are not written, except a key's last row when it is evicted). Counts are interval deltas. A row group holds whole intervals; min/max statistics are written for `host`, `iface`, `interval_start` and `interval_end` only (the columns whose statistics skip row groups; a per-key column's range over a row group of many keys would skip nothing).",
         c,
     )
 }

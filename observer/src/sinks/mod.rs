@@ -131,7 +131,7 @@ impl TableSink {
         let mut writer =
             TableWriter::new(out, table.name, host, schema.clone(), rotate_s, rotate_b);
         if kind == TableKind::Flows {
-            writer = writer.with_encodings(row_builders::flows_encoding);
+            writer = writer.with_columns(row_builders::flows_columns);
         }
         if !journal {
             writer = writer.without_journal();

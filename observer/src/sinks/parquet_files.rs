@@ -23,7 +23,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::SchemaDescPtr;
 
 use super::checkpoints::{self, CheckpointError, CheckpointLog};
@@ -698,25 +698,43 @@ fn write_recovered(batches: Vec<RecordBatch>, dir: &Path, name: &str) -> Result<
     Ok(rows)
 }
 
-/// Encoding of a column without a dictionary, by path and physical type (`None`: dictionary).
-type EncodingOf<'a> = &'a dyn Fn(&str, PhysicalType) -> Option<Encoding>;
+/// How [`TableWriter::with_columns`] writes one Parquet column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnProps {
+    /// Encoding of a column written without a dictionary; `None`: dictionary encoding
+    /// (parquet's default).
+    pub encoding: Option<Encoding>,
+    /// Min/max statistics (in the row group's metadata and the page index); `false`: none.
+    pub statistics: bool,
+}
 
-/// zstd level 1, row groups of up to [`MAX_ROW_GROUP_ROWS`], dictionary encoding (parquet's default) except
-/// where `encodings` ([`TableWriter::with_encodings`]) says otherwise.
-fn writer_props(schema: &SchemaRef, encodings: Option<EncodingOf>) -> WriterProperties {
+/// The [`ColumnProps`] of a column, by path and physical type.
+type ColumnsOf<'a> = &'a dyn Fn(&str, PhysicalType) -> ColumnProps;
+
+/// zstd level 1, row groups of up to [`MAX_ROW_GROUP_ROWS`]; dictionary encoding and page
+/// statistics (parquet's defaults) except where `columns` ([`TableWriter::with_columns`]) says
+/// otherwise.
+fn writer_props(schema: &SchemaRef, columns: Option<ColumnsOf>) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
         .set_max_row_group_row_count(Some(MAX_ROW_GROUP_ROWS))
         .set_created_by(format!("roce-observe {}", env!("CARGO_PKG_VERSION")));
-    if let Some(encoding) = encodings {
+    if let Some(props) = columns {
         // the Parquet columns ArrowWriter derives from the schema (leaves, with list paths)
         match ArrowSchemaConverter::new().convert(schema) {
             Ok(desc) => {
                 for c in desc.columns() {
-                    if let Some(e) = encoding(&c.path().string(), c.physical_type()) {
+                    let p = props(&c.path().string(), c.physical_type());
+                    if let Some(e) = p.encoding {
                         b = b
                             .set_column_dictionary_enabled(c.path().clone(), false)
                             .set_column_encoding(c.path().clone(), e);
+                    }
+                    if !p.statistics {
+                        b = b.set_column_statistics_enabled(
+                            c.path().clone(),
+                            EnabledStatistics::None,
+                        );
                     }
                 }
             }
@@ -789,14 +807,13 @@ impl TableWriter {
         self
     }
 
-    /// Per-column encodings: `encoding(path, physical type)` (the Parquet column path, e.g.
-    /// `pkts`, `opcodes.list.item.pkts`) gives the encoding of a column written without a
-    /// dictionary, `None` keeps dictionary encoding (parquet's default).
-    pub fn with_encodings(
+    /// Per-column encodings and statistics: `columns(path, physical type)` (the Parquet column
+    /// path, e.g. `pkts`, `opcodes.list.item.pkts`) gives the column's [`ColumnProps`].
+    pub fn with_columns(
         mut self,
-        encoding: impl Fn(&str, PhysicalType) -> Option<Encoding>,
+        columns: impl Fn(&str, PhysicalType) -> ColumnProps,
     ) -> TableWriter {
-        self.props = writer_props(&self.schema, Some(&encoding));
+        self.props = writer_props(&self.schema, Some(&columns));
         self
     }
 
@@ -1634,8 +1651,10 @@ mod tests {
     }
 
     #[test]
-    fn flows_encodings_per_column_and_rows_read_back() {
-        use crate::sinks::row_builders::{FlowsBuilder, flows_encoding, flows_schema};
+    fn flows_encodings_and_statistics_per_column_and_rows_read_back() {
+        use crate::sinks::row_builders::{
+            FLOWS_STATISTICS, FlowsBuilder, flows_columns, flows_schema,
+        };
         use observer_common::maps::{QpKey, QpValue};
         use parquet::file::reader::{FileReader, SerializedFileReader};
         let root = tmpdir("enc");
@@ -1658,7 +1677,7 @@ mod tests {
         }
         let batch = b.finish(&schema).unwrap();
         let mut w = TableWriter::new(&root, "flows", "h", schema, 3600, 1 << 30)
-            .with_encodings(flows_encoding);
+            .with_columns(flows_columns);
         w.write(&batch, t).unwrap();
         w.finish().unwrap();
         let path = w.recent[0].clone();
@@ -1672,13 +1691,14 @@ mod tests {
             c.encodings().collect::<Vec<_>>()
         };
         let has = |d: &str, e: Encoding| enc(d).contains(&e);
-        for d in ["pkts", "bytes_udp", "ack_pkts", "opcodes.list.item.pkts"] {
-            assert!(has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
-        }
         for d in ["src", "dst"] {
             assert!(has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
         }
         for d in [
+            "pkts",
+            "bytes_udp",
+            "ack_pkts",
+            "opcodes.list.item.pkts",
             "qp",
             "psn_max",
             "last_pkt",
@@ -1691,6 +1711,28 @@ mod tests {
         for d in ["host", "source", "iface", "dir"] {
             assert!(has(d, Encoding::PLAIN), "{d}: {:?}", enc(d));
             assert!(!has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
+        }
+        // min/max of the interval bounds only
+        let mut with_stats = Vec::new();
+        for i in 0..rg.num_columns() {
+            let c = rg.column(i);
+            if c.statistics().is_some_and(|s| s.min_bytes_opt().is_some()) {
+                with_stats.push(c.column_path().string());
+            }
+        }
+        assert_eq!(with_stats, FLOWS_STATISTICS, "columns with statistics");
+        let st = |name: &str| {
+            (0..rg.num_columns())
+                .map(|i| rg.column(i))
+                .find(|c| c.column_path().string() == name)
+                .and_then(|c| c.statistics().cloned())
+        };
+        match st("interval_start") {
+            Some(parquet::file::statistics::Statistics::Int64(s)) => {
+                assert_eq!(s.min_opt(), Some(&((t / 1000) as i64)));
+                assert_eq!(s.max_opt(), Some(&((t / 1000) as i64)));
+            }
+            other => panic!("interval_start statistics: {other:?}"),
         }
         // the same rows and the same Arrow schema come back
         let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
