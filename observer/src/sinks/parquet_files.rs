@@ -1712,7 +1712,7 @@ mod tests {
             assert!(has(d, Encoding::PLAIN), "{d}: {:?}", enc(d));
             assert!(!has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
         }
-        // min/max of the interval bounds only
+        // min/max of FLOWS_STATISTICS only (host, iface, the interval bounds)
         let mut with_stats = Vec::new();
         for i in 0..rg.num_columns() {
             let c = rg.column(i);
