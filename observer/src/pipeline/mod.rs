@@ -206,6 +206,8 @@ struct IfaceState {
     evictions_total: u64,
     /// Rows written in the last interval (sizes the next interval's builders).
     last_active: usize,
+    /// Histogram buckets written per `flows` histogram column in the last interval (likewise).
+    last_hist_sizes: Vec<usize>,
     /// The interface's counters of earlier attachments (it was deleted and came back): added
     /// to the current ones in the summary.
     before_restart: [IfaceStats; dir::COUNT],
@@ -857,6 +859,7 @@ impl Collector {
         let (host, source) = (&self.run.host, self.run.source);
         let mut kp = KeyPass {
             fb: FlowsBuilder::with_capacity(host, source, &snap.iface, start, end, cap)
+                .with_hist_sizes(&st.last_hist_sizes)
                 .with_point(self.cfg.point_label.as_deref()),
             cands: Vec::new(),
             new_qps: [0; dir::COUNT],
@@ -885,6 +888,7 @@ impl Collector {
         st.pairs.end_interval();
         st.prev_time = Some(end);
         st.last_active = kp.active.iter().sum::<u64>() as usize;
+        st.last_hist_sizes = kp.fb.hist_sizes();
         self.last = IntervalStats {
             iface: snap.iface.clone(),
             start_ns: start,

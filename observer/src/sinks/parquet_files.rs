@@ -1672,6 +1672,7 @@ mod tests {
             v.psn_max_p1 = i * 13 + 1;
             v.last_ns = t + i as u64;
             v.ecn_hist[0][2] = v.pkts as u32;
+            v.opcode_hist[(i % 3) as usize] = 1;
             v.naks = (i % 1000 == 0) as u64;
             b.push(&k, &v, i == 0, false, 0);
         }
@@ -1702,13 +1703,24 @@ mod tests {
             "qp",
             "psn_max",
             "last_pkt",
-            "naks",
-            "ecn_data.list.item.value",
+            "ce",
         ] {
             assert!(has(d, Encoding::DELTA_BINARY_PACKED), "{d}: {:?}", enc(d));
             assert!(!has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
         }
-        for d in ["host", "source", "iface", "dir"] {
+        for d in [
+            "host",
+            "source",
+            "iface",
+            "dir",
+            "interval_start",
+            "interval_end",
+            "naks",
+            "psn_retrans",
+            "ecn_data.list.item.value",
+            "opcodes.list.item.value",
+        ] {
+            assert!(!has(d, Encoding::DELTA_BINARY_PACKED), "{d}: {:?}", enc(d));
             assert!(has(d, Encoding::PLAIN), "{d}: {:?}", enc(d));
             assert!(!has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
         }
