@@ -1704,6 +1704,8 @@ mod tests {
             "psn_max",
             "last_pkt",
             "ce",
+            "naks",
+            "psn_retrans",
         ] {
             assert!(has(d, Encoding::DELTA_BINARY_PACKED), "{d}: {:?}", enc(d));
             assert!(!has(d, Encoding::RLE_DICTIONARY), "{d}: {:?}", enc(d));
@@ -1715,8 +1717,6 @@ mod tests {
             "dir",
             "interval_start",
             "interval_end",
-            "naks",
-            "psn_retrans",
             "ecn_data.list.item.value",
             "opcodes.list.item.value",
         ] {

@@ -67,19 +67,18 @@ pub fn flows_schema() -> SchemaRef {
 /// `opcodes.list.item.pkts`).
 ///
 /// Encoding (`None`: dictionary, parquet's default):
-/// - volumes, packet class counts (`pkts`, `bytes_*`, `data_pkts`, `ack_pkts`, `acks`, `ce`,
-///   `icrc_ok`), QP numbers, PSNs, packet times and the histograms' `pkts`:
-///   DELTA_BINARY_PACKED, a few bits per value bit-packed. A dictionary hashes every value
-///   into a table; for the volumes it made files about 12 % smaller on a capture of 20,000
-///   keys but took about a tenth of the collector's interval at 100,000 keys;
-/// - PLAIN, which zstd compresses as well (the same or smaller files on that capture) for a
-///   copy per value instead of a delta and bit-packing (about 13 % of the collector's
-///   interval at 100,000 keys): the event counters that are 0 for nearly every key and
-///   interval (`cnp`, `not_ect_data`, the NAK counts, `suspect`, the `psn_*` counts,
-///   `qp_incarnations`, `icrc_bad`, `icrc_unverifiable`), `interval_start` and `interval_end`
-///   (one value per batch), and the histograms' `value` (a bucket's DSCP, ECN, PCP or
-///   opcode: small numbers that repeat from row to row unordered, where a delta gains
-///   nothing);
+/// - the integer columns but those of the next item (volumes, counters, QP numbers, PSNs,
+///   packet times, the histograms' `pkts`): DELTA_BINARY_PACKED, a few bits per value
+///   bit-packed. A dictionary hashes every value into a table; for the volumes it made files
+///   about 12 % smaller on a capture of 20,000 keys but took about a tenth of the collector's
+///   interval at 100,000 keys. PLAIN for the event counters that are 0 for nearly every key (NAKs, PSN events)
+///   was about 5 % faster still at the same file size, but raised the replay's peak memory
+///   (its open pages hold 8 bytes per value until zstd): not taken;
+/// - `interval_start`, `interval_end` (one value per batch) and the histograms' `value` (a
+///   bucket's DSCP, ECN, PCP or opcode: small numbers that repeat from row to row unordered,
+///   where a delta gains nothing): PLAIN, which zstd compresses as well, for a copy per value
+///   instead of a delta and bit-packing (about 8 % of the collector's interval at 100,000
+///   keys);
 /// - `host`, `source`, `iface`, `dir`, `point`: PLAIN (one or two values per batch, which zstd
 ///   compresses away);
 /// - `src`, `dst`: dictionary (a fabric's hosts).
@@ -109,27 +108,8 @@ pub fn flows_columns(path: &str, physical: parquet::basic::Type) -> ColumnProps 
     }
 }
 
-/// The integer `flows` columns written PLAIN besides the histograms' `value` ([`flows_columns`]):
-/// the interval bounds, and the event counters that are 0 for nearly every key in nearly every
-/// interval (NAKs, PSN events, CNPs, Not-ECT data, ICRC failures), which zstd compresses as
-/// well as a delta encoding does, at a copy per value instead of a delta and bit-packing.
-const PLAIN_INTEGERS: [&str; 15] = [
-    "interval_start",
-    "interval_end",
-    "cnp",
-    "not_ect_data",
-    "naks",
-    "nak_psn_seq_err",
-    "rnr_naks",
-    "suspect",
-    "psn_gaps",
-    "psn_missing",
-    "psn_retrans",
-    "psn_behind",
-    "qp_incarnations",
-    "icrc_bad",
-    "icrc_unverifiable",
-];
+/// The integer `flows` columns written PLAIN besides the histograms' `value` ([`flows_columns`]).
+const PLAIN_INTEGERS: [&str; 2] = ["interval_start", "interval_end"];
 
 /// The `flows` columns with min/max statistics ([`flows_columns`]).
 pub const FLOWS_STATISTICS: [&str; 4] = ["host", "iface", "interval_start", "interval_end"];
