@@ -71,9 +71,9 @@ pub fn flows_schema() -> SchemaRef {
 ///   packet times, the histograms' `pkts`): DELTA_BINARY_PACKED, a few bits per value
 ///   bit-packed. A dictionary hashes every value into a table; for the volumes it made files
 ///   about 12 % smaller on a capture of 20,000 keys but took about a tenth of the collector's
-///   interval at 100,000 keys. PLAIN for the event counters that are 0 for nearly every key (NAKs, PSN events)
-///   was about 5 % faster still at the same file size, but raised the replay's peak memory
-///   (its open pages hold 8 bytes per value until zstd): not taken;
+///   interval at 100,000 keys. PLAIN for the event counters that are 0 for nearly every
+///   key (NAKs, PSN events) was about 5 % faster still at the same file size, but raised the
+///   replay's peak memory (its open pages hold 8 bytes per value until zstd): not taken;
 /// - `interval_start`, `interval_end` (one value per batch) and the histograms' `value` (a
 ///   bucket's DSCP, ECN, PCP or opcode: small numbers that repeat from row to row unordered,
 ///   where a delta gains nothing): PLAIN, which zstd compresses as well, for a copy per value
@@ -173,9 +173,8 @@ impl Count {
     }
 }
 
-/// A validity column as Arrow's null buffer (`None` when every row is valid, as
-/// Arrow's null buffer builder gives; a `bool` per row while building is cheaper than its
-/// bit appends).
+/// A validity column as Arrow's null buffer, `None` when every row is valid (as Arrow's null
+/// buffer builder gives). A `bool` per row while building costs less than its bit appends.
 fn nulls(valid: Vec<bool>) -> Option<NullBuffer> {
     let n = NullBuffer::from(valid);
     (n.null_count() > 0).then_some(n)
