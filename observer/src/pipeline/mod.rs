@@ -410,8 +410,8 @@ fn account_keys(
                 && let Some((_, nv)) = snap.qps.get(p as usize)
             {
                 deltas::prefetch(nv, usize::MAX);
-                if let Some(pv) = st.prev.hinted(p as usize) {
-                    deltas::prefetch(pv, usize::MAX);
+                if let Some((pv, blocks)) = st.prev.hinted(p as usize) {
+                    deltas::prefetch_prev(pv, blocks);
                 }
             }
             let pos = pos as usize;
@@ -425,8 +425,10 @@ fn account_keys(
     st.prev.begin_scan(snap.qps.len());
     for (pos, (k, v)) in snap.qps.iter().enumerate() {
         // Prefetch: the `pkts` line of the new value PREFETCH_HEAD keys ahead (the previous
-        // packet counts are a dense array); all lines of both values PREFETCH_FULL keys ahead
-        // when that key is active (most keys idle: one line of the snapshot each).
+        // packet counts are a dense array); PREFETCH_FULL keys ahead when that key is active
+        // (most keys idle: one line of the snapshot each), all lines of the new value and the
+        // lines the delta pass reads of the previous one (its counters and non-zero histogram
+        // blocks: `prefetch_prev`).
         if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_HEAD) {
             deltas::prefetch(nv, 1);
         }
@@ -435,10 +437,10 @@ fn account_keys(
                 .prev
                 .hinted_pkts(pos + PREFETCH_FULL)
                 .is_some_and(|p| p != nv.pkts)
-            && let Some(pv) = st.prev.hinted(pos + PREFETCH_FULL)
+            && let Some((pv, blocks)) = st.prev.hinted(pos + PREFETCH_FULL)
         {
             deltas::prefetch(nv, usize::MAX);
-            deltas::prefetch(pv, usize::MAX);
+            deltas::prefetch_prev(pv, blocks);
         }
         let di = (k.dir as usize).min(dir::COUNT - 1);
         kp.tracked[di] += 1;
@@ -468,8 +470,8 @@ fn account_one(
             if st.prev.pkts(slot) == v.pkts {
                 return;
             }
-            let pv = st.prev.value_mut(slot);
-            sc.update(v, pv);
+            let (pv, pb) = st.prev.value_blocks_mut(slot);
+            sc.update(v, pv, pb);
             st.prev.sync_pkts(slot);
             kp.active[di] += 1;
             let pair = st.prev.tag(slot);

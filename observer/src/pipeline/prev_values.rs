@@ -8,6 +8,8 @@ use std::collections::HashMap;
 
 use observer_common::maps::{QpKey, QpValue, dir};
 
+use crate::pipeline::deltas::nonzero_blocks;
+
 #[derive(Default)]
 pub struct PrevStore {
     index: HashMap<QpKey, u32>,
@@ -16,6 +18,9 @@ pub struct PrevStore {
     /// Each slot's `vals[slot].pkts`, dense: the per-interval scan compares a key's packet count
     /// here first, so an idle key costs 8 bytes of this array, not a line of its value.
     pkts: Vec<u64>,
+    /// Each slot's non-zero histogram blocks ([`crate::pipeline::deltas::nonzero_blocks`]):
+    /// the delta pass reads only those blocks of the previous value.
+    blocks: Vec<u64>,
     /// Each slot's `vals[slot].last_ns`, dense: the idle-key search (once the source's table is
     /// nearly full, every interval) reads 8 bytes per key, not a line of 1.4 KiB values.
     last: Vec<u64>,
@@ -66,18 +71,24 @@ impl PrevStore {
         Some(slot)
     }
 
-    /// The previous value the key at position `pos` most likely has (the position hint), for
-    /// prefetching: it may belong to another key.
+    /// The previous value the key at position `pos` most likely has (the position hint) and
+    /// its non-zero histogram blocks, for prefetching: it may belong to another key.
     #[inline]
-    pub fn hinted(&self, pos: usize) -> Option<&QpValue> {
+    pub fn hinted(&self, pos: usize) -> Option<(&QpValue, u64)> {
         let h = *self.hint.get(pos)? as usize;
-        self.vals.get(h)
+        Some((self.vals.get(h)?, *self.blocks.get(h)?))
     }
 
     pub fn value(&self, slot: usize) -> &QpValue {
         &self.vals[slot]
     }
-    /// The value of `slot`, to update: [`PrevStore::sync_pkts`] after.
+    /// The value of `slot` and its non-zero histogram blocks, to update together
+    /// ([`crate::pipeline::deltas::Scratch::update`]): [`PrevStore::sync_pkts`] after.
+    pub fn value_blocks_mut(&mut self, slot: usize) -> (&mut QpValue, &mut u64) {
+        (&mut self.vals[slot], &mut self.blocks[slot])
+    }
+    /// The value of `slot`, to change outside its histograms (tests).
+    #[cfg(test)]
     pub fn value_mut(&mut self, slot: usize) -> &mut QpValue {
         &mut self.vals[slot]
     }
@@ -109,6 +120,7 @@ impl PrevStore {
                 let s = s as usize;
                 self.keys[s] = k;
                 self.vals[s] = v;
+                self.blocks[s] = nonzero_blocks(&v);
                 self.pkts[s] = v.pkts;
                 self.last[s] = v.last_ns;
                 self.tags[s] = tag;
@@ -119,6 +131,7 @@ impl PrevStore {
             None => {
                 self.keys.push(k);
                 self.vals.push(v);
+                self.blocks.push(nonzero_blocks(&v));
                 self.pkts.push(v.pkts);
                 self.last.push(v.last_ns);
                 self.tags.push(tag);
@@ -214,10 +227,33 @@ mod tests {
         assert_eq!(p.remove(&k(3)).map(|(v, t)| (v.pkts, t)), Some((3, 30)));
         assert_eq!(p.per_dir()[0], 2);
         assert!(!p.contains(&k(3)));
+        // key 3 comes back with histogram buckets (into its freed slot), goes again; the slot
+        // reused by key 4 then has key 4's blocks, none
+        p.insert(
+            2,
+            k(3),
+            {
+                let mut v = QpValue::ZERO;
+                v.ecn_hist[0][2] = 5;
+                v
+            },
+            30,
+        );
+        let s3 = p.find(2, &k(3)).unwrap();
+        let want = nonzero_blocks(p.value(s3));
+        assert_ne!(want, 0);
+        assert_eq!(*p.value_blocks_mut(s3).1, want);
+        p.begin_scan(2);
+        assert_eq!(p.remove(&k(3)).map(|(_, t)| t), Some(30));
         p.insert(1, k(4), QpValue::ZERO, 40); // reuses the freed slot
         assert_eq!(p.len(), 3);
         let s4 = p.find(1, &k(4)).unwrap();
         assert_eq!(p.pkts(s4), 0, "the reused slot's count");
+        assert_eq!(
+            *p.value_blocks_mut(s4).1,
+            0,
+            "the reused slot's histogram blocks"
+        );
         assert_eq!(p.iter().count(), 3);
         // the idle search reads the dense last-packet times, kept with the values
         let s1 = p.find(2, &k(1)).unwrap();
