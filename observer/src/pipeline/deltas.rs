@@ -73,52 +73,45 @@ fn words_mut(v: &mut QpValue) -> &mut [u64] {
 /// idle key).
 #[inline(always)]
 pub fn prefetch(v: &QpValue, lines: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let p = v as *const QpValue as *const i8;
-        for off in (0..size_of::<QpValue>()).step_by(64).take(lines) {
-            // SAFETY: a prefetch is only a hint, it never faults; the address is inside `v`.
-            #[allow(unused_unsafe)]
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(p.add(off))
-            };
-        }
+    for off in (0..size_of::<QpValue>()).step_by(64).take(lines) {
+        prefetch_at(v, off);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (v, lines);
 }
 
 /// [`prefetch`] of the lines [`Scratch::update`] reads of a previous value: the counters before
 /// the histograms and the histogram blocks in `blocks` (its [`nonzero_blocks`]), a few of 37.
 #[inline(always)]
 pub fn prefetch_prev(v: &QpValue, blocks: u64) {
+    for off in (0..HIST_OFFSET).step_by(64) {
+        prefetch_at(v, off);
+    }
+    prefetch_at(v, HIST_OFFSET - 1);
+    let mut m = blocks & ALL_BLOCKS;
+    while m != 0 {
+        let off = HIST_OFFSET + m.trailing_zeros() as usize * CHUNK * 4;
+        m &= m - 1;
+        // a block (32 bytes) may straddle two lines
+        prefetch_at(v, off);
+        prefetch_at(v, off + CHUNK * 4 - 1);
+    }
+}
+
+/// Starts loading the line holding byte `off` of `v` (`off` inside `v`).
+#[inline(always)]
+fn prefetch_at(v: &QpValue, off: usize) {
+    debug_assert!(off < size_of::<QpValue>());
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let p = v as *const QpValue as *const i8;
-        let at = |off: usize| {
-            // SAFETY: a prefetch is only a hint, it never faults; `off` is inside `v`.
-            #[allow(unused_unsafe)]
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(p.add(off))
-            };
+        let p = (v as *const QpValue as *const i8).wrapping_add(off);
+        // SAFETY: a prefetch is only a hint, it never faults.
+        #[allow(unused_unsafe)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p)
         };
-        for off in (0..HIST_OFFSET).step_by(64) {
-            at(off);
-        }
-        at(HIST_OFFSET - 1);
-        let mut m = blocks & ALL_BLOCKS;
-        while m != 0 {
-            let off = HIST_OFFSET + m.trailing_zeros() as usize * CHUNK * 4;
-            m &= m - 1;
-            // a block (32 bytes) may straddle two lines
-            at(off);
-            at(off + CHUNK * 4 - 1);
-        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (v, blocks);
+    let _ = (v, off);
 }
 
 /// Byte offset of the histograms in a [`QpValue`]: `opcode_hist`, `dscp_hist`, `ecn_hist` and
