@@ -3,12 +3,13 @@
 //! measured in the same run (copying the snapshot: the least any reader of the values costs),
 //! and Parquet bytes per QP row. Prints a table of medians.
 //!
-//! Usage: bench_collector [--intervals N] [--sizes 10000,100000] [--many 1000000:100000]
+//! Usage: bench_collector [--intervals N] [--sizes 10000,100000] [--many 1000000:100000] [--live-only]
 //! (`--many TRACKED:ACTIVE`: the realistic case of many tracked keys of which a tenth are active
 //! each interval, with snapshots that say which entries changed, as the kernel and replay
 //! sources' do, and without, where the collector compares every key; `--many 0:0` leaves it
 //! out; as root also on a real kernel table of TRACKED keys, with and without the snapshot
-//! given back for the next read). Every case prints its
+//! given back for the next read; `--live-only`, root: only the live cases with the snapshot given
+//! back, one per size and the many-keys one). Every case prints its
 //! peak RSS (VmHWM, reset before the case through /proc/self/clear_refs).
 //! (`BENCH_NO_JOURNAL=1`: without the crash journal, to measure what it costs). The largest
 //! size also runs with the Prometheus sink on (`--metrics`), beside the same case without it,
@@ -105,6 +106,7 @@ fn say_changed(s: &mut Snapshot, moved: Vec<u32>, on: bool) {
         id: observer::sources::snapshot::next_snapshot_id(),
         positions: moved,
         gone: Vec::new(),
+        blocks: Vec::new(),
     });
 }
 
@@ -394,6 +396,7 @@ fn main() {
     let mut intervals = 7usize;
     let mut sizes = vec![10_000usize, 100_000];
     let mut many = (1_000_000usize, 100_000usize);
+    let mut live_only = false;
     let mut i = 1;
     while i < args.len() {
         match args[i].as_str() {
@@ -419,9 +422,10 @@ fn main() {
                     .unwrap_or(many);
                 i += 1;
             }
+            "--live-only" => live_only = true,
             other => {
                 eprintln!(
-                    "unknown argument {other} (use --intervals N, --sizes A,B, --many TRACKED:ACTIVE)"
+                    "unknown argument {other} (use --intervals N, --sizes A,B, --many TRACKED:ACTIVE, --live-only)"
                 );
                 std::process::exit(2);
             }
@@ -429,14 +433,20 @@ fn main() {
         i += 1;
     }
     let mut rows = Vec::new();
-    for &n in &sizes {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if live_only && !root {
+        eprintln!("--live-only measures the live cases on a kernel table: needs root");
+        std::process::exit(2);
+    }
+    for &n in sizes.iter().filter(|_| !live_only) {
         rows.push(run(n, n, intervals, false, false));
     }
-    if let Some(&n) = sizes.iter().max() {
+    if let Some(&n) = sizes.iter().max().filter(|_| !live_only) {
         rows.push(run(n, n, intervals, true, false));
         rows.push(run(n, n / 100, intervals, false, false));
     }
-    if many.0 > 0 {
+    if many.0 > 0 && !live_only {
         rows.push(run(many.0, many.1.min(many.0), intervals, false, false));
         rows.push(run(many.0, many.1.min(many.0), intervals, false, true));
     }
@@ -492,8 +502,7 @@ fn main() {
         );
     }
     // the source's side: reading the real kernel map (root only)
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if root {
         println!();
         println!(
             "kernel per-QP table read (memory-mapped, plus the IFACE and MACS per-CPU maps), median of 5 reads"
@@ -502,7 +511,7 @@ fn main() {
             "{:<26} {:>13} {:>12} {:>9}",
             "keys in map", "cpu ms/read", "wall ms", "% core"
         );
-        for &n in &sizes {
+        for &n in sizes.iter().filter(|_| !live_only) {
             match kernel_read(n as u32, 5) {
                 Ok((c, w)) => println!("{:<26} {:>13.1} {:>12.1} {:>8.1}%", n, c, w, c / 10.0),
                 Err(e) => println!("{n:<26} unavailable: {e}"),
@@ -520,7 +529,9 @@ fn main() {
             sizes.iter().map(|&n| (n as u32, n as u32, true)).collect();
         if many.0 > 0 {
             let (tr, ac) = (many.0 as u32, many.1.min(many.0) as u32);
-            cases.push((tr, ac, false));
+            if !live_only {
+                cases.push((tr, ac, false));
+            }
             cases.push((tr, ac, true));
         }
         for (tr, ac, recycle) in cases {

@@ -634,6 +634,18 @@ fn incremental_reads_equal_full_reads() {
             for &p in &ch.positions {
                 assert!((p as usize) < s.qps.len());
             }
+            // beside each position, its value's non-zero histogram blocks (the collector
+            // reads only those of the value)
+            assert_eq!(ch.blocks.len(), ch.positions.len(), "round {round}");
+            for (&p, &b) in ch.positions.iter().zip(&ch.blocks) {
+                let v = &s.qps[p as usize].1;
+                assert_eq!(
+                    b,
+                    observer::pipeline::deltas::nonzero_blocks(v),
+                    "round {round}: blocks of {:?}",
+                    s.qps[p as usize].0
+                );
+            }
             let moved: std::collections::BTreeSet<u32> = s
                 .qps
                 .iter()

@@ -78,10 +78,12 @@ pub fn prefetch(v: &QpValue, lines: usize) {
     }
 }
 
-/// [`prefetch`] of the lines [`Scratch::update`] reads of a previous value: the counters before
-/// the histograms and the histogram blocks in `blocks` (its [`nonzero_blocks`]), a few of 37.
+/// [`prefetch`] of the lines [`Scratch::update`] reads of a value whose non-zero histogram
+/// blocks are known (the previous value's always, the current one's when the source says):
+/// the counters before the histograms and the histogram blocks in `blocks` (a superset of its
+/// [`nonzero_blocks`]), a few of 37.
 #[inline(always)]
-pub fn prefetch_prev(v: &QpValue, blocks: u64) {
+pub fn prefetch_blocks(v: &QpValue, blocks: u64) {
     for off in (0..HIST_OFFSET).step_by(64) {
         prefetch_at(v, off);
     }
@@ -218,11 +220,19 @@ impl Scratch {
     /// subtracted, scanned again nor copied.
     ///
     /// `prev_blocks`: a superset of the non-zero 8-bucket blocks of `prev`'s histograms
-    /// ([`nonzero_blocks`]; the caller keeps it with the value), set to exactly those of the
-    /// new `*prev` on return. A block zero in both is known equal without reading `prev`'s
-    /// line: of a value's 1.2 KiB of histograms only the few blocks its traffic uses are read
-    /// twice (the pass is bound by memory reads).
-    pub fn update(&mut self, cur: &QpValue, prev: &mut QpValue, prev_blocks: &mut u64) {
+    /// ([`nonzero_blocks`]; the caller keeps it with the value), set to those of the new
+    /// `*prev` on return (`cur_blocks` when given, else exactly). A block zero in both is known
+    /// equal without reading `prev`'s line: of a value's 1.2 KiB of histograms only the few
+    /// blocks its traffic uses are read twice (the pass is bound by memory reads).
+    /// `cur_blocks`: a superset of `cur`'s non-zero blocks when the source knows it (then
+    /// `cur`'s other blocks are not read either), else `None` (found by reading `cur` whole).
+    pub fn update(
+        &mut self,
+        cur: &QpValue,
+        cur_blocks: Option<u64>,
+        prev: &mut QpValue,
+        prev_blocks: &mut u64,
+    ) {
         let (d, nz) = (&mut self.d, &mut self.nz);
         if cur.pkts < prev.pkts {
             qp_delta_into(cur, prev, d, nz);
@@ -234,9 +244,9 @@ impl Scratch {
         nz.clear();
         carry_state(d, cur);
         sub_scalars(d, cur, prev);
-        // pass 1 (reads only, vectorised): which 8-bucket blocks of `cur` are not zero, then
-        // which of those and of `prev`'s non-zero ones differ
-        let cur_blocks = nonzero_blocks(cur);
+        // pass 1 (reads only, vectorised): which 8-bucket blocks of `cur` are not zero (unless
+        // known), then which of those and of `prev`'s non-zero ones differ
+        let cur_blocks = cur_blocks.map_or_else(|| nonzero_blocks(cur), |b| b & ALL_BLOCKS);
         let changed = changed_blocks_in(cur, prev, cur_blocks | *prev_blocks);
         // after the copy below `prev`'s histograms equal `cur`'s
         *prev_blocks = cur_blocks;
@@ -465,8 +475,20 @@ mod tests {
                 } else {
                     nonzero_blocks(&prev) | (round.wrapping_mul(0x9e37_79b9_7f4a_7c15) & ALL_BLOCKS)
                 };
-                sc.update(&cur, &mut p, &mut pb);
-                assert_eq!(pb, nonzero_blocks(&cur), "round {round}");
+                // those the source says for `cur`: none, exact, or a superset (with bits beyond
+                // the last block, which must be ignored)
+                let exact = nonzero_blocks(&cur);
+                let cb = match round % 11 {
+                    0..=3 => None,
+                    4..=7 => Some(exact),
+                    _ => Some(exact | round.wrapping_mul(0x2545_f491_4f6c_dd1d)),
+                };
+                sc.update(&cur, cb, &mut p, &mut pb);
+                let want_pb = match cb {
+                    Some(b) if cur.pkts >= prev.pkts => b & ALL_BLOCKS,
+                    _ => exact,
+                };
+                assert_eq!(pb, want_pb, "round {round}");
             }
             let want = qp_delta(&cur, &prev);
             assert_eq!(sc.d, want, "round {round}");

@@ -405,18 +405,24 @@ fn account_keys(
         for k in &ch.gone {
             vanish(st, kp, k);
         }
+        // the new values' non-zero histogram blocks, when the source says (else each value is
+        // read whole to find them)
+        let blocks = (ch.blocks.len() == ch.positions.len()).then_some(&ch.blocks[..]);
         for (n, &pos) in ch.positions.iter().enumerate() {
             if let Some(&p) = ch.positions.get(n + PREFETCH_FULL)
                 && let Some((_, nv)) = snap.qps.get(p as usize)
             {
-                deltas::prefetch(nv, usize::MAX);
+                match blocks {
+                    Some(b) => deltas::prefetch_blocks(nv, b[n + PREFETCH_FULL]),
+                    None => deltas::prefetch(nv, usize::MAX),
+                }
                 if let Some((pv, blocks)) = st.prev.hinted(p as usize) {
-                    deltas::prefetch_prev(pv, blocks);
+                    deltas::prefetch_blocks(pv, blocks);
                 }
             }
             let pos = pos as usize;
             if let Some((k, v)) = snap.qps.get(pos) {
-                account_one(st, sc, cx, kp, pos, k, v);
+                account_one(st, sc, cx, kp, pos, k, v, blocks.map(|b| b[n]));
             }
         }
         kp.tracked = st.prev.per_dir();
@@ -428,7 +434,7 @@ fn account_keys(
         // packet counts are a dense array); PREFETCH_FULL keys ahead when that key is active
         // (most keys idle: one line of the snapshot each), all lines of the new value and the
         // lines the delta pass reads of the previous one (its counters and non-zero histogram
-        // blocks: `prefetch_prev`).
+        // blocks: `prefetch_blocks`).
         if let Some((_, nv)) = snap.qps.get(pos + PREFETCH_HEAD) {
             deltas::prefetch(nv, 1);
         }
@@ -440,11 +446,11 @@ fn account_keys(
             && let Some((pv, blocks)) = st.prev.hinted(pos + PREFETCH_FULL)
         {
             deltas::prefetch(nv, usize::MAX);
-            deltas::prefetch_prev(pv, blocks);
+            deltas::prefetch_blocks(pv, blocks);
         }
         let di = (k.dir as usize).min(dir::COUNT - 1);
         kp.tracked[di] += 1;
-        account_one(st, sc, cx, kp, pos, k, v);
+        account_one(st, sc, cx, kp, pos, k, v, None);
     }
     // Keys that vanished without an eviction report: their last read values stand (a scan of
     // two flat arrays: cheap; also right when a read returned a key twice).
@@ -453,8 +459,11 @@ fn account_keys(
     }
 }
 
-/// One key of the snapshot, at position `pos`, against its previous value.
+/// One key of the snapshot, at position `pos`, against its previous value. `blocks`: a
+/// superset of `v`'s non-zero histogram blocks, when the source says
+/// ([`crate::sources::Changed::blocks`]).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn account_one(
     st: &mut IfaceState,
     sc: &mut deltas::Scratch,
@@ -463,6 +472,7 @@ fn account_one(
     pos: usize,
     k: &QpKey,
     v: &QpValue,
+    blocks: Option<u64>,
 ) {
     let di = (k.dir as usize).min(dir::COUNT - 1);
     match st.prev.find(pos, k) {
@@ -471,7 +481,7 @@ fn account_one(
                 return;
             }
             let (pv, pb) = st.prev.value_blocks_mut(slot);
-            sc.update(v, pv, pb);
+            sc.update(v, blocks, pv, pb);
             st.prev.sync_pkts(slot);
             kp.active[di] += 1;
             let pair = st.prev.tag(slot);
@@ -1527,12 +1537,17 @@ mod tests {
     /// gives the same rows as one that does not: the collector looks at the changed entries
     /// and the gone keys only, and falls back to every key when the base is not the snapshot
     /// it saw last. Keys move, come, go (with and without an eviction report) and come back.
+    /// With the changed entries' non-zero histogram blocks said (exact, or a superset), the
+    /// same rows again.
     #[test]
     fn changed_entries_give_the_rows_of_a_full_comparison() {
         use crate::sources::Changed;
-        let run = |hinted: bool| {
+        // hinted: the source says what changed; with_blocks: and the entries' blocks
+        let run = |hinted: bool, with_blocks: bool| {
             let (mut col, out) =
-                test_collector(&format!("changed-{hinted}"), "live", |c| c.journal = false);
+                test_collector(&format!("changed-{hinted}-{with_blocks}"), "live", |c| {
+                    c.journal = false
+                });
             let rows = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
             col.add_sink(Box::new(Rows(rows.clone())));
             let t0 = 1_795_239_299_000_000_000u64;
@@ -1592,6 +1607,20 @@ mod tests {
                 let id = 100 + round;
                 let base = if round == 6 { Some(7) } else { last_id };
                 last_id = Some(id);
+                let blocks = if with_blocks {
+                    positions
+                        .iter()
+                        .map(|&p| {
+                            let b = deltas::nonzero_blocks(&table[p as usize].1);
+                            // odd rounds: a superset (blocks that are zero said non-zero;
+                            // not from `rnd`, which would change the other runs' traffic)
+                            let extra = (p as u64 + round).wrapping_mul(0x2545_f491_4f6c_dd1d);
+                            if round % 2 == 1 { b | extra } else { b }
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 let snap = Snapshot {
                     iface: "e0".into(),
                     time_ns: t0 + (round + 1) * 1_000_000_000,
@@ -1604,6 +1633,7 @@ mod tests {
                         id,
                         positions: positions.clone(),
                         gone: gone.clone(),
+                        blocks,
                     }),
                 };
                 col.on_snapshot(&snap).unwrap();
@@ -1616,8 +1646,9 @@ mod tests {
             let _ = std::fs::remove_dir_all(&out);
             rows.borrow().clone()
         };
-        let (full, hinted) = (run(false), run(true));
+        let (full, hinted, with_blocks) = (run(false, false), run(true, false), run(true, true));
         assert_eq!(full.len(), 12);
+        assert_eq!(with_blocks.len(), 12);
         let sorted = |b: &RecordBatch| {
             // rows in a canonical order (the hinted pass meets the keys in another order)
             let cols: Vec<ArrayRef> = b.columns().to_vec();
@@ -1639,6 +1670,13 @@ mod tests {
             assert!(f.num_rows() > 0, "interval {i}: rows expected");
             assert_eq!(sorted(f), sorted(h), "interval {i}: flows rows differ");
             assert_eq!(fi, hi, "interval {i}: interfaces rows differ");
+            let (b, bi) = &with_blocks[i];
+            assert_eq!(
+                sorted(f),
+                sorted(b),
+                "interval {i}: flows rows differ (blocks said)"
+            );
+            assert_eq!(fi, bi, "interval {i}: interfaces rows differ (blocks said)");
         }
     }
 }

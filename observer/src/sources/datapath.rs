@@ -389,6 +389,8 @@ impl Datapath {
             id,
             positions,
             gone: Vec::new(),
+            // not known: the values are updated in place, packet by packet
+            blocks: Vec::new(),
         };
         Snapshot {
             iface: iface.to_string(),

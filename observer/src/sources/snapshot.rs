@@ -35,6 +35,11 @@ pub struct Changed {
     pub positions: Vec<u32>,
     /// Keys of snapshot `base` no longer present.
     pub gone: Vec<QpKey>,
+    /// Empty, or one per entry of `positions`: a superset of the 8-bucket histogram blocks not
+    /// zero in that entry's value ([`crate::pipeline::deltas::nonzero_blocks`]), when the source
+    /// knows them (the live kernel source finds them in the value it has just built); the
+    /// collector then reads of the value only its counters and those blocks.
+    pub blocks: Vec<u64>,
 }
 
 /// A new snapshot id ([`Changed::id`]), unique in the process.

@@ -15,6 +15,7 @@ use aya::maps::{HashMap, MapData, MapError};
 use observer_common::maps::{QpKey, QpValue};
 use observer_common::qp_table::{self as table, Bucket, HistKey, KValue, QpSlot, WAYS};
 
+use crate::pipeline::deltas::nonzero_blocks;
 use crate::sources::Changed;
 
 /// `membarrier(MEMBARRIER_CMD_GLOBAL)`: returns after `synchronize_rcu()`, i.e. after every
@@ -409,6 +410,9 @@ impl QpTable {
         // an entry) and the keys gone, when there is a base to tell them against
         let track = base.is_some();
         let (mut touched, mut gone): (Vec<u32>, Vec<QpKey>) = (Vec::new(), Vec::new());
+        // beside `touched`: the expanded values' non-zero histogram blocks, found while the
+        // value is still in the cache (the collector then reads only those of the entry)
+        let mut blocks: Vec<u64> = Vec::new();
         for k in 0..n {
             // the lines of a slot some visits ahead, and the entry it will be expanded into
             // (23 lines, at random places of the vector when few keys are active)
@@ -443,6 +447,7 @@ impl QpTable {
                     gone.push(out[p as usize].0);
                 }
                 touched.push(i as u32);
+                blocks.push(nonzero_blocks(&v));
             }
             if p == NONE {
                 c.pos[i] = out.len() as u32;
@@ -459,6 +464,7 @@ impl QpTable {
             id: c.read_id,
             positions: touched.iter().map(|&i| c.pos[i as usize]).collect(),
             gone,
+            blocks,
         };
         self.cache = c;
         Ok((out, changed))
