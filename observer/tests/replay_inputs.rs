@@ -637,3 +637,168 @@ fn interface_names_are_made_printable() {
         );
     }
 }
+
+// 7. The crash journal: a stream's, not a file's.
+
+/// `pkts` of the flows table under `out`, summed per host (every final Parquet file).
+fn flows_pkts_per_host(out: &Path) -> std::collections::BTreeMap<String, i64> {
+    use arrow::array::{Array, Int64Array, StringArray};
+    fn files(d: &Path, v: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                files(&p, v);
+            } else if p.extension().is_some_and(|x| x == "parquet") {
+                v.push(p);
+            }
+        }
+    }
+    let mut v = Vec::new();
+    files(&out.join("flows"), &mut v);
+    let mut m = std::collections::BTreeMap::new();
+    for f in v {
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            std::fs::File::open(&f).unwrap(),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        for b in r {
+            let b = b.unwrap();
+            let host = b.column_by_name("host").unwrap();
+            let host = host.as_any().downcast_ref::<StringArray>().unwrap();
+            let pkts = b.column_by_name("pkts").unwrap();
+            let pkts = pkts.as_any().downcast_ref::<Int64Array>().unwrap();
+            for i in 0..b.num_rows() {
+                assert!(!pkts.is_null(i));
+                *m.entry(host.value(i).to_string()).or_insert(0) += pkts.value(i);
+            }
+        }
+    }
+    m
+}
+
+/// A replay from standard input (a stream: its packets cannot be read again) journals its
+/// rows, so a SIGKILL loses at most the interval being read and the next start recovers the
+/// rest; a replay of files keeps no journal (it is run again from the files), unless
+/// `--journal`. summary.json says which (`output.<table>.journal`).
+#[test]
+fn a_stream_is_journaled_and_recovered_files_are_not_journaled() {
+    let dir = tmp("journal");
+    let out = dir.join("out");
+    // 60 writes of one QP, 1 ms apart: six intervals of 10 ms, ten writes each; the last one
+    // stays open (no later frame closes it)
+    let frames: Vec<(u64, Vec<u8>)> = (0..60u32)
+        .map(|i| {
+            let r = Roce::v4([10, 0, 0, 1], [10, 0, 0, 2], 0x11, i).payload(64);
+            (T0 + i as u64 * 1_000_000, r.frame())
+        })
+        .collect();
+    let capture = write_pcap(PcapForm::default(), &frames);
+    let replay = |host: &str, extra: &[&str], input: &str| {
+        let mut c = Command::new(bin());
+        c.args([
+            "replay",
+            "--profile",
+            "none",
+            "--interval",
+            "10ms",
+            "--host",
+            host,
+        ])
+        .arg("--out")
+        .arg(&out)
+        .args(extra)
+        .arg(input);
+        c
+    };
+
+    // the stream, killed while it waits for more input
+    let mut child = replay("stream", &[], "-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&capture).unwrap();
+    stdin.flush().unwrap();
+    // Bounded: the flows journal appears and stops growing (the five closed intervals are in
+    // it), or the test fails after 20 s.
+    let journal_size = || {
+        std::fs::read_dir(out.join(".journal"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with("flows-") && n.ends_with(".journal")
+            })
+            .map(|e| e.metadata().map_or(0, |m| m.len()))
+            .max()
+    };
+    let t = Instant::now();
+    let (mut last, mut since) = (None, Instant::now());
+    loop {
+        let now = journal_size();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if now.is_some_and(|n| n > 0) && since.elapsed() > Duration::from_millis(700) {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no flows journal under {} within 20 s", out.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    drop(stdin);
+    assert!(
+        flows_pkts_per_host(&out).is_empty(),
+        "the window was open: no final file yet"
+    );
+
+    // the files: the next start recovers the stream's closed intervals (and removes its crash
+    // files), and keeps no journal of its own
+    let file = dir.join("same.pcap");
+    std::fs::write(&file, &capture).unwrap();
+    let o = replay("files", &[], file.to_str().unwrap())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    for t in ["flows", "interfaces", "alerts"] {
+        assert_eq!(summary["output"][t]["journal"], false, "{t}: {summary:#}");
+    }
+    let pkts = flows_pkts_per_host(&out);
+    assert_eq!(
+        pkts.get("stream"),
+        Some(&50),
+        "five closed intervals recovered: {pkts:?}"
+    );
+    assert_eq!(
+        pkts.get("files"),
+        Some(&60),
+        "every write of the file: {pkts:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(out.join(".journal")).map_or(0, |d| d.count()),
+        0,
+        "crash files left"
+    );
+
+    // --journal: a file run journaled too
+    let o = replay("forced", &["--journal"], file.to_str().unwrap())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["output"]["flows"]["journal"], true, "{summary:#}");
+    assert_eq!(flows_pkts_per_host(&out).get("forced"), Some(&60));
+    let _ = std::fs::remove_dir_all(&dir);
+}

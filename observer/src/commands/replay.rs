@@ -74,6 +74,23 @@ pub struct ReplayArgs {
     /// fleet, side by side, are told apart and joined (`roce-analyze path`).
     #[arg(long, value_name = "LABEL", value_parser = parse_point_label)]
     pub point_label: Option<String>,
+    /// Keep the crash journal also when every input is a regular file. By default only a
+    /// stream (`-`, a FIFO, a character device) is journaled: it cannot be read again, while a
+    /// replay of files killed before its end is run again from the files (the window it was
+    /// writing is then left out: its part file is removed at the next start).
+    #[arg(long)]
+    pub journal: bool,
+}
+
+/// Whether a replay of `files` keeps the crash journal: with `forced` (`--journal`), or when
+/// an input is a stream (standard input, or not a regular file: a FIFO, a character device),
+/// whose packets could not be read again after a crash. A file that cannot be looked at counts
+/// as a stream (the journal is the safe side; the replay reports the error itself).
+pub fn journal_for(files: &[PathBuf], forced: bool) -> bool {
+    forced
+        || files
+            .iter()
+            .any(|f| f.as_os_str() == "-" || std::fs::metadata(f).map_or(true, |m| !m.is_file()))
 }
 
 /// `roce-observe replay`: every input through the capture source into the collector, then the
@@ -221,6 +238,7 @@ fn collector(args: &ReplayArgs, policy: Option<&PolicyConfig>) -> anyhow::Result
     cc.rotate_secs = args.rotate.as_secs().max(1);
     cc.rotate_bytes = args.rotate_mb << 20;
     cc.flush_on_events = false;
+    cc.journal = journal_for(&args.files, args.journal);
     Ok(Collector::new(cc)?)
 }
 
@@ -267,4 +285,42 @@ fn summary(
         }),
     );
     summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::journal_for;
+    use std::path::PathBuf;
+
+    /// Files are not journaled; standard input, a FIFO, a character device and a path that
+    /// cannot be looked at are; `--journal` forces it.
+    #[test]
+    fn only_streams_are_journaled() {
+        let dir = std::env::temp_dir().join(format!("replay-journal-for-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("a.pcap");
+        std::fs::write(&file, b"not read here").unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path of a directory this test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let f = |p: &[&PathBuf]| p.iter().map(|x| (*x).clone()).collect::<Vec<_>>();
+        let (stdin, null, missing) = (
+            PathBuf::from("-"),
+            PathBuf::from("/dev/null"),
+            dir.join("missing.pcap"),
+        );
+        assert!(!journal_for(&f(&[&file]), false));
+        assert!(!journal_for(&f(&[&file, &file]), false));
+        assert!(journal_for(&f(&[&file]), true), "--journal");
+        assert!(journal_for(&f(&[&stdin]), false));
+        assert!(
+            journal_for(&f(&[&file, &stdin]), false),
+            "one stream among files"
+        );
+        assert!(journal_for(&f(&[&fifo]), false));
+        assert!(journal_for(&f(&[&null]), false), "a character device");
+        assert!(journal_for(&f(&[&missing]), false));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

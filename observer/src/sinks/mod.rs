@@ -201,7 +201,7 @@ impl Sink for TableSink {
         Some(
             json!({"files": t.stats.files, "rows": t.stats.rows, "bytes": t.stats.bytes,
                "write_errors": t.stats.write_errors, "rows_lost": t.stats.rows_lost,
-               "pending_files": t.pending_files()}),
+               "pending_files": t.pending_files(), "journal": t.journaling()}),
         )
     }
     fn written_files(&self) -> Vec<PathBuf> {

@@ -807,6 +807,11 @@ impl TableWriter {
         self
     }
 
+    /// Whether the open window's rows are made durable (journal and checkpoints) as written.
+    pub fn journaling(&self) -> bool {
+        self.journaling
+    }
+
     /// Per-column encodings and statistics: `columns(path, physical type)` (the Parquet column
     /// path, e.g. `pkts`, `opcodes.list.item.pkts`) gives the column's [`ColumnProps`].
     pub fn with_columns(
