@@ -229,7 +229,12 @@ fn sigkill_with_checkpointed_intervals_recovers_every_logged_one() {
             .any(|p| p.extension().is_some_and(|e| e == "ckpt")),
         "{journals:?}"
     );
-    let r = observer::sinks::parquet_files::recover_journals(&out, "flows").unwrap();
+    let r = observer::sinks::parquet_files::recover_journals(
+        &out,
+        "flows",
+        Some(&observer::sinks::row_builders::flows_columns),
+    )
+    .unwrap();
     assert_eq!(r.rows_lost, 0);
     let t = pyarrow_read(&out, "flows", &["pkts"], false);
     let rows = t["rows"].as_u64().unwrap();

@@ -114,8 +114,13 @@ impl TableSink {
             TableKind::Nic => crate::schema::nic(),
         };
         let schema = table.arrow_schema();
-        // A crashed run's open windows first (SIGKILL, OOM kill, power loss).
-        match parquet_files::recover_journals(out, table.name) {
+        // A crashed run's open windows first (SIGKILL, OOM kill, power loss), written as this
+        // table's writer writes its files.
+        let columns: Option<parquet_files::ColumnsOf> = match kind {
+            TableKind::Flows => Some(&row_builders::flows_columns),
+            _ => None,
+        };
+        match parquet_files::recover_journals(out, table.name, columns) {
             Ok(r) if r.files > 0 || r.rows_lost > 0 => tracing::warn!(
                 table = table.name,
                 files = r.files,
