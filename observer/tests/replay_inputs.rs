@@ -768,7 +768,12 @@ fn a_stream_is_journaled_and_recovered_files_are_not_journaled() {
     let o = replay("files", &[], file.to_str().unwrap())
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("recovered a window a crashed run had not completed"),
+        "the recovery is said on stderr: {err}"
+    );
     let summary: Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     for t in ["flows", "interfaces", "alerts"] {

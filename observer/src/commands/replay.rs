@@ -97,6 +97,7 @@ pub fn journal_for(files: &[PathBuf], forced: bool) -> bool {
 /// summary (table or JSON) on stdout. SIGINT / SIGTERM / SIGHUP stop reading: what was read is
 /// accounted, the files are closed and the summary printed (exit 0).
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
+    init_logs();
     let policy_cfg = policy(&args)?;
     let mut collector = if args.no_out {
         None
@@ -185,6 +186,19 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             anyhow::bail!("{n} inputs failed")
         }
     }
+}
+
+/// Warnings and errors on stderr (`RUST_LOG` overrides): what the outputs could not do (a
+/// journal or a file not written, rows recovered from a crashed run or lost, an input stopped
+/// early) is said, not dropped. The per-interval lines of a live run (`info`) are not.
+fn init_logs() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 /// `rule (count)` of every alert rule in the summary at `min` severity or higher.
