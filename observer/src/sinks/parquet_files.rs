@@ -664,9 +664,8 @@ fn read_journal(journal: &Path) -> Result<(u64, Vec<RecordBatch>), OutputError> 
     Ok((after, out))
 }
 
-/// `batches` into `dir/name` (tmp, fsync, rename). Returns the rows.
 /// Writes `batches` as the final file `dir/name` (through `name.tmp`, fsynced, renamed), with
-/// the writer properties of the table's own files ([`writer_props`]).
+/// the writer properties of the table's own files ([`writer_props`]). Returns the rows.
 fn write_recovered(
     batches: Vec<RecordBatch>,
     dir: &Path,
