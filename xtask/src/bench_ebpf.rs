@@ -15,7 +15,9 @@
 //!
 //! The many-keys case (`--keys N`, default 100,000; `--passes N`, default 3): N keys (QP numbers)
 //! hit in random order, one test run per packet, beside one key and the empty program measured
-//! the same way; then the maps' kernel memory (memlock in /proc/self/fdinfo) per key.
+//! the same way; then the maps' kernel memory (memlock in /proc/self/fdinfo) per key, and the
+//! time of one dependent memory load over as much memory as the table takes (a userspace
+//! pointer chase): the floor of a cache-cold lookup on this machine.
 //!
 //! Every case but "(no ticker)" runs the packet clock ticker thread as `LiveIface` does (the
 //! per-QP times then come from the `CLOCK` map); "(no ticker)" shows the coarse clock fallback.
@@ -266,6 +268,41 @@ fn per_packet(
     Ok((median(v), mean))
 }
 
+/// Nanoseconds of one memory load that depends on the one before, over `bytes` of memory in a
+/// random order (a pointer chase through a random cycle of 64-byte lines, in userspace): the
+/// least a lookup whose line is not in the caches waits, on this machine. Median of 3 chases of
+/// 2,000,000 loads.
+fn dependent_load_ns(bytes: usize) -> f64 {
+    const LINE: usize = 8; // u64s per 64-byte line
+    let lines = (bytes / 64).max(2);
+    let mut next = vec![0u64; lines * LINE];
+    // Sattolo's algorithm: a random permutation that is one cycle through every line
+    let mut perm: Vec<usize> = (0..lines).collect();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for i in (1..lines).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        perm.swap(i, (x % i as u64) as usize);
+    }
+    for i in 0..lines {
+        next[perm[i] * LINE] = (perm[(i + 1) % lines] * LINE) as u64;
+    }
+    let mut runs = Vec::new();
+    let mut p = 0usize;
+    for _ in 0..3 {
+        let steps = 2_000_000u32;
+        let t = std::time::Instant::now();
+        for _ in 0..steps {
+            p = next[p] as usize;
+        }
+        runs.push(t.elapsed().as_nanos() as f64 / steps as f64);
+    }
+    std::hint::black_box(p);
+    runs.sort_by(f64::total_cmp);
+    runs[1]
+}
+
 /// The many-keys case: `keys` keys hit in random order (cache-cold: the table is far larger than
 /// the caches), beside one key and the empty program measured the same way (one test run per
 /// packet), and the kernel memory per key of the maps.
@@ -324,6 +361,17 @@ fn many_keys(keys: u32, passes: usize) -> Result<()> {
         per_key,
         per_key / 1024.0,
         per_key * 1e6 / (1u64 << 30) as f64
+    );
+    let table = (per_key * keys as f64) as usize;
+    let load = dependent_load_ns(table);
+    println!(
+        "one dependent memory load over {:.0} MB in random order ({keys} keys x {:.0} bytes, the \
+         table's kernel memory; userspace pointer chase, median of 3): {:.1} ns; the random \
+         case above the empty program is {:.1} such loads",
+        table as f64 / 1e6,
+        per_key,
+        load,
+        (many as f64 - empty as f64) / load
     );
     Ok(())
 }
