@@ -723,33 +723,38 @@ fn a_stream_is_journaled_and_recovered_files_are_not_journaled() {
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&capture).unwrap();
     stdin.flush().unwrap();
-    // Bounded: the flows journal appears and stops growing (the five closed intervals are in
-    // it), or the test fails after 20 s.
-    let journal_size = || {
-        std::fs::read_dir(out.join(".journal"))
+    // Bounded: the flows journal holds the five closed intervals' rows (one key: a row each;
+    // complete IPC messages only), or the test fails after 20 s.
+    let journal_rows = || {
+        let mut rows = 0;
+        for e in std::fs::read_dir(out.join(".journal"))
             .into_iter()
             .flatten()
             .flatten()
-            .filter(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.starts_with("flows-") && n.ends_with(".journal")
-            })
-            .map(|e| e.metadata().map_or(0, |m| m.len()))
-            .max()
+        {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if !(n.starts_with("flows-") && n.ends_with(".journal")) {
+                continue;
+            }
+            let Ok(f) = std::fs::File::open(e.path()) else {
+                continue;
+            };
+            if let Ok(r) = arrow::ipc::reader::StreamReader::try_new(f, None) {
+                rows += r.map_while(Result::ok).map(|b| b.num_rows()).sum::<usize>();
+            }
+        }
+        rows
     };
     let t = Instant::now();
-    let (mut last, mut since) = (None, Instant::now());
-    loop {
-        let now = journal_size();
-        if now != last {
-            (last, since) = (now, Instant::now());
-        } else if now.is_some_and(|n| n > 0) && since.elapsed() > Duration::from_millis(700) {
-            break;
-        }
+    while journal_rows() < 5 {
         if t.elapsed() > Duration::from_secs(20) {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("no flows journal under {} within 20 s", out.display());
+            panic!(
+                "the flows journal under {} holds {} rows after 20 s, 5 expected",
+                out.display(),
+                journal_rows()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
