@@ -416,8 +416,8 @@ fn account_keys(
                     Some(b) => deltas::prefetch_blocks(nv, b[n + PREFETCH_FULL]),
                     None => deltas::prefetch(nv, usize::MAX),
                 }
-                if let Some((pv, blocks)) = st.prev.hinted(p as usize) {
-                    deltas::prefetch_blocks(pv, blocks);
+                if let Some((pv, pb)) = st.prev.hinted(p as usize) {
+                    deltas::prefetch_blocks(pv, pb);
                 }
             }
             let pos = pos as usize;
