@@ -7,6 +7,8 @@
 //! `bpfel-unknown-none` and for the host. The definitions follow `shared/docs/metrics.md`;
 //! README.md ("What is counted") restates them.
 #![cfg_attr(not(test), no_std)]
+// The empty assembly statement of `verifier::opaque` (the eBPF build sets RUSTC_BOOTSTRAP).
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
 // The frame builder allocates; userspace only (the eBPF crate uses no features).
 #[cfg(feature = "frames")]
@@ -21,5 +23,6 @@ pub mod maps;
 pub mod parse;
 pub mod qp;
 pub mod qp_table;
+pub mod verifier;
 
 pub use cursor::Bytes;

@@ -794,15 +794,17 @@ pub fn account_iface(s: &mut crate::maps::IfaceStats, f: &Frame, wire_len: u32) 
     use crate::parse::{encap, kind, reason};
     s.frames += 1;
     s.bytes += wire_len as u64;
-    if f.encap != encap::NONE && (f.encap as usize) < encap::COUNT {
-        s.encap[f.encap as usize] += 1;
+    if f.encap != encap::NONE
+        && let Some(i) = crate::verifier::index(f.encap as usize, encap::COUNT)
+    {
+        s.encap[i] += 1;
     }
     match f.kind {
         kind::ROCE => s.roce += 1,
         kind::MAC_CONTROL => account_mac_control(&mut s.pfc, &f.mac_ctrl),
         kind::EXCLUDED => {
-            if (f.reason as usize) < reason::COUNT {
-                s.excluded[f.reason as usize] += 1;
+            if let Some(i) = crate::verifier::index(f.reason as usize, reason::COUNT) {
+                s.excluded[i] += 1;
             }
         }
         _ => s.not_roce += 1,

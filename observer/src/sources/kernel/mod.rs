@@ -868,11 +868,33 @@ fn attach_tc(ebpf: &mut Ebpf, name: &str, ifindex: u32, at: TcAttachType) -> Res
         .ok_or_else(|| LiveError::Setup(format!("program {name} missing")))?
         .try_into()
         .map_err(|e: ProgramError| LiveError::op("loading the program", e))?;
-    p.attach(ifindex, at)
-        .map(|_| ())
-        .map_err(|e| match errno_of(&e) {
-            Some(libc::EPERM) => LiveError::NotPermitted,
-            Some(libc::ENODEV) => LiveError::NoSuchInterface(format!("ifindex {ifindex}")),
-            _ => LiveError::op(format!("attaching {name}"), e),
-        })
+    let err = |e: ProgramError| match errno_of(&e) {
+        Some(libc::EPERM) => LiveError::NotPermitted,
+        Some(libc::ENODEV) => LiveError::NoSuchInterface(format!("ifindex {ifindex}")),
+        _ => LiveError::op(format!("attaching {name}"), e),
+    };
+    let first = match p.attach(ifindex, at) {
+        Ok(_) => return Ok(()),
+        Err(e) => e,
+    };
+    // Kernels before 6.6 have no TCX: aya attaches through netlink, under the interface's clsact
+    // qdisc, which must exist. Added here when it is missing (an empty clsact qdisc changes no
+    // traffic), then the attach is tried once more.
+    if !matches!(first, ProgramError::TcError(_)) {
+        return Err(err(first));
+    }
+    match aya::programs::tc::qdisc_add_clsact(ifindex) {
+        Ok(()) => {
+            tracing::info!(ifindex, program = name,
+                "no TCX on this kernel: added the clsact qdisc the tc programs attach under (left in place at exit)");
+        }
+        Err(e) if errno_of(&e) == Some(libc::EEXIST) => return Err(err(first)),
+        Err(e) => {
+            return Err(LiveError::op(
+                format!("adding the clsact qdisc for {name} (the attach said: {first})"),
+                e,
+            ));
+        }
+    }
+    p.attach(ifindex, at).map(|_| ()).map_err(err)
 }
