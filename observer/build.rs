@@ -55,6 +55,23 @@ fn main() -> anyhow::Result<()> {
         std::fs::rename(out.join("observer"), out.join("observer-log"))
             .context("keeping the kernel-log object")?;
     }
+    // The compat object, for kernels before 5.18 (no multi-buffer XDP, no bpf_loop): chosen
+    // at load by probing the kernel (docs/datapath.md, "Kernel versions").
+    aya_build::build_ebpf(
+        [aya_build::Package {
+            name: ebpf.name.as_str(),
+            root_dir: root.as_str(),
+            features: &["compat"],
+            ..Default::default()
+        }],
+        Toolchain::Custom(&toolchain),
+    )?;
+    if !skip {
+        std::fs::rename(out.join("observer"), out.join("observer-compat"))
+            .context("keeping the compat object")?;
+    } else {
+        std::fs::write(out.join("observer-compat"), b"").context("write empty object")?;
+    }
     aya_build::build_ebpf(
         [aya_build::Package {
             name: ebpf.name.as_str(),

@@ -58,6 +58,10 @@ pub const DEAD: u32 = 2;
 /// vCPU descheduled by the hypervisor) outlasts. The eBPF program makes them in a `bpf_loop`.
 pub const LOCK_WAIT_LOOPS: u32 = 1 << 20;
 
+/// The insert lock's attempts in the compat object (kernels without `bpf_loop`, before 5.17),
+/// made in a bounded loop the verifier checks once per attempt: a few microseconds.
+pub const LOCK_WAIT_LOOPS_COMPAT: u32 = 64;
+
 /// One bucket of `QPIDX`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

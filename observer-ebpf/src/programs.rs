@@ -6,18 +6,19 @@ use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_or, atomic_xadd, ato
 
 use aya_ebpf::EbpfContext;
 use aya_ebpf::bindings::{__sk_buff, xdp_action, xdp_md};
+#[cfg(not(feature = "compat"))]
+use aya_ebpf::helpers::generated::{bpf_loop, bpf_xdp_get_buff_len};
 use aya_ebpf::helpers::generated::{
-    bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_loop,
-    bpf_skb_pull_data, bpf_xdp_get_buff_len,
+    bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_skb_pull_data,
 };
 use aya_ebpf::macros::{classifier, map, perf_event, xdp};
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya_ebpf::programs::{PerfEventContext, TcContext, XdpContext};
 use observer_common::cursor::Bytes;
+#[cfg(not(feature = "compat"))]
+use observer_common::maps::{XdpLenLayout, kfunc_call};
 use observer_common::maps::{
-    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, XdpLenLayout, dir,
-    kfunc_call,
-    policy_flags,
+    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, dir, policy_flags,
 };
 use observer_common::parse::{self, Frame, kind};
 use observer_common::qp::{self, Ops, PsnStep};
@@ -139,6 +140,7 @@ static QP_LIMIT: u32 = 1024;
 
 /// Where the kernel keeps a multi-buffer frame's fragment length, set at load from the kernel's
 /// BTF (read-only data: constants to the verifier, so the path not taken is never verified).
+#[cfg(not(feature = "compat"))]
 #[unsafe(no_mangle)]
 static XDP_LEN: XdpLenLayout = XdpLenLayout {
     enabled: 0,
@@ -153,6 +155,7 @@ static XDP_LEN: XdpLenLayout = XdpLenLayout {
 
 /// `bpf_cast_to_kern_ctx`: the loader rewrites this call into the kfunc call, which the
 /// verifier replaces by `r0 = r1`.
+#[cfg(not(feature = "compat"))]
 #[inline(always)]
 unsafe fn kern_ctx(ctx: *mut xdp_md) -> *const u8 {
     // SAFETY: a call number the loader turns into the kfunc (see `kfunc_call`).
@@ -164,6 +167,7 @@ unsafe fn kern_ctx(ctx: *mut xdp_md) -> *const u8 {
 }
 
 /// `bpf_rdonly_cast`: as [`kern_ctx`]; loads through the result are fault-checked.
+#[cfg(not(feature = "compat"))]
 #[inline(always)]
 unsafe fn rdonly_cast(addr: u64, btf_id: u32) -> *const u8 {
     // SAFETY: as in `kern_ctx`.
@@ -177,6 +181,7 @@ unsafe fn rdonly_cast(addr: u64, btf_id: u32) -> *const u8 {
 /// The frame's length with its fragments, as `bpf_xdp_get_buff_len` computes it, without the
 /// helper call: `linear` (`data_end - data`) plus `skb_shared_info.xdp_frags_size` when the
 /// buffer has fragments. Only for programs loaded with the kfunc path (`XDP_LEN.enabled`).
+#[cfg(not(feature = "compat"))]
 #[inline(always)]
 fn xdp_len_kfunc(ctx: *mut xdp_md, linear: u32) -> u32 {
     // SAFETY: `XDP_LEN` is read-only data set at load from the kernel's BTF; the kfuncs give
@@ -210,6 +215,7 @@ fn xdp_len_kfunc(ctx: *mut xdp_md, linear: u32) -> u32 {
 
 /// The frame's length with its fragments: through [`xdp_len_kfunc`] where the loader enabled
 /// it, else the helper.
+#[cfg(not(feature = "compat"))]
 #[inline(always)]
 fn xdp_len(ctx: *mut xdp_md, linear: u32) -> u32 {
     // SAFETY: read-only data set at load.
@@ -219,6 +225,15 @@ fn xdp_len(ctx: *mut xdp_md, linear: u32) -> u32 {
         // SAFETY: the program's context.
         unsafe { bpf_xdp_get_buff_len(ctx) as u32 }
     }
+}
+
+/// The compat object (kernels before 5.18) loads `roce_xdp` without `xdp.frags`: the driver
+/// then hands it single-buffer frames only (it refuses such a program on MTUs above a page), so
+/// the linear length is the frame's length, and neither the helper nor the kfuncs are needed.
+#[cfg(feature = "compat")]
+#[inline(always)]
+fn xdp_len(_ctx: *mut xdp_md, linear: u32) -> u32 {
+    linear
 }
 
 /// Per-direction counters of this interface (one loaded object per interface).
@@ -633,6 +648,7 @@ fn insert(key: &QpKey, h: u64) -> i64 {
 }
 
 /// [`wait_for_lock`]'s state, on the waiting program's stack.
+#[cfg(not(feature = "compat"))]
 #[repr(C)]
 struct LockWait {
     /// The bucket whose lock is wanted.
@@ -648,6 +664,7 @@ struct LockWait {
 /// loop in the program would be checked once per iteration, so the wait can be long enough
 /// to ride out a descheduled vCPU (the holder keeps the lock for well under a microsecond when
 /// it runs). The kernel inlines the loop; an uncontended insert never gets here.
+#[cfg(not(feature = "compat"))]
 #[inline(never)]
 fn wait_for_lock(b: u32) -> bool {
     let mut w = LockWait { bucket: b, got: 0 };
@@ -664,7 +681,31 @@ fn wait_for_lock(b: u32) -> bool {
     }
 }
 
+/// [`wait_for_lock`] in the compat object (kernels before 5.17 have no `bpf_loop`): a bounded
+/// loop of [`table::LOCK_WAIT_LOOPS_COMPAT`] attempts, which the verifier checks once per
+/// iteration, so the wait is short (a holder descheduled for longer makes the insert fail,
+/// counted `qp_insert_failed`).
+#[cfg(feature = "compat")]
+#[inline(never)]
+fn wait_for_lock(b: u32) -> bool {
+    let Some(bk) = QPIDX.get_ptr_mut(b) else {
+        return false;
+    };
+    // SAFETY: a bucket of QPIDX; the lock word is only accessed atomically.
+    let lock = unsafe { core::ptr::addr_of_mut!((*bk).lock) };
+    let mut i = 0;
+    while i < table::LOCK_WAIT_LOOPS_COMPAT {
+        // SAFETY: as above.
+        if unsafe { core::ptr::read_volatile(lock) == 0 && Atomic.cas32(lock, 0, 1) == 0 } {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
 /// One attempt of [`wait_for_lock`]: 1 (stop) once the lock is taken, else 0.
+#[cfg(not(feature = "compat"))]
 extern "C" fn lock_wait_step(_i: u64, ctx: *mut core::ffi::c_void) -> i64 {
     let w = ctx as *mut LockWait;
     // SAFETY: `ctx` is the caller's LockWait (bpf_loop passes it through).
@@ -982,8 +1023,10 @@ fn account(f: &Frame, wire_len: u32, d: u8) -> bool {
 
 /// Multi-buffer capable (`xdp.frags`): drivers only take XDP programs on MTUs above a page
 /// (4096-byte RoCE MTU, ~4.2 KB frames) when the program accepts fragmented frames. The headers
-/// are in the first buffer; the wire length counts every fragment.
-#[xdp(frags)]
+/// are in the first buffer; the wire length counts every fragment. Without `xdp.frags` in the
+/// compat object (kernels before 5.18 have no multi-buffer XDP).
+#[cfg_attr(not(feature = "compat"), xdp(frags))]
+#[cfg_attr(feature = "compat", xdp)]
 pub fn roce_xdp(ctx: XdpContext) -> u32 {
     let Some(fp) = FRAME.get_ptr_mut(0) else {
         return xdp_action::XDP_PASS;
@@ -1043,6 +1086,7 @@ pub fn roce_tc_eg(ctx: TcContext) -> i32 {
 
 /// The loader's check of the kfunc path on this kernel: XDP_PASS when [`xdp_len_kfunc`] gives
 /// the helper's length for the frame, XDP_DROP when not. Loaded only with that path enabled.
+#[cfg(not(feature = "compat"))]
 #[xdp(frags)]
 pub fn xdp_len_probe(ctx: XdpContext) -> u32 {
     let linear = (ctx.data_end() - ctx.data()) as u32;
@@ -1056,7 +1100,8 @@ pub fn xdp_len_probe(ctx: XdpContext) -> u32 {
 }
 
 /// The benchmark baseline: an XDP program that does nothing.
-#[xdp(frags)]
+#[cfg_attr(not(feature = "compat"), xdp(frags))]
+#[cfg_attr(feature = "compat", xdp)]
 pub fn xdp_empty(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }

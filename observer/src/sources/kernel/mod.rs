@@ -26,7 +26,6 @@ pub mod kfunc;
 mod mapped_table;
 #[cfg(any(test, feature = "test-support"))]
 mod prog_tester;
-#[cfg(any(test, feature = "test-support"))]
 mod sys;
 
 #[cfg(any(test, feature = "test-support"))]
@@ -54,6 +53,122 @@ use crate::sources::snapshot::CounterWords;
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
 /// The same programs with their rare-path reports (aya-log), loaded for `--log-level debug`.
 static OBJECT_LOG: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer-log"));
+
+/// The same programs for kernels before 5.18 (`observer-ebpf` feature `compat`): XDP without
+/// multi-buffer, the insert lock's wait without `bpf_loop`.
+static OBJECT_COMPAT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer-compat"));
+
+/// The environment variable that chooses the object instead of the kernel probe: `full` or
+/// `compat` (the tests run the compat object on newer kernels with it).
+pub const OBJECT_ENV: &str = "ROCE_OBSERVE_EBPF";
+
+/// Which embedded object this kernel runs, from probing it once per process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ObjectKind {
+    /// The full datapath: multi-buffer XDP, `bpf_loop` (Linux 5.18 and later, or a kernel with
+    /// the same BPF features backported).
+    Full,
+    /// The compat object, with why: what the kernel lacks (or that it was asked for).
+    Compat(String),
+}
+
+impl std::fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectKind::Full => write!(f, "full"),
+            ObjectKind::Compat(why) => write!(
+                f,
+                "compat ({why}): XDP without multi-buffer frames (on MTUs above a page the driver \
+                 refuses it and tc ingress observes instead), the per-QP insert lock waited for \
+                 {} attempts instead of {} (an insert that gives up is counted qp_insert_failed)",
+                observer_common::qp_table::LOCK_WAIT_LOOPS_COMPAT,
+                observer_common::qp_table::LOCK_WAIT_LOOPS
+            ),
+        }
+    }
+}
+
+/// What the probe found (cached: the kernel does not change under a process).
+#[derive(Clone, Debug)]
+enum Probe {
+    Kind(ObjectKind),
+    TooOld { feature: &'static str, since: &'static str },
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn probe_object() -> Probe {
+    match std::env::var(OBJECT_ENV).as_deref() {
+        Ok("compat") => return Probe::Kind(ObjectKind::Compat(format!("{OBJECT_ENV}=compat"))),
+        Ok("full") => return Probe::Kind(ObjectKind::Full),
+        _ => {}
+    }
+    match sys::has_atomic_fetch() {
+        Ok(false) => {
+            return Probe::TooOld {
+                feature: "the BPF atomic instructions with fetch (compare-and-exchange, \
+                          exchange, fetch-and-add) that the per-QP table is built on",
+                since: "5.12",
+            };
+        }
+        // Not permitted (the load reports that next) or an unexpected answer: the load decides.
+        Err(e) => tracing::debug!(error = %e, "BPF atomics probe inconclusive"),
+        Ok(true) => {}
+    }
+    use aya::programs::ProgramType;
+    use aya::sys::{BpfHelper, is_helper_supported};
+    let mut missing = Vec::new();
+    for (helper, what) in [
+        (BpfHelper::BPF_FUNC_loop, "bpf_loop (5.17)"),
+        (
+            BpfHelper::BPF_FUNC_xdp_get_buff_len,
+            "multi-buffer XDP (bpf_xdp_get_buff_len, xdp.frags: 5.18)",
+        ),
+    ] {
+        match is_helper_supported(ProgramType::Xdp, helper) {
+            Ok(true) => {}
+            Ok(false) => missing.push(format!("no {what}")),
+            Err(e) => missing.push(format!("{what} not probed: {e}")),
+        }
+    }
+    if missing.is_empty() {
+        Probe::Kind(ObjectKind::Full)
+    } else {
+        Probe::Kind(ObjectKind::Compat(missing.join(", ")))
+    }
+}
+
+/// The object this kernel runs; an error naming the missing feature and the minimum version
+/// where it can run none. Logged once, at the first load: a reduced capability is named.
+pub fn object_kind() -> Result<ObjectKind, LiveError> {
+    static P: std::sync::OnceLock<Probe> = std::sync::OnceLock::new();
+    let p = P.get_or_init(|| {
+        let p = probe_object();
+        match &p {
+            Probe::Kind(k @ ObjectKind::Compat(_)) => tracing::warn!(
+                kernel = %kernel_release(), object = %k,
+                "reduced capability: this kernel runs the compat datapath"),
+            Probe::Kind(ObjectKind::Full) => {
+                tracing::debug!(kernel = %kernel_release(), "full datapath")
+            }
+            Probe::TooOld { .. } => {}
+        }
+        p
+    });
+    match p {
+        Probe::Kind(k) => Ok(k.clone()),
+        Probe::TooOld { feature, since } => Err(LiveError::KernelTooOld {
+            release: kernel_release(),
+            feature,
+            since,
+        }),
+    }
+}
 
 /// Program names in the object.
 pub mod prog {
@@ -124,6 +239,16 @@ pub enum LiveError {
     NoSuchInterface(String),
     #[error("the kernel verifier rejected {prog}; last lines of its log:\n{log_tail}")]
     Verifier { prog: String, log_tail: String },
+    /// The kernel lacks a BPF feature neither object can do without.
+    #[error(
+        "this kernel ({release}) lacks {feature}: roce-observe's eBPF datapath needs Linux \
+         {since} or later (replay of captures and the NIC view work on any kernel)"
+    )]
+    KernelTooOld {
+        release: String,
+        feature: &'static str,
+        since: &'static str,
+    },
     #[error("the kernel has no BTF (/sys/kernel/btf/vmlinux missing)")]
     NoBtf,
     #[error("an XDP program is already attached to {0}")]
@@ -255,6 +380,9 @@ pub enum XdpLenPath {
     Kfunc,
     /// Calls `bpf_xdp_get_buff_len` (8-10 ns more per multi-buffer frame), with the reason.
     Helper(String),
+    /// The compat object (no multi-buffer XDP on this kernel): the linear length, which is the
+    /// whole frame's, since such a program is never given a multi-buffer frame; with the reason.
+    Linear(String),
 }
 
 impl std::fmt::Display for XdpLenPath {
@@ -262,6 +390,9 @@ impl std::fmt::Display for XdpLenPath {
         match self {
             XdpLenPath::Kfunc => write!(f, "kfunc (xdp_buff fields, checked against the helper)"),
             XdpLenPath::Helper(why) => write!(f, "helper bpf_xdp_get_buff_len ({why})"),
+            XdpLenPath::Linear(why) => {
+                write!(f, "linear (compat object: single-buffer XDP only; {why})")
+            }
         }
     }
 }
@@ -286,9 +417,14 @@ fn load_object(
     progs: &[&str],
     allow_kfunc: bool,
 ) -> Result<(Ebpf, XdpLenPath), LiveError> {
+    let kind = object_kind()?;
+    if let ObjectKind::Compat(why) = &kind {
+        let ebpf = load_with(max_qps, buckets, progs, None, true)?;
+        return Ok((ebpf, XdpLenPath::Linear(why.clone())));
+    }
     let why = match kfuncs() {
         _ if !allow_kfunc => "asked for".to_string(),
-        Ok(k) if progs.contains(&prog::XDP) => match load_with(max_qps, buckets, progs, Some(k)) {
+        Ok(k) if progs.contains(&prog::XDP) => match load_with(max_qps, buckets, progs, Some(k), false) {
             Ok(mut ebpf) => match check_kfunc_len(&mut ebpf) {
                 Ok(()) => return Ok((ebpf, XdpLenPath::Kfunc)),
                 Err(e) => e.to_string(),
@@ -302,7 +438,7 @@ fn load_object(
     if progs.contains(&prog::XDP) {
         tracing::info!(reason = %why, "multi-buffer XDP length through the helper");
     }
-    let ebpf = load_with(max_qps, buckets, progs, None)?;
+    let ebpf = load_with(max_qps, buckets, progs, None, false)?;
     Ok((ebpf, XdpLenPath::Helper(why)))
 }
 
@@ -322,14 +458,20 @@ fn load_with(
     buckets: u32,
     progs: &[&str],
     kfuncs: Option<&kfunc::Kfuncs>,
+    compat: bool,
 ) -> Result<Ebpf, LiveError> {
     if OBJECT.is_empty() {
         return Err(LiveError::Setup(
             "this binary was built with AYA_BUILD_SKIP=1: it carries no eBPF object".into(),
         ));
     }
-    let log_level = kernel_log_level();
-    let base = if log_level > 0 { OBJECT_LOG } else { OBJECT };
+    // The compat object has no rare-path reports (its log would be a fourth object).
+    let log_level = if compat { 0 } else { kernel_log_level() };
+    let base = match (compat, log_level > 0) {
+        (true, _) => OBJECT_COMPAT,
+        (false, true) => OBJECT_LOG,
+        (false, false) => OBJECT,
+    };
     let (object, _) = kfunc::patch_object(base, kfuncs)
         .map_err(|e| LiveError::op("relocating kfunc calls", e))?;
     let layout = kfuncs.map(|k| k.layout).unwrap_or_default();
@@ -343,7 +485,7 @@ fn load_with(
         )
         .override_global("QP_BUCKETS", &buckets, true)
         .override_global("QP_LIMIT", &max_qps, true)
-        .override_global("XDP_LEN", &layout, true)
+        .override_global("XDP_LEN", &layout, !compat)
         .override_global("AYA_LOG_LEVEL", &log_level, log_level > 0)
         .map_max_entries("MACS", MAX_MACS)
         .map_max_entries("EVENTS", EVENTS_BYTES)
