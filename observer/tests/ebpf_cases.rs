@@ -10,7 +10,6 @@ use common::*;
 use observer::sources::Snapshot;
 use observer::sources::datapath::Datapath;
 use observer::sources::kernel::{ProgTester, XdpLenPath, prog};
-use observer_common::frames;
 use observer_common::maps::{
     ANY, Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, QpValue, class, dir,
     policy_flags,
@@ -769,21 +768,9 @@ fn psn_gap() {
     assert_eq!((gap[0].psn, gap[0].detail), (15, 3));
 }
 
-/// An RC RDMA READ request (0x0c) of `len` bytes at `psn`, on the key of `Roce::data` (its RETH
-/// cut by `cut` bytes, the 4-byte ICRC space included).
+/// [`read_request`] cut by `cut` bytes (the 4-byte ICRC space included).
 fn read_frame(psn: u32, len: u32, cut: usize) -> Vec<u8> {
-    let mut bth = frames::Bth::new(0x0c, 0x11, psn);
-    bth.ack_req = true;
-    let mut f = frames::Roce::v4(IP_A, IP_B)
-        .fragment(true, false, 0)
-        .macs(MAC_A, MAC_B)
-        .mark(26, 2)
-        .ports(49152, 4791)
-        .bth(bth)
-        .reth(0x1000, 0x1234, len)
-        .payload_pattern(4, 0, 1)
-        .icrc(frames::Icrc::Absent)
-        .build();
+    let mut f = read_request(psn, len);
     f.truncate(f.len() - cut);
     f
 }
