@@ -82,14 +82,20 @@ pub struct QpValue {
     pub icrc_bad: u64,
     pub icrc_unverifiable: u64,
     /// Highest PSN seen so far plus one (1..=2^24), 0 before the first PSN-analysed packet: an
-    /// all-zero value is a fresh key, so the kernel inserts new keys from zeroed memory.
+    /// all-zero value is a fresh key, so the kernel inserts new keys from zeroed memory. After
+    /// an RDMA READ request the READ's PSN + n_min - 1 (metrics.md "RDMA READ requests").
     pub psn_max_p1: u32,
-    pub max_udp_payload: u32,
+    /// The window w of the last RDMA READ request that moved `psn_max_p1` (n_max - n_min), 0
+    /// otherwise. With `psn_max_p1` one 8-aligned 64-bit word, the PSN state, which the kernel
+    /// moves by one 64-bit compare-and-swap ([`crate::qp`]).
+    pub psn_read: u32,
     /// [`crate::qp::ev`] bits already reported for this key (first occurrence only).
     pub event_flags: u32,
     /// UDP source port of the last packet (ECMP entropy, not identity).
     pub last_udp_sport: u16,
-    pub _pad: u16,
+    /// The largest UDP payload (UDP length - 8, so at most 65,527): with `last_udp_sport` one
+    /// 32-bit word, raised by compare-and-swap on that word.
+    pub max_udp_payload: u16,
     pub opcode_hist: [u32; OPCODE_BUCKETS],
     pub dscp_hist: [[u32; 64]; class::COUNT],
     pub ecn_hist: [[u32; 4]; class::COUNT],
@@ -156,10 +162,10 @@ impl QpValue {
         icrc_bad: 0,
         icrc_unverifiable: 0,
         psn_max_p1: 0,
-        max_udp_payload: 0,
+        psn_read: 0,
         event_flags: 0,
         last_udp_sport: 0,
-        _pad: 0,
+        max_udp_payload: 0,
         opcode_hist: [0; OPCODE_BUCKETS],
         dscp_hist: [[0; 64]; class::COUNT],
         ecn_hist: [[0; 4]; class::COUNT],

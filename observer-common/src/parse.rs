@@ -23,6 +23,11 @@ pub const GRE_PROTO_ERSPAN: u16 = 0x88be;
 pub const GRE_PROTO_ERSPAN3: u16 = 0x22eb;
 pub const BTH_LEN: usize = 12;
 pub const AETH_LEN: usize = 4;
+/// RDMA Extended Transport Header: VA (8), R_Key (4), DMA length (4).
+pub const RETH_LEN: usize = 16;
+/// RC RDMA READ request, whose RETH's DMA length says how many PSNs it consumes (metrics.md
+/// "RDMA READ requests").
+pub const OPCODE_RC_READ_REQUEST: u8 = 0x0c;
 pub const UDP_HLEN: usize = 8;
 pub const MAX_VLAN_TAGS: usize = 4;
 pub const MAX_IPV6_EXT: usize = 4;
@@ -166,6 +171,12 @@ pub struct Frame {
     /// AETH: syndrome in bits 31:24, MSN in 23:0.
     pub aeth: u32,
     pub mac_ctrl: MacControl,
+    /// RC RDMA READ request ([`OPCODE_RC_READ_REQUEST`]) only: the RETH's DMA length, when
+    /// `has_reth`.
+    pub dma_len: u32,
+    /// 1 when `dma_len` holds a READ request's DMA length (its RETH was captured).
+    pub has_reth: u8,
+    pub _pad: [u8; 3],
 }
 
 // The address fields are 8-aligned (Frame is align(8)): they are written and read as words.
@@ -227,6 +238,9 @@ impl Default for Frame {
             bth: Bth::default(),
             aeth: 0,
             mac_ctrl: MacControl::default(),
+            dma_len: 0,
+            has_reth: 0,
+            _pad: [0; 3],
         }
     }
 }
@@ -508,6 +522,14 @@ fn udp<B: Bytes + ?Sized>(b: &B, off: usize, f: &mut Frame) {
     {
         f.has_aeth = 1;
         f.aeth = u32::from_be_bytes(a);
+    }
+    // a READ request's DMA length: the RETH's last 4 bytes, after the VA and R_Key
+    if t[0] == OPCODE_RC_READ_REQUEST
+        && ulen >= UDP_HLEN + BTH_LEN + RETH_LEN
+        && let Some(l) = b.load::<4>(bth_off + BTH_LEN + 12)
+    {
+        f.has_reth = 1;
+        f.dma_len = u32::from_be_bytes(l);
     }
 }
 

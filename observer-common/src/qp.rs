@@ -2,14 +2,15 @@
 //! userspace. Memory operations go through [`Ops`]: atomic instructions in the eBPF programs
 //! (one key's packets may be processed on several CPUs at once), plain ones in replay.
 //!
-//! Concurrency (kernel): counters are atomic adds; the PSN state (`psn_max_p1`) moves only by
-//! compare-and-swap, so every packet's d = psn - max is taken against the max at the instant its
-//! update takes effect, as if the packets had been processed one at a time in that order. A CAS
-//! that keeps losing gives up after [`CAS_TRIES`] attempts and the caller counts it
+//! Concurrency (kernel): counters are atomic adds; the PSN state (`psn_max_p1` and the READ
+//! window `psn_read`, one 8-aligned 64-bit word) moves only by a 64-bit compare-and-swap, so
+//! every packet's d = psn - max is taken against the max and window at the instant its update
+//! takes effect, as if the packets had been processed one at a time in that order. A CAS that
+//! keeps losing gives up after [`CAS_TRIES`] attempts and the caller counts it
 //! (`IfaceStats::psn_contended`), so nothing is lost silently.
 
 use crate::maps::{ANY, OPCODE_BUCKETS, PCP_BUCKETS, Policy, QpValue, class, policy_flags};
-use crate::parse::{Frame, PCP_NONE};
+use crate::parse::{Frame, OPCODE_RC_READ_REQUEST, PCP_NONE};
 use crate::qp_table::{Cells4, KValue, hist};
 use core::ptr::addr_of_mut;
 
@@ -76,6 +77,11 @@ pub trait Ops {
     /// # Safety
     /// `p` is valid and aligned.
     unsafe fn cas32(&self, p: *mut u32, old: u32, new: u32) -> u32;
+    /// 64-bit compare-and-swap; returns the value found (== `old` when it swapped).
+    ///
+    /// # Safety
+    /// `p` is valid and 8-aligned.
+    unsafe fn cas64(&self, p: *mut u64, old: u64, new: u64) -> u64;
     /// `*p |= v`; returns the previous value.
     ///
     /// # Safety
@@ -87,6 +93,14 @@ pub trait Ops {
     /// `p` is valid and aligned.
     #[inline(always)]
     unsafe fn load32(&self, p: *const u32) -> u32 {
+        unsafe { core::ptr::read_volatile(p) }
+    }
+    /// `*p`, read once (one 64-bit load: never torn).
+    ///
+    /// # Safety
+    /// `p` is valid and 8-aligned.
+    #[inline(always)]
+    unsafe fn load64(&self, p: *const u64) -> u64 {
         unsafe { core::ptr::read_volatile(p) }
     }
     /// An array index `i < n`, in a form the eBPF verifier can bound: the kernel
@@ -121,6 +135,16 @@ impl Ops for Plain {
     }
     #[inline(always)]
     unsafe fn cas32(&self, p: *mut u32, old: u32, new: u32) -> u32 {
+        unsafe {
+            let cur = *p;
+            if cur == old {
+                *p = new;
+            }
+            cur
+        }
+    }
+    #[inline(always)]
+    unsafe fn cas64(&self, p: *mut u64, old: u64, new: u64) -> u64 {
         unsafe {
             let cur = *p;
             if cur == old {
@@ -171,6 +195,14 @@ impl<A: Ops> Ops for Mixed<A> {
             unsafe { self.atomic.cas32(p, old, new) }
         } else {
             unsafe { Plain.cas32(p, old, new) }
+        }
+    }
+    #[inline(always)]
+    unsafe fn cas64(&self, p: *mut u64, old: u64, new: u64) -> u64 {
+        if self.use_atomic != 0 {
+            unsafe { self.atomic.cas64(p, old, new) }
+        } else {
+            unsafe { Plain.cas64(p, old, new) }
         }
     }
     #[inline(always)]
@@ -252,11 +284,27 @@ shared_fields!(
     psn_behind: u64,
     qp_incarnations: u64,
     psn_max_p1: u32,
-    max_udp_payload: u32,
+    psn_read: u32,
     event_flags: u32,
     last_udp_sport: u16,
+    max_udp_payload: u16,
     ecn_hist: [[u32; 4]; class::COUNT],
 );
+
+// The PSN state is one 8-aligned 64-bit word (`psn_max_p1`, then `psn_read`), the last source
+// port and the largest payload one 32-bit word (`last_udp_sport`, then `max_udp_payload`), in
+// both layouts: [`psn_update`] and [`raise_max_payload`] move them by compare-and-swap.
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(QpValue, psn_max_p1).is_multiple_of(8));
+    assert!(offset_of!(QpValue, psn_read) == offset_of!(QpValue, psn_max_p1) + 4);
+    assert!(offset_of!(QpValue, last_udp_sport).is_multiple_of(4));
+    assert!(offset_of!(QpValue, max_udp_payload) == offset_of!(QpValue, last_udp_sport) + 2);
+    assert!(offset_of!(KValue, psn_max_p1).is_multiple_of(8));
+    assert!(offset_of!(KValue, psn_read) == offset_of!(KValue, psn_max_p1) + 4);
+    assert!(offset_of!(KValue, last_udp_sport).is_multiple_of(4));
+    assert!(offset_of!(KValue, max_udp_payload) == offset_of!(KValue, last_udp_sport) + 2);
+};
 
 impl Value for QpValue {
     value_field_fns!();
@@ -467,7 +515,8 @@ pub enum PsnStep {
     None,
     /// First PSN of the key: sets max.
     First,
-    /// d >= 1: new max; d > 1 is a gap of d - 1.
+    /// d >= 1: new max; d > 1 + w (w the key's READ window, 0 after any packet but a READ
+    /// request) is a gap of d - 1 - w.
     Ahead(i32),
     /// d <= 0: retransmission (d < 0: behind).
     NotAhead(i32),
@@ -483,14 +532,72 @@ pub enum PsnStep {
 /// PSN lands here.
 pub const INCARNATION_JUMP: i32 = 1 << 22;
 
-/// Whether a data packet with PSN distance `d` from the key's highest starts a new incarnation
-/// of the key (a new QP reusing the QP number): `d` is not the next PSN after the key was idle
-/// for longer than the policy's `incarnation_idle_ms` (`idle`), or `|d|` is at least
-/// [`INCARNATION_JUMP`] whatever the idle time.
+/// Whether a data packet with PSN distance `d` from the key's highest, after a READ window `w`
+/// (0 after any other packet), starts a new incarnation of the key (a new QP reusing the QP
+/// number): `d` is not the next PSN (not in 1 ..= 1 + w) after the key was idle for longer than
+/// the policy's `incarnation_idle_ms` (`idle`), or `|d|` is at least [`INCARNATION_JUMP`]
+/// whatever the idle time.
 #[inline(always)]
-pub fn new_incarnation(d: i32, idle: bool) -> bool {
-    (idle && d != 1) || !(-INCARNATION_JUMP < d && d < INCARNATION_JUMP)
+pub fn new_incarnation(d: i32, w: u32, idle: bool) -> bool {
+    (idle && !is_next(d, w)) || !(-INCARNATION_JUMP < d && d < INCARNATION_JUMP)
 }
+
+/// d is the next new PSN after a window `w`: 1 <= d <= 1 + w.
+#[inline(always)]
+fn is_next(d: i32, w: u32) -> bool {
+    d >= 1 && (d as u32 - 1) <= w
+}
+
+/// The window of a READ request whose RETH was not captured: an unknown length, anything up to
+/// the longest RC message (2^31 bytes): n_min = 1, n_max = 2^31 / 256 = 2^23.
+pub const READ_UNKNOWN_WINDOW: u32 = (1 << 23) - 1;
+
+/// The PSNs a data packet certainly consumes (n_min) and its window (n_max - n_min), metrics.md
+/// "RDMA READ requests": for an RC RDMA READ request of DMA length L, n = max(1, ceil(L / pmtu))
+/// responses for an unknown pmtu of 256 ..= 4096, so n_min = max(1, ceil(L / 4096)) and
+/// n_max = max(1, ceil(L / 256)); (1, 0) for every other packet. Shifts only (the eBPF
+/// programs divide by no variable).
+#[inline(always)]
+pub fn read_window(f: &Frame) -> (u32, u32) {
+    if f.bth.opcode != OPCODE_RC_READ_REQUEST {
+        return (1, 0);
+    }
+    if f.has_reth == 0 {
+        return (1, READ_UNKNOWN_WINDOW);
+    }
+    let l = f.dma_len;
+    let n_max = ((l >> 8) + (l & 0xff != 0) as u32).max(1);
+    let n_min = ((l >> 12) + (l & 0xfff != 0) as u32).max(1);
+    (n_min, n_max - n_min)
+}
+
+/// The PSN state word of a value from its fields (`psn_max_p1` first in memory).
+#[inline(always)]
+pub fn psn_word(max_p1: u32, w: u32) -> u64 {
+    if cfg!(target_endian = "little") {
+        max_p1 as u64 | (w as u64) << 32
+    } else {
+        (max_p1 as u64) << 32 | w as u64
+    }
+}
+
+/// `psn_max_p1` and `psn_read` of a PSN state word.
+#[inline(always)]
+pub fn psn_fields(x: u64) -> (u32, u32) {
+    if cfg!(target_endian = "little") {
+        (x as u32, (x >> 32) as u32)
+    } else {
+        ((x >> 32) as u32, x as u32)
+    }
+}
+
+/// Shift of `max_udp_payload` in the 32-bit word it shares with `last_udp_sport` (second in
+/// memory).
+const MAX_PAYLOAD_SHIFT: u32 = if cfg!(target_endian = "little") {
+    16
+} else {
+    0
+};
 
 /// What [`update`] reports back to its caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -498,9 +605,10 @@ pub struct Outcome {
     /// [`ev`] bits that occurred for the first time for this key with this packet.
     pub new_events: u32,
     pub psn: PsnStep,
-    /// PSNs missing when `psn` is a gap (`Ahead(d)`, d > 1: d - 1), else 0. A plain integer
-    /// beside the enum: the eBPF programs read it instead of matching `psn`, whose payload is
-    /// undefined on the other variants and once let LLVM hand the verifier a pointer to shift.
+    /// PSNs missing when `psn` is a gap (`Ahead(d)` with d > 1 + w, w the key's READ window
+    /// before this packet: d - 1 - w), else 0. A plain integer beside the enum: the eBPF
+    /// programs read it instead of matching `psn`, whose payload is undefined on the other
+    /// variants and once let LLVM hand the verifier a pointer to shift.
     pub gap: u32,
     /// [`hist`] bits of the histograms whose bucket this packet could not be counted in by the
     /// value ([`Value::hist_add`]): the kernel adds them to `QPHIST`. Always 0 for a
@@ -510,7 +618,7 @@ pub struct Outcome {
 
 /// Marking and PSN facts of one packet that are event-worthy, as [`ev`] bits.
 #[inline(always)]
-fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep, d: i32) -> u32 {
+fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep, gap: u32) -> u32 {
     let mut bits = 1u32 << ev::NEW_QP;
     if policy.flags & policy_flags::ENABLED != 0 {
         let (d, p, e) = match c {
@@ -528,10 +636,10 @@ fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep, d: i32) -> u3
             bits |= 1 << (ev::NOT_ECT + c as u32);
         }
     }
-    match step {
-        PsnStep::Ahead(_) if d > 1 => bits |= 1 << ev::PSN_GAP,
-        PsnStep::NotAhead(_) => bits |= 1 << ev::RETRANS,
-        _ => {}
+    if gap > 0 {
+        bits |= 1 << ev::PSN_GAP;
+    } else if matches!(step, PsnStep::NotAhead(_)) {
+        bits |= 1 << ev::RETRANS;
     }
     if f.has_aeth != 0 {
         let s = f.aeth_syndrome() & 0x60;
@@ -559,39 +667,73 @@ pub fn is_suspect(f: &Frame) -> bool {
     f.bth.tver() != 0 || opcode_info(f.bth.opcode).0 == OPCODE_OTHER
 }
 
-/// PSN analysis step for one packet of a key (metrics.md "PSN analysis"), and its d (0 for
-/// `First`, `Reborn` and `Contended`). The d beside the enum is what the accounting reads: an
-/// enum's payload is undefined on its other variants, and LLVM computing with it speculatively
-/// once handed the eBPF verifier a pointer to shift. `idle`: the key saw no packet for longer
-/// than the policy's incarnation idle time.
+/// PSN analysis step for one packet of a key (metrics.md "PSN analysis"), its d (0 for
+/// `First`, `Reborn` and `Contended`) and the PSNs it finds missing (d - 1 - w when d > 1 + w).
+/// The integers beside the enum are what the accounting reads: an enum's payload is undefined
+/// on its other variants, and LLVM computing with it speculatively once handed the eBPF
+/// verifier a pointer to shift. `idle`: the key saw no packet for longer than the policy's
+/// incarnation idle time. `(n_min, w)`: the packet's [`read_window`].
+///
+/// The state (max + 1 and the window w) is one 64-bit word moved by one compare-and-swap, so a
+/// packet on another CPU never sees a max without its window.
 #[inline(always)]
-unsafe fn psn_update<O: Ops, V: Value>(o: &O, v: *mut V, psn: u32, idle: bool) -> (PsnStep, i32) {
-    let p = unsafe { V::psn_max_p1(v) };
+unsafe fn psn_update<O: Ops, V: Value>(
+    o: &O,
+    v: *mut V,
+    psn: u32,
+    idle: bool,
+    (n_min, w_new): (u32, u32),
+) -> (PsnStep, i32, u32) {
+    // 8-aligned, `psn_read` next to it (the layout assertions above)
+    let p = unsafe { V::psn_max_p1(v) } as *mut u64;
     let psn = psn & 0x00ff_ffff;
+    // the state after a packet that moves max: the last PSN it certainly consumed, its window
+    let next = psn_word(((psn + n_min - 1) & 0x00ff_ffff) + 1, w_new);
     for _ in 0..CAS_TRIES {
-        let cur = unsafe { o.load32(p) };
-        if cur == 0 {
-            if unsafe { o.cas32(p, 0, psn + 1) } == 0 {
-                return (PsnStep::First, 0);
+        let cur = unsafe { o.load64(p) };
+        let (max_p1, w) = psn_fields(cur);
+        if max_p1 == 0 {
+            if unsafe { o.cas64(p, cur, next) } == cur {
+                return (PsnStep::First, 0, 0);
             }
             continue;
         }
-        let max = cur - 1;
-        let d = psn_diff(psn, max);
-        if new_incarnation(d, idle) {
-            if unsafe { o.cas32(p, cur, psn + 1) } == cur {
-                return (PsnStep::Reborn, 0);
+        let d = psn_diff(psn, max_p1 - 1);
+        if new_incarnation(d, w, idle) {
+            if unsafe { o.cas64(p, cur, next) } == cur {
+                return (PsnStep::Reborn, 0, 0);
             }
             continue;
         }
         if d <= 0 {
-            return (PsnStep::NotAhead(d), d);
+            return (PsnStep::NotAhead(d), d, 0);
         }
-        if unsafe { o.cas32(p, cur, psn + 1) } == cur {
-            return (PsnStep::Ahead(d), d);
+        if unsafe { o.cas64(p, cur, next) } == cur {
+            return (PsnStep::Ahead(d), d, (d as u32 - 1).saturating_sub(w));
         }
     }
-    (PsnStep::Contended, 0)
+    (PsnStep::Contended, 0, 0)
+}
+
+/// Raises the largest UDP payload of `v` to `pl`: a bounded CAS loop on the 32-bit word it
+/// shares with the last source port (whose bits are written back as found, so a port stored
+/// meanwhile fails the CAS instead of being undone), which only writes when larger.
+///
+/// # Safety
+/// `v` points to a live, aligned value; `o` as in [`update_split`].
+#[inline(always)]
+unsafe fn raise_max_payload<O: Ops, V: Value>(o: &O, v: *mut V, pl: u32) {
+    // 4-aligned, `max_udp_payload` next to it (the layout assertions above)
+    let mp = unsafe { V::last_udp_sport(v) } as *mut u32;
+    let mask = 0xffff << MAX_PAYLOAD_SHIFT;
+    for _ in 0..CAS_TRIES {
+        let cur = unsafe { o.load32(mp) };
+        if pl <= (cur & mask) >> MAX_PAYLOAD_SHIFT
+            || unsafe { o.cas32(mp, cur, (cur & !mask) | pl << MAX_PAYLOAD_SHIFT) } == cur
+        {
+            break;
+        }
+    }
 }
 
 /// Accounts one RoCE packet (`f.kind == ROCE`) to its key's value.
@@ -670,18 +812,13 @@ pub unsafe fn update_split<C: Ops, S: Ops, V: Value>(
         if is_suspect(f) {
             co.add64(V::suspect(v), 1);
         }
-        let (step, d) = if c == class::DATA {
+        let (step, d, gap) = if c == class::DATA {
             let last = core::ptr::read_volatile(V::last_ns(state));
             let idle_ns = policy.incarnation_idle_ms as u64 * 1_000_000;
             let idle = idle_ns != 0 && last != 0 && now_ns.saturating_sub(last) > idle_ns;
-            psn_update(so, state, f.bth.psn, idle)
+            psn_update(so, state, f.bth.psn, idle, read_window(f))
         } else {
-            (PsnStep::None, 0)
-        };
-        let gap = if matches!(step, PsnStep::Ahead(_)) && d > 1 {
-            (d - 1) as u32
-        } else {
-            0
+            (PsnStep::None, 0, 0)
         };
         if gap > 0 {
             co.add64(V::psn_gaps(v), 1);
@@ -694,15 +831,7 @@ pub unsafe fn update_split<C: Ops, S: Ops, V: Value>(
         } else if matches!(step, PsnStep::Reborn) {
             co.add64(V::qp_incarnations(v), 1);
         }
-        // Largest UDP payload: a bounded CAS loop that only writes when larger.
-        let mp = V::max_udp_payload(state);
-        let pl = f.udp_payload_len as u32;
-        for _ in 0..CAS_TRIES {
-            let cur = so.load32(mp);
-            if pl <= cur || so.cas32(mp, cur, pl) == cur {
-                break;
-            }
-        }
+        raise_max_payload(so, state, f.udp_payload_len as u32);
         // Times and the last source port: plain stores (not counts).
         let first = V::first_ns(state);
         if core::ptr::read_volatile(first) == 0 {
@@ -711,7 +840,7 @@ pub unsafe fn update_split<C: Ops, S: Ops, V: Value>(
         core::ptr::write_volatile(V::last_ns(state), now_ns);
         core::ptr::write_volatile(V::last_udp_sport(state), f.udp_sport);
 
-        let bits = event_bits(f, c, policy, step, d);
+        let bits = event_bits(f, c, policy, step, gap);
         let fp = V::event_flags(state);
         let seen = so.load32(fp);
         let mut new = bits & !seen;

@@ -127,11 +127,13 @@ pub struct KValue {
     pub bytes_udp: u64,
     pub first_ns: u64,
     pub last_ns: u64,
+    /// With `psn_read`, the PSN state: one 8-aligned word, moved by 64-bit compare-and-swap.
     pub psn_max_p1: u32,
-    pub max_udp_payload: u32,
+    pub psn_read: u32,
     pub event_flags: u32,
+    /// With `max_udp_payload`, one 32-bit word (the payload is raised by compare-and-swap on it).
     pub last_udp_sport: u16,
-    pub _pad: u16,
+    pub max_udp_payload: u16,
     pub ecn_hist: [[u32; 4]; class::COUNT],
     /// Opcode cells: the second group is used once the first is full (8 opcodes: a requester
     /// key's RDMA WRITE first/middle/last/only with and without immediate, or a responder
@@ -159,10 +161,10 @@ impl KValue {
         first_ns: 0,
         last_ns: 0,
         psn_max_p1: 0,
-        max_udp_payload: 0,
+        psn_read: 0,
         event_flags: 0,
         last_udp_sport: 0,
-        _pad: 0,
+        max_udp_payload: 0,
         ecn_hist: [[0; 4]; class::COUNT],
         opcodes: [Cells4::ZERO; 2],
         dscp: Cells4::ZERO,
@@ -208,6 +210,7 @@ impl KValue {
         v.first_ns = self.first_ns;
         v.last_ns = self.last_ns;
         v.psn_max_p1 = self.psn_max_p1;
+        v.psn_read = self.psn_read;
         v.max_udp_payload = self.max_udp_payload;
         v.event_flags = self.event_flags;
         v.last_udp_sport = self.last_udp_sport;

@@ -31,6 +31,19 @@ fn data(psn: u32) -> Vec<u8> {
     Pkt::roce(0x0a, 0x11, psn, 64).build()
 }
 
+/// An RC RDMA READ request (0x0c) at `psn` for `len` bytes: BTH and RETH, no payload.
+fn read_req(psn: u32, len: u32) -> Vec<u8> {
+    let mut p = Pkt::roce(0x0c, 0x11, psn, 0);
+    p.payload
+        .extend(observer_common::frames::reth(0x1000, 0x1234, len));
+    p.build()
+}
+
+/// (gaps, missing, retrans, behind) of a value.
+fn psn_counts(v: &QpValue) -> (u64, u64, u64, u64) {
+    (v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind)
+}
+
 #[test]
 fn rule1_runt() {
     for n in 0..14 {
@@ -393,8 +406,13 @@ fn qp_number_reuse_restarts_the_psn_analysis() {
     // Capture times near the end of u64 (a fuzzed capture): no overflow, no new incarnation.
     let v = run_timed(&[(1, u64::MAX - 5), (3, u64::MAX)], &pol);
     assert_eq!((v.qp_incarnations, v.psn_gaps), (0, 1));
-    assert!(qp::new_incarnation(-(1 << 22), false));
-    assert!(!qp::new_incarnation(-(1 << 22) + 1, false));
+    assert!(qp::new_incarnation(-(1 << 22), 0, false));
+    assert!(!qp::new_incarnation(-(1 << 22) + 1, 0, false));
+    // after a READ window w, d in 1 ..= 1 + w is the next PSN, also after an idle time
+    assert!(!qp::new_incarnation(5, 4, true));
+    assert!(qp::new_incarnation(6, 4, true));
+    assert!(qp::new_incarnation(0, 4, true));
+    assert!(!qp::new_incarnation(6, 4, false));
 }
 
 #[test]
@@ -624,4 +642,151 @@ fn split_update_with_spill_equals_single_update() {
             assert!(spill.pkts > 0 && value.pkts < single.pkts);
         }
     }
+}
+
+/// metrics.md "RDMA READ requests": the parser hands the RETH's DMA length of a READ request
+/// (and of no other opcode) to the PSN analysis; a RETH cut by the capture is no length.
+#[test]
+fn read_request_dma_length_is_parsed() {
+    let fr = read_req(7, 65536);
+    let f = classify(&fr[..]);
+    assert_eq!((f.bth.opcode, f.has_reth, f.dma_len), (0x0c, 1, 65536));
+    assert_eq!(qp::read_window(&f), (16, 240));
+    // RDMA WRITE FIRST carries a RETH too, but consumes one PSN: not parsed as a READ
+    let mut p = Pkt::roce(0x06, 0x11, 7, 0);
+    p.payload
+        .extend(observer_common::frames::reth(0x1000, 0x1234, 65536));
+    let f = classify(&p.build()[..]);
+    assert_eq!((f.has_reth, f.dma_len), (0, 0));
+    assert_eq!(qp::read_window(&f), (1, 0));
+    // cut inside the RETH (ICRC 4 bytes, then the last 4 bytes of the RETH)
+    let f = classify(&fr[..fr.len() - 6]);
+    assert_eq!((f.kind, f.has_reth), (kind::ROCE, 0));
+    assert_eq!(qp::read_window(&f), (1, qp::READ_UNKNOWN_WINDOW));
+}
+
+/// n_min = max(1, ceil(L / 4096)), n_max = max(1, ceil(L / 256)), w = n_max - n_min, at the
+/// boundaries of the shifts.
+#[test]
+fn read_window_of_lengths() {
+    let w = |len: u32| {
+        let f = classify(&read_req(0, len)[..]);
+        qp::read_window(&f)
+    };
+    for (len, nmin, nmax) in [
+        (0u32, 1u32, 1u32),
+        (1, 1, 1),
+        (256, 1, 1),
+        (257, 1, 2),
+        (4096, 1, 16),
+        (4097, 2, 17),
+        (65536, 16, 256),
+        (1 << 31, 1 << 19, 1 << 23),
+        (u32::MAX, 1 << 20, 1 << 24),
+    ] {
+        assert_eq!(w(len), (nmin, nmax - nmin), "length {len}");
+        // the same by division, for every path MTU
+        let n = |pmtu: u64| (len as u64).div_ceil(pmtu).max(1) as u32;
+        assert_eq!((n(4096), n(256)), (nmin, nmax), "length {len}");
+    }
+}
+
+/// The soft-RoCE ib_read_bw case: back-to-back READs of 64 KiB with no loss are no gaps at any
+/// path MTU (800 READs gave 799 gaps before READ windows).
+#[test]
+fn reads_without_loss_are_no_gaps_at_any_mtu() {
+    for pmtu in [256u32, 512, 1024, 2048, 4096] {
+        let n = 65536 / pmtu;
+        let frames: Vec<_> = (0..800u32)
+            .map(|i| read_req((0xff_ff00 + i * n) & 0xff_ffff, 65536))
+            .collect();
+        let v = run(&frames);
+        assert_eq!(psn_counts(&v), (0, 0, 0, 0), "pmtu {pmtu}");
+        // the last READ at p: max = p + n_min - 1
+        let last = (0xff_ff00 + 799 * n) & 0xff_ffff;
+        assert_eq!(v.psn_max(), Some((last + 15) & 0xff_ffff), "pmtu {pmtu}");
+        assert_eq!(v.psn_read, 240);
+    }
+}
+
+/// A READ followed by WRITEs: the first WRITE anywhere in the READ's window is the next PSN; the
+/// WRITE closes the window, so the WRITEs after it follow the plain rule.
+#[test]
+fn read_then_write() {
+    // 8 KiB: n_min 2, n_max 32, w 30; at pmtu 1024 the READ takes 10..=17
+    let v = run(&[data(9), read_req(10, 8192), data(18), data(19), data(21)]);
+    assert_eq!(psn_counts(&v), (1, 1, 0, 0));
+    assert_eq!((v.psn_max(), v.psn_read), (Some(21), 0));
+    // at the smallest MTU the READ takes 10..=41, at the largest 10..=11: both no gap
+    for next in [12, 42] {
+        let v = run(&[data(9), read_req(10, 8192), data(next)]);
+        assert_eq!(psn_counts(&v), (0, 0, 0, 0), "next {next}");
+    }
+    // beyond the largest possible READ: a gap, missing the excess (a lower bound)
+    let v = run(&[data(9), read_req(10, 8192), data(45)]);
+    assert_eq!(psn_counts(&v), (1, 3, 0, 0));
+    // a READ of 0 or 256 bytes consumes one PSN: the plain rule
+    for len in [0, 256] {
+        let v = run(&[read_req(10, len), data(11), read_req(12, len), data(14)]);
+        assert_eq!(psn_counts(&v), (1, 1, 0, 0), "length {len}");
+    }
+}
+
+/// Loss around READs: a lost READ request is a gap of the PSNs it consumed; a loss after a READ
+/// counts beyond the READ's largest end; a READ whose RETH was cut has the widest window.
+#[test]
+fn lost_read_requests_and_losses_after_reads() {
+    // READs of 4 KiB at pmtu 1024 (4 PSNs each): 20, 24, [28 lost], 32
+    let v = run(&[read_req(20, 4096), read_req(24, 4096), read_req(32, 4096)]);
+    // after 24: max 24, w 15; 32 is d = 8 <= 16: the lost READ is hidden in the window
+    assert_eq!(psn_counts(&v), (0, 0, 0, 0));
+    // READs of 256 bytes consume one PSN at every MTU: a lost one is seen
+    let v = run(&[read_req(20, 256), read_req(21, 256), read_req(23, 256)]);
+    assert_eq!(psn_counts(&v), (1, 1, 0, 0));
+    // a lost READ request of n = 3 PSNs (7..=9) after WRITEs: the next request at 10 is a gap
+    // of the PSNs it consumed
+    let v = run(&[data(5), data(6), data(7 + 3)]);
+    assert_eq!(psn_counts(&v), (1, 3, 0, 0));
+    // a lost packet after a READ still counts: 16 KiB (n_min 4, n_max 64, w 60) at p = 100,
+    // then PSN 100 + 64 + 5: missing 5 beyond the largest READ
+    let v = run(&[read_req(100, 16384), data(169)]);
+    assert_eq!(psn_counts(&v), (1, 5, 0, 0));
+    // the RETH cut by the capture: any next PSN up to 2^23 is no gap
+    let fr = read_req(100, 16384);
+    let cut = fr[..fr.len() - 6].to_vec();
+    let v = run(&[cut, data(100 + (1 << 21))]);
+    assert_eq!((psn_counts(&v), v.qp_incarnations), ((0, 0, 0, 0), 0));
+}
+
+/// Retransmitted READ requests: a go-back-N resend of a READ is a retransmission and keeps the
+/// window; a READ re-issued from a lost response's PSN is one while it is not beyond
+/// p + n_min - 1, and a new request beyond (metrics.md: ambiguous).
+#[test]
+fn retransmitted_read_requests() {
+    // READ 64 KiB at 0 (n_min 16, w 240; pmtu 1024: PSNs 0..=63), WRITE 64, WRITE 65 lost,
+    // go-back-N: READ at 0 again, WRITE 64, 65, 66
+    let v = run(&[
+        read_req(0, 65536),
+        data(64),
+        data(66),
+        read_req(0, 65536),
+        data(64),
+        data(65),
+        data(66),
+    ]);
+    // 66 after 64 (w 0): gap 1 missing 1; resend 0 behind, 64 behind, 65 behind, 66 same
+    assert_eq!(psn_counts(&v), (1, 1, 4, 3));
+    assert_eq!(v.psn_max(), Some(66));
+    // a resend of the READ right after it: behind (its PSN is before p + n_min - 1), window
+    // kept, so the next request is no gap
+    let v = run(&[read_req(0, 65536), read_req(0, 65536), data(64)]);
+    assert_eq!(psn_counts(&v), (0, 0, 1, 1));
+    // re-issued from response 10 for the rest (54 KiB): a retransmission (10 <= 15)
+    let v = run(&[read_req(0, 65536), read_req(10, 65536 - 10240), data(64)]);
+    assert_eq!(psn_counts(&v), (0, 0, 1, 1));
+    // re-issued from response 40 for the rest (24 KiB): beyond 15, taken as a new request whose
+    // window (n_min 6, w 90) admits the next request at 64
+    let v = run(&[read_req(0, 65536), read_req(40, 65536 - 40960), data(64)]);
+    assert_eq!(psn_counts(&v), (0, 0, 0, 0));
+    assert_eq!(v.psn_max(), Some(64));
 }

@@ -289,7 +289,8 @@ pub fn clock_tick(_ctx: PerfEventContext) -> u32 {
 static ZERO: Array<PfcCounters> = Array::with_max_entries(1, 0);
 
 /// `qp::Ops` with BPF atomic instructions (BPF_ATOMIC ADD, OR | FETCH and CMPXCHG, which need
-/// the ALU32 feature of cpu v3 for their 32-bit forms, see build.rs).
+/// the ALU32 feature of cpu v3 for their 32-bit forms, see build.rs; the PSN state's CMPXCHG is
+/// the 64-bit one).
 #[derive(Clone, Copy, Default)]
 struct Atomic;
 
@@ -306,6 +307,13 @@ impl Ops for Atomic {
     unsafe fn cas32(&self, p: *mut u32, old: u32, new: u32) -> u32 {
         unsafe {
             atomic_cxchg::<u32, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(p, old, new)
+                .0
+        }
+    }
+    #[inline(always)]
+    unsafe fn cas64(&self, p: *mut u64, old: u64, new: u64) -> u64 {
+        unsafe {
+            atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(p, old, new)
                 .0
         }
     }
@@ -343,6 +351,10 @@ impl Ops for AtomicForget {
     #[inline(always)]
     unsafe fn cas32(&self, p: *mut u32, old: u32, new: u32) -> u32 {
         unsafe { Atomic.cas32(p, old, new) }
+    }
+    #[inline(always)]
+    unsafe fn cas64(&self, p: *mut u64, old: u64, new: u64) -> u64 {
+        unsafe { Atomic.cas64(p, old, new) }
     }
     #[inline(always)]
     unsafe fn or32(&self, p: *mut u32, v: u32) -> u32 {

@@ -768,6 +768,54 @@ fn psn_gap() {
     assert_eq!((gap[0].psn, gap[0].detail), (15, 3));
 }
 
+/// [`read_request`] cut by `cut` bytes (the 4-byte ICRC space included).
+fn read_frame(psn: u32, len: u32, cut: usize) -> Vec<u8> {
+    let mut f = read_request(psn, len);
+    f.truncate(f.len() - cut);
+    f
+}
+
+/// metrics.md "RDMA READ requests": READ windows in the kernel as in userspace (run_case
+/// compares the two, the PSN state word included). pmtu 1024: READs of 64 KiB consume 64 PSNs
+/// (n_min 16, w 240), 8 KiB ones 8 (n_min 2, w 30).
+#[test]
+fn rdma_read_windows() {
+    let mut f = vec![read_frame(10, 65536, 0), read_frame(74, 65536, 0)];
+    // the next WRITE, then 139 lost
+    f.extend(psn_frames(&[138, 140]));
+    // an 8 KiB READ at 141 (141..=172 at most), then the next WRITE at 176: 173..=175 missing
+    f.push(read_frame(141, 8192, 0));
+    f.extend(psn_frames(&[176]));
+    // a resend of that READ; a READ whose DMA length was cut: any next PSN up to 2^23 is no gap
+    f.push(read_frame(141, 8192, 0));
+    f.push(read_frame(177, 8192, 6));
+    f.extend(psn_frames(&[1177]));
+    let r = run_case("rdma_read", &Policy::NONE, &f);
+    if skipped() {
+        return;
+    }
+    let (_, v) = only_qp("rdma_read", &r.snap);
+    assert_eq!(
+        (v.psn_gaps, v.psn_missing, v.psn_retrans, v.psn_behind),
+        (2, 1 + 3, 1, 1)
+    );
+    assert_eq!((v.psn_max(), v.psn_read), (Some(1177), 0));
+    let gap: Vec<&Event> = r.events.iter().filter(|e| e.kind == ev::PSN_GAP).collect();
+    assert_eq!(gap.len(), 1);
+    assert_eq!((gap[0].psn, gap[0].detail), (140, 1));
+    // back-to-back READs alone: no gap, the state after the last one is its window
+    let r = run_case(
+        "rdma_read_only",
+        &Policy::NONE,
+        &(0..50)
+            .map(|i| read_frame(i * 64, 65536, 0))
+            .collect::<Vec<_>>(),
+    );
+    let (_, v) = only_qp("rdma_read_only", &r.snap);
+    assert_eq!((v.psn_gaps, v.psn_retrans), (0, 0));
+    assert_eq!((v.psn_max(), v.psn_read), (Some(49 * 64 + 15), 240));
+}
+
 #[test]
 fn go_back_n_episode() {
     // L = 3 lost (102..104), k = 2 more in flight after 105 (106, 107), then resend from 102.

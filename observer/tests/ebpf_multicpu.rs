@@ -7,7 +7,7 @@
 //! state moves by compare-and-swap. The totals must be exact.
 mod common;
 
-use common::Roce;
+use common::{Roce, read_request};
 use observer::sources::kernel::{ProgTester, prog};
 use observer_common::maps::{Policy, class, dir};
 use observer_common::qp::{ev, opcode_bucket};
@@ -188,6 +188,70 @@ fn one_qp_on_several_cpus_loses_no_count() {
     assert_eq!(count(ev::NEW_QP), 1, "{events:?}");
     assert_eq!(count(ev::RETRANS), 1, "{events:?}");
     assert_eq!(events.len(), 2, "{events:?}");
+}
+
+/// RDMA READ requests of one key from every CPU at once (metrics.md "RDMA READ requests"): the
+/// PSN state, max and the READ window in one 64-bit word, moves only by compare-and-swap, so
+/// whatever the order the key ends at the last READ's PSN + n_min - 1 with the window of a READ
+/// sent at that PSN, never a max of one READ with another's window. Thread i sends READs of
+/// 64 KiB - 256 i bytes (n_min 16, w 240 - i) at PSNs 64 k, k < STEPS, in order.
+#[test]
+fn read_windows_on_several_cpus() {
+    let Some((_turn, cpus)) = multicpu_test("read_windows_on_several_cpus") else {
+        return;
+    };
+    let threads: Vec<usize> = cpus.iter().chain(cpus.iter()).copied().collect();
+    const STEPS: u32 = 100;
+    const REPEAT: u32 = 50;
+    let len = |i: usize| 65536 - 256 * i as u32;
+    let t = ProgTester::load(1024, &Policy::NONE).unwrap_or_else(|e| panic!("{e}"));
+    let runners: Vec<_> = [prog::XDP, prog::TC_INGRESS]
+        .iter()
+        .map(|p| t.shared_runner(p).unwrap())
+        .collect();
+    // inserted first (a give-up on the insert lock is another test's subject): max 15, w 240
+    runners[0].run(&read_request(0, len(0)), 1).unwrap();
+    let barrier = std::sync::Barrier::new(threads.len());
+    std::thread::scope(|s| {
+        for (i, &cpu) in threads.iter().enumerate() {
+            let (runners, barrier) = (&runners, &barrier);
+            s.spawn(move || {
+                pin_to(cpu);
+                barrier.wait();
+                for k in 0..STEPS {
+                    let f = read_request(64 * k, len(i));
+                    runners[(i + k as usize) % 2].run(&f, REPEAT).unwrap();
+                }
+            });
+        }
+    });
+    drop(runners);
+    let mut t = t;
+    let s = t.snapshot("test", 0).unwrap();
+    let n = 1 + threads.len() as u64 * STEPS as u64 * REPEAT as u64;
+    assert_eq!(s.qps.len(), 1, "one key");
+    let (_, v) = s.qps[0];
+    let st = s.iface_stats[dir::INGRESS as usize];
+    assert_eq!(v.pkts, n, "lost packet counts");
+    eprintln!(
+        "{n} READs: gaps {}, missing {}, retrans {}, contended {}, final window {}",
+        v.psn_gaps, v.psn_missing, v.psn_retrans, st.psn_contended, v.psn_read
+    );
+    assert_eq!(v.psn_max(), Some(64 * (STEPS - 1) + 15));
+    let windows: Vec<u32> = (0..threads.len()).map(|i| 240 - i as u32).collect();
+    assert!(
+        windows.contains(&v.psn_read),
+        "window {} of no READ at the last PSN",
+        v.psn_read
+    );
+    // max is always 15 mod 64 and every PSN 0 mod 64: a packet that does not move max is
+    // behind, never the same PSN
+    assert_eq!(v.psn_retrans, v.psn_behind);
+    // each move raises max by 64 or more: at most STEPS - 1 moves after the first packet, the
+    // rest retransmissions (or CAS give-ups, counted)
+    assert!(v.psn_retrans + st.psn_contended >= n - STEPS as u64);
+    assert!(v.psn_gaps < STEPS as u64);
+    assert_eq!(v.qp_incarnations, 0);
 }
 
 /// One key whose packets carry more DSCPs and opcodes than its compact kernel value has cells

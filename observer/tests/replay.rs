@@ -405,6 +405,21 @@ fn corpus_metrics_cases() {
     let s = corpus_summary("psn_wrap_loss");
     let q = qp(&s, "10.77.1.1", "10.77.1.2", 0x11);
     assert_eq!((u(q, "psn_gaps"), u(q, "psn_missing")), (1, 2));
+    // RDMA READs (metrics.md "RDMA READ requests"): back-to-back READs are no gaps; the lost
+    // READ of 4 KiB is a gap of its 4 PSNs (pmtu 1024); the WRITE 2 PSNs late after a READ is
+    // hidden in its window; the resent READ is behind. The responses' key jumps where the
+    // requester sent WRITEs or lost a READ (192..=197: 6, 262..=265: 4).
+    let s = corpus_summary("rdma_read");
+    let psn = |q: &Value| {
+        (
+            u(q, "psn_gaps"),
+            u(q, "psn_missing"),
+            u(q, "psn_retrans"),
+            u(q, "psn_behind"),
+        )
+    };
+    assert_eq!(psn(qp(&s, "10.77.1.1", "10.77.1.2", 0x11)), (1, 4, 1, 1));
+    assert_eq!(psn(qp(&s, "10.77.1.2", "10.77.1.1", 0x22)), (2, 10, 0, 0));
     // RNR: one RNR NAK (not a NAK), the retry of PSN 3 counts retrans 1, behind 0.
     let s = corpus_summary("rnr_retry");
     let k = qp(&s, "10.77.1.2", "10.77.1.1", 0x22);

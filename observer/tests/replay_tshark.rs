@@ -151,6 +151,9 @@ struct Qp {
     rnr_naks: u64,
     suspect: u64,
     psn_max: Option<u64>,
+    /// The window of the last READ request that moved `psn_max` (metrics.md "RDMA READ
+    /// requests"), 0 otherwise.
+    psn_window: u64,
     psn_gaps: u64,
     psn_missing: u64,
     psn_retrans: u64,
@@ -318,25 +321,43 @@ fn derive(rows: &[Row], linktype: u32, stem: &str) -> (BTreeMap<String, Value>, 
         }
         if c == "data" {
             let psn = r.num("infiniband.bth.psn").unwrap() & 0xff_ffff;
+            // metrics.md "RDMA READ requests": an RC READ request of DMA length L (tshark's RETH
+            // field) asks for max(1, ceil(L / pmtu)) responses, pmtu 256 ..= 4096 unknown; one
+            // without its RETH may have any length up to 2^31: 1 ..= 2^23 responses. Every
+            // other packet consumes one PSN.
+            let (n_min, window) = if op == 0x0c {
+                match r.num("infiniband.reth.dmalen") {
+                    Some(l) => {
+                        let n = |pmtu: u64| l.div_ceil(pmtu).max(1);
+                        (n(4096), n(256) - n(4096))
+                    }
+                    None => (1, (1 << 23) - 1),
+                }
+            } else {
+                (1, 0)
+            };
+            let moved = (psn + n_min - 1) % (1 << 24);
             match q.psn_max {
-                None => q.psn_max = Some(psn),
+                None => (q.psn_max, q.psn_window) = (Some(moved), window),
                 Some(max) => {
                     let mut d = (psn as i64 - max as i64).rem_euclid(1 << 24);
                     if d >= 1 << 23 {
                         d -= 1 << 24;
                     }
+                    // the next new PSN: anywhere in the last READ's window
+                    let next = d >= 1 && d <= 1 + q.psn_window as i64;
                     // metrics.md "QP number reuse": idle over 10 s (the default) and not the
                     // next PSN, or a jump of 2^22 or more: a new QP, the analysis restarts.
                     let idle = prev_ns != 0 && ts > prev_ns + 10_000_000_000;
-                    if (idle && d != 1) || d.abs() >= 1 << 22 {
-                        q.psn_max = Some(psn);
+                    if (idle && !next) || d.abs() >= 1 << 22 {
+                        (q.psn_max, q.psn_window) = (Some(moved), window);
                         q.qp_incarnations += 1;
                     } else if d >= 1 {
-                        q.psn_max = Some(psn);
-                        if d > 1 {
+                        if !next {
                             q.psn_gaps += 1;
-                            q.psn_missing += d as u64 - 1;
+                            q.psn_missing += (d - 1) as u64 - q.psn_window;
                         }
+                        (q.psn_max, q.psn_window) = (Some(moved), window);
                     } else {
                         q.psn_retrans += 1;
                         if d < 0 {

@@ -2,7 +2,7 @@
 //! goes backwards while its key lives; wrapping keeps a reset visible as a huge value only if it
 //! really wrapped), `u32` histograms subtract wrapping (exact while one key sees fewer than 2^32
 //! packets between two reads, see `maps::QpValue`). Gauges (`max_udp_payload`, `psn_max_p1`,
-//! `last_udp_sport`, times) are carried as they are.
+//! `psn_read`, `last_udp_sport`, times) are carried as they are.
 
 use observer_common::maps::{IfaceStats, PfcCounters, QpValue};
 
@@ -290,16 +290,15 @@ impl Scratch {
 }
 
 /// The fields of a delta that are the current state, not differences (times, PSN state, the
-/// largest payload, the last source port), and the padding as in `qp_delta` (never read; keeps
-/// the two equal).
+/// largest payload, the last source port).
 #[inline(always)]
 fn carry_state(d: &mut QpValue, cur: &QpValue) {
     d.max_udp_payload = cur.max_udp_payload;
     d.psn_max_p1 = cur.psn_max_p1;
+    d.psn_read = cur.psn_read;
     d.last_udp_sport = cur.last_udp_sport;
     d.first_ns = cur.first_ns;
     d.last_ns = cur.last_ns;
-    d._pad = cur._pad;
 }
 
 /// [`qp_delta`] into a caller-owned scratch value, plus the non-zero histogram buckets of the

@@ -313,7 +313,7 @@ fn any_qp_rule(d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32) -> bool {
             _ => {}
         }
     }
-    expected_mtu > 0 && d.max_udp_payload < expected_mtu + 16 && has_full_mtu_packets(d)
+    expected_mtu > 0 && (d.max_udp_payload as u32) < expected_mtu + 16 && has_full_mtu_packets(d)
 }
 
 /// [`qp_interval`] with `d`'s non-zero buckets already listed. Long by design: the per-key
@@ -404,7 +404,7 @@ pub fn qp_interval_nz(
     if expected_mtu > 0
         && d.pkts > 0
         && has_full_mtu_packets(d)
-        && d.max_udp_payload < expected_mtu + 16
+        && (d.max_udp_payload as u32) < expected_mtu + 16
     {
         out.push(mk(
             Rule::MtuBelowExpected,
@@ -412,7 +412,7 @@ pub fn qp_interval_nz(
             format!(
                 "largest UDP payload {} (RoCE MTU {})",
                 d.max_udp_payload,
-                mtu_of_payload(d.max_udp_payload)
+                mtu_of_payload(d.max_udp_payload as u32)
             ),
             format!(
                 "RoCE MTU {expected_mtu} (UDP payload >= {})",

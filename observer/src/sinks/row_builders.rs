@@ -842,7 +842,7 @@ mod tests {
             } else {
                 next() >> 4
             };
-            v.max_udp_payload = next() as u32 % 5000;
+            v.max_udp_payload = (next() % 5000) as u16;
             v.last_udp_sport = next() as u16;
             let (new_qp, evicted) = (next().is_multiple_of(2), next().is_multiple_of(9));
             b.push(&k, &v, new_qp, evicted, off);

@@ -597,7 +597,7 @@ mod tests {
         v.icrc_ok = next() % 9;
         v.first_ns = next();
         v.last_ns = next();
-        v.max_udp_payload = next() as u32;
+        v.max_udp_payload = next() as u16;
         v.last_udp_sport = next() as u16;
         v
     }

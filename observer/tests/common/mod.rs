@@ -107,6 +107,23 @@ impl Roce {
     }
 }
 
+/// An RC RDMA READ request (0x0c) of `len` bytes at `psn`, on the key of `Roce::data` (IP_A to
+/// IP_B, QP 0x11): BTH, RETH and 4 bytes of ICRC space.
+pub fn read_request(psn: u32, len: u32) -> Vec<u8> {
+    let mut bth = frames::Bth::new(0x0c, 0x11, psn);
+    bth.ack_req = true;
+    frames::Roce::v4(IP_A, IP_B)
+        .fragment(true, false, 0)
+        .macs(MAC_A, MAC_B)
+        .mark(26, 2)
+        .ports(49152, 4791)
+        .bth(bth)
+        .reth(0x1000, 0x1234, len)
+        .payload_pattern(4, 0, 1)
+        .icrc(frames::Icrc::Absent)
+        .build()
+}
+
 fn tags(tags: &[Tag]) -> Vec<frames::Tag> {
     tags.iter()
         .map(|&(tpid, pcp, vid)| frames::Tag::new(tpid, pcp, vid))

@@ -55,6 +55,8 @@ pub struct Roce {
     pub bad_icrc: bool,
     pub tver: u8,
     pub becn: bool,
+    /// RETH DMA length of an RDMA READ request (opcode 0x0c).
+    pub dma_len: u32,
 }
 
 impl Roce {
@@ -77,7 +79,23 @@ impl Roce {
             bad_icrc: false,
             tver: 0,
             becn: false,
+            dma_len: 0,
         }
+    }
+    /// An RC RDMA READ request (0x0c) of `len` bytes: BTH and RETH, no payload.
+    pub fn read(mut self, len: u32) -> Roce {
+        self.opcode = 0x0c;
+        self.payload = 0;
+        self.dma_len = len;
+        self
+    }
+    /// An RDMA READ response packet (0x0d first, 0x0e middle, 0x0f last, 0x10 only) of
+    /// `payload` bytes; first, last and only carry an AETH (ACK).
+    pub fn read_response(mut self, opcode: u8, payload: usize) -> Roce {
+        self.opcode = opcode;
+        self.payload = payload;
+        self.syndrome = (opcode != 0x0e).then_some(0x1f);
+        self
     }
     /// An ACK (0x11) with `syndrome` from this key's reverse direction.
     pub fn ack(mut self, syndrome: u8) -> Roce {
@@ -120,7 +138,8 @@ impl Roce {
     /// 100, 101, ...; padded to 60 bytes; IPv4 options NOPs ending with an EOL, fragments
     /// without DF and with id 0x4242; IPv6 flow label 0x12345; BTH AckReq set; the AETH's MSN
     /// is the PSN; a RETH (VA 0x1000, R_Key 0x1234, the payload length) on RDMA WRITE FIRST /
-    /// ONLY; payload byte i = i * 31 + PSN.
+    /// ONLY, (VA 0x2000, R_Key 0x5678, `dma_len`) on RDMA READ requests; payload byte
+    /// i = i * 31 + PSN.
     pub fn frame(&self) -> Vec<u8> {
         let mut r = ip(self.src, self.dst, self.ip_options, self.frag)
             .tags(&tags(&self.tags))
@@ -137,6 +156,9 @@ impl Roce {
         }
         if matches!(self.opcode, 0x06 | 0x0a) {
             r = r.reth(0x1000, 0x1234, self.payload as u32);
+        }
+        if self.opcode == 0x0c {
+            r = r.reth(0x2000, 0x5678, self.dma_len);
         }
         r.payload_pattern(self.payload, self.psn as u8, 31)
             .icrc(if self.bad_icrc {
@@ -474,6 +496,45 @@ pub fn corpus() -> Vec<Case> {
     let psns: Vec<u32> = (0xff_fff8..0xff_ffff).chain(1..8).collect();
     v.push(case("psn_wrap_loss", exchange(&psns, 100)));
 
+    // RDMA READs (metrics.md "RDMA READ requests"), path MTU 1024: READ requests A->B (QP
+    // 0x11) answered by READ responses B->A (QP 0x22, one PSN each). Three READs of 64 KiB back
+    // to back (64 PSNs each), a WRITE, a READ of 4 KiB lost (193..=196), a WRITE (a gap of 4),
+    // a READ of 64 KiB whose next WRITE is 2 PSNs late (hidden in the READ's window), a
+    // go-back-N resend of that READ, a WRITE, and a READ of 0 bytes (one PSN) with a WRITE after
+    // it. The responses' key sees only the READ responses' PSNs: a jump wherever the requester
+    // sent other requests.
+    let mut f = Vec::new();
+    let read = |f: &mut Vec<Vec<u8>>, p: u32, len: u32| {
+        f.push(Roce::v4(A, B, 0x11, p).read(len).frame());
+        let n = (len as usize).div_ceil(1024).max(1) as u32;
+        for i in 0..n {
+            let op = match (i, n) {
+                (_, 1) => 0x10,
+                (0, _) => 0x0d,
+                (i, n) if i == n - 1 => 0x0f,
+                _ => 0x0e,
+            };
+            let pl = (len as usize - (i as usize * 1024).min(len as usize)).min(1024);
+            f.push(
+                Roce::v4(B, A, 0x22, (p + i) & 0xff_ffff)
+                    .read_response(op, pl)
+                    .frame(),
+            );
+        }
+    };
+    for p in [0, 64, 128] {
+        read(&mut f, p, 65536);
+    }
+    f.push(Roce::v4(A, B, 0x11, 192).frame());
+    f.push(Roce::v4(A, B, 0x11, 197).frame());
+    read(&mut f, 198, 65536);
+    f.push(Roce::v4(A, B, 0x11, 198 + 64 + 2).frame());
+    f.push(Roce::v4(A, B, 0x11, 198).read(65536).frame());
+    f.push(Roce::v4(A, B, 0x11, 265).frame());
+    read(&mut f, 266, 0);
+    f.push(Roce::v4(A, B, 0x11, 267).frame());
+    v.push(case("rdma_read", f));
+
     // RNR NAK then a retry of the same PSN.
     let mut f = exchange(&[0, 1, 2], 100);
     f.push(Roce::v4(B, A, 0x22, 3).ack(0x20 | 0x0e).frame());
@@ -808,6 +869,7 @@ pub const TSHARK_FIELDS: &[&str] = &[
     "infiniband.bth.destqp",
     "infiniband.bth.psn",
     "infiniband.aeth.syndrome",
+    "infiniband.reth.dmalen",
     "macc.opcode",
     "macc.cbfc.enbv",
     "macc.cbfc.pause_time.c0",
