@@ -58,7 +58,7 @@ echo "soft-roce: results in $RES" >&2
 
 start=$SECONDS
 vm_rc=0
-"$VM" 7 --timeout "$TIMEOUT" --rwdir "$RES" -- \
+"$VM" 7 --timeout "$TIMEOUT" --mem 3G --rwdir "$RES" -- \
   bash "$ROOT/scripts/soft-roce-guest.sh" "$BIN" "$RES" "${CASES[@]}" || vm_rc=$?
 vm_s=$((SECONDS - start))
 echo "soft-roce: VM run $vm_s s ($(awk "BEGIN{printf \"%.1f\", $vm_s/60}") min), exit $vm_rc" >&2
