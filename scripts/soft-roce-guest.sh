@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# Soft-RoCE cases for roce-observe, run INSIDE a VM guest as root (scripts/vm.sh 7; see
+# scripts/soft-roce-test.sh, which runs this and then scripts/soft-roce-check.py).
+#
+#   soft-roce-guest.sh BIN RESULTS [CASE...]
+#
+# Two network namespaces, rxo-a and rxo-b. Case number i gets its own veth pair (va<i>
+# 10.77.<i>.1 in rxo-a, vb<i> 10.77.<i>.2 in rxo-b) with an rxe device on each end (rxa<i>,
+# rxb<i>), so that every case has its own observer, capture and device counters. roce-observe
+# watches va<i> live (XDP ingress + tc egress, --plain --no-nic) while tcpdump captures va<i>, and
+# real RC traffic runs between them: perftest servers in rxo-a, clients (requesters) in rxo-b.
+# Faults are made on rxo-b's side (netem loss on vb<i>'s egress, nftables re-marking in rxo-b's
+# output hook), so both observers of va<i> see the same frames.
+#
+# The observers of all cases are started together first: loading and verifying the eBPF programs
+# is what takes long under TCG (30 s to a minute each), so they load while the earlier cases
+# run. Each case runs in turn once its observer is attached: counters, tcpdump, traffic, SIGINT to its observer (which writes
+# summary.json), the capture stopped once its file stops growing, counters again.
+#
+# Per case, RESULTS/CASE/ holds: live/ (roce-observe's tree with summary.json), live.log,
+# capture.pcap, tcpdump.log, server.log, client.log, counters-{before,after}.txt (rdma
+# statistic and sysfs hw_counters of the case's two rxe devices), case.env (what ran), status
+# (ok or the failure). RESULTS/guest.txt: kernel, rdma system, GIDs, timings.
+# Exit status: 0 when every case ran (their checks are the host's), 1 otherwise.
+set -uo pipefail
+
+BIN="${1:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
+RES="${2:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
+shift 2
+ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write remark_write)
+[ $# -gt 0 ] && CASES=("$@") || CASES=("${ALL_CASES[@]}")
+
+NSA=rxo-a NSB=rxo-b
+N=${SOFT_ROCE_N:-300}        # messages per case (TCG: about 1,600 messages/s)
+T_TOOL=${SOFT_ROCE_TOOL_TIMEOUT:-90}
+T_ATTACH=${SOFT_ROCE_ATTACH_TIMEOUT:-420}
+
+mkdir -p "$RES"
+INFO="$RES/guest.txt"
+: >"$INFO"
+log() { printf '[guest %4ds] %s\n' "$SECONDS" "$*" | tee -a "$INFO" >&2; }
+
+declare -A OBS=()  # case -> observer pid
+PIDS=()            # every background process still to stop
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null; done
+  sleep 1
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  ip netns del "$NSA" 2>/dev/null
+  ip netns del "$NSB" 2>/dev/null
+  sync
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+# Waits until FILE contains PATTERN; at most SECS seconds.
+wait_for() {
+  local file="$1" pat="$2" secs="$3" i
+  for ((i = 0; i < secs * 5; i++)); do
+    grep -q -- "$pat" "$file" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# Waits until PID exits; at most SECS seconds. 0 when it exited.
+wait_pid() {
+  local pid="$1" secs="$2" i
+  for ((i = 0; i < secs * 5; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# Waits until FILE's size stays the same for STABLE seconds; at most SECS seconds.
+wait_stable() {
+  local file="$1" stable="$2" secs="$3" last=-1 same=0 i s
+  for ((i = 0; i < secs; i++)); do
+    s=$(stat -c %s "$file" 2>/dev/null || echo 0)
+    if [ "$s" = "$last" ]; then
+      same=$((same + 1))
+      [ "$same" -ge "$stable" ] && return 0
+    else
+      same=0
+    fi
+    last=$s
+    sleep 1
+  done
+  return 1
+}
+
+# The index of the RoCE v2 GID holding IPv4 address $2 on device $1.
+gid_index() {
+  local dev="$1" ip="$2" hex g i
+  hex=$(printf '%02x%02x:%02x%02x' ${ip//./ })
+  for g in /sys/class/infiniband/"$dev"/ports/1/gids/*; do
+    i=${g##*/}
+    if [ "$(cat "$g" 2>/dev/null)" = "0000:0000:0000:0000:0000:ffff:$hex" ] &&
+      grep -q 'v2' "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/$i" 2>/dev/null; then
+      echo "$i"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# counters FILE DEV...: rdma statistic and sysfs hw_counters of each device (few processes:
+# under TCG every process start costs a good fraction of a second).
+counters() {
+  local out="$1" d
+  shift
+  {
+    for d in "$@"; do
+      echo "## rdma statistic show link $d/1"
+      timeout 20 rdma statistic show link "$d/1" 2>&1
+      echo "## sysfs /sys/class/infiniband/$d/ports/1/hw_counters"
+      (cd "/sys/class/infiniband/$d/ports/1/hw_counters" && grep -H . -- * 2>&1 | tr ':' ' ')
+    done
+  } >"$out"
+}
+
+# pair I: veth pair va<I>/vb<I> and rxe devices rxa<I>/rxb<I>; sets GA, GB (GID indices).
+pair() {
+  local i="$1" ipa="10.77.$1.1" ipb="10.77.$1.2" k
+  ip link add "va$i" netns "$NSA" type veth peer name "vb$i" netns "$NSB" || return 1
+  ip -n "$NSA" addr add "$ipa/24" dev "va$i"
+  ip -n "$NSB" addr add "$ipb/24" dev "vb$i"
+  ip -n "$NSA" link set "va$i" up
+  ip -n "$NSB" link set "vb$i" up
+  ip netns exec "$NSA" rdma link add "rxa$i" type rxe netdev "va$i" || return 1
+  ip netns exec "$NSB" rdma link add "rxb$i" type rxe netdev "vb$i" || return 1
+  GA="" GB=""
+  for ((k = 0; k < 50; k++)); do
+    GA=$(gid_index "rxa$i" "$ipa") && GB=$(gid_index "rxb$i" "$ipb") && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+setup() {
+  log "kernel $(uname -r)"
+  modprobe rdma_rxe || { log "modprobe rdma_rxe failed"; return 1; }
+  { echo "## rdma system"; rdma system show 2>&1; } >>"$INFO"
+  ip netns add "$NSA" && ip netns add "$NSB" || return 1
+  ip -n "$NSA" link set lo up
+  ip -n "$NSB" link set lo up
+}
+
+# The server and client command lines of case C (number I); GA/GB set by pair.
+commands() {
+  local c="$1" i="$2" tool args
+  case "$c" in
+    write_dscp26) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
+    write_tc0) tool=ib_write_bw args="-n $N -s 1024 --tclass=0 -F" ;;
+    send_dscp46) tool=ib_send_bw args="-n $N -s 2048 --tclass=186 -F" ;;
+    read_dscp26) tool=ib_read_bw args="-n $N -s 4096 --tclass=106 -F" ;;
+    atomic_dscp26) tool=ib_atomic_bw args="-n $N --tclass=106 -F" ;;
+    loss_write) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
+    remark_write) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
+    rc_pingpong)
+      SRV="ibv_rc_pingpong -d rxa$i -g $GA -n $N -s 1024"
+      CLI="ibv_rc_pingpong -d rxb$i -g $GB -n $N -s 1024 10.77.$i.1"
+      return 0 ;;
+    *) return 1 ;;
+  esac
+  # A TCP port per case: perftest's out-of-band exchange, no wait for a previous one's socket.
+  SRV="$tool -d rxa$i -x $GA -p $((18515 + i)) $args"
+  CLI="$tool -d rxb$i -x $GB -p $((18515 + i)) $args 10.77.$i.1"
+}
+
+start_observer() {
+  local c="$1" i="$2" d="$RES/$1"
+  ip netns exec "$NSA" "$BIN" --iface "va$i" --out "$d/live" --plain --no-nic --interval 5s \
+    --max-qps 1024 >"$d/live.log" 2>&1 &
+  OBS[$c]=$!
+  PIDS+=("$!")
+}
+
+# Fault cases: the sender's side (rxo-b) drops or re-marks before the wire.
+pre_loss_write() { ip netns exec "$NSB" tc qdisc add dev "vb$2" root netem loss 2%; }
+post_loss_write() {
+  ip netns exec "$NSB" tc -s qdisc show dev "vb$2" >"$1/netem.txt" 2>&1
+  ip netns exec "$NSB" tc qdisc del dev "vb$2" root
+}
+pre_remark_write() {
+  ip netns exec "$NSB" nft -f - <<EOF
+table ip remark {
+  chain out {
+    type filter hook output priority 0; policy accept;
+    oifname "vb$2" udp dport 4791 ip dscp set af41 ip ecn set ce counter
+  }
+}
+EOF
+}
+post_remark_write() {
+  ip netns exec "$NSB" nft list ruleset >"$1/nft.txt" 2>&1
+  ip netns exec "$NSB" nft delete table ip remark
+}
+
+# run_case C I: the traffic of case C on pair I, its observer already attached.
+run_case() {
+  local name="$1" i="$2" d="$RES/$1" t0=$SECONDS st=ok
+  local obs="${OBS[$1]}" server="$SRV" client="$CLI"
+  fail() { [ "$st" = ok ] && st="$1"; return 0; }
+  printf 'server=%s\nclient=%s\nipa=10.77.%s.1\nipb=10.77.%s.2\nobserved=va%s\ndevices=rxa%s rxb%s\n' \
+    "$server" "$client" "$i" "$i" "$i" "$i" "$i" >>"$d/case.env"
+  log "case $name: start"
+  # Its observer was started with the others; the cases run while the later ones still load.
+  wait_for "$d/live.log" "attached ingress" "$T_ATTACH" || fail "roce-observe did not attach"
+  log "case $name: observer attached"
+  if declare -F "pre_$name" >/dev/null; then "pre_$name" "$d" "$i" || fail "pre failed"; fi
+  counters "$d/counters-before.txt" "rxa$i" "rxb$i"
+
+  ip netns exec "$NSA" tcpdump -i "va$i" -B 262144 -s 256 -U -w "$d/capture.pcap" >"$d/tcpdump.log" 2>&1 &
+  local tcpd=$!
+  PIDS+=("$tcpd")
+  wait_for "$d/tcpdump.log" "listening on" 30 || fail "tcpdump did not start"
+
+  if [ "$st" = ok ]; then
+    local ts=$SECONDS
+    # shellcheck disable=SC2086
+    timeout "$T_TOOL" ip netns exec "$NSA" $server >"$d/server.log" 2>&1 &
+    local srv=$!
+    sleep 2
+    # shellcheck disable=SC2086
+    timeout "$T_TOOL" ip netns exec "$NSB" $client >"$d/client.log" 2>&1
+    local crc=$?
+    wait "$srv"
+    local src=$?
+    echo "traffic_s=$((SECONDS - ts))" >>"$d/case.env"
+    [ "$crc" = 0 ] || fail "client exit $crc"
+    [ "$src" = 0 ] || fail "server exit $src"
+  fi
+
+  # Stop the observer cleanly, then the capture once its file stops growing.
+  kill -INT "$obs" 2>/dev/null
+  wait_pid "$obs" 60 || { fail "roce-observe did not stop"; kill -KILL "$obs" 2>/dev/null; }
+  wait "$obs" 2>/dev/null
+  echo "live_exit=$?" >>"$d/case.env"
+  wait_stable "$d/capture.pcap" 2 60 || log "case $name: capture still growing after 60 s"
+  kill -INT "$tcpd" 2>/dev/null
+  wait_pid "$tcpd" 30 || kill -KILL "$tcpd" 2>/dev/null
+  wait "$tcpd" 2>/dev/null
+  counters "$d/counters-after.txt" "rxa$i" "rxb$i"
+  if declare -F "post_$name" >/dev/null; then "post_$name" "$d" "$i" || fail "post failed"; fi
+  [ -f "$d/live/summary.json" ] || fail "no live summary.json"
+  echo "case_s=$((SECONDS - t0))" >>"$d/case.env"
+  echo "$st" >"$d/status"
+  log "case $name: $st ($((SECONDS - t0)) s)"
+  [ "$st" = ok ]
+}
+
+main() {
+  local t0=$SECONDS ok=0 bad=0 c i=0
+  setup || { log "set-up failed"; return 1; }
+  declare -A NUM=() SRVS=() CLIS=()
+  for c in "${CASES[@]}"; do
+    i=$((i + 1))
+    rm -rf "${RES:?}/$c" && mkdir -p "$RES/$c"
+    if ! pair "$i"; then
+      log "case $c: veth/rxe pair $i failed"
+      echo "set-up of pair $i failed" >"$RES/$c/status"
+      bad=$((bad + 1))
+      continue
+    fi
+    if ! commands "$c" "$i"; then
+      log "unknown case $c"
+      echo "unknown case" >"$RES/$c/status"
+      bad=$((bad + 1))
+      continue
+    fi
+    NUM[$c]=$i SRVS[$c]="$SRV" CLIS[$c]="$CLI"
+    echo "gid_a=$GA gid_b=$GB" >"$RES/$c/case.env"
+    start_observer "$c" "$i"
+  done
+  {
+    echo "## rdma link"; rdma link show 2>&1
+    echo "## veth va1"; ip -n "$NSA" -d link show va1 2>&1
+  } >>"$INFO"
+  log "set-up done; ${#OBS[@]} observers loading"
+  for c in "${CASES[@]}"; do
+    [ -n "${NUM[$c]:-}" ] || continue
+    SRV="${SRVS[$c]}" CLI="${CLIS[$c]}"
+    if run_case "$c" "${NUM[$c]}"; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
+  done
+  log "guest: $ok cases ran, $bad failed to run, $((SECONDS - t0)) s"
+  [ "$bad" = 0 ]
+}
+
+main

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Soft-RoCE end to end: roce-observe live on a veth carrying real rxe RC traffic in a VM guest
+# (kernel 7.x: rxe between namespaces carries traffic there, not on 6.12), checked against
+# tshark's decode of a capture of the same veth and against a replay of that capture.
+#
+#   scripts/soft-roce-test.sh ROCE_OBSERVE_BINARY [--results DIR] [--timeout S] [CASE...]
+#
+# Builds nothing. Runs scripts/vm.sh 7 with a results directory written through to the host,
+# scripts/soft-roce-guest.sh inside (cases: see that script), then scripts/soft-roce-check.py
+# here. The last line is `soft-roce: N passed, M failed`. Without the rig (QEMU, a cached or
+# fetchable kernel 7) it skips with exit 0, except with CI=true, where that is a failure.
+# Results default to a new directory under ${TMPDIR:-/tmp}; each case keeps its capture, the live
+# and replay trees, logs and the rxe counters there.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+usage() { sed -n '6,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+BIN="${1:-}"
+[ -n "$BIN" ] && [ "${BIN#-}" = "$BIN" ] || usage
+shift
+RES="" TIMEOUT=900 CASES=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --results) RES="$2"; shift 2 ;;
+    --timeout) TIMEOUT="$2"; shift 2 ;;
+    -h | --help) usage ;;
+    *) CASES+=("$1"); shift ;;
+  esac
+done
+[ -x "$BIN" ] || { echo "soft-roce: $BIN is not an executable roce-observe" >&2; echo "soft-roce: 0 passed, 1 failed"; exit 1; }
+BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+
+skip() {
+  if [ "${CI:-}" = true ]; then
+    echo "soft-roce: the VM rig is missing: $* (CI=true: a failure)" >&2
+    echo "soft-roce: 0 passed, 1 failed"
+    exit 1
+  fi
+  echo "soft-roce: skipped: the VM rig is missing: $* (scripts/vm.sh fetch 7 sets it up)" >&2
+  echo "soft-roce: 0 passed, 0 failed (skipped)"
+  exit 0
+}
+VM="$ROOT/scripts/vm.sh"
+[ -x "$VM" ] || skip "no $VM"
+command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64"
+for t in tshark python3; do command -v "$t" >/dev/null || skip "no $t on this host"; done
+if ! "$VM" list 2>/dev/null | grep -q '^7 .*cached'; then
+  [ "${CI:-}" = true ] || skip "kernel 7 not in the cache"
+fi
+
+if [ -z "$RES" ]; then
+  RES=$(mktemp -d "${TMPDIR:-/tmp}/soft-roce.XXXXXX")
+else
+  mkdir -p "$RES"
+fi
+RES="$(cd "$RES" && pwd)"
+echo "soft-roce: results in $RES" >&2
+
+start=$SECONDS
+vm_rc=0
+"$VM" 7 --timeout "$TIMEOUT" --mem 3G --rwdir "$RES" -- \
+  bash "$ROOT/scripts/soft-roce-guest.sh" "$BIN" "$RES" "${CASES[@]}" || vm_rc=$?
+vm_s=$((SECONDS - start))
+echo "soft-roce: VM run $vm_s s ($(awk "BEGIN{printf \"%.1f\", $vm_s/60}") min), exit $vm_rc" >&2
+if [ "$vm_rc" = 124 ] || [ "$vm_rc" = 125 ]; then
+  # The VM did not come back, or never ran the guest script: no case result to check.
+  if ! ls "$RES"/*/case.env >/dev/null 2>&1; then
+    echo "soft-roce: the VM run failed (exit $vm_rc) before any case ran"
+    echo "soft-roce: 0 passed, 1 failed"
+    exit 1
+  fi
+fi
+
+python3 "$ROOT/scripts/soft-roce-check.py" --bin "$BIN" "$RES" "${CASES[@]}"
+rc=$?
+# A guest that failed without leaving a failed case behind (set-up) is a failure too.
+if [ "$vm_rc" != 0 ] && [ "$rc" = 0 ]; then
+  echo "soft-roce: the guest script failed (exit $vm_rc); see $RES/guest.txt"
+  echo "soft-roce: 0 passed, 1 failed"
+  exit 1
+fi
+exit "$rc"
