@@ -42,6 +42,9 @@ fn os_err(what: &str) -> LabError {
     }
 }
 
+/// How long [`RawSock::send`] waits out a full transmit queue before it fails.
+pub const SEND_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl RawSock {
     /// Opens a socket on `iface` (in the current thread's namespace) receiving every frame.
     pub fn open(iface: &str) -> Result<RawSock, LabError> {
@@ -114,41 +117,44 @@ impl RawSock {
         }
     }
 
-    /// Sends one frame.
+    /// Sends one frame. A full transmit queue (ENOBUFS / EAGAIN: the peer's softirq has not
+    /// drained it yet, which a slow or busy CPU makes common) is waited out: retried with a
+    /// growing pause (50 us doubling to 5 ms) for at most [`SEND_RETRY_FOR`]; then the error.
     pub fn send(&self, frame: &[u8]) -> Result<(), LabError> {
-        // SAFETY: sending from a valid buffer; the socket is bound to its interface.
-        let n = unsafe {
-            libc::send(
-                self.fd.as_raw_fd(),
-                frame.as_ptr() as *const libc::c_void,
-                frame.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ENOBUFS) || e.raw_os_error() == Some(libc::EAGAIN) {
-                // Transient queue full: one retry after a short pause.
-                std::thread::sleep(std::time::Duration::from_micros(200));
-                // SAFETY: as above.
-                let n = unsafe {
-                    libc::send(
-                        self.fd.as_raw_fd(),
-                        frame.as_ptr() as *const libc::c_void,
-                        frame.len(),
-                        0,
-                    )
-                };
-                if n >= 0 {
-                    return Ok(());
-                }
+        let start = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_micros(50);
+        loop {
+            // SAFETY: sending from a valid buffer; the socket is bound to its interface.
+            let n = unsafe {
+                libc::send(
+                    self.fd.as_raw_fd(),
+                    frame.as_ptr() as *const libc::c_void,
+                    frame.len(),
+                    0,
+                )
+            };
+            if n >= 0 {
+                return Ok(());
             }
-            return Err(LabError::Sys {
-                what: format!("send on ifindex {}", self.ifindex),
-                source: e,
-            });
+            let e = std::io::Error::last_os_error();
+            let transient = matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN));
+            if !transient || start.elapsed() >= SEND_RETRY_FOR {
+                return Err(LabError::Sys {
+                    what: format!(
+                        "send on ifindex {}{}",
+                        self.ifindex,
+                        if transient {
+                            format!(" (queue still full after {} ms)", SEND_RETRY_FOR.as_millis())
+                        } else {
+                            String::new()
+                        }
+                    ),
+                    source: e,
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(5));
         }
-        Ok(())
     }
 
     /// Receives one frame if one is waiting: (length, packet type). Non-blocking. A tag the
@@ -245,6 +251,66 @@ fn reinsert_tag(buf: &mut [u8], n: usize, aux: &AuxData) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A RawSock over one end of a non-blocking AF_UNIX datagram pair with a small send buffer
+    /// (the retry is about the errno, whatever the socket); the other end to drain.
+    fn full_pair() -> (RawSock, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: a socketpair into a two-element array; both fds owned right after.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0, "socketpair: {}", std::io::Error::last_os_error());
+        // SAFETY: fds the kernel just returned, each owned once.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let s = RawSock { fd: a, ifindex: 7 };
+        let frame = [0u8; 512];
+        // Fill the queue until the kernel says EAGAIN (bounded: a few thousand frames at most).
+        for _ in 0..100_000 {
+            // SAFETY: as in `send`.
+            let n = unsafe {
+                libc::send(s.fd.as_raw_fd(), frame.as_ptr() as *const libc::c_void, 512, 0)
+            };
+            if n < 0 {
+                assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EAGAIN));
+                return (s, b);
+            }
+        }
+        panic!("the datagram queue never filled");
+    }
+
+    #[test]
+    fn a_full_queue_is_waited_out_within_the_bound() {
+        let (s, peer) = full_pair();
+        // The peer drains one frame after 100 ms: the send waits for it instead of failing.
+        let drain = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let mut b = [0u8; 512];
+            // SAFETY: receiving into a valid buffer.
+            let n = unsafe { libc::recv(peer.as_raw_fd(), b.as_mut_ptr() as *mut _, 512, 0) };
+            assert_eq!(n, 512);
+            peer
+        });
+        let t = std::time::Instant::now();
+        s.send(&[1u8; 512]).unwrap();
+        assert!(t.elapsed() >= std::time::Duration::from_millis(90), "{:?}", t.elapsed());
+        drop(drain.join().unwrap());
+    }
+
+    #[test]
+    fn a_queue_that_stays_full_fails_after_the_bound_naming_it() {
+        let (s, _peer) = full_pair();
+        let t = std::time::Instant::now();
+        let e = s.send(&[1u8; 512]).unwrap_err().to_string();
+        let took = t.elapsed();
+        assert!(took >= SEND_RETRY_FOR && took < SEND_RETRY_FOR * 2, "{took:?}");
+        assert!(e.contains("ifindex 7") && e.contains("queue still full"), "{e}");
+    }
 
     #[test]
     fn a_tag_in_metadata_is_put_back_after_the_macs() {
