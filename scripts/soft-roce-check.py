@@ -7,8 +7,8 @@ For each case directory RESULTS/CASE (capture.pcap of veth-a, live/summary.json 
 on veth-a):
 
 1. derives the per-QP counts from tshark's fields of the capture, independently, following
-   docs/metrics.md the way observer/tests/replay_tshark.rs does (same fields and logic), with one
-   rule ahead of the current code: an RDMA READ request of DMA length L consumes ceil(L/pmtu)
+   docs/metrics.md the way observer/tests/replay_tshark.rs does (same fields and logic),
+   READ windows included: an RDMA READ request of DMA length L consumes ceil(L/pmtu)
    PSNs, so the next PSN of the key within [p + ceil(L/4096), p + ceil(L/256)] after a READ
    request at p is not a gap;
 2. compares them with the live summary.json, key by key and field by field;
@@ -17,7 +17,10 @@ on veth-a):
    the ICRC);
 4. checks what the case is about (the marking it set, the loss it injected) is visible;
 5. reads the rxe counters recorded before and after (`rdma statistic` and sysfs hw_counters)
-   and reports whether the two agree and how they compare with the observed packets.
+   and reports whether the two agree and how they compare with the observed packets;
+6. checks the live observer's NIC source: its `nic` table's rxe quantities (rdma_tx_packets,
+   rdma_rx_packets, duplicate_requests, out_of_sequence, nak_seq_err_rx), summed over the run,
+   equal the change of the counters they map (sent_pkts, ...) in `rdma statistic`.
 
 The capture is a pcap of one Ethernet interface, so it carries no direction: a key is egress
 when its source is veth-a's address (case.env `ipa`), else ingress; replay (which calls every
@@ -28,6 +31,7 @@ case failed, naming the first mismatch.
 """
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -357,6 +361,57 @@ def counter_report(d, live_roce, devs):
     return lines, agree
 
 
+# The NIC source's vendor-neutral quantities for rxe (observer/src/sources/nic/normalize.rs
+# RXE_RDMA): nic table column -> rxe hw counter.
+RXE_NIC_COLUMNS = {
+    "rdma_tx_packets": "sent_pkts",
+    "rdma_rx_packets": "rcvd_pkts",
+    "duplicate_requests": "duplicate_request",
+    "out_of_sequence": "out_of_seq_request",
+    "nak_seq_err_rx": "rcvd_seq_err",
+}
+
+
+def nic_report(d, iface, dev):
+    """The live observer's `nic` table for IFACE (its NIC source read DEV's counters through
+    RDMA netlink every interval): each quantity summed over the run must equal the counter's
+    change from before the case's traffic to after it in `rdma statistic` (the device carries
+    only this case's traffic, and the observer was attached before and stopped after)."""
+    import pyarrow.parquet as pq
+    lines, problems = [], []
+    files = sorted(glob.glob(os.path.join(d, "live", "nic", "**", "*.parquet"), recursive=True))
+    if not files:
+        return ["  nic table: none written"], ["no nic table from the live observer"]
+    rows = []
+    for f in files:
+        rows += pq.read_table(f).to_pylist()
+    rows = [r for r in rows if r["iface"] == iface]
+    if not rows:
+        return ["  nic table: no row for %s" % iface], ["no nic row for %s" % iface]
+    drivers = sorted({r["driver"] for r in rows})
+    devs = sorted({r["rdma_device"] or "" for r in rows})
+    if drivers != ["rxe"] or devs != [dev]:
+        problems.append("nic rows name driver %s, device %s (want rxe, %s)" % (drivers, devs, dev))
+    before = parse_counters(os.path.join(d, "counters-before.txt")).get((dev, "rdma"), {})
+    after = parse_counters(os.path.join(d, "counters-after.txt")).get((dev, "rdma"), {})
+    got = []
+    for col, name in RXE_NIC_COLUMNS.items():
+        vals = [r.get(col) for r in rows]
+        if any(v is None for v in vals) or name not in after:
+            problems.append("nic %s: %s (rdma statistic %s: %s)" % (
+                col, "null in some interval" if any(v is None for v in vals) else "read",
+                name, "absent" if name not in after else "present"))
+            continue
+        total, want = sum(vals), after[name] - before.get(name, 0)
+        got.append("%s=%d" % (col, total))
+        if total != want:
+            problems.append("nic %s summed over %d intervals = %d, rdma statistic %s changed by %d"
+                            % (col, len(rows), total, name, want))
+    lines.append("  nic source (%s, %d intervals): %s; == rdma statistic: %s" % (
+        dev, len(rows), " ".join(got), "yes" if not problems else "NO"))
+    return lines, problems
+
+
 def hist_str(h):
     return ",".join("%s:%s" % kv for kv in sorted(h.items())) or "-"
 
@@ -399,6 +454,7 @@ EXPECT = {
     "atomic_dscp26": ("atomic requests in, atomic ACKs out", lambda q: all_data(q, lambda x: x["opcodes"].get("0x13", 0) + x["opcodes"].get("0x14", 0) > 0) and any(x["opcodes"].get("0x12", 0) for k, x in q.items() if k[0] == "egress")),
     "rc_pingpong": ("sends both ways", lambda q: bool(data_keys(q)) and bool(data_keys(q, "egress"))),
     "loss_write": ("gaps and retransmissions in, NAK sequence errors out", lambda q: all_data(q, lambda x: x["psn_gaps"] > 0 and x["psn_retrans"] > 0) and sum(x["nak_psn_seq_err"] for k, x in q.items() if k[0] == "egress") > 0),
+    "delay_write": ("5 ms of delay, no loss: no gap", lambda q: all_data(q, lambda x: x["psn_gaps"] == 0 and x["data_pkts"] > 0)),
     "remark_write": ("data re-marked DSCP 34 CE by nftables", lambda q: all_data(q, lambda x: x["dscp"]["data"] == {"34": x["data_pkts"]} and x["ce"] == x["data_pkts"])),
 }
 
@@ -466,8 +522,14 @@ def check_case(binary, d, dmalen_field):
     ok_expect = pred(ref)
     if desc:
         lines.append("  scenario (%s): %s" % (desc, "seen" if ok_expect else "NOT SEEN"))
-    cl, agree = counter_report(d, live_roce, env.get("devices", "rxa rxb").split())
+    devs = env.get("devices", "rxa rxb").split()
+    cl, agree = counter_report(d, live_roce, devs)
     lines += cl
+    nl, nic_problems = nic_report(d, env.get("observed", "va" + devs[0][3:]), devs[0])
+    lines += nl
+    problems += nic_problems
+    if not agree:
+        problems.append("rdma statistic and sysfs hw_counters disagree (or nothing to compare)")
     problems += ["live vs tshark: " + m for m in m_tl] + ["live vs replay: " + m for m in m_lr]
     if desc and not ok_expect:
         problems.append("scenario not seen: %s" % desc)

@@ -7,9 +7,9 @@
 # Two network namespaces, rxo-a and rxo-b. Case number i gets its own veth pair (va<i>
 # 10.77.<i>.1 in rxo-a, vb<i> 10.77.<i>.2 in rxo-b) with an rxe device on each end (rxa<i>,
 # rxb<i>), so that every case has its own observer, capture and device counters. roce-observe
-# watches va<i> live (XDP ingress + tc egress, --plain --no-nic) while tcpdump captures va<i>, and
+# watches va<i> live (XDP ingress + tc egress, --plain, with its NIC source reading rxa<i>'s counters) while tcpdump captures va<i>, and
 # real RC traffic runs between them: perftest servers in rxo-a, clients (requesters) in rxo-b.
-# Faults are made on rxo-b's side (netem loss on vb<i>'s egress, nftables re-marking in rxo-b's
+# Faults are made on rxo-b's side (netem loss or 5 ms delay on vb<i>'s egress, nftables re-marking in rxo-b's
 # output hook), so both observers of va<i> see the same frames.
 #
 # The observers of all cases are started together first: loading and verifying the eBPF programs
@@ -27,7 +27,7 @@ set -uo pipefail
 BIN="${1:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
 RES="${2:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
 shift 2
-ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write remark_write)
+ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write delay_write remark_write)
 [ $# -gt 0 ] && CASES=("$@") || CASES=("${ALL_CASES[@]}")
 
 NSA=rxo-a NSB=rxo-b
@@ -158,6 +158,7 @@ commands() {
     read_dscp26) tool=ib_read_bw args="-n $N -s 4096 --tclass=106 -F" ;;
     atomic_dscp26) tool=ib_atomic_bw args="-n $N --tclass=106 -F" ;;
     loss_write) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
+    delay_write) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
     remark_write) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
     rc_pingpong)
       SRV="ibv_rc_pingpong -d rxa$i -g $GA -n $N -s 1024"
@@ -172,7 +173,7 @@ commands() {
 
 start_observer() {
   local c="$1" i="$2" d="$RES/$1"
-  ip netns exec "$NSA" "$BIN" --iface "va$i" --out "$d/live" --plain --no-nic --interval 5s \
+  ip netns exec "$NSA" "$BIN" --iface "va$i" --out "$d/live" --plain --interval 5s \
     --max-qps 1024 >"$d/live.log" 2>&1 &
   OBS[$c]=$!
   PIDS+=("$!")
@@ -181,6 +182,11 @@ start_observer() {
 # Fault cases: the sender's side (rxo-b) drops or re-marks before the wire.
 pre_loss_write() { ip netns exec "$NSB" tc qdisc add dev "vb$2" root netem loss 2%; }
 post_loss_write() {
+  ip netns exec "$NSB" tc -s qdisc show dev "vb$2" >"$1/netem.txt" 2>&1
+  ip netns exec "$NSB" tc qdisc del dev "vb$2" root
+}
+pre_delay_write() { ip netns exec "$NSB" tc qdisc add dev "vb$2" root netem delay 5ms; }
+post_delay_write() {
   ip netns exec "$NSB" tc -s qdisc show dev "vb$2" >"$1/netem.txt" 2>&1
   ip netns exec "$NSB" tc qdisc del dev "vb$2" root
 }

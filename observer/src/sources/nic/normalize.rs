@@ -56,6 +56,9 @@ impl Driver {
     /// else the default device-name prefix (`mlx5_`, `bnxt_re`, `irdma`, `rxe`). Renamed devices
     /// (`rocep1s0f0`) need the parent driver.
     pub fn from_rdma(parent_driver: Option<&str>, dev: Option<&str>) -> Driver {
+        if parent_driver == Some(super::rdma::RXE_DRIVER) {
+            return Driver::Rxe;
+        }
         if let Some(d) = parent_driver
             .map(Driver::from_ethtool)
             .filter(|d| *d != Driver::Other)
@@ -658,6 +661,9 @@ mod tests {
         );
         assert_eq!(Driver::from_rdma(None, Some("mlx5_bond_0")), Driver::Mlx5);
         assert_eq!(Driver::from_rdma(None, Some("rxe0")), Driver::Rxe);
+        // a renamed soft-RoCE device (`rdma link add rxa type rxe ...`), known by its sysfs
+        assert_eq!(Driver::from_rdma(Some("rdma_rxe"), Some("rxa")), Driver::Rxe);
+        assert_eq!(Driver::detect(Some("veth"), Some("rdma_rxe"), Some("rxa")), Driver::Rxe);
         assert_eq!(Driver::from_rdma(None, Some("irdma1")), Driver::Ice);
         assert_eq!(
             Driver::detect(Some("veth"), None, Some("rxe0")),

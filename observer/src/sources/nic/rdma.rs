@@ -495,12 +495,18 @@ impl RdmaSysfs {
     }
 
     /// The driver of the RDMA device's parent (`device/driver` link): `mlx5_core`, `bnxt_en`,
-    /// `ice`; unavailable for rxe (no parent device).
+    /// `ice`. Soft-RoCE has no parent device but an attribute `parent` of its own (the netdev it
+    /// runs over, `rxe_verbs.c`): `rdma_rxe` then, whatever the device is named (`rdma link add
+    /// NAME type rxe` takes any name).
     pub fn parent_driver(&self, dev: &str) -> Result<Reading<String>, RdmaError> {
         let dev = component(dev).ok_or_else(|| RdmaError::BadName(dev.into()))?;
-        let link = under(&self.root, "sys/class/infiniband")
-            .join(dev)
-            .join("device/driver");
+        let class = under(&self.root, "sys/class/infiniband").join(dev);
+        let link = class.join("device/driver");
+        if std::fs::symlink_metadata(class.join("device")).is_err()
+            && class.join("parent").is_file()
+        {
+            return Ok(Reading::Read(RXE_DRIVER.to_string()));
+        }
         Ok(match std::fs::read_link(&link) {
             Ok(t) => match t.file_name() {
                 Some(n) => Reading::Read(n.to_string_lossy().into_owned()),
@@ -513,6 +519,9 @@ impl RdmaSysfs {
         })
     }
 }
+
+/// What [`RdmaSysfs::parent_driver`] says of a soft-RoCE device.
+pub const RXE_DRIVER: &str = "rdma_rxe";
 
 #[cfg(test)]
 mod tests {
@@ -665,7 +674,27 @@ mod tests {
             s.hw_counters("../x", 1),
             Err(RdmaError::BadName(_))
         ));
+        // no parent device and no `parent` attribute: unknown
         assert!(s.parent_driver("rxe0").unwrap().reason().is_some());
+        // soft-RoCE under any name: its own `parent` attribute, no `device` link
+        let rxa = root.join("sys/class/infiniband/rxa");
+        fs::create_dir_all(&rxa).unwrap();
+        fs::write(rxa.join("parent"), "va1\n").unwrap();
+        assert_eq!(s.parent_driver("rxa").unwrap(), Reading::Read(RXE_DRIVER.into()));
+        // a hardware device: the parent's driver link, even beside a `parent` file
+        let mlx = root.join("sys/class/infiniband/mlx5_0");
+        fs::create_dir_all(root.join("sys/bus/pci/drivers/mlx5_core")).unwrap();
+        fs::create_dir_all(root.join("sys/devices/pci0/0000:01:00.0")).unwrap();
+        fs::create_dir_all(&mlx).unwrap();
+        std::os::unix::fs::symlink(root.join("sys/devices/pci0/0000:01:00.0"), mlx.join("device"))
+            .unwrap();
+        std::os::unix::fs::symlink(
+            root.join("sys/bus/pci/drivers/mlx5_core"),
+            root.join("sys/devices/pci0/0000:01:00.0/driver"),
+        )
+        .unwrap();
+        fs::write(mlx.join("parent"), "x\n").unwrap();
+        assert_eq!(s.parent_driver("mlx5_0").unwrap(), Reading::Read("mlx5_core".into()));
         let _ = fs::remove_dir_all(&root);
     }
 
