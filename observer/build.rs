@@ -31,53 +31,39 @@ fn main() -> anyhow::Result<()> {
 
     let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").context("OUT_DIR")?);
     let skip = std::env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v == "true");
-    if skip {
-        std::fs::write(out.join("observer"), b"").context("write empty object")?;
-        std::fs::write(out.join("observer-log"), b"").context("write empty object")?;
-    }
+    println!("cargo::rerun-if-env-changed=AYA_BUILD_SKIP");
     // SAFETY: build scripts are single-threaded; the variable is inherited by the inner cargo.
     unsafe { std::env::set_var("RUSTC_BOOTSTRAP", "1") };
     let toolchain = std::env::var("RUSTUP_TOOLCHAIN").unwrap_or_else(|_| "1.98.0".to_string());
     println!("cargo::rerun-if-env-changed=RUSTUP_TOOLCHAIN");
-    // Two objects: with the programs' rare-path reports (feature kernel-log, loaded for
-    // --log-level debug) and without (the default: aya-log's mere presence costs the packet path
-    // 8 ns here, measured with bench-ebpf, even with its level off).
-    aya_build::build_ebpf(
-        [aya_build::Package {
-            name: ebpf.name.as_str(),
-            root_dir: root.as_str(),
-            features: &["kernel-log"],
-            ..Default::default()
-        }],
-        Toolchain::Custom(&toolchain),
-    )?;
-    if !skip {
-        std::fs::rename(out.join("observer"), out.join("observer-log"))
-            .context("keeping the kernel-log object")?;
-    }
-    // The compat object, for kernels before 5.18 (no multi-buffer XDP, no bpf_loop): chosen
-    // at load by probing the kernel (docs/datapath.md, "Kernel versions").
-    aya_build::build_ebpf(
-        [aya_build::Package {
-            name: ebpf.name.as_str(),
-            root_dir: root.as_str(),
-            features: &["compat"],
-            ..Default::default()
-        }],
-        Toolchain::Custom(&toolchain),
-    )?;
-    if !skip {
-        std::fs::rename(out.join("observer"), out.join("observer-compat"))
-            .context("keeping the compat object")?;
-    } else {
-        std::fs::write(out.join("observer-compat"), b"").context("write empty object")?;
-    }
-    aya_build::build_ebpf(
-        [aya_build::Package {
-            name: ebpf.name.as_str(),
-            root_dir: root.as_str(),
-            ..Default::default()
-        }],
-        Toolchain::Custom(&toolchain),
-    )
+    // Builds the object with `features` (aya-build leaves it as OUT_DIR/observer) and keeps it
+    // as OUT_DIR/`name`; with AYA_BUILD_SKIP an empty file stands for it.
+    let build = |features: &[&str], name: &str| -> anyhow::Result<()> {
+        if skip {
+            std::fs::write(out.join(name), b"").context("write empty object")?;
+            return Ok(());
+        }
+        aya_build::build_ebpf(
+            [aya_build::Package {
+                name: ebpf.name.as_str(),
+                root_dir: root.as_str(),
+                features,
+                ..Default::default()
+            }],
+            Toolchain::Custom(&toolchain),
+        )?;
+        if name != "observer" {
+            std::fs::rename(out.join("observer"), out.join(name))
+                .with_context(|| format!("keeping the object {name}"))?;
+        }
+        Ok(())
+    };
+    // Three objects: with the programs' rare-path reports (feature kernel-log, loaded for
+    // --log-level debug); the compat object for kernels before 5.18 (no multi-buffer XDP, no
+    // bpf_loop: chosen at load by probing the kernel, docs/datapath.md "Kernel versions"); and
+    // the default (aya-log's mere presence costs the packet path 8 ns here, measured with
+    // bench-ebpf, even with its level off). The default last: aya-build's own name.
+    build(&["kernel-log"], "observer-log")?;
+    build(&["compat"], "observer-compat")?;
+    build(&[], "observer")
 }
