@@ -11,7 +11,8 @@ on veth-a):
    READ windows included: an RDMA READ request of DMA length L consumes ceil(L/pmtu)
    PSNs, so the next PSN of the key within [p + ceil(L/4096), p + ceil(L/256)] after a READ
    request at p is not a gap;
-2. compares them with the live summary.json, key by key and field by field;
+2. compares them with the live summary.json, key by key and field by field, and the live
+   Parquet flow log summed per key over its intervals with summary.json;
 3. replays the capture (`roce-observe replay --out RESULTS/CASE/replay`) and compares the
    replay's summary.json with the live one (times and ICRC verdicts aside: live never checks
    the ICRC);
@@ -412,6 +413,30 @@ def nic_report(d, iface, dev):
     return lines, problems
 
 
+# Scalar counts the flows table carries per interval (deltas), summed per key over the run.
+FLOW_SUM_FIELDS = [f for f in COUNT_FIELDS if f not in (
+    "max_udp_payload", "last_udp_sport", "opcodes", "dscp", "ecn", "pcp")]
+
+
+def flows_report(d, live, ipa):
+    """The live Parquet flow log, summed per key over every interval, against summary.json."""
+    import pyarrow.parquet as pq
+    files = sorted(glob.glob(os.path.join(d, "live", "flows", "**", "*.parquet"), recursive=True))
+    if not files:
+        return ["  flows table: none written"], ["no flows table from the live observer"]
+    sums = defaultdict(lambda: defaultdict(int))
+    n = 0
+    for f in files:
+        for r in pq.read_table(f, columns=["dir", "src", "dst", "qp"] + FLOW_SUM_FIELDS).to_pylist():
+            k = ("egress" if r["src"] == ipa else "ingress", r["src"], r["dst"], r["qp"])
+            n += 1
+            for c in FLOW_SUM_FIELDS:
+                sums[k][c] += r[c]
+    problems = compare("summary.json", live, "flows Parquet", sums, FLOW_SUM_FIELDS)
+    return ["  flows Parquet (%d rows in %d files) summed per key == summary.json: %s" % (
+        n, len(files), "yes" if not problems else "NO")], ["flows: " + m for m in problems]
+
+
 def hist_str(h):
     return ",".join("%s:%s" % kv for kv in sorted(h.items())) or "-"
 
@@ -493,6 +518,9 @@ def check_case(binary, d, dmalen_field):
     lines.append("  frames in capture %d, RoCE %s; live RoCE %s; path MTU seen %s" % (
         len(rows), ref_roce, live_roce, pmtu))
     lines += table(ref)
+    fl, flow_problems = flows_report(d, live, ipa)
+    lines += fl
+    problems += flow_problems
     if not ref:
         problems.append("no RoCE packet in the capture")
     # tshark reference vs live
