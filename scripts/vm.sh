@@ -17,9 +17,9 @@
 # installed on this machine from another suite, and the machine's own apt sources are never
 # touched. Cache: $ROCE_VM_CACHE, default ~/.cache/roce-observe/vm (kernels about 350 MB unpacked
 # each). The guest runs COMMAND with `bash -c` in the current directory; its stdout and stderr
-# come back as they are, the kernel console goes to $ROCE_VM_CACHE/last-console.log (printed when
-# the command fails or the VM does not come back), and the exit status is COMMAND's: 124 when the
-# time ran out, 125 when the VM never ran the command.
+# come back as they are, the kernel console goes to $ROCE_VM_CACHE/console-KERNEL-PID.log (kept,
+# and its tail printed, when the command fails or the VM does not come back; removed otherwise),
+# and the exit status is COMMAND's: 124 when the time ran out, 125 when the VM never ran it.
 # KVM is used when the CPU offers it and ROCE_VM_KVM is not 0 (this project's build machines
 # expose a /dev/kvm that QEMU cannot use: it is probed, not trusted), else QEMU's TCG.
 set -euo pipefail
@@ -173,11 +173,11 @@ run_vm() {
   VM_IO=$(mktemp -d "${TMPDIR:-/tmp}/roce-vm.XXXXXX")
   trap 'rm -rf "$VM_IO"' EXIT
   local io="$VM_IO"
-  printf '%s\n' "$@" >"$io/argv"
+  printf '%s\0' "$@" >"$io/argv"
   cat >"$io/run" <<'EOF'
 #!/bin/bash
 io="$(dirname "$0")"
-mapfile -t argv <"$io/argv"
+mapfile -d '' -t argv <"$io/argv"
 cd "$ROCE_VM_CWD" 2>/dev/null || cd /
 "${argv[@]}" >"$io/stdout" 2>"$io/stderr" </dev/null
 echo $? >"$io/rc"
@@ -186,7 +186,8 @@ EOF
   chmod +x "$io/run"
   local accel=(--disable-kvm)
   kvm_usable && accel=()
-  local console="$CACHE/last-console.log" rc=0 start=$SECONDS
+  # The console of this run (kept when the command fails or the VM does not come back).
+  local console="$CACHE/console-$(basename "$k")-$$.log" rc=0 start=$SECONDS
   mkdir -p "$CACHE"
   PATH="$CACHE/venv/bin:$PATH" timeout --kill-after=15 "$timeout" \
     vng --run "$vmlinuz" "${accel[@]}" --verbose -m "$mem" -p "$cpus" --rwdir="$io" "${rw[@]}" \
@@ -197,7 +198,12 @@ EOF
   if [ -f "$io/rc" ]; then
     rc=$(cat "$io/rc")
     [ "$quiet" = 1 ] || log "kernel $(cat "$CACHE/kernels/$k/version" 2>/dev/null || echo "$k"): exit $rc in ${secs} s"
-    [ "$rc" = 0 ] || { log "console: $console (last lines below)"; tail -n 30 "$console" >&2; }
+    if [ "$rc" = 0 ]; then
+      rm -f "$console"
+    else
+      log "console: $console (last lines below)"
+      tail -n 30 "$console" >&2
+    fi
     return "$rc"
   fi
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
