@@ -372,15 +372,9 @@ impl Ops for AtomicForget {
 
 /// `v`, opaque to LLVM (it cannot relate it to anything it knows) at no cost: an empty inline
 /// assembly statement, not `core::hint::black_box`, which goes through the stack (a store and
-/// a dependent reload, ~1 ns on every header load).
-#[inline(always)]
-fn opaque(mut v: u64) -> u64 {
-    // SAFETY: an empty assembly template: no instruction, the register keeps its value.
-    unsafe {
-        core::arch::asm!("{0} = {0}", inout(reg) v, options(pure, nomem, nostack, preserves_flags));
-    }
-    v
-}
+/// a dependent reload, ~1 ns on every header load). The shared one, also behind
+/// `observer_common::verifier::index`.
+use observer_common::verifier::opaque;
 
 /// XDP frame bytes: direct packet access, offset clamped to [`MAX_OFF`].
 struct XdpBytes {
