@@ -61,7 +61,6 @@ COUNT_FIELDS = [
 ]
 # Fields of a summary QP record not compared between live and replay.
 NOT_REPLAYED = {"first_ns", "last_ns", "icrc_ok", "icrc_bad", "icrc_unverifiable", "iface", "dir"}
-PSN_FIELDS = {"psn_gaps", "psn_missing", "psn_retrans", "psn_behind"}
 
 READ_REQUEST = 0x0C
 
@@ -497,7 +496,7 @@ def run_replay(binary, d):
 
 
 def check_case(binary, d, dmalen_field):
-    """(passed, [first problems...], lines to print, known READ mismatch)."""
+    """(passed, [first problems...], lines to print)."""
     name = os.path.basename(d)
     lines, problems = [], []
     env = dict(l.split("=", 1) for l in open(os.path.join(d, "case.env")).read().splitlines() if "=" in l)
@@ -535,12 +534,7 @@ def check_case(binary, d, dmalen_field):
             m_lr.insert(0, "RoCE packets: live %s vs replay %s" % (live_roce, rep_roce))
     except (RuntimeError, OSError) as e:
         m_lr = ["replay: %s" % e]
-    # known: READ requests counted as PSN gaps by the current code
-    known = bool(m_tl) and all(
-        any(" field %s:" % f in m for f in PSN_FIELDS) for m in m_tl) and any(
-        q["opcodes"].get("0x0c") for q in ref.values())
-    lines.append("  live == tshark: %s" % ("yes" if not m_tl else "NO, %d differences%s" % (
-        len(m_tl), " (known: READ requests counted as PSN gaps by the current code)" if known else "")))
+    lines.append("  live == tshark: %s" % ("yes" if not m_tl else "NO, %d differences" % len(m_tl)))
     for m in m_tl[:8]:
         lines.append("    " + m)
     lines.append("  live == replay: %s" % ("yes" if not m_lr else "NO, %d differences" % len(m_lr)))
@@ -561,7 +555,7 @@ def check_case(binary, d, dmalen_field):
     problems += ["live vs tshark: " + m for m in m_tl] + ["live vs replay: " + m for m in m_lr]
     if desc and not ok_expect:
         problems.append("scenario not seen: %s" % desc)
-    return not problems, problems, lines, known
+    return not problems, problems, lines
 
 
 def main():
@@ -583,9 +577,9 @@ def main():
     for c in cases:
         d = os.path.join(a.results, c)
         try:
-            ok, problems, lines, known = check_case(a.bin, d, dmalen)
+            ok, problems, lines = check_case(a.bin, d, dmalen)
         except Exception as e:  # a broken case is a failed case, the others still run
-            ok, problems, lines, known = False, ["check failed: %r" % e], ["case %s:" % c], False
+            ok, problems, lines = False, ["check failed: %r" % e], ["case %s:" % c]
         print("\n".join(lines))
         if ok:
             passed += 1
@@ -593,8 +587,8 @@ def main():
         else:
             failed += 1
             first = first or "%s: %s" % (c, problems[0])
-            print("  => FAIL%s: %s" % (" (known READ PSN rule)" if known else "", problems[0]))
-        verdicts[c] = {"passed": ok, "known_read_psn": known, "problems": problems}
+            print("  => FAIL: %s" % problems[0])
+        verdicts[c] = {"passed": ok, "problems": problems}
         print()
     with open(os.path.join(a.results, "check.json"), "w") as f:
         json.dump(verdicts, f, indent=1)

@@ -106,7 +106,9 @@ fn probe_object() -> Probe {
     match std::env::var(OBJECT_ENV).as_deref() {
         Ok("compat") => return Probe::Kind(ObjectKind::Compat(format!("{OBJECT_ENV}=compat"))),
         Ok("full") => return Probe::Kind(ObjectKind::Full),
-        _ => {}
+        Ok(other) => tracing::warn!(value = other,
+            "{OBJECT_ENV} is neither `full` nor `compat`: ignored, the kernel is probed"),
+        Err(_) => {}
     }
     match sys::has_atomic_fetch() {
         Ok(false) => {
