@@ -12,7 +12,11 @@
 #[inline(always)]
 pub fn index(i: usize, len: usize) -> Option<usize> {
     let i = opaque(i as u64);
-    if i < len as u64 { Some(i as usize) } else { None }
+    if i < len as u64 {
+        Some(i as usize)
+    } else {
+        None
+    }
 }
 
 /// `v`, unknown to the compiler (an empty assembly statement in the eBPF programs; the value

@@ -144,7 +144,10 @@ impl RawSock {
                         "send on ifindex {}{}",
                         self.ifindex,
                         if transient {
-                            format!(" (queue still full after {} ms)", SEND_RETRY_FOR.as_millis())
+                            format!(
+                                " (queue still full after {} ms)",
+                                SEND_RETRY_FOR.as_millis()
+                            )
                         } else {
                             String::new()
                         }
@@ -274,10 +277,18 @@ mod tests {
         for _ in 0..100_000 {
             // SAFETY: as in `send`.
             let n = unsafe {
-                libc::send(s.fd.as_raw_fd(), frame.as_ptr() as *const libc::c_void, 512, 0)
+                libc::send(
+                    s.fd.as_raw_fd(),
+                    frame.as_ptr() as *const libc::c_void,
+                    512,
+                    0,
+                )
             };
             if n < 0 {
-                assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EAGAIN));
+                assert_eq!(
+                    std::io::Error::last_os_error().raw_os_error(),
+                    Some(libc::EAGAIN)
+                );
                 return (s, b);
             }
         }
@@ -298,7 +309,11 @@ mod tests {
         });
         let t = std::time::Instant::now();
         s.send(&[1u8; 512]).unwrap();
-        assert!(t.elapsed() >= std::time::Duration::from_millis(90), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= std::time::Duration::from_millis(90),
+            "{:?}",
+            t.elapsed()
+        );
         drop(drain.join().unwrap());
     }
 
@@ -308,8 +323,14 @@ mod tests {
         let t = std::time::Instant::now();
         let e = s.send(&[1u8; 512]).unwrap_err().to_string();
         let took = t.elapsed();
-        assert!(took >= SEND_RETRY_FOR && took < SEND_RETRY_FOR * 2, "{took:?}");
-        assert!(e.contains("ifindex 7") && e.contains("queue still full"), "{e}");
+        assert!(
+            took >= SEND_RETRY_FOR && took < SEND_RETRY_FOR * 2,
+            "{took:?}"
+        );
+        assert!(
+            e.contains("ifindex 7") && e.contains("queue still full"),
+            "{e}"
+        );
     }
 
     #[test]
