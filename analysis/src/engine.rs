@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema, SchemaRef};
+use contract::schema;
 use datafusion::catalog::Session;
 use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
@@ -39,7 +40,6 @@ use datafusion::logical_expr::TableProviderFilterPushDown;
 use datafusion::object_store::ObjectMeta;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{Expr, SessionConfig, SessionContext, col, lit};
-use observer::schema;
 
 use crate::load::{self, LoadError};
 

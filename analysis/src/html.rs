@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use observer::pipeline::PolicyConfig;
+use contract::policy::PolicyConfig;
 use plotters::prelude::*;
 
 use crate::engine::{Engine, EngineError, quote, render};

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use observer::schema;
+use contract::schema;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
@@ -40,7 +40,7 @@ pub enum LoadError {
     Schema {
         path: PathBuf,
         #[source]
-        err: observer::schema::SchemaMismatch,
+        err: contract::schema::SchemaMismatch,
     },
     /// A file whose metadata is inconsistent, or whose decoding panicked inside the parquet
     /// or arrow crates.

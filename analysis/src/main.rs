@@ -8,7 +8,8 @@ use analysis::path::Expect;
 use analysis::report::{Figures, Report, Verdict, compare, parse_margin, read_baseline};
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use observer::pipeline::PolicyConfig;
+use contract::policy::PolicyConfig;
+use contract::vendor::Vendor;
 
 /// Offline checks over roce-observe's Parquet flow logs (the `--out` directories of
 /// `roce-observe` or `roce-observe replay`; several directories are read as one).
@@ -18,8 +19,8 @@ struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
     /// Judge by a vendor profile (nvidia or broadcom) instead of the run's recorded policy.
-    #[arg(long, global = true, value_parser = parse_profile)]
-    profile: Option<String>,
+    #[arg(long, global = true, value_enum)]
+    profile: Option<Vendor>,
     /// Judge by this policy file (roce-observe's format, docs/policy.md). Default: the policy
     /// the run recorded (`policy-<host>.toml` in its output directory), else the nvidia profile.
     #[arg(long, global = true, value_name = "FILE")]
@@ -162,17 +163,6 @@ enum Cmd {
         #[arg(long, default_value = "table", value_parser = ["table", "json", "csv"])]
         format: String,
     },
-}
-
-/// `--profile`: a vendor profile's name (a usage error otherwise).
-fn parse_profile(s: &str) -> Result<String, String> {
-    match Expect::profile(s) {
-        Some(_) => Ok(s.to_string()),
-        None => Err(format!(
-            "unknown profile {s:?} ({})",
-            observer::vendor::names()
-        )),
-    }
 }
 
 fn parse_when(s: &str) -> Result<i64, String> {
@@ -346,10 +336,7 @@ fn policy(cli: &Cli, dirs: &[PathBuf]) -> anyhow::Result<(PolicyConfig, String)>
         ));
     }
     if let Some(p) = &cli.profile {
-        return Ok((
-            PolicyConfig::profile(p)?,
-            format!("profile {p} (--profile)"),
-        ));
+        return Ok((PolicyConfig::of(*p), format!("profile {p} (--profile)")));
     }
     let mut found: Vec<(PathBuf, PolicyConfig)> = Vec::new();
     for d in dirs {
@@ -373,7 +360,7 @@ fn policy(cli: &Cli, dirs: &[PathBuf]) -> anyhow::Result<(PolicyConfig, String)>
     }
     let Some((first, p)) = found.first() else {
         return Ok((
-            PolicyConfig::profile("nvidia")?,
+            PolicyConfig::of(Vendor::Nvidia),
             "profile nvidia (no policy recorded in the output directories)".into(),
         ));
     };

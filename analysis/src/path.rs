@@ -12,15 +12,15 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use observer::pipeline::marking::{self, FIELDS, dir_rank, show_value};
+use contract::marking::{self, FIELDS, dir_rank, show_value};
 
 use crate::engine::{self, Engine, EngineError, Filters, Options};
 use crate::report::{self, Row};
-use observer::pipeline::PolicyConfig;
+use contract::policy::PolicyConfig;
 
 /// What `path` compares against: the expected marking of a policy (docs/analysis.md#path),
 /// defined once in the observer, where the live `marking_changed` rule uses it too.
-pub use observer::pipeline::marking::{Marking, Want};
+pub use contract::marking::{Marking, Want};
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Expect {
@@ -32,11 +32,6 @@ impl Expect {
         Expect {
             marking: Marking::of(&p.expected),
         }
-    }
-
-    /// A vendor profile of `observer::vendor`.
-    pub fn profile(name: &str) -> Option<Expect> {
-        PolicyConfig::profile(name).ok().map(|p| Expect::of(&p))
     }
 }
 
@@ -634,7 +629,7 @@ fn totals(keys: &[KeyPath]) -> Totals {
 
 /// µs since the epoch as RFC 3339 (ms).
 fn time(us: i64) -> String {
-    observer::sinks::parquet_files::rfc3339(us.max(0) as u64 * 1000)
+    contract::time::rfc3339(us.max(0) as u64 * 1000)
 }
 
 /// `DSCP 26=3240, PCP 3=3240, ECN 2=3228 3=12` for one class at one point.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use arrow::array::{Array, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
-use observer::pipeline::PolicyConfig;
+use contract::policy::PolicyConfig;
 use observer_common::maps::{ANY, class};
 use observer_common::parse::PCP_NONE;
 use serde::{Deserialize, Serialize};

@@ -5,7 +5,7 @@
 mod support;
 
 use analysis::report::{Report, Verdict, analyze, compare};
-use observer::pipeline::PolicyConfig;
+use contract::policy::PolicyConfig;
 
 /// The report of one tree under the nvidia profile.
 fn report_of(dir: &std::path::Path) -> Result<Report, analysis::engine::EngineError> {

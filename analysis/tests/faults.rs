@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use analysis::report::{Report, analyze};
-use observer::pipeline::PolicyConfig;
+use contract::policy::PolicyConfig;
 
 /// The report of one tree under the nvidia profile (the query engine reads every file).
 fn report_of(dir: &Path) -> Result<Report, analysis::engine::EngineError> {

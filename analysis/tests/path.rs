@@ -727,7 +727,12 @@ fn errors_name_the_path() {
         a.as_os_str(),
     ]);
     assert_eq!(r.code, Some(2));
-    assert!(r.stderr.contains("unknown profile"), "{}", r.stderr);
+    // a usage error naming the value and the profiles there are
+    assert!(
+        r.stderr.contains("'cisco'") && r.stderr.contains("possible values: nvidia, broadcom"),
+        "{}",
+        r.stderr
+    );
     let _ = std::fs::remove_dir_all(&root);
 }
 

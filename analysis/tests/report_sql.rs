@@ -10,7 +10,7 @@ use std::process::Command;
 
 use analysis::engine::{Engine, Filters, Options};
 use analysis::report::{Report, report, rows};
-use observer::pipeline::PolicyConfig;
+use contract::policy::PolicyConfig;
 use observer::pipeline::rules::Rule;
 use support::{FAULTS, write_logs, write_logs_with};
 

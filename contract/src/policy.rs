@@ -31,6 +31,8 @@ use observer_common::parse::PCP_NONE;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::vendor::{self, Vendor};
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Thresholds {
     /// PFC storm: XOFF frames per priority per second above this.
@@ -59,6 +61,9 @@ impl Default for Thresholds {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyConfig {
+    /// The vendor profile the policy starts from (a file's `profile`, nvidia when absent): what
+    /// the policy does not say (the CNPs' priority, DSCPs left "any") is the profile's.
+    pub profile: Vendor,
     /// Kernel form (DSCP / PCP / ECN-capable per class, RDMA priority).
     pub expected: Policy,
     /// Expected RoCE MTU (largest UDP payload a QP should reach), bytes.
@@ -68,7 +73,7 @@ pub struct PolicyConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("unknown profile {0:?} (known: {known})", known = crate::vendor::names())]
+    #[error("unknown profile {0:?} (known: {known})", known = vendor::names())]
     UnknownProfile(String),
     #[error("cannot read policy file {path}: {err}")]
     Read {
@@ -102,19 +107,26 @@ impl PolicyConfig {
     /// PFC on the RDMA priority, the path MTU. PCP is not checked by the profiles (hosts behind
     /// DSCP-trust ports send untagged frames); set it in a file.
     pub fn profile(name: &str) -> Result<PolicyConfig, PolicyError> {
-        let v = crate::vendor::profile(name)
-            .ok_or_else(|| PolicyError::UnknownProfile(name.to_string()))?;
+        let v =
+            Vendor::from_name(name).ok_or_else(|| PolicyError::UnknownProfile(name.to_string()))?;
+        Ok(PolicyConfig::of(v))
+    }
+
+    /// The policy of vendor profile `vendor` (see [`PolicyConfig::profile`]).
+    pub fn of(vendor: Vendor) -> PolicyConfig {
+        let v = vendor.profile();
         let mut p = Policy::NONE;
         p.dscp = [v.data_dscp, v.ack_dscp, v.cnp_dscp];
         p.pcp = [ANY, ANY, ANY];
         p.ecn_capable = [(v.data_ecn != 0) as u8, 0, 0];
         p.rdma_priority = v.rdma_priority;
         p.flags = policy_flags::ENABLED;
-        Ok(PolicyConfig {
+        PolicyConfig {
+            profile: vendor,
             expected: p,
             expected_mtu: v.mtu,
             thresholds: Thresholds::default(),
-        })
+        }
     }
 
     pub fn from_file(path: &Path) -> Result<PolicyConfig, PolicyError> {
@@ -144,6 +156,7 @@ impl PolicyConfig {
         let mut s = String::from(
             "# The policy this run observed with (roce-observe policy file, docs/policy.md).\n",
         );
+        let _ = writeln!(s, "profile = \"{}\"", self.profile);
         let _ = writeln!(s, "rdma_priority = {}", e.rdma_priority);
         let _ = writeln!(s, "expected_mtu = {}", self.expected_mtu);
         for c in 0..class::COUNT {

@@ -925,7 +925,7 @@ fn quantity_doc(name: &str) -> String {
 
 /// Long by design: one line per column, in file order (a declaration, not logic).
 fn nic_table() -> Table {
-    use crate::sources::nic::Quantity;
+    use crate::nic::Quantity;
     use ColType::*;
     let mut c = Vec::new();
     c.push(col("host", Utf8, "", "host name"));
@@ -992,7 +992,7 @@ pub fn tables() -> [&'static Table; 4] {
 /// The generated part of docs/schema.md.
 pub fn markdown() -> String {
     let mut s = String::from(
-        "<!-- Generated from observer/src/schema.rs by `cargo xtask schema-doc`; a test fails when this file and the code differ. -->\n\
+        "<!-- Generated from contract/src/schema.rs by `cargo xtask schema-doc`; a test fails when this file and the code differ. -->\n\
          # Output schema\n\n\
          The tables of the output tree (`<out>/<table>/date=YYYY-MM-DD/hour=HH/<table>-<host>-<start>-<seq>.parquet`). \
          Counts are `int64`, times `timestamp[us, UTC]`; histograms are sparse lists of (value, pkts), only non-zero buckets. \

@@ -49,9 +49,48 @@ pub const BROADCOM: Profile = Profile {
 /// Every profile, in documentation order.
 pub const PROFILES: [Profile; 2] = [NVIDIA, BROADCOM];
 
+/// A vendor profile by name: what `--profile` and a policy file's `profile = ...` take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Vendor {
+    /// NVIDIA ConnectX ([`NVIDIA`]).
+    #[default]
+    Nvidia,
+    /// Broadcom Thor2 ([`BROADCOM`]).
+    Broadcom,
+}
+
+impl Vendor {
+    /// Every vendor, in [`PROFILES`] order.
+    pub const ALL: [Vendor; 2] = [Vendor::Nvidia, Vendor::Broadcom];
+
+    /// Its profile.
+    pub fn profile(self) -> &'static Profile {
+        match self {
+            Vendor::Nvidia => &NVIDIA,
+            Vendor::Broadcom => &BROADCOM,
+        }
+    }
+
+    /// `nvidia` or `broadcom`.
+    pub fn name(self) -> &'static str {
+        self.profile().name
+    }
+
+    /// The vendor named `name`.
+    pub fn from_name(name: &str) -> Option<Vendor> {
+        Vendor::ALL.into_iter().find(|v| v.name() == name)
+    }
+}
+
+impl std::fmt::Display for Vendor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The profile named `name`.
 pub fn profile(name: &str) -> Option<&'static Profile> {
-    PROFILES.iter().find(|p| p.name == name)
+    Vendor::from_name(name).map(Vendor::profile)
 }
 
 /// `nvidia, broadcom`: for error messages.
@@ -69,5 +108,17 @@ mod tests {
         assert_eq!(profile("broadcom").map(|p| p.cnp_priority), Some(7));
         assert_eq!(profile("cisco"), None);
         assert_eq!(names(), "nvidia, broadcom");
+    }
+
+    #[test]
+    fn vendors_are_the_profiles() {
+        use clap::ValueEnum;
+        assert_eq!(Vendor::ALL.len(), PROFILES.len());
+        for (v, p) in Vendor::ALL.into_iter().zip(PROFILES) {
+            assert_eq!(v.profile(), &p);
+            // the command line spells them as the profiles are named
+            assert_eq!(v.to_possible_value().unwrap().get_name(), p.name);
+            assert_eq!(Vendor::from_name(p.name), Some(v));
+        }
     }
 }

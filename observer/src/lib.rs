@@ -5,17 +5,14 @@
 //! - [`pipeline`]: the collector's stages (interval deltas, alert rules, hold-down);
 //! - [`sinks`]: where results go (Parquet tables, `alerts.jsonl`, stderr, the terminal view,
 //!   `summary.json`);
-//! - [`schema`]: the one definition of every output table, used by the writers, by
-//!   `roce-analyze` and by the documentation;
-//! - [`vendor`]: the vendor marking profiles, defined once;
+//! - the output schema, the policy and its vendor profiles live in the `contract` crate, which
+//!   `roce-analyze` uses without this one;
 //! - [`commands`]: the command line (the only place `anyhow` is used);
 //! - [`lab`]: a RoCE fabric in network namespaces with injected faults.
 pub mod commands;
 pub mod lab;
 pub mod pipeline;
-pub mod schema;
 pub mod sinks;
 pub mod sources;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testutil;
-pub mod vendor;

@@ -246,7 +246,7 @@ fn sigkill_with_checkpointed_intervals_recovers_every_logged_one() {
     assert_eq!(r.rows, rows);
     assert_eq!(t["sums"]["pkts"].as_u64().unwrap(), 4 * rows, "{t}");
     let columns = t["columns"].as_array().unwrap();
-    for f in observer::schema::flows().arrow_schema().fields() {
+    for f in contract::schema::flows().arrow_schema().fields() {
         assert!(
             columns.iter().any(|c| c == f.name().as_str()),
             "{} missing",

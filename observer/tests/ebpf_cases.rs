@@ -1167,7 +1167,13 @@ fn jumbo_frame_counts_every_fragment() {
         // driver refuses to attach it on an MTU above a page; tc ingress observes there).
         let fit: Vec<Vec<u8>> = frames.iter().filter(|f| f.len() <= 3520).cloned().collect();
         assert_eq!(fit.len(), 2);
-        let r = run_on(&mut kf, "jumbo_frame (compat)", prog::XDP, &Policy::NONE, &fit);
+        let r = run_on(
+            &mut kf,
+            "jumbo_frame (compat)",
+            prog::XDP,
+            &Policy::NONE,
+            &fit,
+        );
         let total: usize = fit.iter().map(Vec::len).sum();
         assert_eq!(only_qp("jumbo_frame", &r.snap).1.bytes_l2, total as u64);
         assert_eq!(ingress(&r).frames, 2);

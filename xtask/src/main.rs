@@ -21,7 +21,7 @@
 //!   `roce-analyze report` and `path` over a generated fleet tree (default 36 million flow
 //!   rows) beside DuckDB running the report's queries: wall time, peak RSS, ratio.
 //! - `schema-doc`: writes docs/schema.md from the output schema's one definition
-//!   (`observer::schema`).
+//!   (`contract::schema`).
 mod bench_analyze;
 mod bench_ebpf;
 mod bench_replay;
@@ -53,7 +53,7 @@ fn run_example(name: &str, args: &[String]) -> anyhow::Result<()> {
 
 fn schema_doc() -> anyhow::Result<()> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/schema.md");
-    std::fs::write(&path, observer::schema::markdown())?;
+    std::fs::write(&path, contract::schema::markdown())?;
     eprintln!("wrote {}", path.display());
     Ok(())
 }

@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use observer::pipeline::PolicyConfig;
-use observer::pipeline::policy::PolicyError;
+use contract::policy::PolicyConfig;
+use contract::policy::PolicyError;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

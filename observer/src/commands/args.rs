@@ -114,26 +114,6 @@ pub fn parse_point_label(s: &str) -> Result<String, String> {
     }
 }
 
-/// `--profile`: a vendor profile of [`crate::vendor`].
-pub fn parse_profile(s: &str) -> Result<String, String> {
-    match crate::vendor::profile(s) {
-        Some(p) => Ok(p.name.to_string()),
-        None => Err(format!(
-            "unknown profile {s:?} (known: {})",
-            crate::vendor::names()
-        )),
-    }
-}
-
-/// `--profile` of replay: a vendor profile, or `none` (count only, check no marking).
-pub fn parse_profile_or_none(s: &str) -> Result<String, String> {
-    if s == "none" {
-        Ok(s.into())
-    } else {
-        parse_profile(s)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

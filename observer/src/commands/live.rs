@@ -10,7 +10,7 @@ use anyhow::Context;
 use observer_common::maps::policy_flags;
 
 use super::args::{
-    parse_duration, parse_host, parse_link_speed, parse_point_label, parse_profile, parse_rotate_mb,
+    parse_duration, parse_host, parse_link_speed, parse_point_label, parse_rotate_mb,
 };
 use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::alertmanager::AlertmanagerSink;
@@ -23,6 +23,7 @@ use crate::sources::nic::{self, LiveNicReader, NicReader};
 use crate::sources::paced::{Paced, Polled, SyntheticFeed};
 use crate::sources::synthetic::Synthetic;
 use crate::sources::{Source, Stop};
+use contract::vendor::Vendor;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum XdpModeArg {
@@ -53,8 +54,8 @@ pub struct LiveArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
     /// Expected marking profile (data DSCP 26 + ECT, CNP DSCP 48, PFC on priority 3).
-    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = parse_profile)]
-    pub profile: String,
+    #[arg(long, value_name = "VENDOR", value_enum, default_value_t = Vendor::Nvidia)]
+    pub profile: Vendor,
     /// Policy TOML: expected DSCP / PCP / ECN per class (data, ack, cnp), RDMA priority,
     /// expected RoCE MTU, alert thresholds and hold-down (overrides --profile; see README).
     #[arg(long, value_name = "FILE")]
@@ -159,10 +160,10 @@ fn init_logs(args: &LiveArgs, terminal: bool) {
     };
 }
 
-fn load_policy(args: &LiveArgs) -> anyhow::Result<PolicyConfig> {
+pub fn load_policy(args: &LiveArgs) -> anyhow::Result<PolicyConfig> {
     let mut p = match &args.policy {
         Some(f) => PolicyConfig::from_file(f)?,
-        None => PolicyConfig::profile(&args.profile)?,
+        None => PolicyConfig::of(args.profile),
     };
     if args.capture_port {
         p.expected.flags |= policy_flags::DROP_AFTER_OBSERVE;
@@ -203,7 +204,7 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     cfg.log_json = args.log_format == LogFormat::Json;
     cfg.point_label = args.point_label.clone();
     if !args.no_nic {
-        cfg.nic_policy = Some(super::nic::check_policy(&policy, &args.profile).0);
+        cfg.nic_policy = Some(super::nic::check_policy(&policy).0);
     }
     let stop = Stop::on_signals();
     let (col, res) = if let Some(n) = args.synthetic_qps {

@@ -69,3 +69,64 @@ pub fn main() -> anyhow::Result<()> {
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The NIC configuration checks of the live command and of `roce-observe nic` expect the
+    /// same of one policy file, whatever `--profile` says: the profile is the file's. (With
+    /// `profile = "broadcom"` in the file the live command once expected CNPs on priority 6,
+    /// `--profile`'s default, and `nic --policy` on 7.)
+    #[test]
+    fn live_and_nic_check_one_policy_file_alike() {
+        let dir = crate::testutil::TempDir::new("policy-profile");
+        for (text, cnp_priority) in [
+            ("profile = \"broadcom\"\n", 7),
+            ("profile = \"nvidia\"\n", 6),
+            ("rdma_priority = 4\n", 6),
+            (
+                "profile = \"broadcom\"\n[data]\ndscp = \"any\"\n[cnp]\npcp = 5\n",
+                5,
+            ),
+        ] {
+            let f = dir.path().join("p.toml");
+            std::fs::write(&f, text).unwrap();
+            let f = f.to_str().unwrap();
+            for profile in ["nvidia", "broadcom"] {
+                let argv = [
+                    "roce-observe",
+                    "--iface",
+                    "lo",
+                    "--profile",
+                    profile,
+                    "--policy",
+                    f,
+                ];
+                let Cli { live, cmd: None } = Cli::try_parse_from(argv).unwrap() else {
+                    panic!("the live command")
+                };
+                let live = nic::check_policy(&live::load_policy(&live).unwrap());
+                let argv = [
+                    "roce-observe",
+                    "nic",
+                    "--iface",
+                    "lo",
+                    "--profile",
+                    profile,
+                    "--policy",
+                    f,
+                ];
+                let Some(Cmd::Nic(n)) = Cli::try_parse_from(argv).unwrap().cmd else {
+                    panic!("the nic command")
+                };
+                let nic = nic::check_policy(&nic::policy_of(&n).unwrap().0);
+                assert_eq!(live, nic, "{text:?} with --profile {profile}");
+                assert_eq!(
+                    live.0.cnp_priority, cnp_priority,
+                    "{text:?} --profile {profile}"
+                );
+            }
+        }
+    }
+}

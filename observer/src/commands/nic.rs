@@ -7,14 +7,14 @@
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use observer_common::maps::{ANY, class};
 use serde::Serialize;
 
 use super::ExitStatus;
-use super::args::{parse_duration, parse_profile};
+use super::args::parse_duration;
 use crate::pipeline::PolicyConfig;
 use crate::sources::nic::checks::{self, Check, Trust, Verdict};
 use crate::sources::nic::config::OfedEcn;
@@ -26,6 +26,7 @@ use crate::sources::nic::{
     Driver, DrvInfo, LiveNicReader, LiveOptions, NicError, NicReader, NicSample, PauseStats,
     Quantity, Reading, SourceKind, SourceReport, SourceStatus, UnavailableReason, run_checks,
 };
+use contract::vendor::Vendor;
 
 #[derive(Debug, clap::Args)]
 pub struct NicArgs {
@@ -37,8 +38,8 @@ pub struct NicArgs {
     pub json: bool,
     /// Expected configuration profile: PFC on priority 3, data DSCP 26, CNP DSCP 48, CNP
     /// priority 6 (nvidia) or 7 (broadcom), trust DSCP.
-    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = parse_profile)]
-    pub profile: String,
+    #[arg(long, value_name = "VENDOR", value_enum, default_value_t = Vendor::Nvidia)]
+    pub profile: Vendor,
     /// Policy TOML file (overrides --profile; see docs/policy.md): rdma_priority, data.dscp,
     /// cnp.dscp, cnp.pcp are used here.
     #[arg(long, value_name = "FILE")]
@@ -51,12 +52,12 @@ pub struct NicArgs {
 /// The expectations of the configuration checks from the project's policy: the RDMA priority,
 /// the data and CNP DSCP, the CNP priority (the CNP class's PCP when the policy sets one, else
 /// the profile's), and the trust mode (PCP when the policy sets a data PCP but no data DSCP).
-/// `profile` is the vendor profile the policy starts from. Also returns notes on values that
-/// the policy leaves open ("any") and the profile filled in.
-pub fn check_policy(cfg: &PolicyConfig, profile: &str) -> (checks::Policy, Vec<String>) {
-    let base = checks::Policy::from_profile(
-        crate::vendor::profile(profile).unwrap_or(&crate::vendor::NVIDIA),
-    );
+/// The profile is the one the policy starts from (`cfg.profile`: a file's `profile`, or
+/// `--profile`), the same for the live command's NIC check and `roce-observe nic`. Also returns
+/// notes on values that the policy leaves open ("any") and the profile filled in.
+pub fn check_policy(cfg: &PolicyConfig) -> (checks::Policy, Vec<String>) {
+    let profile = cfg.profile;
+    let base = checks::Policy::from_profile(profile.profile());
     let e = &cfg.expected;
     let mut notes = Vec::new();
     let mut dscp = |c: usize, fallback: u8| match e.dscp[c] {
@@ -88,15 +89,6 @@ pub fn check_policy(cfg: &PolicyConfig, profile: &str) -> (checks::Policy, Vec<S
         trust,
     };
     (p, notes)
-}
-
-/// The `profile` key of a policy file (the profile it starts from; nvidia when absent).
-fn file_profile(path: &Path) -> String {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
-        .and_then(|t| t.get("profile")?.as_str().map(str::to_string))
-        .unwrap_or_else(|| "nvidia".into())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -969,23 +961,24 @@ fn read_error(iface: &str, e: NicError) -> anyhow::Error {
     }
 }
 
-pub fn run(args: NicArgs) -> anyhow::Result<()> {
-    let (cfg, source, profile) = match &args.policy {
+/// The policy of `--policy` (a usage error when unreadable) or `--profile`, and where it came
+/// from.
+pub fn policy_of(args: &NicArgs) -> anyhow::Result<(PolicyConfig, String)> {
+    Ok(match &args.policy {
         Some(f) => {
             let cfg = PolicyConfig::from_file(f).map_err(|e| usage_error(e.to_string()))?;
-            (cfg, f.display().to_string(), file_profile(f))
+            (cfg, f.display().to_string())
         }
-        None => {
-            let cfg =
-                PolicyConfig::profile(&args.profile).map_err(|e| usage_error(e.to_string()))?;
-            (
-                cfg,
-                format!("profile {}", args.profile),
-                args.profile.clone(),
-            )
-        }
-    };
-    let (expected, notes) = check_policy(&cfg, &profile);
+        None => (
+            PolicyConfig::of(args.profile),
+            format!("profile {}", args.profile),
+        ),
+    })
+}
+
+pub fn run(args: NicArgs) -> anyhow::Result<()> {
+    let (cfg, source) = policy_of(&args)?;
+    let (expected, notes) = check_policy(&cfg);
     let policy = PolicyInfo {
         source,
         expected,
@@ -1099,7 +1092,7 @@ mod tests {
 
     fn report(profile: &str) -> NicReport {
         let cfg = PolicyConfig::profile(profile).unwrap();
-        let (expected, notes) = check_policy(&cfg, profile);
+        let (expected, notes) = check_policy(&cfg);
         let a = mlx5_sample(1, 10, 100);
         let b = mlx5_sample(2, 30, 150);
         let pi = PolicyInfo {
@@ -1112,14 +1105,14 @@ mod tests {
 
     #[test]
     fn policy_mapping() {
-        let (p, notes) = check_policy(&PolicyConfig::profile("nvidia").unwrap(), "nvidia");
+        let (p, notes) = check_policy(&PolicyConfig::profile("nvidia").unwrap());
         assert_eq!(p, checks::Policy::nvidia());
         assert!(notes.is_empty());
-        let (p, _) = check_policy(&PolicyConfig::profile("broadcom").unwrap(), "broadcom");
+        let (p, _) = check_policy(&PolicyConfig::profile("broadcom").unwrap());
         assert_eq!(p, checks::Policy::broadcom());
         let toml = "profile = \"broadcom\"\nrdma_priority = 4\n[data]\ndscp = \"any\"\npcp = 4\n[cnp]\ndscp = 46\npcp = 5\n";
         let cfg = PolicyConfig::from_toml(toml, "t.toml").unwrap();
-        let (p, notes) = check_policy(&cfg, "broadcom");
+        let (p, notes) = check_policy(&cfg);
         assert_eq!(
             p,
             checks::Policy {

@@ -10,8 +10,7 @@ use observer_common::maps::{Policy, policy_flags};
 use serde_json::{Value, json};
 
 use super::args::{
-    parse_duration, parse_host, parse_link_speed, parse_point_label, parse_profile_or_none,
-    parse_rotate_mb,
+    parse_duration, parse_host, parse_link_speed, parse_point_label, parse_rotate_mb,
 };
 use crate::pipeline::alerts::Severity;
 use crate::pipeline::rules::Rule;
@@ -20,6 +19,7 @@ use crate::sinks::summary_json::{QpList, SummaryDoc, interfaces_json, write_summ
 use crate::sinks::summary_text;
 use crate::sources::capture::{CaptureSource, ReplayError, ReplayOptions};
 use crate::sources::{Consumer, Discard, Source, Stop};
+use contract::vendor::Vendor;
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
@@ -37,8 +37,8 @@ pub struct ReplayArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
     /// Expected marking profile: nvidia, broadcom, or `none` (count only, check no marking).
-    #[arg(long, value_name = "VENDOR", default_value = "nvidia", value_parser = parse_profile_or_none)]
-    pub profile: String,
+    #[arg(long, value_name = "VENDOR", value_enum, default_value_t = ReplayProfile::Nvidia)]
+    pub profile: ReplayProfile,
     /// Policy TOML file (overrides --profile).
     #[arg(long)]
     pub policy: Option<PathBuf>,
@@ -222,12 +222,33 @@ fn parse_severity(s: &str) -> Result<Severity, String> {
     }
 }
 
+/// `--profile` of replay: a vendor profile, or `none` (count only, check no marking).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplayProfile {
+    /// NVIDIA ConnectX ([`contract::vendor::NVIDIA`]).
+    Nvidia,
+    /// Broadcom Thor2 ([`contract::vendor::BROADCOM`]).
+    Broadcom,
+    /// Count only, check no marking.
+    None,
+}
+
+impl ReplayProfile {
+    /// The vendor profile (`None` for `none`).
+    pub fn vendor(self) -> Option<Vendor> {
+        match self {
+            ReplayProfile::Nvidia => Some(Vendor::Nvidia),
+            ReplayProfile::Broadcom => Some(Vendor::Broadcom),
+            ReplayProfile::None => None,
+        }
+    }
+}
+
 /// The policy of `--policy` or `--profile`; `None` for `--profile none`.
 fn policy(args: &ReplayArgs) -> Result<Option<PolicyConfig>, ReplayError> {
-    match (&args.policy, args.profile.as_str()) {
+    match (&args.policy, args.profile.vendor()) {
         (Some(p), _) => PolicyConfig::from_file(p).map(Some),
-        (None, "none") => Ok(None),
-        (None, name) => PolicyConfig::profile(name).map(Some),
+        (None, v) => Ok(v.map(PolicyConfig::of)),
     }
     .map_err(ReplayError::Policy)
 }
@@ -238,7 +259,7 @@ fn collector(args: &ReplayArgs, policy: Option<&PolicyConfig>) -> anyhow::Result
     let cfg = match policy {
         Some(c) => c.clone(),
         None => {
-            let mut c = PolicyConfig::profile("nvidia").map_err(ReplayError::Policy)?;
+            let mut c = PolicyConfig::of(Vendor::Nvidia);
             c.expected = Policy::NONE;
             c.expected_mtu = 0; // nothing expected: no MTU check either
             c

@@ -13,7 +13,7 @@ use super::report::{AlertCheck, Row, ScenarioReport, SelfCheck, Summaries};
 use super::topo::{H1_IF, H1_IP, H2_IF, H2_IP, ip_str};
 use super::{DATA_DSCP, LabArgs, ScenarioSpec, Truth};
 use crate::pipeline::PolicyConfig;
-use crate::pipeline::marking::Marking;
+use contract::marking::Marking;
 
 /// The table: ground truth beside roce-observe's summary, plus the lab's self-checks and the
 /// path view judged against the observers' `policy`.
@@ -285,7 +285,7 @@ fn path_rows(
             _ => m.vlan.map_or(-1, |v| i16::from(v.data_pcp)),
         };
         let got = view.changed_to((&o.h1, &o.h2, qpn as u64), "data", field, to);
-        let show = crate::pipeline::marking::show_value;
+        let show = contract::marking::show_value;
         rows.push(row(
             &format!("QP {qpn:#08x} data {field} {} → {}", show(from), show(to)),
             t.0.nft.remarked.get(&r.counter).copied().unwrap_or(0),

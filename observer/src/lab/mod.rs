@@ -34,6 +34,7 @@ use report::ScenarioReport;
 use topo::{H1_IP, H1_MAC, H2_IP, H2_MAC, Topology};
 
 use crate::pipeline::{PolicyConfig, rule};
+use contract::vendor::Vendor;
 
 pub const SCENARIOS: [&str; 8] = [
     "clean",
@@ -91,8 +92,8 @@ pub struct LabArgs {
     #[arg(long)]
     pub quiet_observer: bool,
     /// Vendor marking profile of the emulated NICs and of roce-observe's policy (nvidia, broadcom).
-    #[arg(long, default_value = "nvidia", value_parser = crate::commands::args::parse_profile)]
-    pub profile: String,
+    #[arg(long, value_enum, default_value_t = Vendor::Nvidia)]
+    pub profile: Vendor,
 }
 
 impl Default for LabArgs {
@@ -110,7 +111,7 @@ impl Default for LabArgs {
             rate_pps: 4000.0,
             cnp_interval_us: 1000,
             quiet_observer: false,
-            profile: "nvidia".into(),
+            profile: Vendor::Nvidia,
         }
     }
 }
@@ -123,8 +124,6 @@ pub enum LabError {
         "unknown scenario {0:?} (known: clean, lossy, bleached, congested, pfc-storm, pcp-remark, dscp-remap, ecn-bleach, all)"
     )]
     UnknownScenario(String),
-    #[error("unknown profile {0:?} (the lab knows: {known})", known = crate::vendor::names())]
-    UnknownProfile(String),
     #[error("topology: {what}")]
     Topology {
         what: &'static str,
@@ -182,11 +181,11 @@ pub enum LabError {
         source: crate::pipeline::CollectorError,
     },
     /// The policy of the chosen vendor profile could not be built.
-    #[error("policy of profile {profile:?}")]
+    #[error("policy of profile {profile}")]
     Policy {
-        profile: String,
+        profile: Vendor,
         #[source]
-        source: crate::pipeline::policy::PolicyError,
+        source: contract::policy::PolicyError,
     },
     /// A system call or file operation of the lab itself (sockets, files it writes).
     #[error("{what}")]
@@ -275,7 +274,7 @@ fn remark(qp: usize, what: &str, pct: Option<u8>, action: Remark) -> RemarkRule 
 
 /// The switches at a trust boundary, with tagged frames (`pcp-remark`, `dscp-remap`,
 /// `ecn-bleach`): what they re-mark, and the alert it must raise.
-fn trust_boundary(s: &mut ScenarioSpec, v: &crate::vendor::Profile) {
+fn trust_boundary(s: &mut ScenarioSpec, v: &contract::vendor::Profile) {
     let prio = v.rdma_priority;
     match s.name.as_str() {
         "pcp-remark" => {
@@ -330,7 +329,7 @@ fn trust_boundary(s: &mut ScenarioSpec, v: &crate::vendor::Profile) {
 /// The fault set of a named scenario (with the emulated NICs of vendor profile `v`), and the
 /// alerts it must and must not raise. Every rule of `collector::rule::ALL` that the scenario
 /// gives no cause for must stay silent.
-pub fn spec(name: &str, v: &crate::vendor::Profile) -> Result<ScenarioSpec, LabError> {
+pub fn spec(name: &str, v: &contract::vendor::Profile) -> Result<ScenarioSpec, LabError> {
     let pfc_rules = [
         rule::PFC_STORM,
         rule::PFC_WRONG_PRIORITY,
@@ -453,9 +452,8 @@ pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabErr
 }
 
 /// The vendor profile of `--profile`.
-fn profile(args: &LabArgs) -> Result<&'static crate::vendor::Profile, LabError> {
-    crate::vendor::profile(&args.profile)
-        .ok_or_else(|| LabError::UnknownProfile(args.profile.clone()))
+fn profile(args: &LabArgs) -> Result<&'static contract::vendor::Profile, LabError> {
+    Ok(args.profile.profile())
 }
 
 /// The observers' policy: the profile's, plus the profile's priorities of tagged frames where
@@ -466,11 +464,11 @@ fn scenario_policy(
     dir: &Path,
 ) -> Result<(PolicyConfig, Option<PathBuf>), LabError> {
     let perr = |source| LabError::Policy {
-        profile: args.profile.clone(),
+        profile: args.profile,
         source,
     };
     if !spec.expect_pcp {
-        return Ok((PolicyConfig::profile(&args.profile).map_err(perr)?, None));
+        return Ok((PolicyConfig::of(args.profile), None));
     }
     let v = profile(args)?;
     let (d, c) = (v.rdma_priority, v.cnp_priority);
@@ -577,7 +575,7 @@ fn start_live_observers(
     for (ns, iface, host) in topo.observed_hosts() {
         let mut extra = vec![
             "--profile".to_string(),
-            args.profile.clone(),
+            args.profile.to_string(),
             "--host".into(),
             format!("lab-{host}"),
         ];

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use crate::pipeline::marking::{Change, FIELDS, Marking, changes_of, dir_rank, show_value};
+use contract::marking::{Change, FIELDS, Marking, changes_of, dir_rank, show_value};
 
 /// The packet classes in `observer_common::maps::class` order.
 const CLASSES: [&str; 3] = ["data", "ack", "cnp"];

@@ -61,7 +61,7 @@ pub struct Vlan {
 impl Vlan {
     /// A vendor profile's priorities (data and ACKs on the RDMA priority, CNPs on theirs) in
     /// VLAN `vid`.
-    pub const fn of(v: &crate::vendor::Profile, vid: u16) -> Vlan {
+    pub const fn of(v: &contract::vendor::Profile, vid: u16) -> Vlan {
         Vlan {
             vid,
             data_pcp: v.rdma_priority,
@@ -72,8 +72,8 @@ impl Vlan {
 }
 
 impl Marking {
-    /// What an emulated NIC of a vendor profile ([`crate::vendor`]) sends.
-    pub const fn of(v: &crate::vendor::Profile) -> Marking {
+    /// What an emulated NIC of a vendor profile ([`contract::vendor`]) sends.
+    pub const fn of(v: &contract::vendor::Profile) -> Marking {
         Marking {
             data_dscp: v.data_dscp,
             data_ecn: v.data_ecn,

@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use observer_common::maps::{QpKey, class, dir};
 
 use super::rules::Rule;
-use crate::sinks::parquet_files::rfc3339;
 use crate::sinks::row_builders::Cell;
 use crate::sinks::summary_json::ip_of;
+use contract::time::rfc3339;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Severity {
@@ -205,7 +205,7 @@ impl Alert {
         }
     }
 
-    /// A row of the alerts table (in [`crate::schema::alerts`] column order).
+    /// A row of the alerts table (in [`contract::schema::alerts`] column order).
     pub fn row(&self, host: &str, source: &str) -> Vec<Cell> {
         vec![
             Cell::S(host.into()),

@@ -11,7 +11,7 @@ pub mod ip_pairs;
 pub mod marking;
 pub mod nic_stage;
 pub mod pause;
-pub mod policy;
+
 pub mod prev_values;
 pub mod rules;
 
@@ -33,8 +33,8 @@ use crate::sources::snapshot::CounterWords;
 use alerts::{Alert, AlertKey, Dedup};
 use rules::{IfaceInterval, Rule};
 
+pub use contract::policy::PolicyConfig;
 use ip_pairs::PairIndex;
-pub use policy::PolicyConfig;
 
 /// Alert rule names as strings (stable: alerts.jsonl, the alerts table, the lab's checks),
 /// from [`rules::Rule`], where every rule is defined.
@@ -913,7 +913,7 @@ impl Collector {
         };
         let flows = kp.fb.finish(&tables::flows_schema())?;
         let interfaces =
-            tables::rows_batch(&crate::schema::interfaces().arrow_schema(), &iface_rows)?;
+            tables::rows_batch(&contract::schema::interfaces().arrow_schema(), &iface_rows)?;
         let rows = IntervalRows {
             start_ns: start,
             end_ns: end,

@@ -9,7 +9,7 @@ use observer_common::qp::{ev, opcode_bucket};
 
 use super::alerts::{Alert, AlertKey, Severity};
 use super::ip_pairs::PairIndex;
-use super::policy::Thresholds;
+use contract::policy::Thresholds;
 
 /// An alert rule. Names are stable: `alerts.jsonl`, the alerts table, the lab's checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

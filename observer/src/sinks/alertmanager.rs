@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::parquet_files::{OutputError, rfc3339};
+use super::parquet_files::OutputError;
 use super::{RunInfo, Sink};
 use crate::pipeline::alerts::Alert;
+use contract::time::rfc3339;
 
 /// Batches waiting for the poster thread at most; more are dropped (counted).
 pub const QUEUE_BATCHES: usize = 64;

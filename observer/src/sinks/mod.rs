@@ -23,7 +23,8 @@ use serde_json::{Value, json};
 
 use crate::pipeline::alerts::Alert;
 use crate::pipeline::rules::Rule;
-use parquet_files::{JsonlWriter, OutputError, TableWriter, rfc3339};
+use contract::time::rfc3339;
+use parquet_files::{JsonlWriter, OutputError, TableWriter};
 use row_builders::Cell;
 
 /// Who wrote the rows: every alert line and row carries it.
@@ -108,10 +109,10 @@ impl TableSink {
         journal: bool,
     ) -> Self {
         let table = match kind {
-            TableKind::Flows => crate::schema::flows(),
-            TableKind::Interfaces => crate::schema::interfaces(),
-            TableKind::Alerts => crate::schema::alerts(),
-            TableKind::Nic => crate::schema::nic(),
+            TableKind::Flows => contract::schema::flows(),
+            TableKind::Interfaces => contract::schema::interfaces(),
+            TableKind::Alerts => contract::schema::alerts(),
+            TableKind::Nic => contract::schema::nic(),
         };
         let schema = table.arrow_schema();
         // A crashed run's open windows first (SIGKILL, OOM kill, power loss), written as this

@@ -524,7 +524,7 @@ impl MetricsSink {
             secs(),
             m.last_interval.clone(),
         );
-        for c in crate::schema::IFACE_HEALTH {
+        for c in contract::schema::IFACE_HEALTH {
             let f = Family::<IfDir, Counter>::default();
             add(obs, n, o, c.name, c.doc, None, f.clone());
             self.iface.health.push((c.name, f));

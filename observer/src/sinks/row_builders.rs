@@ -1,5 +1,5 @@
 //! Row builders of the three Parquet tables, whose columns are defined once in
-//! [`crate::schema`].
+//! [`contract::schema`].
 //!
 //! - `flows`: one row per active QP key per interval (deltas).
 //! - `interfaces`: one row per interface and direction per interval (deltas).
@@ -23,9 +23,9 @@ use observer_common::qp::{OPCODE_OTHER, bucket_opcode};
 use parquet::basic::Encoding;
 
 use crate::pipeline::deltas::{HIST_BUCKETS, bucket_col};
-use crate::schema::{self, QP_COUNTS, hist_fields};
 use crate::sinks::parquet_files::ColumnProps;
 use crate::sinks::summary_json::ip_of;
+use contract::schema::{self, QP_COUNTS, hist_fields};
 
 /// All [`QP_COUNTS`] of a delta at once, in that order (direct field reads the compiler can
 /// inline, where the table's getters are indirect calls; a test keeps the two the same).
@@ -58,7 +58,7 @@ fn qp_counts(v: &QpValue) -> [u64; QP_COUNTS.len()] {
     ]
 }
 
-/// The `flows` Arrow schema ([`crate::schema::flows`]).
+/// The `flows` Arrow schema ([`contract::schema::flows`]).
 pub fn flows_schema() -> SchemaRef {
     schema::flows().arrow_schema()
 }
@@ -577,7 +577,7 @@ pub struct IfaceExtra {
     pub pause: crate::pipeline::pause::PauseFigures,
 }
 
-/// One `interfaces` row, in [`crate::schema::interfaces`] column order.
+/// One `interfaces` row, in [`contract::schema::interfaces`] column order.
 #[allow(clippy::too_many_arguments)]
 pub fn iface_row(
     host: &str,
@@ -638,7 +638,7 @@ pub fn iface_row(
     r
 }
 
-/// One row of the `nic` table ([`crate::schema::nic`]).
+/// One row of the `nic` table ([`contract::schema::nic`]).
 #[derive(Clone, Debug, Default)]
 pub struct NicRow {
     pub iface: String,
@@ -734,7 +734,7 @@ pub fn nic_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::hist_names;
+    use contract::schema::hist_names;
 
     #[test]
     fn flows_batch_matches_schema_and_is_sparse() {

@@ -10,8 +10,8 @@ use observer_common::qp::bucket_opcode;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value, json};
 
-use crate::schema::{IFACE_HEALTH, IFACE_TRAFFIC, QP_COUNTS};
 use crate::sources::Snapshot;
+use contract::schema::{IFACE_HEALTH, IFACE_TRAFFIC, QP_COUNTS};
 
 /// A key's address as printed everywhere: IPv4-mapped addresses as dotted quads.
 pub fn ip_of(a: &[u8; 16]) -> IpAddr {

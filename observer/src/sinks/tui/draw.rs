@@ -13,7 +13,7 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
 use super::model::{IfaceView, QpRow};
 use super::screen::Screen;
 use crate::pipeline::alerts::Severity;
-use crate::sinks::parquet_files::rfc3339;
+use contract::time::rfc3339;
 
 /// Smaller than this, the screen only says so.
 pub const MIN_WIDTH: u16 = 40;

@@ -19,10 +19,10 @@ use std::time::Instant;
 
 use observer_common::maps::{Policy, dir};
 
-use crate::pipeline::policy::PolicyError;
 use crate::sources::Snapshot;
 use crate::sources::datapath::Datapath;
 use crate::sources::{Consumer, ConsumerError, Source, Stop};
+use contract::policy::PolicyError;
 use link_layer::{LinkType, linktype_name};
 use pcap_reader::Item;
 

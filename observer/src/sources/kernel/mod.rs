@@ -93,7 +93,10 @@ impl std::fmt::Display for ObjectKind {
 #[derive(Clone, Debug)]
 enum Probe {
     Kind(ObjectKind),
-    TooOld { feature: &'static str, since: &'static str },
+    TooOld {
+        feature: &'static str,
+        since: &'static str,
+    },
 }
 
 fn kernel_release() -> String {
@@ -106,8 +109,10 @@ fn probe_object() -> Probe {
     match std::env::var(OBJECT_ENV).as_deref() {
         Ok("compat") => return Probe::Kind(ObjectKind::Compat(format!("{OBJECT_ENV}=compat"))),
         Ok("full") => return Probe::Kind(ObjectKind::Full),
-        Ok(other) => tracing::warn!(value = other,
-            "{OBJECT_ENV} is neither `full` nor `compat`: ignored, the kernel is probed"),
+        Ok(other) => tracing::warn!(
+            value = other,
+            "{OBJECT_ENV} is neither `full` nor `compat`: ignored, the kernel is probed"
+        ),
         Err(_) => {}
     }
     match sys::has_atomic_fetch() {
@@ -426,14 +431,16 @@ fn load_object(
     }
     let why = match kfuncs() {
         _ if !allow_kfunc => "asked for".to_string(),
-        Ok(k) if progs.contains(&prog::XDP) => match load_with(max_qps, buckets, progs, Some(k), false) {
-            Ok(mut ebpf) => match check_kfunc_len(&mut ebpf) {
-                Ok(()) => return Ok((ebpf, XdpLenPath::Kfunc)),
+        Ok(k) if progs.contains(&prog::XDP) => {
+            match load_with(max_qps, buckets, progs, Some(k), false) {
+                Ok(mut ebpf) => match check_kfunc_len(&mut ebpf) {
+                    Ok(()) => return Ok((ebpf, XdpLenPath::Kfunc)),
+                    Err(e) => e.to_string(),
+                },
+                Err(e @ LiveError::NotPermitted) => return Err(e),
                 Err(e) => e.to_string(),
-            },
-            Err(e @ LiveError::NotPermitted) => return Err(e),
-            Err(e) => e.to_string(),
-        },
+            }
+        }
         Ok(_) => "no XDP program loaded".to_string(),
         Err(e) => e.clone(),
     };
@@ -1029,8 +1036,11 @@ fn attach_tc(ebpf: &mut Ebpf, name: &str, ifindex: u32, at: TcAttachType) -> Res
     }
     match aya::programs::tc::qdisc_add_clsact(ifindex) {
         Ok(()) => {
-            tracing::info!(ifindex, program = name,
-                "no TCX on this kernel: added the clsact qdisc the tc programs attach under (left in place at exit)");
+            tracing::info!(
+                ifindex,
+                program = name,
+                "no TCX on this kernel: added the clsact qdisc the tc programs attach under (left in place at exit)"
+            );
         }
         Err(e) if errno_of(&e) == Some(libc::EEXIST) => return Err(err(first)),
         Err(e) => {

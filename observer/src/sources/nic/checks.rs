@@ -38,8 +38,8 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// From a vendor profile of [`crate::vendor`] (DSCP trust).
-    pub fn from_profile(v: &crate::vendor::Profile) -> Self {
+    /// From a vendor profile of [`contract::vendor`] (DSCP trust).
+    pub fn from_profile(v: &contract::vendor::Profile) -> Self {
         Policy {
             rdma_priority: v.rdma_priority,
             data_dscp: v.data_dscp,
@@ -48,13 +48,13 @@ impl Policy {
             trust: Trust::Dscp,
         }
     }
-    /// NVIDIA ConnectX defaults ([`crate::vendor::NVIDIA`]).
+    /// NVIDIA ConnectX defaults ([`contract::vendor::NVIDIA`]).
     pub fn nvidia() -> Self {
-        Self::from_profile(&crate::vendor::NVIDIA)
+        Self::from_profile(&contract::vendor::NVIDIA)
     }
-    /// Broadcom Thor2 defaults ([`crate::vendor::BROADCOM`]).
+    /// Broadcom Thor2 defaults ([`contract::vendor::BROADCOM`]).
     pub fn broadcom() -> Self {
-        Self::from_profile(&crate::vendor::BROADCOM)
+        Self::from_profile(&contract::vendor::BROADCOM)
     }
 }
 

@@ -680,21 +680,30 @@ mod tests {
         let rxa = root.join("sys/class/infiniband/rxa");
         fs::create_dir_all(&rxa).unwrap();
         fs::write(rxa.join("parent"), "va1\n").unwrap();
-        assert_eq!(s.parent_driver("rxa").unwrap(), Reading::Read(RXE_DRIVER.into()));
+        assert_eq!(
+            s.parent_driver("rxa").unwrap(),
+            Reading::Read(RXE_DRIVER.into())
+        );
         // a hardware device: the parent's driver link, even beside a `parent` file
         let mlx = root.join("sys/class/infiniband/mlx5_0");
         fs::create_dir_all(root.join("sys/bus/pci/drivers/mlx5_core")).unwrap();
         fs::create_dir_all(root.join("sys/devices/pci0/0000:01:00.0")).unwrap();
         fs::create_dir_all(&mlx).unwrap();
-        std::os::unix::fs::symlink(root.join("sys/devices/pci0/0000:01:00.0"), mlx.join("device"))
-            .unwrap();
+        std::os::unix::fs::symlink(
+            root.join("sys/devices/pci0/0000:01:00.0"),
+            mlx.join("device"),
+        )
+        .unwrap();
         std::os::unix::fs::symlink(
             root.join("sys/bus/pci/drivers/mlx5_core"),
             root.join("sys/devices/pci0/0000:01:00.0/driver"),
         )
         .unwrap();
         fs::write(mlx.join("parent"), "x\n").unwrap();
-        assert_eq!(s.parent_driver("mlx5_0").unwrap(), Reading::Read("mlx5_core".into()));
+        assert_eq!(
+            s.parent_driver("mlx5_0").unwrap(),
+            Reading::Read("mlx5_core".into())
+        );
         let _ = fs::remove_dir_all(&root);
     }
 

@@ -1,0 +1,16 @@
+//! The contract between roce-observe and everything that reads what it writes or configures
+//! how it judges: one crate with no part of the live observer in it, used by the observer, by
+//! `roce-analyze` and by the documentation generator.
+//! - [`schema`]: every output table's columns, types, units and meanings (docs/schema.md);
+//! - [`policy`]: the expected marking and the alert thresholds (`--policy`, docs/policy.md),
+//!   starting from a [`vendor`] profile;
+//! - [`marking`]: what one marking field of one packet class must be, and how the marking
+//!   changed between two observation points (docs/analysis.md#path);
+//! - [`nic`]: the NIC's vendor-neutral quantities (the `nic` table's columns);
+//! - [`time`]: UTC dates and RFC 3339 times as the outputs spell them.
+pub mod marking;
+pub mod nic;
+pub mod policy;
+pub mod schema;
+pub mod time;
+pub mod vendor;
