@@ -7,10 +7,15 @@
 //! - [`marking`]: what one marking field of one packet class must be, and how the marking
 //!   changed between two observation points (docs/analysis.md#path);
 //! - [`nic`]: the NIC's vendor-neutral quantities (the `nic` table's columns);
-//! - [`time`]: UTC dates and RFC 3339 times as the outputs spell them.
+//! - [`alert`]: the alert rules, severities and keys, an alert's `alerts.jsonl` and table forms;
+//! - [`rows`]: rows of the row-oriented tables as typed cells, and their Arrow batch;
+//! - [`time`], [`addr`]: UTC dates, RFC 3339 times and addresses as the outputs spell them.
+pub mod addr;
+pub mod alert;
 pub mod marking;
 pub mod nic;
 pub mod policy;
+pub mod rows;
 pub mod schema;
 pub mod time;
 pub mod vendor;

@@ -232,7 +232,7 @@ fn sigkill_with_checkpointed_intervals_recovers_every_logged_one() {
     let r = observer::sinks::parquet_files::recover_journals(
         &out,
         "flows",
-        Some(&observer::sinks::row_builders::flows_columns),
+        Some(&observer::sinks::parquet_files::flows_columns),
     )
     .unwrap();
     assert_eq!(r.rows_lost, 0);

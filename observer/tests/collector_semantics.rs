@@ -9,9 +9,9 @@ mod collector_util;
 use std::process::Command;
 
 use observer::pipeline::alerts::{Alert, AlertKey, Dedup};
+use observer::pipeline::rows::{FlowsBuilder, flows_schema};
 use observer::pipeline::rules::Rule;
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
-use observer::sinks::row_builders::{FlowsBuilder, flows_schema};
 use observer::sources::datapath::Datapath;
 use observer::sources::synthetic::{Roce, pause_frame, pfc_frame};
 use observer_common::maps::{Policy, QpKey, QpValue, policy_flags};

@@ -13,6 +13,7 @@ pub mod nic_stage;
 pub mod pause;
 
 pub mod prev_values;
+pub mod rows;
 pub mod rules;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -25,12 +26,12 @@ use observer_common::maps::{
 use serde_json::{Value, json};
 
 use crate::sinks::parquet_files::OutputError;
-use crate::sinks::row_builders::{self as tables, FlowsBuilder, IfaceExtra};
 use crate::sinks::summary_json::QpList;
 use crate::sinks::{IntervalRows, JsonlSink, RunInfo, Sink, StderrSink, TableKind, TableSink};
 use crate::sources::Snapshot;
 use crate::sources::snapshot::CounterWords;
 use alerts::{Alert, AlertKey, Dedup};
+use rows::{self as tables, FlowsBuilder, IfaceExtra};
 use rules::{IfaceInterval, Rule};
 
 pub use contract::policy::PolicyConfig;

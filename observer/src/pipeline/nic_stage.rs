@@ -3,9 +3,9 @@
 //! it changed), candidates of the NIC counter rules, and, at start-up and whenever the
 //! configuration changes, the `config_*` checks against the policy.
 
+use super::rows::{self, NicRow};
 use super::rules::{self, NicInterval};
 use super::{Collector, CollectorError};
-use crate::sinks::row_builders::{self, NicRow};
 use crate::sources::nic::{Check, NicSample, Normalized, Quantity, run_checks};
 
 /// What the collector keeps of one interface's NIC between samples.
@@ -173,7 +173,7 @@ impl Collector {
             let pol = &self.cfg.policy;
             rules::nic_interval(&x, &pol.expected, &pol.thresholds, &mut cands);
             let row = nic_row(iface, start, s, n, st.config_unwritten.take());
-            let batch = row_builders::nic_batch(&self.run.host, self.run.source, &[row])?;
+            let batch = rows::nic_batch(&self.run.host, self.run.source, &[row])?;
             self.each_sink(t, |k| k.nic(&batch, start));
         }
         for a in cands {

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::parquet_files::OutputError;
 use super::{RunInfo, Sink};
-use crate::pipeline::alerts::Alert;
+use contract::alert::Alert;
 use contract::time::rfc3339;
 
 /// Batches waiting for the poster thread at most; more are dropped (counted).

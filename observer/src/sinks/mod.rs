@@ -1,6 +1,6 @@
 //! Where the pipeline's results go, each output behind one trait, [`Sink`]: the Parquet tables
 //! (flows, interfaces, alerts, nic)
-//! ([`TableSink`], rows built by [`row_builders`], files by [`parquet_files`]), `alerts.jsonl`
+//! ([`TableSink`], rows built by the pipeline's `rows`, files by [`parquet_files`]), `alerts.jsonl`
 //! ([`JsonlSink`]), alert lines on stderr ([`StderrSink`]) and the terminal view
 //! ([`tui::ViewSink`], drawn by [`tui::Tui`]). The end-of-run files are [`summary_json`] and its
 //! text form [`summary_text`].
@@ -9,7 +9,6 @@ pub mod alertmanager;
 pub mod checkpoints;
 pub mod parquet_files;
 pub mod prometheus;
-pub mod row_builders;
 pub mod summary_json;
 pub mod summary_text;
 pub mod tui;
@@ -21,11 +20,11 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use serde_json::{Value, json};
 
-use crate::pipeline::alerts::Alert;
-use crate::pipeline::rules::Rule;
+use contract::alert::Alert;
+use contract::alert::Rule;
+use contract::rows::{Cell, rows_batch};
 use contract::time::rfc3339;
 use parquet_files::{JsonlWriter, OutputError, TableWriter};
-use row_builders::Cell;
 
 /// Who wrote the rows: every alert line and row carries it.
 #[derive(Clone, Debug)]
@@ -118,7 +117,7 @@ impl TableSink {
         // A crashed run's open windows first (SIGKILL, OOM kill, power loss), written as this
         // table's writer writes its files.
         let columns: Option<parquet_files::ColumnsOf> = match kind {
-            TableKind::Flows => Some(&row_builders::flows_columns),
+            TableKind::Flows => Some(&parquet_files::flows_columns),
             _ => None,
         };
         match parquet_files::recover_journals(out, table.name, columns) {
@@ -137,7 +136,7 @@ impl TableSink {
         let mut writer =
             TableWriter::new(out, table.name, host, schema.clone(), rotate_s, rotate_b);
         if kind == TableKind::Flows {
-            writer = writer.with_columns(row_builders::flows_columns);
+            writer = writer.with_columns(parquet_files::flows_columns);
         }
         if !journal {
             writer = writer.without_journal();
@@ -152,11 +151,10 @@ impl TableSink {
 
     fn write_alert_rows(&mut self, t_ns: u64) -> Result<(), OutputError> {
         let rows = std::mem::take(&mut self.rows);
-        let b =
-            row_builders::rows_batch(&self.schema, &rows).map_err(|err| OutputError::Arrow {
-                table: "alerts".into(),
-                err,
-            })?;
+        let b = rows_batch(&self.schema, &rows).map_err(|err| OutputError::Arrow {
+            table: "alerts".into(),
+            err,
+        })?;
         self.writer.write(&b, t_ns)
     }
 }
@@ -290,9 +288,9 @@ fn log_alert(a: &Alert, run: &RunInfo) {
         };
     }
     match a.severity {
-        crate::pipeline::alerts::Severity::Critical => ev!(error),
-        crate::pipeline::alerts::Severity::Warning => ev!(warn),
-        crate::pipeline::alerts::Severity::Info => ev!(info),
+        contract::alert::Severity::Critical => ev!(error),
+        contract::alert::Severity::Warning => ev!(warn),
+        contract::alert::Severity::Info => ev!(info),
     }
 }
 

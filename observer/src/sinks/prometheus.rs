@@ -29,8 +29,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::parquet_files::OutputError;
 use super::{IntervalRows, RunInfo, Sink};
-use crate::pipeline::alerts::Alert;
 use crate::sources::nic::Quantity;
+use contract::alert::Alert;
 
 /// Errors of the metrics endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -922,7 +922,7 @@ impl Sink for MetricsSink {
             severity: a.severity.as_str().to_string(),
         };
         self.me.alerts.get_or_create(&l).inc();
-        if a.rule == crate::pipeline::rules::Rule::OutputWriteFailed {
+        if a.rule == contract::alert::Rule::OutputWriteFailed {
             let o = Output {
                 output: a.key.other.clone().unwrap_or_default(),
             };
@@ -1061,7 +1061,7 @@ impl Drop for MetricsServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sinks::row_builders::{FlowsBuilder, flows_schema};
+    use crate::pipeline::rows::{FlowsBuilder, flows_schema};
     use observer_common::maps::{QpKey, QpValue, dir};
 
     fn key(pair: u8, qp: u32) -> QpKey {

@@ -2,8 +2,6 @@
 //! run summary): per interface and direction, and per QP key, with every metrics.md count. The
 //! lab and the tshark comparison read this; field names are part of the documented interface.
 
-use std::net::IpAddr;
-
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::parse::{encap, reason};
 use observer_common::qp::bucket_opcode;
@@ -13,10 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::sources::Snapshot;
 use contract::schema::{IFACE_HEALTH, IFACE_TRAFFIC, QP_COUNTS};
 
-/// A key's address as printed everywhere: IPv4-mapped addresses as dotted quads.
-pub fn ip_of(a: &[u8; 16]) -> IpAddr {
-    IpAddr::from(*a).to_canonical()
-}
+pub use contract::addr::ip_of;
 
 fn hist<const N: usize>(h: &[u32; N], name: impl Fn(usize) -> String) -> Value {
     let mut m = Map::new();

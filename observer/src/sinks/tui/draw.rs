@@ -12,7 +12,7 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
 
 use super::model::{IfaceView, QpRow};
 use super::screen::Screen;
-use crate::pipeline::alerts::Severity;
+use contract::alert::Severity;
 use contract::time::rfc3339;
 
 /// Smaller than this, the screen only says so.

@@ -16,9 +16,9 @@ use arrow::datatypes::{Float64Type, Int16Type, Int64Type, TimestampMicrosecondTy
 use arrow::record_batch::RecordBatch;
 use observer_common::maps::{ANY, class};
 
-use crate::pipeline::alerts::{Alert, Severity};
 use crate::sinks::parquet_files::OutputError;
 use crate::sinks::{IntervalRows, RunInfo, Sink};
+use contract::alert::{Alert, Severity};
 
 /// Most alerts kept for the alerts pane.
 pub const MAX_ALERTS: usize = 500;

@@ -300,7 +300,7 @@ impl Filter {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::pipeline::alerts::Severity;
+    use contract::alert::Severity;
     use ratatui::crossterm::event::KeyEvent;
 
     pub fn row(q: u32, pkts: u64, ce: u64) -> QpRow {

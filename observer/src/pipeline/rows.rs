@@ -12,19 +12,18 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Float64Array, Int16Array, Int32Array, Int64Array, ListArray,
-    StringArray, StructArray, TimestampMicrosecondArray,
+    ArrayRef, BooleanArray, Int16Array, Int32Array, Int64Array, ListArray, StringArray,
+    StructArray, TimestampMicrosecondArray,
 };
 use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, Field, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::qp::{OPCODE_OTHER, bucket_opcode};
-use parquet::basic::Encoding;
 
-use crate::pipeline::deltas::{HIST_BUCKETS, bucket_col};
-use crate::sinks::parquet_files::ColumnProps;
-use crate::sinks::summary_json::ip_of;
+use super::deltas::{HIST_BUCKETS, bucket_col};
+use contract::addr::ip_of;
+pub use contract::rows::{Cell, rows_batch};
 use contract::schema::{self, QP_COUNTS, hist_fields};
 
 /// All [`QP_COUNTS`] of a delta at once, in that order (direct field reads the compiler can
@@ -62,57 +61,6 @@ fn qp_counts(v: &QpValue) -> [u64; QP_COUNTS.len()] {
 pub fn flows_schema() -> SchemaRef {
     schema::flows().arrow_schema()
 }
-
-/// How a `flows` column is written (`path` as in the Parquet schema, e.g. `pkts`,
-/// `opcodes.list.item.pkts`).
-///
-/// Encoding (`None`: dictionary, parquet's default):
-/// - the integer columns but those of the next item (volumes, counters, QP numbers, PSNs,
-///   packet times, the histograms' `pkts`): DELTA_BINARY_PACKED, a few bits per value
-///   bit-packed. A dictionary hashes every value into a table; for the volumes it made files
-///   about 12 % smaller on a capture of 20,000 keys but took about a tenth of the collector's
-///   interval at 100,000 keys. PLAIN for the event counters that are 0 for nearly every
-///   key (NAKs, PSN events) was about 5 % faster still at the same file size, but raised the
-///   replay's peak memory (its open pages hold 8 bytes per value until zstd): not taken;
-/// - `interval_start`, `interval_end` (one value per batch) and the histograms' `value` (a
-///   bucket's DSCP, ECN, PCP or opcode: small numbers that repeat from row to row unordered,
-///   where a delta gains nothing): PLAIN, which zstd compresses as well, for a copy per value
-///   instead of a delta and bit-packing (about 8 % of the collector's interval at 100,000
-///   keys);
-/// - `host`, `source`, `iface`, `dir`, `point`: PLAIN (one or two values per batch, which zstd
-///   compresses away);
-/// - `src`, `dst`: dictionary (a fabric's hosts).
-///
-/// Min/max statistics only for `interval_start` and `interval_end` (a row group holds whole
-/// intervals: they bound it in time) and `host` and `iface` (one or a few values per file):
-/// the columns whose statistics let a reader skip row groups (`roce-analyze --since`,
-/// `--until`, `--host`, `--iface`). The min and max of a per-key column (addresses, QP
-/// numbers, counts, histograms) over a row group of many keys span nearly its whole range
-/// and skip nothing, while computing them (a comparison per value) took about a tenth of the
-/// collector's interval at 100,000 keys.
-pub fn flows_columns(path: &str, physical: parquet::basic::Type) -> ColumnProps {
-    use parquet::basic::Type;
-    let encoding = match physical {
-        Type::INT32 | Type::INT64 if PLAIN_INTEGERS.contains(&path) || path.ends_with(".value") => {
-            Some(Encoding::PLAIN)
-        }
-        Type::INT32 | Type::INT64 => Some(Encoding::DELTA_BINARY_PACKED),
-        Type::BYTE_ARRAY if ["host", "source", "iface", "dir", "point"].contains(&path) => {
-            Some(Encoding::PLAIN)
-        }
-        _ => None,
-    };
-    ColumnProps {
-        encoding,
-        statistics: FLOWS_STATISTICS.contains(&path),
-    }
-}
-
-/// The integer `flows` columns written PLAIN besides the histograms' `value` ([`flows_columns`]).
-const PLAIN_INTEGERS: [&str; 2] = ["interval_start", "interval_end"];
-
-/// The `flows` columns with min/max statistics ([`flows_columns`]).
-pub const FLOWS_STATISTICS: [&str; 4] = ["host", "iface", "interval_start", "interval_end"];
 
 /// One histogram column: a list per row of (value, pkts). `offsets` stays empty while every
 /// row so far has an empty list (CNP histograms of data QPs, ...), and is filled in when the
@@ -253,7 +201,7 @@ fn pcp_value(i: usize) -> i16 {
     if i >= 8 { -1 } else { i as i16 }
 }
 
-/// Flat histogram bucket ([`crate::pipeline::deltas::HIST_BUCKETS`] numbering) -> (histogram
+/// Flat histogram bucket ([`super::deltas::HIST_BUCKETS`] numbering) -> (histogram
 /// column, the `value` written for it: opcode, DSCP, ECN, PCP, -1 for "other" / untagged).
 fn bucket_table() -> Vec<(u8, i16)> {
     (0..HIST_BUCKETS as u16)
@@ -388,12 +336,12 @@ impl FlowsBuilder {
         clock_offset_ns: i64,
     ) {
         let mut nz = Vec::new();
-        crate::pipeline::deltas::nonzero_buckets(d, &mut nz);
+        super::deltas::nonzero_buckets(d, &mut nz);
         self.push_nz(k, d, &nz, new_qp, evicted, clock_offset_ns);
     }
 
     /// [`FlowsBuilder::push`] with `d`'s non-zero histogram buckets already listed
-    /// ([`crate::pipeline::deltas::nonzero_buckets`]).
+    /// ([`super::deltas::nonzero_buckets`]).
     pub fn push_nz(
         &mut self,
         k: &QpKey,
@@ -431,7 +379,7 @@ impl FlowsBuilder {
         self.last
             .push(if d.last_ns != 0 { t(d.last_ns) } else { 0 });
         self.last_valid.push(d.last_ns != 0);
-        let counts = crate::pipeline::deltas::hist(d);
+        let counts = super::deltas::hist(d);
         for &b in nz {
             let (c, value) = self.buckets[b as usize];
             let h = &mut self.hists[c as usize];
@@ -502,69 +450,6 @@ impl FlowsBuilder {
     }
 }
 
-/// A cell of the row-oriented tables (interfaces, alerts: few rows).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Cell {
-    S(String),
-    OS(Option<String>),
-    T(u64),
-    I(i64),
-    OI(Option<i64>),
-    F(Option<f64>),
-}
-
-/// Builds a batch from rows of cells (each row in `schema` order).
-pub fn rows_batch(
-    schema: &SchemaRef,
-    rows: &[Vec<Cell>],
-) -> Result<RecordBatch, arrow::error::ArrowError> {
-    let mut cols: Vec<ArrayRef> = Vec::new();
-    for (i, f) in schema.fields().iter().enumerate() {
-        let col = |r: &Vec<Cell>| r.get(i).cloned();
-        let arr: ArrayRef = match f.data_type() {
-            DataType::Utf8 => Arc::new(StringArray::from(
-                rows.iter()
-                    .map(|r| match col(r) {
-                        Some(Cell::S(s)) => Some(s),
-                        Some(Cell::OS(s)) => s,
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>(),
-            )),
-            DataType::Timestamp(..) => Arc::new(
-                TimestampMicrosecondArray::from(
-                    rows.iter()
-                        .map(|r| match col(r) {
-                            Some(Cell::T(ns)) => Some((ns / 1000) as i64),
-                            _ => None,
-                        })
-                        .collect::<Vec<_>>(),
-                )
-                .with_timezone("UTC"),
-            ),
-            DataType::Int64 => Arc::new(Int64Array::from(
-                rows.iter()
-                    .map(|r| match col(r) {
-                        Some(Cell::I(v)) => Some(v),
-                        Some(Cell::OI(v)) => v,
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>(),
-            )),
-            _ => Arc::new(Float64Array::from(
-                rows.iter()
-                    .map(|r| match col(r) {
-                        Some(Cell::F(v)) => v,
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>(),
-            )),
-        };
-        cols.push(arr);
-    }
-    RecordBatch::try_new(Arc::clone(schema), cols)
-}
-
 /// Per-interface-direction facts of one interval that are not in [`IfaceStats`].
 pub struct IfaceExtra {
     pub tracked_qps: u64,
@@ -574,7 +459,7 @@ pub struct IfaceExtra {
     /// Source MACs that sent PFC or PAUSE in the interval, "mac:frames" comma-separated.
     pub pfc_src_macs: Option<String>,
     /// Paused time and XOFF peak from the frames.
-    pub pause: crate::pipeline::pause::PauseFigures,
+    pub pause: super::pause::PauseFigures,
 }
 
 /// One `interfaces` row, in [`contract::schema::interfaces`] column order.
@@ -629,7 +514,7 @@ pub fn iface_row(
     r.push(i(s.pfc.pause_xon));
     r.push(i(s.pfc.pause_quanta));
     r.push(Cell::F(pause_s(s.pfc.pause_quanta)));
-    r.push(paused(crate::pipeline::pause::PAUSE_8023X));
+    r.push(paused(super::pause::PAUSE_8023X));
     r.extend(schema::IFACE_HEALTH.iter().map(|c| i((c.get)(s))));
     for v in [x.tracked_qps, x.active_qps, x.new_qps, x.evictions] {
         r.push(i(v));
@@ -734,6 +619,7 @@ pub fn nic_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::Float64Array;
     use contract::schema::hist_names;
 
     #[test]
