@@ -361,7 +361,7 @@ def counter_report(d, live_roce, devs):
     return lines, agree
 
 
-# The NIC source's vendor-neutral quantities for rxe (observer/src/sources/nic/normalize.rs
+# The NIC source's vendor-neutral quantities for rxe (nic/src/normalize.rs
 # RXE_RDMA): nic table column -> rxe hw counter.
 RXE_NIC_COLUMNS = {
     "rdma_tx_packets": "sent_pkts",

@@ -9,9 +9,11 @@
 //! - [`nic`]: the NIC's vendor-neutral quantities (the `nic` table's columns);
 //! - [`alert`]: the alert rules, severities and keys, an alert's `alerts.jsonl` and table forms;
 //! - [`rows`]: rows of the row-oriented tables as typed cells, and their Arrow batch;
+//! - [`cli`]: exit statuses and durations, as every command takes and gives them;
 //! - [`time`], [`addr`]: UTC dates, RFC 3339 times and addresses as the outputs spell them.
 pub mod addr;
 pub mod alert;
+pub mod cli;
 pub mod marking;
 pub mod nic;
 pub mod policy;

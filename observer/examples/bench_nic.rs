@@ -10,10 +10,8 @@
 
 use std::time::Instant;
 
+use nic::{self, DrvInfo, LiveNicReader, LiveOptions, NicReader, NicSample, RdmaPort};
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
-use observer::sources::nic::{
-    self, DrvInfo, LiveNicReader, LiveOptions, NicReader, NicSample, RdmaPort,
-};
 use observer::sources::synthetic::Synthetic;
 
 fn thread_cpu_ns() -> u64 {

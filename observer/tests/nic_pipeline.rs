@@ -6,13 +6,11 @@
 
 mod collector_util;
 
+use nic::config::CcParam;
+use nic::dcb::{DcbApp, IeeeEts, IeeePfc};
+use nic::{DcbIeee, DrvInfo, NicSample, Policy, RdmaPort, Reading, ScriptedReader};
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use observer::sources::kernel::interfaces::NicFeed;
-use observer::sources::nic::config::CcParam;
-use observer::sources::nic::dcb::{DcbApp, IeeeEts, IeeePfc};
-use observer::sources::nic::{
-    DcbIeee, DrvInfo, NicSample, Policy, RdmaPort, Reading, ScriptedReader,
-};
 use serde_json::Value;
 
 use collector_util::*;

@@ -1,45 +1,11 @@
 //! Value parsers shared by every command, so `--interval`, `--rotate`, `--duration`,
 //! `--idle-evict` and `--link-speed` accept the same forms everywhere.
 
-use std::time::Duration;
-
-/// Longest duration any option accepts (about 11.6 days): keeps nanosecond arithmetic on
-/// interval boundaries far from overflow.
-const MAX_DURATION_NS: f64 = 1e15;
 /// Fastest link speed accepted, bit/s (10 Tb/s): larger values are typos, and PFC quanta to
 /// seconds must stay meaningful.
 const MAX_LINK_BPS: f64 = 10e12;
 
-/// `1`, `1s`, `500ms`, `100us`, `2m`, `1h` (a bare number is seconds) -> Duration, between
-/// 1 µs and about 11 days.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, ns_per_unit) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e6)
-    } else if let Some(n) = s.strip_suffix("us") {
-        (n, 1e3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1e9)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60e9)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600e9)
-    } else {
-        (s, 1e9)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (examples: 1, 1s, 500ms, 5m, 2h)"))?;
-    let ns = v * ns_per_unit;
-    if !ns.is_finite() || ns <= 0.0 {
-        return Err(format!("{s:?}: a duration must be positive"));
-    }
-    if !(1e3..=MAX_DURATION_NS).contains(&ns) {
-        return Err(format!("{s:?}: out of range (1us .. 11 days)"));
-    }
-    Ok(Duration::from_nanos(ns as u64))
-}
+pub use contract::cli::parse_duration;
 
 /// `100G`, `400g`, `25000M`, `1.6T`, `25000000000` (bit/s), or a plain number under 100000,
 /// read as Gb/s (`--link-speed 100`) -> bit/s, between 1 Mb/s and 10 Tb/s.
@@ -117,20 +83,6 @@ pub fn parse_point_label(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        let ms = |n| Ok(Duration::from_millis(n));
-        assert_eq!(parse_duration("1s"), ms(1000));
-        assert_eq!(parse_duration("250ms"), ms(250));
-        assert_eq!(parse_duration("2"), ms(2000));
-        assert_eq!(parse_duration("1h"), ms(3_600_000));
-        assert_eq!(parse_duration("5m"), ms(300_000));
-        assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
-        for bad in ["0", "-1s", "NaN", "inf", "fast", "", "1e30s", "0.1us"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn link_speeds() {

@@ -19,11 +19,11 @@ use crate::sinks::tui::{self, HeaderInfo, Tui};
 use crate::sources::kernel::diagnosis as diag;
 use crate::sources::kernel::interfaces::{KernelSource, NicFeed, Observed};
 use crate::sources::kernel::{Attached, LiveError, LiveIface, LiveOptions, XdpMode};
-use crate::sources::nic::{self, LiveNicReader, NicReader};
 use crate::sources::paced::{Paced, Polled, SyntheticFeed};
 use crate::sources::synthetic::Synthetic;
 use crate::sources::{Source, Stop};
 use contract::vendor::Vendor;
+use nic::{self, LiveNicReader, NicReader};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum XdpModeArg {
@@ -204,7 +204,7 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     cfg.log_json = args.log_format == LogFormat::Json;
     cfg.point_label = args.point_label.clone();
     if !args.no_nic {
-        cfg.nic_policy = Some(super::nic::check_policy(&policy).0);
+        cfg.nic_policy = Some(nic::command::check_policy(&policy).0);
     }
     let stop = Stop::on_signals();
     let (col, res) = if let Some(n) = args.synthetic_qps {

@@ -4,7 +4,6 @@
 pub mod args;
 pub mod lab;
 pub mod live;
-pub mod nic;
 pub mod replay;
 
 use clap::{Parser, Subcommand};
@@ -27,28 +26,10 @@ enum Cmd {
     Lab(crate::lab::LabArgs),
     /// Check one host's NIC for RoCE: counters, PFC / trust / DSCP / CNP / ToS configuration
     /// against the expected policy (exit 1 when a check fails).
-    Nic(nic::NicArgs),
+    Nic(nic::command::NicArgs),
 }
 
-/// A command's exit status other than 0, as an error: `message` (if any) is printed on stderr,
-/// then the process exits with `code` (1: a check failed, already reported on stdout; 2: a
-/// usage error such as a missing interface).
-#[derive(Debug)]
-pub struct ExitStatus {
-    pub code: i32,
-    pub message: Option<String>,
-}
-
-impl std::fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.message {
-            Some(m) => f.write_str(m),
-            None => write!(f, "exit status {}", self.code),
-        }
-    }
-}
-
-impl std::error::Error for ExitStatus {}
+pub use contract::cli::ExitStatus;
 
 /// Parses the command line and runs the command it names.
 pub fn main() -> anyhow::Result<()> {
@@ -56,7 +37,7 @@ pub fn main() -> anyhow::Result<()> {
     let r = match cli.cmd {
         Some(Cmd::Replay(a)) => replay::run(a),
         Some(Cmd::Lab(a)) => lab::run(a),
-        Some(Cmd::Nic(a)) => nic::run(a),
+        Some(Cmd::Nic(a)) => nic::command::run(a),
         None => live::run_live(cli.live),
     };
     if let Err(e) = &r
@@ -106,7 +87,7 @@ mod tests {
                 let Cli { live, cmd: None } = Cli::try_parse_from(argv).unwrap() else {
                     panic!("the live command")
                 };
-                let live = nic::check_policy(&live::load_policy(&live).unwrap());
+                let live = nic::command::check_policy(&live::load_policy(&live).unwrap());
                 let argv = [
                     "roce-observe",
                     "nic",
@@ -120,7 +101,7 @@ mod tests {
                 let Some(Cmd::Nic(n)) = Cli::try_parse_from(argv).unwrap().cmd else {
                     panic!("the nic command")
                 };
-                let nic = nic::check_policy(&nic::policy_of(&n).unwrap().0);
+                let nic = nic::command::check_policy(&nic::command::policy_of(&n).unwrap().0);
                 assert_eq!(live, nic, "{text:?} with --profile {profile}");
                 assert_eq!(
                     live.0.cnp_priority, cnp_priority,

@@ -93,7 +93,7 @@ pub struct CollectorConfig {
     /// `--log-format json`: alerts go to the log as structured events, stderr has JSON only.
     pub log_json: bool,
     /// What the NIC's QoS configuration is checked against (`None`: not checked).
-    pub nic_policy: Option<crate::sources::nic::Policy>,
+    pub nic_policy: Option<nic::Policy>,
     /// Journal every interval's rows durably, so a crash loses at most the interval being read
     /// (on by default).
     pub journal: bool,
@@ -1237,8 +1237,8 @@ impl crate::sources::Consumer for Collector {
     fn nic(
         &mut self,
         iface: &str,
-        sample: &crate::sources::nic::NicSample,
-        counters: Option<&crate::sources::nic::Normalized>,
+        sample: &nic::NicSample,
+        counters: Option<&nic::Normalized>,
     ) -> Result<(), crate::sources::ConsumerError> {
         Ok(self.on_nic(iface, sample, counters)?)
     }

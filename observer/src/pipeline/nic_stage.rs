@@ -6,7 +6,7 @@
 use super::rows::{self, NicRow};
 use super::rules::{self, NicInterval};
 use super::{Collector, CollectorError};
-use crate::sources::nic::{Check, NicSample, Normalized, Quantity, run_checks};
+use nic::{Check, NicSample, Normalized, Quantity, run_checks};
 
 /// What the collector keeps of one interface's NIC between samples.
 #[derive(Default)]
@@ -72,8 +72,8 @@ fn nic_row(
         .map(|q| n.get(*q).and_then(|v| v.delta).map(|d| d as i64))
         .collect();
     let prefix = |src| match src {
-        crate::sources::nic::normalize::Src::Ethtool => "ethtool",
-        crate::sources::nic::normalize::Src::Rdma => "rdma",
+        nic::normalize::Src::Ethtool => "ethtool",
+        nic::normalize::Src::Rdma => "rdma",
     };
     let raw = n
         .raw
@@ -138,7 +138,7 @@ impl Collector {
                 checks = checks.len(),
                 failed = checks
                     .iter()
-                    .filter(|c| c.verdict == crate::sources::nic::Verdict::Fail)
+                    .filter(|c| c.verdict == nic::Verdict::Fail)
                     .count(),
                 "NIC configuration checked"
             );

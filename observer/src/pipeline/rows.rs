@@ -531,7 +531,7 @@ pub struct NicRow {
     pub end_ns: u64,
     pub driver: String,
     pub rdma_device: Option<String>,
-    /// One per [`crate::sources::nic::Quantity::all`], in that order (`None`: not reported).
+    /// One per [`nic::Quantity::all`], in that order (`None`: not reported).
     pub quantities: Vec<Option<i64>>,
     pub counter_resets: i64,
     pub raw: Vec<(String, Option<i64>)>,

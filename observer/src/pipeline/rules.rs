@@ -440,7 +440,7 @@ pub const NIC_SUBJECT: &str = "nic counters";
 /// One interval of a NIC's vendor-neutral counters, as the NIC rules see it.
 pub struct NicInterval<'a> {
     pub iface: &'a str,
-    pub counters: &'a crate::sources::nic::Normalized,
+    pub counters: &'a nic::Normalized,
     /// The interval's length, s.
     pub secs: f64,
     /// The window PFC rates are taken over: this interval and the ones before it that make up
@@ -455,7 +455,7 @@ pub struct NicInterval<'a> {
 }
 
 impl NicInterval<'_> {
-    fn delta(&self, q: crate::sources::nic::Quantity) -> Option<u64> {
+    fn delta(&self, q: nic::Quantity) -> Option<u64> {
         self.counters.get(q).and_then(|v| v.delta)
     }
 
@@ -490,7 +490,7 @@ pub fn nic_interval(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut 
 
 /// PFC frames per priority: on another priority than the RDMA one, or above the storm rate.
 fn nic_pfc(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut Vec<Alert>) {
-    use crate::sources::nic::Quantity as Q;
+    use nic::Quantity as Q;
     use observer_common::maps::dir;
     let rdma = p.rdma_priority;
     for prio in 0..8u8 {
@@ -557,7 +557,7 @@ fn nic_pfc(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut Vec<Alert
 /// Pause storms, 802.3x PAUSE, drops of the RDMA class, CE without CNP, ignored CNPs and
 /// go-back-N on the NIC.
 fn nic_loss_and_congestion(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out: &mut Vec<Alert>) {
-    use crate::sources::nic::Quantity as Q;
+    use nic::Quantity as Q;
     use observer_common::maps::dir;
     let rdma = p.rdma_priority;
     let storms =
@@ -643,8 +643,8 @@ fn nic_loss_and_congestion(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out
 
 /// A failed configuration check as a `config_*` alert: observed and expected values, the
 /// setting to look at and the command that shows it.
-pub fn config_check(iface: &str, c: &crate::sources::nic::Check, t_ns: u64) -> Option<Alert> {
-    use crate::sources::nic::Verdict;
+pub fn config_check(iface: &str, c: &nic::Check, t_ns: u64) -> Option<Alert> {
+    use nic::Verdict;
     let rule = Rule::from_name(&c.name).filter(|r| r.is_config())?;
     if c.verdict != Verdict::Fail {
         return None;
@@ -677,9 +677,8 @@ mod tests {
     /// Every `config_*` check the NIC source makes has its rule (an alert, not a silent drop).
     #[test]
     fn every_nic_check_has_a_rule() {
-        let sample = crate::sources::nic::NicSample::empty("x", 0);
-        let checks =
-            crate::sources::nic::run_checks(&crate::sources::nic::Policy::nvidia(), &sample);
+        let sample = nic::NicSample::empty("x", 0);
+        let checks = nic::run_checks(&nic::Policy::nvidia(), &sample);
         assert!(!checks.is_empty());
         for c in checks {
             let r = Rule::from_name(&c.name);

@@ -29,8 +29,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::parquet_files::OutputError;
 use super::{IntervalRows, RunInfo, Sink};
-use crate::sources::nic::Quantity;
 use contract::alert::Alert;
+use nic::Quantity;
 
 /// Errors of the metrics endpoint.
 #[derive(Debug, thiserror::Error)]

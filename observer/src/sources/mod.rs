@@ -12,7 +12,6 @@
 pub mod capture;
 pub mod datapath;
 pub mod kernel;
-pub mod nic;
 pub mod paced;
 pub mod snapshot;
 pub mod synthetic;

@@ -7,9 +7,9 @@ use std::time::Duration;
 use observer_common::maps::{Event, PauseEvent};
 
 use super::{LiveIface, LiveOptions, current_ifindex};
-use crate::sources::nic::{NicReader, NicSample, interval_between};
 use crate::sources::paced::{ConsumerFailed, Polled};
 use crate::sources::{Consumer, ConsumerError};
+use nic::{NicReader, NicSample, interval_between};
 
 /// One attached interface.
 pub struct Observed {

@@ -16,6 +16,7 @@
 //! vendor-neutral schema, and [`checks`] compares the configuration with an expected policy.
 
 pub mod checks;
+pub mod command;
 pub mod config;
 pub mod counters;
 pub mod dcb;

@@ -1,6 +1,6 @@
 //! `roce-observe nic --iface IF`: a one-shot bring-up check of one host's NIC. Reads what
 //! `ethtool -S`, `ethtool -a`, `rdma statistic`, `mlnx_qos` / `dcb` and the sysfs, debugfs and
-//! configfs trees say (through [`crate::sources::nic`]), twice, `--sample` apart; prints the
+//! configfs trees say (through [`crate`]), twice, `--sample` apart; prints the
 //! configuration, a verdict per configuration check against the expected policy, and the
 //! vendor-neutral counter deltas over the window. Exit status 1 when a check fails, 2 on usage
 //! errors and a missing interface.
@@ -13,19 +13,19 @@ use std::time::{Duration, Instant};
 use observer_common::maps::{ANY, class};
 use serde::Serialize;
 
-use super::ExitStatus;
-use super::args::parse_duration;
-use crate::pipeline::PolicyConfig;
-use crate::sources::nic::checks::{self, Check, Trust, Verdict};
-use crate::sources::nic::config::OfedEcn;
-use crate::sources::nic::counters::diff_counters;
-use crate::sources::nic::dcb::APP_SEL_DSCP;
-use crate::sources::nic::normalize::{GaugeReading, Src, normalize};
-use crate::sources::nic::rdma::GidEntry;
-use crate::sources::nic::{
+use crate::checks::{self, Check, Trust, Verdict};
+use crate::config::OfedEcn;
+use crate::counters::diff_counters;
+use crate::dcb::APP_SEL_DSCP;
+use crate::normalize::{GaugeReading, Src, normalize};
+use crate::rdma::GidEntry;
+use crate::{
     Driver, DrvInfo, LiveNicReader, LiveOptions, NicError, NicReader, NicSample, PauseStats,
     Quantity, Reading, SourceKind, SourceReport, SourceStatus, UnavailableReason, run_checks,
 };
+use contract::cli::ExitStatus;
+use contract::cli::parse_duration;
+use contract::policy::PolicyConfig;
 use contract::vendor::Vendor;
 
 #[derive(Debug, clap::Args)]
@@ -226,7 +226,7 @@ fn reading_of<T>(v: Option<T>, why: impl FnOnce() -> Reading<T>) -> Reading<T> {
 fn from_dcb<T>(
     s: &NicSample,
     what: &str,
-    f: impl FnOnce(&crate::sources::nic::DcbIeee) -> Option<T>,
+    f: impl FnOnce(&crate::DcbIeee) -> Option<T>,
 ) -> Reading<T> {
     match &s.dcb {
         Reading::Read(d) => reading_of(f(d), || {
@@ -1015,9 +1015,9 @@ pub fn run(args: NicArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::nic::config::CcParam;
-    use crate::sources::nic::dcb::{DcbApp, DcbIeee, IeeeEts, IeeePfc};
-    use crate::sources::nic::{RdmaPort, Unavailable};
+    use crate::config::CcParam;
+    use crate::dcb::{DcbApp, DcbIeee, IeeeEts, IeeePfc};
+    use crate::{RdmaPort, Unavailable};
 
     fn mlx5_sample(t: u64, pause3: u64, cnp: u64) -> NicSample {
         let mut s = NicSample::empty("ens1f0np0", t);
