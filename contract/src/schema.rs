@@ -131,7 +131,122 @@ pub enum SchemaMismatch {
     },
 }
 
+/// A batch's column read through the table's definition: the column must be defined, present
+/// and of the defined type (a renamed or retyped column is this error, never a zero).
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ColumnError {
+    #[error("{origin}: the {table} table defines no column {column:?}")]
+    Undefined {
+        origin: String,
+        table: &'static str,
+        column: String,
+    },
+    #[error("{origin}: {mismatch}")]
+    Mismatch {
+        origin: String,
+        mismatch: SchemaMismatch,
+    },
+}
+
 impl Table {
+    /// Column `name` of `batch` (rows of this table from `origin`: a file, a sink's input),
+    /// checked against the definition.
+    pub fn read<'a>(
+        &self,
+        batch: &'a arrow::record_batch::RecordBatch,
+        name: &str,
+        origin: &str,
+    ) -> Result<&'a arrow::array::ArrayRef, ColumnError> {
+        let c = self.column(name).ok_or_else(|| ColumnError::Undefined {
+            origin: origin.to_string(),
+            table: self.name,
+            column: name.to_string(),
+        })?;
+        let mismatch = |mismatch| ColumnError::Mismatch {
+            origin: origin.to_string(),
+            mismatch,
+        };
+        let Some(a) = batch.column_by_name(name) else {
+            return Err(mismatch(SchemaMismatch::Missing {
+                table: self.name,
+                column: name.to_string(),
+            }));
+        };
+        if !same_type(a.data_type(), &c.ty.arrow()) {
+            return Err(mismatch(SchemaMismatch::Type {
+                table: self.name,
+                column: name.to_string(),
+                found: a.data_type().to_string(),
+                expected: c.ty.doc_name().to_string(),
+            }));
+        }
+        Ok(a)
+    }
+
+    /// An `Int64` column ([`Table::read`]).
+    pub fn ints<'a>(
+        &self,
+        batch: &'a arrow::record_batch::RecordBatch,
+        name: &str,
+        origin: &str,
+    ) -> Result<&'a arrow::array::Int64Array, ColumnError> {
+        self.typed(batch, name, origin)
+    }
+
+    /// A `Float64` column ([`Table::read`]).
+    pub fn floats<'a>(
+        &self,
+        batch: &'a arrow::record_batch::RecordBatch,
+        name: &str,
+        origin: &str,
+    ) -> Result<&'a arrow::array::Float64Array, ColumnError> {
+        self.typed(batch, name, origin)
+    }
+
+    /// A `Utf8` column ([`Table::read`]).
+    pub fn strings<'a>(
+        &self,
+        batch: &'a arrow::record_batch::RecordBatch,
+        name: &str,
+        origin: &str,
+    ) -> Result<&'a arrow::array::StringArray, ColumnError> {
+        self.typed(batch, name, origin)
+    }
+
+    /// A histogram column (`list<struct<value, pkts>>`, [`Table::read`]).
+    pub fn lists<'a>(
+        &self,
+        batch: &'a arrow::record_batch::RecordBatch,
+        name: &str,
+        origin: &str,
+    ) -> Result<&'a arrow::array::ListArray, ColumnError> {
+        self.typed(batch, name, origin)
+    }
+
+    fn typed<'a, A: arrow::array::Array + 'static>(
+        &self,
+        batch: &'a arrow::record_batch::RecordBatch,
+        name: &str,
+        origin: &str,
+    ) -> Result<&'a A, ColumnError> {
+        let a = self.read(batch, name, origin)?;
+        a.as_any()
+            .downcast_ref::<A>()
+            .ok_or_else(|| ColumnError::Mismatch {
+                origin: origin.to_string(),
+                mismatch: SchemaMismatch::Type {
+                    table: self.name,
+                    column: name.to_string(),
+                    found: a.data_type().to_string(),
+                    expected: std::any::type_name::<A>()
+                        .rsplit("::")
+                        .next()
+                        .unwrap_or("")
+                        .into(),
+                },
+            })
+    }
+
     fn new(name: &'static str, rows: &'static str, columns: Vec<Column>) -> Table {
         let arrow = Arc::new(Schema::new(
             columns
@@ -162,7 +277,7 @@ impl Table {
     pub fn expect_column(&self, name: &str) -> &Column {
         self.column(name).unwrap_or_else(|| {
             panic!(
-                "the {} table has no column {name:?} (observer::schema is the definition)",
+                "the {} table has no column {name:?} (contract::schema is the definition)",
                 self.name
             )
         })
@@ -1081,5 +1196,31 @@ mod tests {
     #[should_panic(expected = "no column \"cee\"")]
     fn a_misspelt_column_is_a_failure_not_a_zero() {
         flows().expect_column("cee");
+    }
+
+    /// A batch's column is read through the definition: an undefined, missing or retyped
+    /// column is an error naming where the rows came from and the column, never a zero.
+    #[test]
+    fn columns_are_read_through_the_definition() {
+        use arrow::array::{ArrayRef, Int32Array, Int64Array};
+        use arrow::record_batch::RecordBatch;
+        let t = interfaces();
+        let b = |name: &str, a: ArrayRef| RecordBatch::try_from_iter([(name, a)]).unwrap();
+        let ok = b("frames", Arc::new(Int64Array::from(vec![7])));
+        assert_eq!(t.ints(&ok, "frames", "rows").unwrap().value(0), 7);
+        let e = t.ints(&ok, "frame", "rows").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rows: the interfaces table defines no column \"frame\""
+        );
+        let e = t.ints(&ok, "bytes", "f.parquet").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "f.parquet: column \"bytes\" of the interfaces table is missing"
+        );
+        let retyped = b("frames", Arc::new(Int32Array::from(vec![7])));
+        let e = t.ints(&retyped, "frames", "f.parquet").unwrap_err();
+        assert!(e.to_string().contains("is Int32, expected"), "{e}");
+        assert!(t.floats(&ok, "frames", "x").is_err());
     }
 }

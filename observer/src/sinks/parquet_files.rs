@@ -54,6 +54,10 @@ pub enum OutputError {
     },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// A sink's input rows disagree with the table's definition (a programming error that a
+    /// test must catch; never read as zeros).
+    #[error(transparent)]
+    Column(#[from] contract::schema::ColumnError),
 }
 
 /// An interval of at least this many rows, or one that leaves at least this many in the row

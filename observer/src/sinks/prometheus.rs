@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use arrow::array::{Array, AsArray, Float64Array, Int64Array, StringArray};
+use arrow::array::{Array, AsArray, Int64Array, StringArray};
 use arrow::datatypes::{Int16Type, Int64Type};
 use arrow::record_batch::RecordBatch;
 use observer_common::maps::{ANY, class};
@@ -30,6 +30,7 @@ use prometheus_client::registry::{Registry, Unit};
 use super::parquet_files::OutputError;
 use super::{IntervalRows, RunInfo, Sink};
 use contract::alert::Alert;
+use contract::schema::{self, ColumnError};
 use nic::Quantity;
 
 /// Errors of the metrics endpoint.
@@ -557,11 +558,9 @@ impl MetricsSink {
         }
     }
 
-    fn on_interfaces(&mut self, b: &RecordBatch) {
-        let s = |n: &str| b.column_by_name(n).and_then(|c| c.as_string_opt::<i32>());
-        let (Some(ifc), Some(dir)) = (s("iface"), s("dir")) else {
-            return;
-        };
+    fn on_interfaces(&mut self, b: &RecordBatch) -> Result<(), ColumnError> {
+        let t = schema::interfaces();
+        let (ifc, dir) = (t.strings(b, "iface", ROWS)?, t.strings(b, "dir", ROWS)?);
         for row in 0..b.num_rows() {
             let l = IfDir {
                 iface: ifc.value(row).to_string(),
@@ -570,10 +569,10 @@ impl MetricsSink {
             let v = |n: &str| int_at(b, n, row);
             let f = |n: &str| float_at(b, n, row);
             let i = &self.iface;
-            i.frames.get_or_create(&l).inc_by(v("frames"));
-            i.bytes.get_or_create(&l).inc_by(v("bytes"));
-            i.roce.get_or_create(&l).inc_by(v("roce"));
-            i.untracked.get_or_create(&l).inc_by(v("roce_untracked"));
+            i.frames.get_or_create(&l).inc_by(v("frames")?);
+            i.bytes.get_or_create(&l).inc_by(v("bytes")?);
+            i.roce.get_or_create(&l).inc_by(v("roce")?);
+            i.untracked.get_or_create(&l).inc_by(v("roce_untracked")?);
             for r in reason::NAMES {
                 let k = IfDirReason {
                     iface: l.iface.clone(),
@@ -582,9 +581,9 @@ impl MetricsSink {
                 };
                 i.excluded
                     .get_or_create(&k)
-                    .inc_by(v(&format!("excluded_{r}")));
+                    .inc_by(v(&format!("excluded_{r}"))?);
             }
-            i.pfc_frames.get_or_create(&l).inc_by(v("pfc_frames"));
+            i.pfc_frames.get_or_create(&l).inc_by(v("pfc_frames")?);
             for p in 0..8 {
                 let k = IfDirPrio {
                     iface: l.iface.clone(),
@@ -593,25 +592,27 @@ impl MetricsSink {
                 };
                 i.xoff
                     .get_or_create(&k)
-                    .inc_by(v(&format!("pfc_xoff_p{p}")));
-                i.xon.get_or_create(&k).inc_by(v(&format!("pfc_xon_p{p}")));
+                    .inc_by(v(&format!("pfc_xoff_p{p}"))?);
+                i.xon.get_or_create(&k).inc_by(v(&format!("pfc_xon_p{p}"))?);
                 i.paused
                     .get_or_create(&k)
-                    .inc_by(f(&format!("pfc_paused_s_p{p}")));
+                    .inc_by(f(&format!("pfc_paused_s_p{p}"))?);
                 i.requested
                     .get_or_create(&k)
-                    .inc_by(f(&format!("pfc_pause_s_p{p}")));
+                    .inc_by(f(&format!("pfc_pause_s_p{p}"))?);
                 i.xoff_peak
                     .get_or_create(&k)
-                    .set(v(&format!("pfc_xoff_peak_1s_p{p}")) as i64);
+                    .set(v(&format!("pfc_xoff_peak_1s_p{p}"))? as i64);
             }
-            i.pause_frames.get_or_create(&l).inc_by(v("pause_frames"));
-            i.pause_paused.get_or_create(&l).inc_by(f("pause_paused_s"));
-            let tracked = v("tracked_qps");
+            i.pause_frames.get_or_create(&l).inc_by(v("pause_frames")?);
+            i.pause_paused
+                .get_or_create(&l)
+                .inc_by(f("pause_paused_s")?);
+            let tracked = v("tracked_qps")?;
             i.tracked.get_or_create(&l).set(tracked as i64);
-            i.active.get_or_create(&l).set(v("active_qps") as i64);
+            i.active.get_or_create(&l).set(v("active_qps")? as i64);
             for (name, fam) in &i.health {
-                fam.get_or_create(&l).inc_by(v(name));
+                fam.get_or_create(&l).inc_by(v(name)?);
             }
             let me = IfaceOnly {
                 iface: l.iface.clone(),
@@ -622,29 +623,26 @@ impl MetricsSink {
                 self.me.map_fill.get_or_create(&me).set(fill);
             }
         }
+        Ok(())
     }
 
     /// Per-pair sums of the interval's flow rows, then into the pair series: O(rows) with one
     /// hash per row and no allocation per row; at most `top_pairs` named series plus `other`
     /// per interface direction are touched.
-    fn on_flows(&mut self, b: &RecordBatch) {
-        let s = |n: &str| b.column_by_name(n).and_then(|c| c.as_string_opt::<i32>());
-        let (Some(ifc), Some(dir), Some(src), Some(dst)) =
-            (s("iface"), s("dir"), s("src"), s("dst"))
-        else {
-            return;
-        };
-        let ints: Vec<Option<&Int64Array>> = PAIR_COLUMNS
+    fn on_flows(&mut self, b: &RecordBatch) -> Result<(), ColumnError> {
+        let t = schema::flows();
+        let s = |n: &str| t.strings(b, n, ROWS);
+        let (ifc, dir, src, dst) = (s("iface")?, s("dir")?, s("src")?, s("dst")?);
+        let ints: Vec<&Int64Array> = PAIR_COLUMNS
             .iter()
-            .map(|n| {
-                b.column_by_name(n)
-                    .and_then(|c| c.as_primitive_opt::<Int64Type>())
-            })
-            .collect();
-        let off = self.off_policy_dscp(b);
+            .map(|n| t.ints(b, n, ROWS))
+            .collect::<Result<_, _>>()?;
+        let off = self.off_policy_dscp(b)?;
         let row_sums = |row: usize, e: &mut [u64; 8]| {
             for (j, c) in ints.iter().enumerate() {
-                e[j] += c.map_or(0, |c| c.value(row).max(0) as u64);
+                if !c.is_null(row) {
+                    e[j] += c.value(row).max(0) as u64;
+                }
             }
             e[7] += off[row];
         };
@@ -710,7 +708,7 @@ impl MetricsSink {
             for ((i, d), v) in other {
                 self.pair_inc(i, d, "other", "other", &v);
             }
-            return;
+            return Ok(());
         }
         // [pkts, ce, cnp, naks, gaps, retrans, not_ect, off-policy DSCP] per pair
         let mut idx: HashMap<(&str, &str, &str, &str), usize, FastHash> =
@@ -761,6 +759,7 @@ impl MetricsSink {
         for ((i, d), v) in other {
             self.pair_inc(i, d, "other", "other", &v);
         }
+        Ok(())
     }
 
     /// Adds one pair's interval sums to its series.
@@ -788,19 +787,14 @@ impl MetricsSink {
 
     /// Per row: packets whose DSCP differs from the policy's for their class (the histogram
     /// lists read through their offsets: no array per row).
-    fn off_policy_dscp(&self, b: &RecordBatch) -> Vec<u64> {
+    fn off_policy_dscp(&self, b: &RecordBatch) -> Result<Vec<u64>, ColumnError> {
         let mut off = vec![0u64; b.num_rows()];
         for (c, name) in class::NAMES.iter().enumerate() {
             let want = self.cfg.expected_dscp[c];
             if want == ANY {
                 continue;
             }
-            let Some(col) = b
-                .column_by_name(&format!("dscp_{name}"))
-                .and_then(|c| c.as_list_opt::<i32>())
-            else {
-                continue;
-            };
+            let col = schema::flows().lists(b, &format!("dscp_{name}"), ROWS)?;
             let items = col.values().as_struct();
             let vals = items.column(0).as_primitive::<Int16Type>().values();
             let pkts = items.column(1).as_primitive::<Int64Type>().values();
@@ -817,24 +811,19 @@ impl MetricsSink {
                 }
             }
         }
-        off
+        Ok(off)
     }
 
-    fn on_nic(&mut self, b: &RecordBatch) {
-        let Some(ifc) = b
-            .column_by_name("iface")
-            .and_then(|c| c.as_string_opt::<i32>())
-        else {
-            return;
-        };
+    fn on_nic(&mut self, b: &RecordBatch) -> Result<(), ColumnError> {
+        let t = schema::nic();
+        let ifc = t.strings(b, "iface", ROWS)?;
+        let cols: Vec<&Int64Array> = self
+            .nic
+            .iter()
+            .map(|(_, name)| t.ints(b, name, ROWS))
+            .collect::<Result<_, _>>()?;
         for row in 0..b.num_rows() {
-            for (q, name) in &self.nic {
-                let Some(c) = b
-                    .column_by_name(name)
-                    .and_then(|c| c.as_primitive_opt::<Int64Type>())
-                else {
-                    continue;
-                };
+            for ((q, name), c) in self.nic.iter().zip(&cols) {
                 if c.is_null(row) {
                     continue;
                 }
@@ -861,6 +850,7 @@ impl MetricsSink {
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -896,20 +886,29 @@ fn nic_metric_name(q: Quantity, name: &str) -> (String, Option<Unit>) {
     (base, None)
 }
 
-/// Value of Int64 column `n` at `row` (0 when absent or null; negative clamped to 0).
-fn int_at(b: &RecordBatch, n: &str, row: usize) -> u64 {
-    b.column_by_name(n)
-        .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
-        .filter(|c| !c.is_null(row))
-        .map_or(0, |c| c.value(row).max(0) as u64)
+/// Where the sink's batches come from, as its column errors name it.
+const ROWS: &str = "the interval's rows";
+
+/// Value of the `interfaces` table's Int64 column `n` at `row`, read through the schema (null:
+/// 0; negative clamped to 0; an undefined, missing or retyped column is an error).
+fn int_at(b: &RecordBatch, n: &str, row: usize) -> Result<u64, ColumnError> {
+    let c = schema::interfaces().ints(b, n, ROWS)?;
+    Ok(if c.is_null(row) {
+        0
+    } else {
+        c.value(row).max(0) as u64
+    })
 }
 
-/// Value of Float64 column `n` at `row` (0 when absent or null, as without a link speed).
-fn float_at(b: &RecordBatch, n: &str, row: usize) -> f64 {
-    b.column_by_name(n)
-        .and_then(|c| c.as_any().downcast_ref::<Float64Array>())
-        .filter(|c| !c.is_null(row))
-        .map_or(0.0, |c| c.value(row).max(0.0))
+/// Value of the `interfaces` table's Float64 column `n` at `row` (null: 0, as without a link
+/// speed), read through the schema.
+fn float_at(b: &RecordBatch, n: &str, row: usize) -> Result<f64, ColumnError> {
+    let c = schema::interfaces().floats(b, n, ROWS)?;
+    Ok(if c.is_null(row) {
+        0.0
+    } else {
+        c.value(row).max(0.0)
+    })
 }
 
 impl Sink for MetricsSink {
@@ -930,8 +929,8 @@ impl Sink for MetricsSink {
         }
     }
     fn interval(&mut self, rows: &IntervalRows<'_>) -> Result<(), OutputError> {
-        self.on_interfaces(rows.interfaces);
-        self.on_flows(rows.flows);
+        self.on_interfaces(rows.interfaces)?;
+        self.on_flows(rows.flows)?;
         if let Some(ifc) = rows
             .interfaces
             .column_by_name("iface")
@@ -949,7 +948,7 @@ impl Sink for MetricsSink {
         Ok(())
     }
     fn nic(&mut self, rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
-        self.on_nic(rows);
+        self.on_nic(rows)?;
         Ok(())
     }
     fn stats(&self) -> Option<serde_json::Value> {
@@ -1102,6 +1101,50 @@ mod tests {
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
+    /// The sink reads its rows through the schema: a column renamed or retyped in the rows is
+    /// an error naming it (the collector reports it as a failed output), never a zero.
+    #[test]
+    fn a_renamed_or_retyped_column_is_an_error_not_zero() {
+        let mut s = MetricsSink::new(ExporterConfig {
+            top_pairs: 3,
+            expected_dscp: [26, 26, 48],
+            max_qps: 100,
+        });
+        let good = flows(3, 1);
+        s.on_flows(&good).unwrap();
+        for (col, renamed) in [
+            ("pkts", true),
+            ("dst", true),
+            ("dscp_data", true),
+            ("pkts", false),
+        ] {
+            let mut fields: Vec<arrow::datatypes::Field> = good
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect();
+            let mut cols = good.columns().to_vec();
+            let i = fields.iter().position(|f| f.name() == col).unwrap();
+            if renamed {
+                fields[i] = fields[i].clone().with_name(format!("{col}_renamed"));
+            } else {
+                cols[i] =
+                    arrow::compute::cast(&cols[i], &arrow::datatypes::DataType::Int32).unwrap();
+                fields[i] = fields[i]
+                    .clone()
+                    .with_data_type(arrow::datatypes::DataType::Int32);
+            }
+            let b = RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), cols)
+                .unwrap();
+            let e = s.on_flows(&b).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{col:?}")) && e.contains("flows"),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn top_pairs_get_series_the_rest_add_up_in_other() {
         let mut s = MetricsSink::new(ExporterConfig {
@@ -1109,7 +1152,7 @@ mod tests {
             expected_dscp: [26, 26, 48],
             max_qps: 100,
         });
-        s.on_flows(&flows(10, 1));
+        s.on_flows(&flows(10, 1)).unwrap();
         let t = s.render();
         let series = |src: &str| {
             format!(
@@ -1130,7 +1173,7 @@ mod tests {
         assert_eq!(value(&t, off), Some(45.0), "QP 2's half");
         // next interval: pair 1 is now the busiest, but the named ones keep their series
         // (counters stay monotonic) and the series count stays bounded
-        s.on_flows(&flows(10, 2));
+        s.on_flows(&flows(10, 2)).unwrap();
         let t = s.render();
         assert_eq!(value(&t, &series("10.0.0.10")), Some(300.0));
         assert_eq!(value(&t, &series("10.0.0.1")), None);
