@@ -113,16 +113,13 @@ fn query(eng: &Engine, name: &str, prm: &BTreeMap<&str, String>) -> Result<Vec<R
 }
 
 fn int(r: &Row, k: &str) -> i64 {
-    r.get(k).and_then(|v| v.as_i64()).unwrap_or(0)
+    crate::report::col_int(r, k).unwrap_or(0)
 }
 fn float(r: &Row, k: &str) -> Option<f64> {
-    r.get(k).and_then(|v| v.as_f64())
+    crate::report::col_float(r, k)
 }
 fn string(r: &Row, k: &str) -> String {
-    r.get(k)
-        .and_then(|v| v.as_str())
-        .unwrap_or_default()
-        .to_string()
+    crate::report::col_str(r, k).unwrap_or_default().to_string()
 }
 
 /// The timelines of the most troubled interfaces (at most `lim.max_ifaces`), in buckets so

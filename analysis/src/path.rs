@@ -159,13 +159,10 @@ const COUNTS_SQL: &str = include_str!("../sql/path/counts.sql");
 const HISTS_SQL: &str = include_str!("../sql/path/hists.sql");
 
 fn s(r: &Row, k: &str) -> String {
-    r.get(k)
-        .and_then(|v| v.as_str())
-        .unwrap_or_default()
-        .to_string()
+    crate::report::col_str(r, k).unwrap_or_default().to_string()
 }
 fn i(r: &Row, k: &str) -> i64 {
-    r.get(k).and_then(|v| v.as_i64()).unwrap_or(0)
+    crate::report::col_int(r, k).unwrap_or(0)
 }
 
 fn point_of(r: &Row) -> PointId {
@@ -173,7 +170,7 @@ fn point_of(r: &Row) -> PointId {
         host: s(r, "host"),
         iface: s(r, "iface"),
         dir: s(r, "dir"),
-        label: r.get("point").and_then(|v| v.as_str()).map(Into::into),
+        label: crate::report::col_str(r, "point").map(Into::into),
     }
 }
 
@@ -273,8 +270,8 @@ fn tally(eng: &Engine, scan: &Scan) -> Result<(Ranges, Tallies), EngineError> {
                 t.counts.insert(c, i(&r, c));
             }
             if t.rows > 0 {
-                t.start_us = r.get("start_us").and_then(|v| v.as_i64());
-                t.end_us = r.get("end_us").and_then(|v| v.as_i64());
+                t.start_us = crate::report::col_int(&r, "start_us");
+                t.end_us = crate::report::col_int(&r, "end_us");
             }
             t.excluded_rows = i(&r, "excluded_rows") as u64;
             t.excluded_pkts = i(&r, "excluded_pkts");

@@ -142,6 +142,53 @@ pub use crate::path::Expect;
 /// A result cell.
 pub type Row = BTreeMap<String, serde_json::Value>;
 
+/// Column `k` of a query's result row. Every query selects the columns its reader asks for,
+/// whatever the files hold, so a column the row does not have is a query and its reader
+/// disagreeing (a renamed alias): a panic naming it that every test of the query meets, never
+/// a silent zero. SQL NULL is `Value::Null`.
+pub fn col<'a>(r: &'a Row, k: &str) -> &'a serde_json::Value {
+    r.get(k).unwrap_or_else(|| {
+        panic!(
+            "the query result has no column {k:?} (columns: {:?})",
+            r.keys().collect::<Vec<_>>()
+        )
+    })
+}
+
+/// An integer column of a result row: NULL (an empty sum) is `None`; any other type is a query
+/// and its reader disagreeing ([`col`]).
+pub fn col_int(r: &Row, k: &str) -> Option<i64> {
+    match col(r, k) {
+        serde_json::Value::Null => None,
+        v => Some(
+            v.as_i64()
+                .unwrap_or_else(|| panic!("column {k:?} is {v}, not an integer")),
+        ),
+    }
+}
+
+/// A floating-point column ([`col_int`]).
+pub fn col_float(r: &Row, k: &str) -> Option<f64> {
+    match col(r, k) {
+        serde_json::Value::Null => None,
+        v => Some(
+            v.as_f64()
+                .unwrap_or_else(|| panic!("column {k:?} is {v}, not a number")),
+        ),
+    }
+}
+
+/// A string column ([`col_int`]).
+pub fn col_str<'a>(r: &'a Row, k: &str) -> Option<&'a str> {
+    match col(r, k) {
+        serde_json::Value::Null => None,
+        v => Some(
+            v.as_str()
+                .unwrap_or_else(|| panic!("column {k:?} is {v}, not a string")),
+        ),
+    }
+}
+
 /// Query results as rows of JSON values: integers as integers, floats as floats, timestamps as
 /// µs, strings; null as null. Other types are cast to strings.
 pub fn rows(batches: &[RecordBatch]) -> Vec<Row> {
@@ -203,13 +250,13 @@ fn values(c: &dyn Array) -> Vec<serde_json::Value> {
 }
 
 fn int(r: &Row, k: &str) -> i64 {
-    r.get(k).and_then(|v| v.as_i64()).unwrap_or(0)
+    col_int(r, k).unwrap_or(0)
 }
 fn opt_int(r: &Row, k: &str) -> Option<i64> {
-    r.get(k).and_then(|v| v.as_i64())
+    col_int(r, k)
 }
 fn string(r: &Row, k: &str) -> Option<String> {
-    r.get(k).and_then(|v| v.as_str()).map(str::to_string)
+    col_str(r, k).map(str::to_string)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
