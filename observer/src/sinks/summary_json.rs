@@ -38,41 +38,15 @@ fn pcp_name(i: usize) -> String {
     if i >= 8 { "none".into() } else { i.to_string() }
 }
 
-/// One QP's totals.
+/// One QP's totals as a `Value` (the top QPs of the text summary): [`QpJson`], the one
+/// serializer of a QP object.
 pub fn qp_json(iface: &str, k: &QpKey, v: &QpValue) -> Value {
-    let mut ops = Map::new();
-    for (b, &n) in v.opcode_hist.iter().enumerate() {
-        if n != 0 {
-            let name = match bucket_opcode(b) {
-                Some(op) => format!("0x{op:02x}"),
-                None => "other".into(),
-            };
-            ops.insert(name, json!(n));
-        }
-    }
-    let mut v_json = json!({
-        "iface": iface,
-        "dir": dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)],
-        "src": ip_of(&k.src_ip).to_string(),
-        "dst": ip_of(&k.dst_ip).to_string(),
-        "qp": k.dest_qp,
-        "qp_hex": format!("0x{:06x}", k.dest_qp),
-        "first_ns": v.first_ns,
-        "last_ns": v.last_ns,
-        "max_udp_payload": v.max_udp_payload,
-        "last_udp_sport": v.last_udp_sport,
-        "opcodes": Value::Object(ops),
-        "dscp": per_class(&v.dscp_hist, |i| i.to_string()),
-        "ecn": per_class(&v.ecn_hist, |i| i.to_string()),
-        "pcp": per_class(&v.pcp_hist, pcp_name),
-    });
-    // The per-QP counts: the same names and definitions as the flows table's columns.
-    if let Value::Object(m) = &mut v_json {
-        for q in &QP_COUNTS {
-            m.insert(q.name.to_string(), json!((q.get)(v)));
-        }
-    }
-    v_json
+    serde_json::to_value(QpJson {
+        iface,
+        key: k,
+        value: v,
+    })
+    .unwrap_or_default()
 }
 
 /// One interface direction's totals.
@@ -129,16 +103,16 @@ pub fn summary_json(snaps: &[Snapshot]) -> Value {
     Value::Object(m)
 }
 
-/// One QP's totals serialized straight from its key and value: the same JSON as [`qp_json`]
-/// (the same keys in the same order: a `Value` map's sorted order) without building a `Value`
-/// tree, for summaries of many keys.
+/// One QP's totals serialized straight from its key and value (keys in sorted order, as a
+/// `Value` map has them), without building a `Value` tree: the one definition of a QP object of
+/// `summary.json`.
 pub struct QpJson<'a> {
     pub iface: &'a str,
     pub key: &'a QpKey,
     pub value: &'a QpValue,
 }
 
-/// A field of [`qp_json`]'s object.
+/// A field of a QP object.
 #[derive(Clone, Copy)]
 enum QpField {
     Iface,
@@ -193,7 +167,7 @@ static ORDERS: std::sync::LazyLock<Orders> = std::sync::LazyLock::new(|| {
         ("ecn", Ecn),
         ("pcp", Pcp),
     ];
-    // qp_json inserts the counts after the fixed fields: a count of the same name replaces it.
+    // a QP object has the counts inserted after the fixed fields: a count of the same name replaces it.
     for (i, q) in QP_COUNTS.iter().enumerate() {
         fields.retain(|f| f.0 != q.name);
         fields.push((q.name, Count(i)));
@@ -261,7 +235,7 @@ impl<const N: usize> Serialize for PerClass<'_, N> {
 }
 
 /// The opcode histogram: nonzero buckets by name; "other" is the last nonzero bucket without
-/// an opcode (as [`qp_json`] inserts them in bucket order).
+/// an opcode (as a tree built in bucket order has them).
 struct Opcodes<'a>(&'a QpValue);
 
 impl Serialize for Opcodes<'_> {
@@ -614,12 +588,54 @@ mod tests {
         }
     }
 
-    /// The streamed QP object is exactly `qp_json`'s (same keys, values and order).
+    /// An independent encoding of a QP object as a `Value` tree, field by field, that the one
+    /// serializer ([`QpJson`]) is checked against.
+    fn qp_json_reference(iface: &str, k: &QpKey, v: &QpValue) -> Value {
+        let mut ops = Map::new();
+        for (b, &n) in v.opcode_hist.iter().enumerate() {
+            if n != 0 {
+                let name = match bucket_opcode(b) {
+                    Some(op) => format!("0x{op:02x}"),
+                    None => "other".into(),
+                };
+                ops.insert(name, json!(n));
+            }
+        }
+        let mut v_json = json!({
+            "iface": iface,
+            "dir": dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)],
+            "src": ip_of(&k.src_ip).to_string(),
+            "dst": ip_of(&k.dst_ip).to_string(),
+            "qp": k.dest_qp,
+            "qp_hex": format!("0x{:06x}", k.dest_qp),
+            "first_ns": v.first_ns,
+            "last_ns": v.last_ns,
+            "max_udp_payload": v.max_udp_payload,
+            "last_udp_sport": v.last_udp_sport,
+            "opcodes": Value::Object(ops),
+            "dscp": per_class(&v.dscp_hist, |i| i.to_string()),
+            "ecn": per_class(&v.ecn_hist, |i| i.to_string()),
+            "pcp": per_class(&v.pcp_hist, pcp_name),
+        });
+        // The per-QP counts: the same names and definitions as the flows table's columns.
+        if let Value::Object(m) = &mut v_json {
+            for q in &QP_COUNTS {
+                m.insert(q.name.to_string(), json!((q.get)(v)));
+            }
+        }
+        v_json
+    }
+
+    /// The one QP serializer writes exactly the reference tree (same keys, values and order).
     #[test]
     fn streamed_qp_equals_value_tree() {
         for i in 0..200u32 {
             let (k, v) = (key(i, (i % 2) as u8), value(i as u64));
-            let tree = serde_json::to_string(&qp_json("eth0", &k, &v)).unwrap();
+            let tree = serde_json::to_string(&qp_json_reference("eth0", &k, &v)).unwrap();
+            assert_eq!(
+                qp_json("eth0", &k, &v),
+                serde_json::from_str::<Value>(&tree).unwrap()
+            );
             let streamed = serde_json::to_string(&QpJson {
                 iface: "eth0",
                 key: &k,
