@@ -212,7 +212,8 @@ pub fn html(
     let report = crate::report::report(eng, policy, policy_source, top, None)?;
     let tl = timelines(eng, &limits)?;
     let al = alerts(eng, limits.max_alerts)?;
-    let path = crate::path::path_on(eng, &Expect::of(policy)).map_err(|e| e.to_string());
+    let path =
+        crate::path::path_on(eng, &Expect::of(policy)).map_err(|e| contract::error::chain(&e));
     render_page(&Page {
         report: &report,
         timelines: &tl,

@@ -916,7 +916,7 @@ pub const MAX_BASELINE_BYTES: u64 = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BaselineError {
-    #[error("{path}: {err}")]
+    #[error("cannot read the baseline {path}")]
     Io {
         path: PathBuf,
         #[source]
@@ -974,4 +974,32 @@ pub fn compare(base: &Figures, now: &Figures, tolerance: f64, slack: f64) -> Vec
             now: n,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A baseline that cannot be read or decoded: the path in the message, the cause once in
+    /// the chain the command prints.
+    #[test]
+    fn baseline_errors_print_their_cause_once() {
+        let dir = std::env::temp_dir().join(format!("ro-baseline-err-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_json = dir.join("b.json");
+        std::fs::write(&not_json, "not json").unwrap();
+        for path in [dir.join("missing.json"), not_json] {
+            let e = read_baseline(&path).unwrap_err();
+            let cause = std::error::Error::source(&e).unwrap().to_string();
+            assert!(!e.to_string().contains(&cause), "{e}");
+            assert!(e.to_string().contains(&*path.to_string_lossy()), "{e}");
+            let logged = contract::error::chain(&e);
+            assert_eq!(logged.matches(&cause).count(), 1, "{logged}");
+            let e = anyhow::Error::new(e);
+            for text in [format!("{e:#}"), format!("{e:?}")] {
+                assert_eq!(text.matches(&cause).count(), 1, "{text}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

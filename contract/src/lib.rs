@@ -10,10 +10,12 @@
 //! - [`alert`]: the alert rules, severities and keys, an alert's `alerts.jsonl` and table forms;
 //! - [`rows`]: rows of the row-oriented tables as typed cells, and their Arrow batch;
 //! - [`cli`]: exit statuses and durations, as every command takes and gives them;
+//! - [`error`]: an error and its causes on one line, each once ([`error::chain`]);
 //! - [`time`], [`addr`]: UTC dates, RFC 3339 times and addresses as the outputs spell them.
 pub mod addr;
 pub mod alert;
 pub mod cli;
+pub mod error;
 pub mod marking;
 pub mod nic;
 pub mod policy;

@@ -75,7 +75,7 @@ pub struct PolicyConfig {
 pub enum PolicyError {
     #[error("unknown profile {0:?} (known: {known})", known = vendor::names())]
     UnknownProfile(String),
-    #[error("cannot read policy file {path}: {err}")]
+    #[error("cannot read policy file {path}")]
     Read {
         path: String,
         #[source]
@@ -251,9 +251,8 @@ fn base_profile(
         return PolicyConfig::profile("nvidia");
     };
     match p.get_ref() {
-        toml::Value::String(s) => {
-            PolicyConfig::profile(s).map_err(|e| invalid("profile", p.span(), e.to_string()))
-        }
+        toml::Value::String(s) => PolicyConfig::profile(s)
+            .map_err(|e| invalid("profile", p.span(), crate::error::chain(&e))),
         v => Err(invalid(
             "profile",
             p.span(),

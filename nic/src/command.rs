@@ -954,9 +954,10 @@ fn usage_error(message: String) -> anyhow::Error {
 fn read_error(iface: &str, e: NicError) -> anyhow::Error {
     match e {
         NicError::NoSuchInterface { .. } => usage_error(format!(
-            "{e} (see: ip link show; in another namespace: ip netns exec NS roce-observe nic --iface {iface})"
+            "{} (see: ip link show; in another namespace: ip netns exec NS roce-observe nic --iface {iface})",
+            contract::error::chain(&e)
         )),
-        NicError::InvalidInterface { .. } => usage_error(e.to_string()),
+        NicError::InvalidInterface { .. } => usage_error(contract::error::chain(&e)),
         other => anyhow::Error::new(other).context(format!("reading {iface}")),
     }
 }
@@ -966,7 +967,8 @@ fn read_error(iface: &str, e: NicError) -> anyhow::Error {
 pub fn policy_of(args: &NicArgs) -> anyhow::Result<(PolicyConfig, String)> {
     Ok(match &args.policy {
         Some(f) => {
-            let cfg = PolicyConfig::from_file(f).map_err(|e| usage_error(e.to_string()))?;
+            let cfg =
+                PolicyConfig::from_file(f).map_err(|e| usage_error(contract::error::chain(&e)))?;
             (cfg, f.display().to_string())
         }
         None => (

@@ -17,6 +17,8 @@
 
 use std::time::Instant;
 
+use contract::error::chain;
+
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use observer::sources::{Changed, Snapshot};
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
@@ -270,9 +272,9 @@ fn kernel_read(n: u32, reads: usize) -> Result<(f64, f64), String> {
     use observer::sources::kernel::ProgTester;
     use observer::sources::synthetic::Roce;
     let policy = PolicyConfig::profile("nvidia")
-        .map_err(|e| e.to_string())?
+        .map_err(|e| chain(&e))?
         .expected;
-    let mut t = ProgTester::load(n + 1024, &policy).map_err(|e| e.to_string())?;
+    let mut t = ProgTester::load(n + 1024, &policy).map_err(|e| chain(&e))?;
     for i in 0..n {
         let f = Roce::data(
             [10, 77, (i >> 16) as u8, (i >> 8) as u8],
@@ -281,14 +283,14 @@ fn kernel_read(n: u32, reads: usize) -> Result<(f64, f64), String> {
             0,
         )
         .frame();
-        t.run_tc(&f, false).map_err(|e| e.to_string())?;
+        t.run_tc(&f, false).map_err(|e| chain(&e))?;
     }
     let mut cpu = Vec::new();
     let mut wall = Vec::new();
     for _ in 0..reads {
         let w = Instant::now();
         let c0 = thread_cpu_ns();
-        let s = t.snapshot("bench0", 0).map_err(|e| e.to_string())?;
+        let s = t.snapshot("bench0", 0).map_err(|e| chain(&e))?;
         cpu.push(thread_cpu_ns() - c0);
         wall.push(w.elapsed().as_nanos() as u64);
         if s.qps.len() != n as usize {
@@ -319,8 +321,8 @@ fn live_interval(
 ) -> Result<(f64, f64), String> {
     use observer::sources::kernel::{ProgTester, prog};
     use observer::sources::synthetic::Roce;
-    let policy = PolicyConfig::profile("nvidia").map_err(|e| e.to_string())?;
-    let mut t = ProgTester::load(tracked + 1024, &policy.expected).map_err(|e| e.to_string())?;
+    let policy = PolicyConfig::profile("nvidia").map_err(|e| chain(&e))?;
+    let mut t = ProgTester::load(tracked + 1024, &policy.expected).map_err(|e| chain(&e))?;
     let frame = |i: u32, psn: u32| {
         let mut r = Roce::data(
             [10, 77, (i >> 16) as u8, (i >> 8) as u8],
@@ -340,7 +342,7 @@ fn live_interval(
     cfg.rotate_secs = 3600;
     cfg.rotate_bytes = 1 << 30;
     cfg.journal = std::env::var_os("BENCH_NO_JOURNAL").is_none();
-    let mut col = Collector::new(cfg).map_err(|e| e.to_string())?;
+    let mut col = Collector::new(cfg).map_err(|e| chain(&e))?;
     let t0 = 1_795_239_299_000_000_000u64;
     col.begin("bench0", t0, Some(400_000_000_000));
     let (mut cpu, mut read, mut rows, mut events) = (Vec::new(), Vec::new(), 0usize, Vec::new());
@@ -354,7 +356,7 @@ fn live_interval(
             next = (next + 1) % tracked;
             psn[i as usize] += 1;
             t.run(prog::TC_INGRESS, &frame(i, psn[i as usize]), 1)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| chain(&e))?;
         }
         let c0 = thread_cpu_ns();
         events.clear();
@@ -362,9 +364,9 @@ fn live_interval(
         col.on_events("bench0", &events);
         let s = t
             .snapshot("bench0", t0 + (r as u64 + 1) * 1_000_000_000)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| chain(&e))?;
         let c1 = thread_cpu_ns();
-        col.on_snapshot(&s).map_err(|e| e.to_string())?;
+        col.on_snapshot(&s).map_err(|e| chain(&e))?;
         rows = s.qps.len();
         if recycle {
             t.recycle(s);
@@ -377,7 +379,7 @@ fn live_interval(
             read.push(c1 - c0);
         }
     }
-    col.finish().map_err(|e| e.to_string())?;
+    col.finish().map_err(|e| chain(&e))?;
     let _ = std::fs::remove_dir_all(&out);
     if rows != tracked as usize {
         return Err(format!("read {rows} keys, expected {tracked}"));

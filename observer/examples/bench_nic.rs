@@ -196,6 +196,6 @@ fn main() {
                 median(&mut ns) as f64 / 1e3
             );
         }
-        Err(e) => println!("no real read of {iface}: {e}"),
+        Err(e) => println!("no real read of {iface}: {}", contract::error::chain(&e)),
     }
 }

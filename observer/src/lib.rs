@@ -16,3 +16,6 @@ pub mod sinks;
 pub mod sources;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testutil;
+
+#[cfg(test)]
+mod error_chain_tests;

@@ -77,7 +77,7 @@ fn wait_alert(out: &std::path::Path, rule: &str, limit: Duration) -> Option<Dura
 fn nothing_attached(ns: &Netns, iface: &str) -> Result<(), String> {
     let link = ns
         .exec("ip", &["link", "show", "dev", iface])
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| contract::error::chain(&e))?;
     if link.contains("xdp") {
         return Err(format!("XDP still attached: {link}"));
     }

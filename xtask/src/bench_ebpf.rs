@@ -216,10 +216,10 @@ fn maps_memlock() -> u64 {
 /// and `b`).
 fn memory_per_key(a: u32, b: u32) -> Result<(u64, f64)> {
     let base = maps_memlock();
-    let ta = ProgTester::load(a, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ta = ProgTester::load(a, &Policy::NONE)?;
     let ma = maps_memlock() - base;
     drop(ta);
-    let tb = ProgTester::load(b, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tb = ProgTester::load(b, &Policy::NONE)?;
     let mb = maps_memlock() - base;
     drop(tb);
     Ok((ma, (mb as f64 - ma as f64) / (b - a) as f64))
@@ -312,15 +312,13 @@ fn many_keys(keys: u32, passes: usize) -> Result<()> {
         .map(|i| data_to_qp(&template, 0x1000 + i))
         .collect();
     let one = vec![template.clone()];
-    let mut t =
-        ProgTester::load(keys.max(65536), &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    t.start_clock().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut t = ProgTester::load(keys.max(65536), &Policy::NONE)?;
+    t.start_clock()?;
     let (empty, empty_mean) = per_packet(&mut t, prog::XDP_EMPTY, &frames, passes)?;
     let (one_med, one_mean) = per_packet(&mut t, prog::XDP, &one, passes * keys as usize)?;
     drop(t);
-    let mut t =
-        ProgTester::load(keys.max(65536), &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    t.start_clock().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut t = ProgTester::load(keys.max(65536), &Policy::NONE)?;
+    t.start_clock()?;
     let (many, many_mean) = per_packet(&mut t, prog::XDP, &frames, passes)?;
     let tracked = t.table_len();
     drop(t);
@@ -404,7 +402,7 @@ pub fn main(args: &[String]) -> Result<()> {
         "kernel datapath, BPF_PROG_TEST_RUN, median of {runs} runs x {repeat} packets; kernel {}; {cpu}",
         kernel.trim()
     );
-    let probe = ProgTester::load(1024, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let probe = ProgTester::load(1024, &Policy::NONE)?;
     println!("multi-buffer frame length: {}", probe.xdp_len_path());
     drop(probe);
     println!(
@@ -416,9 +414,9 @@ pub fn main(args: &[String]) -> Result<()> {
             continue;
         }
         // Fresh maps per case.
-        let mut t = ProgTester::load(65536, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut t = ProgTester::load(65536, &Policy::NONE)?;
         if c.clock {
-            t.start_clock().map_err(|e| anyhow::anyhow!("{e}"))?;
+            t.start_clock()?;
         }
         let ns = measure(&mut t, c.prog, &c.frame, runs, repeat)?;
         // The baseline of the program's own kind: the tc test run (an skb) costs more.

@@ -207,7 +207,7 @@ pub fn main(args: &[String]) -> Result<()> {
         }
     }
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let _t = ProgTester::load(max_qps, &Policy::NONE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let _t = ProgTester::load(max_qps, &Policy::NONE)?;
     let mut n = 0;
     for e in std::fs::read_dir("/proc/self/fdinfo")? {
         let e = e?;

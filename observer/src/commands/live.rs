@@ -230,7 +230,7 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
         // An interval could not be accounted, or the view failed: still close every file
         // written so far.
         if let Err(f) = col.finish_without_qps() {
-            tracing::error!(error = %f, "could not finish the output files");
+            tracing::error!(error = %contract::error::chain(&f), "could not finish the output files");
         }
         return Err(e);
     }
@@ -367,13 +367,15 @@ fn nic_feed(iface: &str, json: bool) -> Option<NicFeed> {
     let mut r = match LiveNicReader::new(iface, nic::LiveOptions::default()) {
         Ok(r) => r,
         Err(e) => {
-            tracing::warn!(iface, error = %e, "the NIC's counters cannot be read");
+            tracing::warn!(iface, error = %contract::error::chain(&e), "the NIC's counters cannot be read");
             return None;
         }
     };
     match r.read() {
         Ok(s) => nic::startup_lines(&s).iter().for_each(|l| say(json, l)),
-        Err(e) => tracing::warn!(iface, error = %e, "NIC: first read failed"),
+        Err(e) => {
+            tracing::warn!(iface, error = %contract::error::chain(&e), "NIC: first read failed")
+        }
     }
     Some(NicFeed::new(Box::new(r)))
 }

@@ -181,7 +181,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         1 => Err(errors.remove(0).into()),
         n => {
             for e in &errors {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", contract::error::chain(e));
             }
             anyhow::bail!("{n} inputs failed")
         }
@@ -314,7 +314,7 @@ fn summary(
             "inputs": args.files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             "frames": source.frames,
             "seconds": elapsed,
-            "errors": source.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+            "errors": source.errors.iter().map(|e| contract::error::chain(e)).collect::<Vec<_>>(),
             "out": (!args.no_out).then(|| args.out.display().to_string()),
             "stopped_by": stop.is_set().then(|| stop.reason_name()),
         }),

@@ -162,7 +162,7 @@ pub fn host_name() -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CollectorError {
-    #[error("cannot create output directory {path}: {err}")]
+    #[error("cannot create output directory {path}")]
     OutDir {
         path: String,
         #[source]
@@ -649,8 +649,9 @@ impl Collector {
         // output_write_failed alert is raised and every write retries (as on a full disk).
         let startup_err = std::fs::create_dir_all(&cfg.out_dir).err().map(|err| {
             let e = CollectorError::OutDir { path: cfg.out_dir.display().to_string(), err };
+            let e = contract::error::chain(&e);
             tracing::error!(error = %e, "output directory unusable; counting continues, writing will be retried each interval");
-            e.to_string()
+            e
         });
         // The policy the run observes with, for roce-analyze's default (`policy-<host>.toml`).
         let startup_err =
@@ -658,8 +659,9 @@ impl Collector {
                 write_policy(&cfg.out_dir, &cfg.host, &cfg.policy).err().map(|err| {
                 let path = cfg.out_dir.join(policy_file_name(&cfg.host));
                 let e = CollectorError::OutDir { path: path.display().to_string(), err };
+                let e = contract::error::chain(&e);
                 tracing::error!(error = %e, "cannot record the policy in the output directory");
-                e.to_string()
+                e
             })
             });
         let (rs, rb) = (cfg.rotate_secs, cfg.rotate_bytes);
@@ -798,7 +800,7 @@ impl Collector {
             let res = step(self.sinks[i].as_mut());
             let name = self.sinks[i].name();
             match res {
-                Err(e) => self.output_failed(name, &e.to_string(), t),
+                Err(e) => self.output_failed(name, &contract::error::chain(&e), t),
                 Ok(()) => self.output_ok(name),
             }
         }
@@ -1110,7 +1112,7 @@ impl Collector {
         let mut first_err: Option<CollectorError> = None;
         for s in &mut self.sinks {
             if let Err(e) = s.finish(t) {
-                tracing::error!(output = s.name(), error = %e, "could not write the last output");
+                tracing::error!(output = s.name(), error = %contract::error::chain(&e), "could not write the last output");
                 first_err.get_or_insert(e.into());
             }
         }

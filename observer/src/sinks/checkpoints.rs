@@ -49,13 +49,13 @@ const MAX_META: usize = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("cannot access {path}: {err}")]
+    #[error("cannot access {path}")]
     Io {
         path: String,
         #[source]
         err: std::io::Error,
     },
-    #[error("{path}: Parquet metadata: {err}")]
+    #[error("{path}: Parquet metadata")]
     Parquet {
         path: String,
         #[source]

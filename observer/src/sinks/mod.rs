@@ -130,7 +130,7 @@ impl TableSink {
             ),
             Ok(_) => {}
             Err(e) => {
-                tracing::error!(table = table.name, error = %e, "could not recover a journal")
+                tracing::error!(table = table.name, error = %contract::error::chain(&e), "could not recover a journal")
             }
         }
         let mut writer =
@@ -197,7 +197,7 @@ impl Sink for TableSink {
             self.write_alert_rows(t_ns)?;
         }
         self.writer.finish().inspect_err(|e| {
-            tracing::error!(table = self.name(), error = %e, pending_files = self.writer.pending_files(), "could not write the last files");
+            tracing::error!(table = self.name(), error = %contract::error::chain(e), pending_files = self.writer.pending_files(), "could not write the last files");
         })
     }
     fn stats(&self) -> Option<Value> {

@@ -34,19 +34,19 @@ pub const MAX_PENDING_BYTES: usize = 256 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error("cannot write {path}: {err}")]
+    #[error("cannot write {path}")]
     Io {
         path: String,
         #[source]
         err: std::io::Error,
     },
-    #[error("parquet encoding of table {table}: {err}")]
+    #[error("parquet encoding of table {table}")]
     Parquet {
         table: String,
         #[source]
         err: parquet::errors::ParquetError,
     },
-    #[error("building the {table} rows: {err}")]
+    #[error("building the {table} rows")]
     Arrow {
         table: String,
         #[source]
@@ -616,7 +616,7 @@ fn recover_window(w: &CrashFiles) -> Result<(Vec<RecordBatch>, u64), OutputError
             Ok(b) => batches = b,
             Err(e) => {
                 // every row up to the checkpoint was in the part file only
-                tracing::error!(error = %e, rows = c.rows, "checkpointed rows lost");
+                tracing::error!(error = %contract::error::chain(&e), rows = c.rows, "checkpointed rows lost");
                 lost += c.rows;
             }
         }
@@ -890,7 +890,7 @@ impl TableWriter {
                 && match checkpoint(o, &self.schema) {
                     Ok(()) => true,
                     Err(e) => {
-                        tracing::warn!(table = self.table, file = %o.name, error = %e, "checkpoint failed: the journal keeps the rows");
+                        tracing::warn!(table = self.table, file = %o.name, error = %contract::error::chain(&e), "checkpoint failed: the journal keeps the rows");
                         false
                     }
                 };

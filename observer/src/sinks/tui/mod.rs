@@ -37,7 +37,7 @@ use screen::{Action, Screen};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TuiError {
-    #[error("terminal: {0}")]
+    #[error("terminal")]
     Terminal(#[from] std::io::Error),
     #[error("the terminal view's thread panicked (see the message above)")]
     Panicked,

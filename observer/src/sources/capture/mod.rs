@@ -28,12 +28,12 @@ use pcap_reader::Item;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error("{file}: cannot open: {source}")]
+    #[error("{file}: cannot open")]
     Open {
         file: String,
         source: std::io::Error,
     },
-    #[error("{file}: read error at byte offset {offset}: {source}")]
+    #[error("{file}: read error at byte offset {offset}")]
     Io {
         file: String,
         offset: u64,
@@ -622,7 +622,7 @@ impl Source for CaptureSource {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::error!(error = %e, "replay input failed");
+                    tracing::error!(error = %contract::error::chain(&e), "replay input failed");
                     self.errors.push(e);
                 }
             }

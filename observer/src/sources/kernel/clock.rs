@@ -60,7 +60,7 @@ impl ClockTicker {
                 Ok(ClockTicker::Kernel(map))
             }
             Err(e) => {
-                tracing::info!(error = %e, "no perf event for the packet clock; a thread ticks it (packet times then pause while roce-observe is stopped)");
+                tracing::info!(error = %contract::error::chain(&e), "no perf event for the packet clock; a thread ticks it (packet times then pause while roce-observe is stopped)");
                 Ok(ClockTicker::Thread(ThreadTicker::start(map)?))
             }
         }

@@ -55,7 +55,7 @@ impl Observed {
             }
             Err(e) => {
                 self.ifindex = None;
-                tracing::warn!(iface = %self.name, error = %e, "the interface is back but attaching failed; retrying next interval");
+                tracing::warn!(iface = %self.name, error = %contract::error::chain(&e), "the interface is back but attaching failed; retrying next interval");
                 false
             }
         }
@@ -79,7 +79,7 @@ impl NicFeed {
         let s = match self.reader.read() {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(iface, error = %e, "reading the NIC's counters failed; retrying next interval");
+                tracing::warn!(iface, error = %contract::error::chain(&e), "reading the NIC's counters failed; retrying next interval");
                 return Ok(());
             }
         };
@@ -141,7 +141,9 @@ impl KernelSource {
                 tracing::info!(iface = %o.name, keys = finals.len(), "evicted idle QP keys from a nearly full map");
                 out.evicted(&o.name, &finals);
             }
-            Err(e) => tracing::warn!(iface = %o.name, error = %e, "eviction failed"),
+            Err(e) => {
+                tracing::warn!(iface = %o.name, error = %contract::error::chain(&e), "eviction failed")
+            }
         }
     }
 }
@@ -157,7 +159,7 @@ impl Polled for KernelSource {
             if let Some(n) = &mut o.nic
                 && let Err(e) = n.read_into(&o.name, out)
             {
-                tracing::error!(iface = %o.name, error = %e, "the pipeline failed on the NIC's first sample");
+                tracing::error!(iface = %o.name, error = %contract::error::chain(&*e), "the pipeline failed on the NIC's first sample");
             }
         }
     }
@@ -178,7 +180,7 @@ impl Polled for KernelSource {
             let mut snap = match o.iface.snapshot(t_ns) {
                 Ok(s) => s,
                 Err(e) => {
-                    tracing::error!(iface = %o.name, error = %e, "reading the maps failed; retrying next interval");
+                    tracing::error!(iface = %o.name, error = %contract::error::chain(&e), "reading the maps failed; retrying next interval");
                     continue;
                 }
             };

@@ -269,7 +269,7 @@ pub enum LiveError {
     },
     /// A load, map or attach step that failed, with the error it failed with (aya's
     /// `MapError`, `ProgramError`, `EbpfError`, an I/O error, ...).
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Op {
         what: String,
         #[source]
@@ -410,7 +410,7 @@ fn kfuncs() -> &'static Result<kfunc::Kfuncs, String> {
     K.get_or_init(|| {
         kfunc::Btf::vmlinux()
             .and_then(|b| kfunc::Kfuncs::from_btf(&b))
-            .map_err(|e| e.to_string())
+            .map_err(|e| contract::error::chain(&e))
     })
 }
 
@@ -435,10 +435,10 @@ fn load_object(
             match load_with(max_qps, buckets, progs, Some(k), false) {
                 Ok(mut ebpf) => match check_kfunc_len(&mut ebpf) {
                     Ok(()) => return Ok((ebpf, XdpLenPath::Kfunc)),
-                    Err(e) => e.to_string(),
+                    Err(e) => contract::error::chain(&e),
                 },
                 Err(e @ LiveError::NotPermitted) => return Err(e),
-                Err(e) => e.to_string(),
+                Err(e) => contract::error::chain(&e),
             }
         }
         Ok(_) => "no XDP program loaded".to_string(),
@@ -1001,7 +1001,7 @@ fn attach_ingress(
                 if matches!(err, LiveError::XdpSlotTaken(_) | LiveError::NotPermitted) {
                     return Err(err);
                 }
-                tracing::info!(iface = %opts.iface, mode = name, error = %err, "XDP attach failed");
+                tracing::info!(iface = %opts.iface, mode = name, error = %contract::error::chain(&err), "XDP attach failed");
                 last = Some(err);
             }
         }

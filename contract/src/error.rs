@@ -1,0 +1,62 @@
+//! An error printed with its causes: each error's message says what failed, its cause is only
+//! its `source()`, so that the chain printed once shows every cause once.
+
+use std::error::Error;
+
+/// `e` and each of its causes (`source()`, outermost first), joined with ": " on one line, as
+/// `anyhow`'s `{:#}` prints them: for the places that print an error as text only (a log
+/// field, a usage message, a report's or an alert's text), where `Display` alone would drop
+/// the causes.
+pub fn chain(e: &dyn Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain;
+    use crate::policy::{PolicyConfig, PolicyError};
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer {what}")]
+    struct Outer {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn every_cause_once_outermost_first() {
+        let e = Outer {
+            what: "step",
+            source: std::io::Error::other("the cause"),
+        };
+        assert_eq!(chain(&e), "outer step: the cause");
+        assert_eq!(chain(&std::io::Error::other("alone")), "alone");
+    }
+
+    /// An unreadable policy file: the path in the message, the I/O error once, as the cause.
+    #[test]
+    fn policy_read_error_prints_its_cause_once() {
+        let path = std::path::Path::new("/nonexistent/roce-observe-policy.toml");
+        let e = PolicyConfig::from_file(path).unwrap_err();
+        assert!(matches!(e, PolicyError::Read { .. }), "{e:?}");
+        let cause = std::error::Error::source(&e).expect("the I/O error is the source");
+        let cause = cause.to_string();
+        assert!(!e.to_string().contains(&cause), "{e}");
+        let text = chain(&e);
+        assert_eq!(text.matches(&cause).count(), 1, "{text}");
+        assert!(
+            text.starts_with("cannot read policy file /nonexistent/roce-observe-policy.toml: ")
+        );
+        // The errors without a cause print as before.
+        let e = PolicyConfig::from_toml("expected_mtu = 1500\n", "p.toml").unwrap_err();
+        assert_eq!(chain(&e), e.to_string());
+    }
+}
