@@ -2,8 +2,9 @@
 //! for tests.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::path::PathBuf;
+
+use contract::error::chain;
 
 use super::config::{self, NicConfig};
 use super::ethtool::{EthtoolReader, NameRefresh};
@@ -47,17 +48,6 @@ pub struct LiveNicReader {
     rtnl: Option<NlSocket>,
     rdma_nl: Option<Reading<RdmaNetlink>>,
     sysfs: RdmaSysfs,
-}
-
-/// The error and its causes on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let _ = write!(s, ": {c}");
-        cur = c.source();
-    }
-    s
 }
 
 /// Records a source's outcome and returns the value when read.
