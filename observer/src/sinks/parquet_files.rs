@@ -57,7 +57,13 @@ pub enum OutputError {
     /// A sink's input rows disagree with the table's definition (a programming error that a
     /// test must catch; never read as zeros).
     #[error(transparent)]
-    Column(#[from] contract::schema::ColumnError),
+    Column(Box<contract::schema::ColumnError>),
+}
+
+impl From<contract::schema::ColumnError> for OutputError {
+    fn from(e: contract::schema::ColumnError) -> OutputError {
+        OutputError::Column(Box::new(e))
+    }
 }
 
 /// An interval of at least this many rows, or one that leaves at least this many in the row

@@ -13,6 +13,7 @@ use contract::schema::{IFACE_HEALTH, IFACE_TRAFFIC, QP_COUNTS};
 
 pub use contract::addr::ip_of;
 
+#[cfg(test)]
 fn hist<const N: usize>(h: &[u32; N], name: impl Fn(usize) -> String) -> Value {
     let mut m = Map::new();
     for (i, &n) in h.iter().enumerate() {
@@ -23,6 +24,7 @@ fn hist<const N: usize>(h: &[u32; N], name: impl Fn(usize) -> String) -> Value {
     Value::Object(m)
 }
 
+#[cfg(test)]
 fn per_class<const N: usize>(
     h: &[[u32; N]; class::COUNT],
     name: impl Fn(usize) -> String + Copy,
