@@ -12,9 +12,9 @@
 //! sorts and aggregations beyond it spill to a temporary directory; hash joins cannot, so the
 //! queries build them on their small side.
 //!
-//! The report's queries are the `.sql` files under `analysis/sql` (compiled in): the engine's
-//! views ([`Engine::prelude`], `sql/engines/datafusion.sql`), then the checks and report queries
-//! with their `${name}` parameters substituted ([`render`]).
+//! The report's queries are the `.sql` files under `analysis/sql` (compiled in), run after the
+//! engine's views (generated from the schema in DataFusion's dialect, [`crate::sql_views`]): the
+//! checks and report queries with their `${name}` parameters substituted ([`render`]).
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -52,9 +52,6 @@ pub fn tables() -> [(&'static str, &'static schema::Table); 4] {
         ("nic", schema::nic()),
     ]
 }
-
-/// The engine's views (`sql/engines/datafusion.sql`).
-pub const PRELUDE: &str = include_str!("../sql/engines/datafusion.sql");
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -330,7 +327,7 @@ impl Engine {
                 .register_table(name, df.into_view())
                 .map_err(q(name))?;
         }
-        for stmt in statements(PRELUDE) {
+        for stmt in statements(crate::sql_views::datafusion()) {
             self.run(&stmt)?;
         }
         Ok(())

@@ -15,4 +15,6 @@ pub mod path;
 #[cfg(feature = "engine")]
 pub mod report;
 #[cfg(feature = "engine")]
+pub mod sql_views;
+#[cfg(feature = "engine")]
 pub mod time;

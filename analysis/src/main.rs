@@ -148,7 +148,7 @@ enum Cmd {
         max_alerts: usize,
     },
     /// Run SQL on the tables flows, interfaces, alerts and nic (filtered) and the report's
-    /// views v_flows, v_hist, v_ifaces, v_alerts.
+    /// views v_flows, v_hist, v_ifaces, v_pfc, v_alerts.
     Sql {
         /// The query (or `--file`).
         #[arg(required_unless_present = "file")]
@@ -400,8 +400,8 @@ fn emit(out: &Path, p: &PolicyConfig, top: usize, limit: usize) -> anyhow::Resul
         std::fs::write(out.join(name), text)
             .with_context(|| format!("writing {}", out.join(name).display()))
     };
-    for (e, text) in analysis::report::ENGINE_SQL {
-        w(&format!("engine.{e}.sql"), text)?;
+    for (e, text) in analysis::sql_views::all() {
+        w(&format!("engine.{e}.sql"), &text)?;
     }
     for (name, q) in analysis::report::queries(p, top, limit)? {
         w(&name, &q)?;

@@ -41,12 +41,6 @@ pub const CHECK_SQL: [(&str, &str); 9] = [
     ("mtu", include_str!("../sql/checks/mtu.sql")),
     ("map_full", include_str!("../sql/checks/map_full.sql")),
 ];
-/// The engines' views: (engine, text).
-pub const ENGINE_SQL: [(&str, &str); 3] = [
-    ("datafusion", include_str!("../sql/engines/datafusion.sql")),
-    ("duckdb", include_str!("../sql/engines/duckdb.sql")),
-    ("spark", include_str!("../sql/engines/spark.sql")),
-];
 pub const SUBJECTS_SQL: &str = include_str!("../sql/report/subjects.sql");
 pub const INTERVALS_SQL: &str = include_str!("../sql/report/intervals.sql");
 pub const REPORT_SQL: [(&str, &str); 5] = [
