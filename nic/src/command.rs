@@ -944,11 +944,7 @@ fn fit(name: &str, width: usize) -> String {
 // The command.
 
 fn usage_error(message: String) -> anyhow::Error {
-    ExitStatus {
-        code: 2,
-        message: Some(message),
-    }
-    .into()
+    ExitStatus::usage(message).into()
 }
 
 fn read_error(iface: &str, e: NicError) -> anyhow::Error {
