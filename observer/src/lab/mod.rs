@@ -12,7 +12,6 @@
 
 pub mod compare;
 pub mod faults;
-pub mod netns;
 pub mod observe;
 pub mod path_view;
 pub mod rc;
@@ -128,7 +127,7 @@ pub enum LabError {
     Topology {
         what: &'static str,
         #[source]
-        source: crate::lab::netns::NetnsError,
+        source: netns::NetnsError,
     },
     /// A fault could not be set up or read back, for a reason the lab found itself.
     #[error("faults: {0}")]
@@ -138,7 +137,7 @@ pub enum LabError {
     FaultsCommand {
         what: String,
         #[source]
-        source: crate::lab::netns::NetnsError,
+        source: netns::NetnsError,
     },
     /// nft's JSON output could not be read.
     #[error("faults: {what}")]
@@ -618,7 +617,7 @@ impl Drop for RemoveOnDrop {
 
 /// Runs the requested scenario(s), printing each table; returns the reports.
 pub fn run_lab(args: &LabArgs) -> Result<Vec<ScenarioReport>, LabError> {
-    if !crate::lab::netns::is_root() {
+    if !netns::is_root() {
         return Err(LabError::NotRoot);
     }
     let names: Vec<&str> = if args.scenario == "all" {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use observer_common::maps::{Policy, dir};
 use serde_json::Value;
 
-use crate::lab::netns::Netns;
+use netns::Netns;
 use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::summary_json::summary_json;
 use crate::sources::datapath::Datapath;
