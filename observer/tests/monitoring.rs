@@ -4,8 +4,6 @@
 //! HTTP API returns the counts summary.json has; Alertmanager lists the alert the run raised,
 //! with its labels, and no longer lists it once the hold-down passed quietly (resolved).
 
-mod collector_util;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -14,7 +12,8 @@ use observer::sources::synthetic::Roce;
 use observer::testutil::{Netns, VethPair, require_root};
 use serde_json::Value;
 
-use collector_util::*;
+use test_support::TempDir;
+use test_support::collector::*;
 
 const A: [u8; 4] = [10, 77, 6, 1];
 const B: [u8; 4] = [10, 77, 6, 2];
@@ -134,7 +133,8 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
         return;
     }
     let pair = VethPair::new("mo", "10.77.6.1", "10.77.6.2").unwrap();
-    let dir = fresh_dir("monitoring");
+    let tmp = TempDir::new("monitoring");
+    let dir = tmp.path().to_path_buf();
     let (_am, _prom) = start_servers(&pair.b, &dir);
     let policy = dir.join("policy.toml");
     write(
@@ -399,7 +399,8 @@ fn json_logs_are_json_only_with_structured_alerts() {
         return;
     }
     let pair = VethPair::new("mj", "10.77.7.1", "10.77.7.2").unwrap();
-    let dir = fresh_dir("jsonlogs");
+    let tmp = TempDir::new("jsonlogs");
+    let dir = tmp.path().to_path_buf();
     let run = dir.join("run");
     let args: Vec<String> = [
         "--iface",
@@ -480,7 +481,8 @@ fn kernel_rare_path_events_show_at_debug_level() {
         return;
     }
     let pair = VethPair::new("mk", "10.77.8.1", "10.77.8.2").unwrap();
-    let dir = fresh_dir("kernlog");
+    let tmp = TempDir::new("kernlog");
+    let dir = tmp.path().to_path_buf();
     let run_with = |level: Option<&str>, tag: &str| -> String {
         let mut args: Vec<String> = [
             "--iface",

@@ -1,8 +1,7 @@
 //! Replay: golden tests on the real captures, damage handling, streaming, intervals, and the
 //! metrics.md cases of the generated corpus.
 
-#[path = "support/corpus.rs"]
-mod corpus;
+use test_support::corpus;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -3,8 +3,7 @@
 //! a non-blocking standard input, the kernel's PFC source-MAC limit, and interface names with
 //! control characters. Every capture is generated here.
 
-#[path = "support/corpus.rs"]
-mod corpus;
+use test_support::corpus;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

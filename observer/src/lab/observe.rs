@@ -21,11 +21,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use observer_common::maps::{Policy, dir};
 use serde_json::Value;
 
-use netns::Netns;
 use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::summary_json::summary_json;
 use crate::sources::datapath::Datapath;
 use crate::sources::paced::{first_tick, next_tick};
+use netns::Netns;
 
 use super::sock::{PACKET_OUTGOING, RawSock};
 use super::{LabError, stop_requested};
