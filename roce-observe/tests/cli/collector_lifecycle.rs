@@ -7,9 +7,10 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use netns::run;
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig, rule};
 use observer::sources::synthetic::Synthetic;
-use observer::testutil::{require_root, run};
+use test_support::require_root;
 
 use test_support::TempDir;
 use test_support::collector::*;

@@ -12,10 +12,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use netns::{Netns, send_raw};
 use observer::pipeline::rule;
 use observer::sources::synthetic::Roce;
-use observer::testutil::{Netns, require_root, send_raw};
 use serde_json::Value;
+use test_support::require_root;
 
 use test_support::TempDir;
 use test_support::collector::{NsProcess, alerts_jsonl, pyarrow_read};

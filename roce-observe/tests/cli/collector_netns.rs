@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use netns::{Netns, VethPair};
 use observer::pipeline::rule;
 use observer::sources::synthetic::{Roce, pause_frame, pfc_frame};
-use observer::testutil::{Netns, VethPair, require_root};
 use serde_json::Value;
+use test_support::require_root;
 
 use test_support::TempDir;
 use test_support::collector::*;
@@ -26,7 +27,7 @@ const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 
 /// Sends raw frames out of `iface` from inside namespace `ns` (AF_PACKET, SOCK_RAW).
 fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
-    observer::testutil::send_raw(ns, iface, frames).unwrap();
+    netns::send_raw(ns, iface, frames).unwrap();
 }
 
 /// The observer running in a namespace ([`NsProcess`]).
