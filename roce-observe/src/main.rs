@@ -20,7 +20,7 @@ enum Cmd {
     /// Read pcap/pcapng captures (or a stream on standard input) through the same per-QP logic.
     Replay(replay::ReplayArgs),
     /// Run a RoCE fabric in network namespaces with injected faults and check what is observed.
-    Lab(observer::lab::LabArgs),
+    Lab(lab::LabArgs),
     /// Check one host's NIC for RoCE: counters, PFC / trust / DSCP / CNP / ToS configuration
     /// against the expected policy (exit 1 when a check fails).
     Nic(nic::command::NicArgs),
@@ -31,7 +31,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Some(Cmd::Replay(a)) => replay::run(a),
-        Some(Cmd::Lab(a)) => observer::commands::lab::run(a),
+        Some(Cmd::Lab(a)) => lab::command::run(a),
         Some(Cmd::Nic(a)) => nic::command::run(a),
         None => live::run_live(cli.live),
     };

@@ -6,8 +6,8 @@
 
 use std::sync::Mutex;
 
+use lab::{LabArgs, ObserverMode};
 use netns::run;
-use observer::lab::{self, LabArgs, ObserverMode};
 use test_support::{TempDir, require, require_root};
 
 /// One fabric at a time: the scenarios share two cores with everything else.
