@@ -46,7 +46,7 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"] + " " + m["executable"])
 ')
-cargo build -q -p observer --bin roce-observe || { log "FAILED: building roce-observe"; exit 1; }
+cargo build -q -p roce-observe --bin roce-observe || { log "FAILED: building roce-observe"; exit 1; }
 [ ${#bins[@]} -eq ${#TESTS[@]} ] || { log "FAILED: building the test binaries (${#bins[@]} of ${#TESTS[@]})"; exit 1; }
 
 passed=0 failed=0 results=()

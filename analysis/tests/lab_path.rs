@@ -6,7 +6,7 @@
 //! lasts several intervals, so there is time to compare). Needs root (network namespaces):
 //! skipped outside CI, a failure under CI=true.
 
-use observer::lab::{self, LabArgs, ObserverMode};
+use lab::{LabArgs, ObserverMode};
 use observer::testutil::require_root;
 use serde_json::Value;
 

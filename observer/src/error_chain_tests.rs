@@ -6,7 +6,6 @@ use std::error::Error;
 
 use contract::error::chain;
 
-use crate::lab::LabError;
 use crate::pipeline::CollectorError;
 use crate::sinks::checkpoints::CheckpointError;
 use crate::sinks::parquet_files::OutputError;
@@ -110,16 +109,6 @@ fn errors() -> Vec<(&'static str, Box<dyn Error + Send + Sync + 'static>)> {
                 file: "a.pcap".into(),
                 offset: 24,
                 source: io(),
-            }),
-        ),
-        (
-            "LabError::Collector",
-            Box::new(LabError::Collector {
-                what: "fallback collector on veth0".into(),
-                source: CollectorError::OutDir {
-                    path: "/out".into(),
-                    err: io(),
-                },
             }),
         ),
     ]

@@ -7,10 +7,11 @@
 //!   `summary.json`);
 //! - the output schema, the policy and its vendor profiles live in the `contract` crate, which
 //!   `roce-analyze` uses without this one;
-//! - [`commands`]: the command line (the only place `anyhow` is used);
-//! - [`lab`]: a RoCE fabric in network namespaces with injected faults.
+//! - [`commands`]: the live and replay commands (the only place `anyhow` is used).
+//!
+//! The lab (crate `lab`) and the `roce-observe` binary (crate `roce-observe`) sit above this
+//! library.
 pub mod commands;
-pub mod lab;
 pub mod pipeline;
 pub mod sinks;
 pub mod sources;

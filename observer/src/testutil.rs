@@ -2,7 +2,6 @@
 //! need root, BPF or network namespaces. Outside CI such a test skips with a clear message; with
 //! `CI=true` a skip is a failure.
 
-pub use crate::lab::netns::{Netns, VethPair, run, send_raw};
 pub use test_support::is_root;
 
 pub use test_support::{TempDir, in_ci, require, require_root, xorshift};

@@ -3,8 +3,6 @@
 //! a PFC storm and 802.3x PAUSE. Asserts the exact alerts (alerts.jsonl, the alerts table,
 //! summary.json) and that the Parquet rows, read back by pyarrow, sum to what was sent.
 
-mod collector_util;
-
 use std::collections::BTreeMap;
 
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig, rule};
@@ -12,7 +10,8 @@ use observer::sources::datapath::Datapath;
 use observer::sources::synthetic::{Roce, pause_frame, pfc_frame};
 use serde_json::Value;
 
-use collector_util::*;
+use test_support::TempDir;
+use test_support::collector::*;
 
 const T0: u64 = 1_795_239_299_000_000_000; // 2026-11-21T05:34:59Z
 const S: u64 = 1_000_000_000;
@@ -77,7 +76,8 @@ fn key(a: &Value) -> (String, Option<u64>, Option<String>, Option<u64>, bool, u6
 
 #[test]
 fn faults_give_exact_alerts_and_parquet_sums_match() {
-    let out = fresh_dir("dp");
+    let tmp = TempDir::new("dp");
+    let out = tmp.path().to_path_buf();
     let policy = PolicyConfig::from_toml(
         "profile = \"nvidia\"\n[thresholds]\npfc_storm_xoff_per_s = 2.5e0\n",
         "inline",
@@ -453,12 +453,12 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
 
     // every file final-named, none left as .tmp
     assert_no_tmp_files(&out);
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
 fn evicted_and_vanished_keys_keep_their_counts() {
-    let out = fresh_dir("evict");
+    let tmp = TempDir::new("evict");
+    let out = tmp.path().to_path_buf();
     let policy = PolicyConfig::profile("nvidia").unwrap();
     let mut col = Collector::new(CollectorConfig::new(
         out.clone(),
@@ -516,12 +516,12 @@ fn evicted_and_vanished_keys_keep_their_counts() {
     );
     let ifs = pyarrow_read(&out, "interfaces", &["evictions"], false);
     assert_eq!(ifs["sums"]["evictions"], 2);
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
 fn bleached_fabric_alerts_every_key_once() {
-    let out = fresh_dir("bleached");
+    let tmp = TempDir::new("bleached");
+    let out = tmp.path().to_path_buf();
     let policy = PolicyConfig::profile("nvidia").unwrap();
     let mut col = Collector::new(CollectorConfig::new(
         out.clone(),
@@ -561,5 +561,4 @@ fn bleached_fabric_alerts_every_key_once() {
     assert!(al.iter().all(|a| a["rule"] == rule::DSCP_MISMATCH));
     assert_eq!(summary["alerts"][rule::DSCP_MISMATCH], 200);
     assert_eq!(summary["alert_occurrences"][rule::DSCP_MISMATCH], 1200);
-    let _ = std::fs::remove_dir_all(&out);
 }

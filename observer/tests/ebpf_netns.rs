@@ -7,16 +7,16 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use netns::{Netns, VethPair};
 use observer::sources::Snapshot;
 use observer::sources::kernel::{IngressHook, LiveIface, LiveOptions, XdpMode};
-use observer::testutil::{Netns, VethPair};
 use observer_common::maps::{Policy, class, dir};
 use observer_common::parse::PCP_NONE;
 use observer_common::qp::ev;
 
 /// Sends raw frames out of `iface` from inside namespace `ns` (AF_PACKET, SOCK_RAW).
 fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
-    observer::testutil::send_raw(ns, iface, frames).unwrap();
+    netns::send_raw(ns, iface, frames).unwrap();
 }
 
 /// Polls until `done` holds (bounded: 5 s), returning the last snapshot.

@@ -4,8 +4,6 @@
 //! alerts.jsonl with origin `nic`, and the `nic` table, read back by pyarrow, holds the
 //! vendor-neutral deltas.
 
-mod collector_util;
-
 use nic::config::CcParam;
 use nic::dcb::{DcbApp, IeeeEts, IeeePfc};
 use nic::{DcbIeee, DrvInfo, NicSample, Policy, RdmaPort, Reading, ScriptedReader};
@@ -13,7 +11,8 @@ use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use observer::sources::kernel::interfaces::NicFeed;
 use serde_json::Value;
 
-use collector_util::*;
+use test_support::TempDir;
+use test_support::collector::*;
 
 const T0: u64 = 1_795_239_299_000_000_000;
 const S: u64 = 1_000_000_000;
@@ -94,7 +93,8 @@ fn alerts(out: &std::path::Path) -> Vec<Value> {
 /// PFC storm alerts of the collector fed NIC samples at `times` (ns after T0) whose priority-3
 /// pause counter reads `counts`.
 fn nic_storms(name: &str, times: &[u64], counts: &[u64]) -> Vec<Value> {
-    let out = fresh_dir(name);
+    let tmp = TempDir::new(name);
+    let out = tmp.path().to_path_buf();
     let mut col = collector(&out, None);
     let samples: Vec<NicSample> = times
         .iter()
@@ -117,7 +117,6 @@ fn nic_storms(name: &str, times: &[u64], counts: &[u64]) -> Vec<Value> {
         .into_iter()
         .filter(|a| a["rule"] == "pfc_storm")
         .collect();
-    let _ = std::fs::remove_dir_all(&out);
     found
 }
 
@@ -171,7 +170,8 @@ fn sub_second_intervals_take_pfc_rates_over_the_trailing_second() {
 
 #[test]
 fn a_scripted_nic_drives_every_nic_rule_and_the_nic_table() {
-    let out = fresh_dir("nic-pipeline");
+    let tmp = TempDir::new("nic-pipeline");
+    let out = tmp.path().to_path_buf();
     let mut col = collector(&out, Some(Policy::nvidia()));
     let e0: Vec<(&str, u64)> = vec![
         ("rx_prio3_pause", 100),
@@ -298,5 +298,4 @@ fn a_scripted_nic_drives_every_nic_rule_and_the_nic_table() {
         t["sums"]["pfc_rx_frames_p0"], 7,
         "absent in sample 3: null there"
     );
-    let _ = std::fs::remove_dir_all(&out);
 }

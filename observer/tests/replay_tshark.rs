@@ -21,8 +21,7 @@
 //! - ICRC verdicts are not compared (tshark does not verify the ICRC); they are tested against
 //!   the real capture and the generated good/bad streams in tests/replay.rs.
 
-#[path = "support/corpus.rs"]
-mod corpus;
+use test_support::corpus;
 
 use std::collections::BTreeMap;
 use std::path::Path;

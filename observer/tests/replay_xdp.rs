@@ -11,8 +11,7 @@
 //! original length). Linux cooked captures are run as replay's reconstructed Ethernet frames;
 //! frames replay puts on egress are run through the tc egress program.
 
-#[path = "support/corpus.rs"]
-mod corpus;
+use test_support::corpus;
 
 use std::path::Path;
 

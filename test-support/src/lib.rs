@@ -4,7 +4,14 @@
 //! - [`require`] / [`require_root`]: the rule for tests that need root, BPF, network namespaces
 //!   or a tool only CI is sure to have: outside CI such a test skips with a clear message; with
 //!   `CI=true` a skip is a failure;
-//! - [`xorshift`]: deterministic pseudo-random numbers.
+//! - [`xorshift`]: deterministic pseudo-random numbers;
+//! - [`corpus`]: the generated capture corpus (one capture per case of metrics.md) and the
+//!   pcap / pcapng writers;
+//! - [`collector`]: the collector's outputs read back (pyarrow, alerts.jsonl, files) and a
+//!   process run inside a test's network namespace.
+
+pub mod collector;
+pub mod corpus;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -23,16 +23,13 @@
 //! a table with the ratio. Replay runs as a user runs it: collector on (Parquet, alerts,
 //! summary.json into a temporary directory), nvidia profile, JSON summary on stdout.
 
-#[path = "../../observer/tests/support/corpus.rs"]
-#[allow(dead_code, clippy::all)]
-mod corpus;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use test_support::corpus;
 
 const SIZES: [usize; 8] = [1024, 256, 64, 1024, 128, 512, 64, 4096];
 

@@ -1,8 +1,7 @@
 //! Flow-log trees written by the real collector, shared by the tests.
 #![allow(dead_code)]
 
-#[path = "../../../observer/tests/support/corpus.rs"]
-pub mod corpus;
+pub use test_support::corpus;
 
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use observer::sources::datapath::Datapath;

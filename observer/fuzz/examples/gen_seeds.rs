@@ -1,16 +1,13 @@
 //! Writes the fuzz targets' seed corpora (`corpus/<target>/`), from the tests' capture corpus
-//! and frame builder (`observer/tests/support/corpus.rs`, `observer_common::frames`), the
+//! and frame builder (`test_support::corpus`, `observer_common::frames`), the
 //! observer's own Parquet writer (a replay through the collector) and a list of policy files.
 //! Run from observer/fuzz: `AYA_BUILD_SKIP=1 cargo run --example gen_seeds` (it replaces the
 //! seed directories). Every seed is kept small: the corpora are a few hundred KB in all.
 
-#[path = "../../tests/support/corpus.rs"]
-mod corpus;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use corpus::{LINKTYPE_ETHERNET, Rec, Roce};
+use test_support::corpus::{self, LINKTYPE_ETHERNET, Rec, Roce};
 
 const T0: u64 = 1_700_000_000_000_000_000;
 const A: [u8; 4] = [10, 77, 1, 1];

@@ -12,7 +12,7 @@
 //! namespaces (and with them every veth, the bridge and the nftables rules), also on panic;
 //! namespaces left by a lab that was killed (its PID gone) are removed at the next start.
 
-use crate::lab::netns::{Netns, NetnsError, run};
+use netns::{Netns, NetnsError, run};
 
 use super::LabError;
 

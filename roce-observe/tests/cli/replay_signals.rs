@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use observer::sources::synthetic::Roce;
+use test_support::TempDir;
 
 fn pcap_header() -> Vec<u8> {
     let mut h = Vec::new();
@@ -32,8 +33,8 @@ fn record(ts_s: u32, frame: &[u8]) -> Vec<u8> {
 }
 
 fn stopped_by(sig: libc::c_int, name: &str) {
-    let out = std::env::temp_dir().join(format!("ro-replay-sig-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+    let tmp = TempDir::new(&format!("replay-sig-{name}"));
+    let out = tmp.join("out");
     let mut c = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
         .args(["replay", "-", "--json", "--out"])
         .arg(&out)
@@ -80,7 +81,6 @@ fn stopped_by(sig: libc::c_int, name: &str) {
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["output"]["flows"]["rows"], 3, "one row per interval: {s}");
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]

@@ -15,7 +15,7 @@ use super::observe::{self, ObserverMode};
 use super::rc::{self, RcConfig, ReqStats, Responder};
 use super::topo::{H1_IF, H2_IF, Topology};
 use super::{LabArgs, LabError, ScenarioSpec, Truth, stop_requested};
-use crate::pipeline::PolicyConfig;
+use observer::pipeline::PolicyConfig;
 
 /// A fallback capture's summary.json document and the frames its socket lost.
 pub type Captured = (Value, u64);

@@ -4,8 +4,6 @@
 //! none` checks nothing (not even the MTU), `--fail-on` gates a CI job, and times after 2262 do
 //! not wrap. Each test failed before its fix.
 
-mod collector_util;
-
 use std::process::Command;
 
 use observer::pipeline::alerts::{Alert, AlertKey, Dedup};
@@ -17,7 +15,7 @@ use observer::sources::synthetic::{Roce, pause_frame, pfc_frame};
 use observer_common::maps::{Policy, QpKey, QpValue, policy_flags};
 use serde_json::Value;
 
-use collector_util::*;
+use test_support::TempDir;
 
 const T0: u64 = 1_795_239_299_000_000_000;
 const S: u64 = 1_000_000_000;
@@ -30,10 +28,10 @@ fn alerts(out: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
-fn collector(name: &str) -> (Collector, std::path::PathBuf) {
-    let out = fresh_dir(name);
+fn collector(name: &str) -> (Collector, TempDir) {
+    let out = TempDir::new(name);
     let cfg = CollectorConfig::new(
-        out.clone(),
+        out.path().to_path_buf(),
         "h",
         "replay",
         PolicyConfig::profile("nvidia").unwrap(),
@@ -46,7 +44,8 @@ fn collector(name: &str) -> (Collector, std::path::PathBuf) {
 
 #[test]
 fn pause_alert_names_pause_senders_only() {
-    let (mut col, out) = collector("sem-pause");
+    let (mut col, tmp) = collector("sem-pause");
+    let out = tmp.path();
     let mut dp = Datapath::new(Policy::NONE, 1024);
     let pfc_sender = [2, 0, 0, 0, 0, 0x0a];
     let pause_sender = [2, 0, 0, 0, 0, 0x0b];
@@ -60,7 +59,7 @@ fn pause_alert_names_pause_senders_only() {
     }
     col.on_snapshot(&dp.snapshot("e0", T0 + S, None)).unwrap();
     col.finish().unwrap();
-    let a = alerts(&out);
+    let a = alerts(out);
     let pause = a
         .iter()
         .find(|a| a["rule"] == "pause_802_3x")
@@ -71,7 +70,6 @@ fn pause_alert_names_pause_senders_only() {
         !obs.contains("02:00:00:00:00:0a"),
         "a PFC sender in the PAUSE list: {obs}"
     );
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
@@ -115,7 +113,7 @@ fn a_summary_line_has_one_count_and_qps_come_in_hex_and_decimal() {
 
 #[test]
 fn the_interval_log_counts_alerts_raised_by_events_of_its_interval() {
-    let (mut col, out) = collector("sem-log");
+    let (mut col, _tmp) = collector("sem-log");
     let mut p = PolicyConfig::profile("nvidia").unwrap().expected;
     p.flags |= policy_flags::ENABLED;
     let mut dp = Datapath::new(p, 1024);
@@ -131,7 +129,6 @@ fn the_interval_log_counts_alerts_raised_by_events_of_its_interval() {
     col.on_snapshot(&dp.snapshot("e0", T0 + S, None)).unwrap();
     assert_eq!(col.last.alerts, 4, "the four dscp alerts of this interval");
     col.finish().unwrap();
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
@@ -194,7 +191,8 @@ fn replay(args: &[&str], file: &std::path::Path, out: &std::path::Path) -> (i32,
 
 #[test]
 fn profile_none_checks_nothing_and_fail_on_gates_on_severity() {
-    let dir = fresh_dir("sem-replay");
+    let tmp = TempDir::new("sem-replay");
+    let dir = tmp.path();
     let pcap = dir.join("mtu.pcap");
     mtu_1024_capture(&pcap);
     let (code, v, err) = replay(&["--profile", "none"], &pcap, &dir.join("none"));
@@ -215,5 +213,4 @@ fn profile_none_checks_nothing_and_fail_on_gates_on_severity() {
         "the summary is printed before the exit status"
     );
     assert!(err.contains("mtu_below_expected"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

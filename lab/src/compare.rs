@@ -12,8 +12,8 @@ use super::rc::{RcConfig, ReqStats, RespStats};
 use super::report::{AlertCheck, Row, ScenarioReport, SelfCheck, Summaries};
 use super::topo::{H1_IF, H1_IP, H2_IF, H2_IP, ip_str};
 use super::{DATA_DSCP, LabArgs, ScenarioSpec, Truth};
-use crate::pipeline::PolicyConfig;
 use contract::marking::Marking;
+use observer::pipeline::PolicyConfig;
 
 /// The table: ground truth beside roce-observe's summary, plus the lab's self-checks and the
 /// path view judged against the observers' `policy`.

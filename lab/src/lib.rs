@@ -9,10 +9,13 @@
 //! fabric). The report includes the path view: `roce-analyze path`'s comparison of the two
 //! observers' output. Everything it creates lives in `ro-lab-{h1,sw,h2}-<pid>[-n]` namespaces
 //! and is deleted on exit, on Ctrl-C / SIGTERM (the run stops and unwinds) and on failure.
+//!
+//! Above the observer library (its pipeline, sinks and sources) and below the `roce-observe`
+//! binary, which dispatches `roce-observe lab` to [`command`].
 
+pub mod command;
 pub mod compare;
 pub mod faults;
-pub mod netns;
 pub mod observe;
 pub mod path_view;
 pub mod rc;
@@ -33,8 +36,8 @@ use rc::{Endpoint, Marking, Msg, MsgKind, QpPlan, RcConfig, ReqStats, Responder,
 use report::ScenarioReport;
 use topo::{H1_IP, H1_MAC, H2_IP, H2_MAC, Topology};
 
-use crate::pipeline::{PolicyConfig, rule};
 use contract::vendor::Vendor;
+use observer::pipeline::{PolicyConfig, rule};
 
 pub const SCENARIOS: [&str; 8] = [
     "clean",
@@ -128,7 +131,7 @@ pub enum LabError {
     Topology {
         what: &'static str,
         #[source]
-        source: crate::lab::netns::NetnsError,
+        source: netns::NetnsError,
     },
     /// A fault could not be set up or read back, for a reason the lab found itself.
     #[error("faults: {0}")]
@@ -138,7 +141,7 @@ pub enum LabError {
     FaultsCommand {
         what: String,
         #[source]
-        source: crate::lab::netns::NetnsError,
+        source: netns::NetnsError,
     },
     /// nft's JSON output could not be read.
     #[error("faults: {what}")]
@@ -178,7 +181,7 @@ pub enum LabError {
     Collector {
         what: String,
         #[source]
-        source: crate::pipeline::CollectorError,
+        source: observer::pipeline::CollectorError,
     },
     /// The policy of the chosen vendor profile could not be built.
     #[error("policy of profile {profile}")]
@@ -618,7 +621,7 @@ impl Drop for RemoveOnDrop {
 
 /// Runs the requested scenario(s), printing each table; returns the reports.
 pub fn run_lab(args: &LabArgs) -> Result<Vec<ScenarioReport>, LabError> {
-    if !crate::lab::netns::is_root() {
+    if !netns::is_root() {
         return Err(LabError::NotRoot);
     }
     let names: Vec<&str> = if args.scenario == "all" {
@@ -635,4 +638,49 @@ pub fn run_lab(args: &LabArgs) -> Result<Vec<ScenarioReport>, LabError> {
         reports.push(r);
     }
     Ok(reports)
+}
+
+/// The lab's error prints its cause once, as observer's errors do (observer's
+/// `error_chain_tests`): its message says what failed, the cause is only its `source()`.
+#[cfg(test)]
+mod error_chain_tests {
+    use super::LabError;
+    use contract::error::chain;
+    use observer::pipeline::CollectorError;
+
+    /// The text of the innermost cause.
+    const CAUSE: &str = "the-innermost-cause";
+
+    fn lab_error() -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        Box::new(LabError::Collector {
+            what: "fallback collector on veth0".into(),
+            source: CollectorError::OutDir {
+                path: "/out".into(),
+                err: std::io::Error::other(CAUSE),
+            },
+        })
+    }
+
+    #[test]
+    fn every_cause_is_printed_once() {
+        let (name, e) = ("LabError::Collector", lab_error());
+        assert!(!e.to_string().contains(CAUSE), "{name}: {e}");
+        let logged = chain(&*e);
+        assert_eq!(logged.matches(CAUSE).count(), 1, "{name}: {logged}");
+        let e = anyhow::Error::from_boxed(e);
+        for text in [format!("{e:#}"), format!("{e:?}")] {
+            assert_eq!(text.matches(CAUSE).count(), 1, "{name}: {text}");
+        }
+        // What the logs show is what the command's `Error:` line shows, on one line.
+        assert_eq!(logged, format!("{e:#}"), "{name}");
+    }
+
+    /// The message still says what failed, and with what.
+    #[test]
+    fn messages_name_what_failed() {
+        let (name, e) = ("LabError::Collector", lab_error());
+        let text = chain(&*e);
+        assert!(text.contains("/out"), "{name}: {text}");
+        assert!(text.ends_with(CAUSE), "{name}: {text}");
+    }
 }

@@ -3,8 +3,7 @@
 //! a non-blocking standard input, the kernel's PFC source-MAC limit, and interface names with
 //! control characters. Every capture is generated here.
 
-#[path = "support/corpus.rs"]
-mod corpus;
+use test_support::{TempDir, corpus};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -25,13 +24,6 @@ const T0: u64 = 1_700_000_000_000_000_000;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_roce-observe")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("replay-inputs-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// A few frames of every kind the counts distinguish: RoCE writes of two QPs, an ACK, a CNP,
@@ -303,7 +295,8 @@ fn declared_interfaces_without_packets_cost_nothing() {
 
     // Through the binary with the collector: the interfaces table and the summary hold only
     // the two interfaces with packets.
-    let d = tmp("many-idbs");
+    let tmp = TempDir::new("replay-inputs-many-idbs");
+    let d = tmp.path().to_path_buf();
     let p = d.join("m.pcapng");
     std::fs::write(&p, &data).unwrap();
     let t = Instant::now();
@@ -615,7 +608,8 @@ fn interface_names_are_made_printable() {
         assert!(!g.chars().any(char::is_control), "{g:?}");
     }
     // Nothing raw reaches the terminal: the table and the JSON summary.
-    let d = tmp("names");
+    let tmp = TempDir::new("replay-inputs-names");
+    let d = tmp.path().to_path_buf();
     let p = d.join("n.pcapng");
     std::fs::write(&p, &data).unwrap();
     for json in [false, true] {
@@ -684,7 +678,8 @@ fn flows_pkts_per_host(out: &Path) -> std::collections::BTreeMap<String, i64> {
 /// `--journal`. summary.json says which (`output.<table>.journal`).
 #[test]
 fn a_stream_is_journaled_and_recovered_files_are_not_journaled() {
-    let dir = tmp("journal");
+    let tmp = TempDir::new("replay-inputs-journal");
+    let dir = tmp.path().to_path_buf();
     let out = dir.join("out");
     // 60 writes of one QP, 1 ms apart: six intervals of 10 ms, ten writes each; the last one
     // stays open (no later frame closes it)
@@ -810,5 +805,4 @@ fn a_stream_is_journaled_and_recovered_files_are_not_journaled() {
         serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["output"]["flows"]["journal"], true, "{summary:#}");
     assert_eq!(flows_pkts_per_host(&out).get("forced"), Some(&60));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,16 +4,16 @@
 //! real binary with its synthetic source (no BPF); the netns tests with real XDP are in
 //! collector_netns.rs.
 
-mod collector_util;
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use netns::run;
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig, rule};
 use observer::sources::synthetic::Synthetic;
-use observer::testutil::{require_root, run};
+use test_support::require_root;
 
-use collector_util::*;
+use test_support::TempDir;
+use test_support::collector::*;
 
 fn spawn(out: &std::path::Path, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_roce-observe"))
@@ -67,7 +67,8 @@ fn wait_for_file(dir: &std::path::Path, limit: Duration) {
 /// Signals the running observer with `sig` after two intervals' worth of time: it must flush,
 /// close every file, say why it stopped and exit 0, with every counted packet in the flow logs.
 fn stops_cleanly_on(sig: libc::c_int, name: &str) {
-    let out = fresh_dir(name);
+    let tmp = TempDir::new(name);
+    let out = tmp.path().to_path_buf();
     let mut c = spawn(&out, &[]);
     std::thread::sleep(Duration::from_millis(1300));
     // SAFETY: signalling the child we spawned, by its pid.
@@ -94,7 +95,6 @@ fn stops_cleanly_on(sig: libc::c_int, name: &str) {
     assert_eq!(flows["sums"]["pkts"], total);
     assert_eq!(summary["output"]["flows"]["rows"], flows["rows"]);
     assert_no_tmp_files(&out);
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
@@ -115,7 +115,8 @@ fn sighup_stops_like_sigterm() {
 /// the whole open window was).
 #[test]
 fn sigkill_loses_at_most_the_current_interval() {
-    let out = fresh_dir("sigkill-journal");
+    let tmp = TempDir::new("sigkill-journal");
+    let out = tmp.path().to_path_buf();
     let mut c = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
         .args(["--synthetic-qps", "50", "--interval", "200ms", "--plain"])
         .args(["--host", "first", "--out"])
@@ -159,7 +160,6 @@ fn sigkill_loses_at_most_the_current_interval() {
             .unwrap_or(true),
         "journals left after a clean stop"
     );
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// Intervals of many rows (100,000 QPs, the writer's checkpoint threshold) are made
@@ -169,7 +169,8 @@ fn sigkill_loses_at_most_the_current_interval() {
 #[test]
 fn sigkill_with_checkpointed_intervals_recovers_every_logged_one() {
     const QPS: u64 = 100_000;
-    let out = fresh_dir("sigkill-ckpt");
+    let tmp = TempDir::new("sigkill-ckpt");
+    let out = tmp.path().to_path_buf();
     let mut c = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
         .args(["--synthetic-qps", &QPS.to_string(), "--interval", "1s"])
         .args(["--plain", "--host", "first", "--out"])
@@ -258,12 +259,12 @@ fn sigkill_with_checkpointed_intervals_recovers_every_logged_one() {
             .iter()
             .all(|p| !p.to_string_lossy().contains("/flows-"))
     );
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
 fn sigkill_leaves_only_readable_final_files() {
-    let out = fresh_dir("sigkill");
+    let tmp = TempDir::new("sigkill");
+    let out = tmp.path().to_path_buf();
     // rotate every second of data, so completed files exist before the kill
     let mut c = spawn(&out, &["--rotate", "1s"]);
     wait_for_file(&out.join("flows"), Duration::from_secs(20));
@@ -291,12 +292,12 @@ fn sigkill_leaves_only_readable_final_files() {
         !out.join("summary.json").exists(),
         "no summary after SIGKILL"
     );
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
 fn unwritable_output_directory_alerts_and_counting_continues() {
-    let dir = fresh_dir("unwritable");
+    let tmp = TempDir::new("unwritable");
+    let dir = tmp.path().to_path_buf();
     let blocker = dir.join("file");
     std::fs::write(&blocker, b"not a directory").unwrap();
     let out = blocker.join("flows-here");
@@ -324,12 +325,12 @@ fn unwritable_output_directory_alerts_and_counting_continues() {
         "the last files could not be written: a failing exit"
     );
     assert!(err.contains("finishing the output files"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn bad_policy_and_missing_interface_are_clear_errors() {
-    let dir = fresh_dir("cli");
+    let tmp = TempDir::new("cli");
+    let dir = tmp.path().to_path_buf();
     let p = dir.join("p.toml");
     std::fs::write(&p, "rdma_priority = 3\n[cnp]\ndscp = 99\n").unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
@@ -369,7 +370,6 @@ fn bad_policy_and_missing_interface_are_clear_errors() {
     ] {
         assert!(help.contains(s), "--help lacks {s}:\n{help}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -379,8 +379,8 @@ fn unprivileged_run_says_what_is_needed() {
     }
     // A copy nobody can run whatever directory the checkout is in (a clone under /root is not
     // searchable by nobody).
-    let dir = std::env::temp_dir().join(format!("roce-unpriv-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = TempDir::new("unpriv");
+    let dir = tmp.path().to_path_buf();
     let bin = dir.join("roce-observe");
     std::fs::copy(env!("CARGO_BIN_EXE_roce-observe"), &bin).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -400,7 +400,6 @@ fn unprivileged_run_says_what_is_needed() {
         .args(["--iface", "lo", "--plain", "--out", "/tmp"])
         .output()
         .expect("setpriv (util-linux)");
-    let _ = std::fs::remove_dir_all(&dir);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(
@@ -412,11 +411,14 @@ fn unprivileged_run_says_what_is_needed() {
 /// A small tmpfs, unmounted (and its directory removed) on drop, also on panic.
 struct Tmpfs {
     dir: std::path::PathBuf,
+    // Dropped after `drop` unmounted the tmpfs: removes the directory.
+    _tmp: TempDir,
 }
 
 impl Tmpfs {
     fn new(name: &str, size: &str) -> Tmpfs {
-        let dir = fresh_dir(name);
+        let tmp = TempDir::new(name);
+        let dir = tmp.path().to_path_buf();
         run(
             "mount",
             &[
@@ -429,14 +431,13 @@ impl Tmpfs {
             ],
         )
         .expect("mount tmpfs");
-        Tmpfs { dir }
+        Tmpfs { dir, _tmp: tmp }
     }
 }
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = run("umount", &[&self.dir.display().to_string()]);
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

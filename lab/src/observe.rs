@@ -21,11 +21,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use observer_common::maps::{Policy, dir};
 use serde_json::Value;
 
-use crate::lab::netns::Netns;
-use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
-use crate::sinks::summary_json::summary_json;
-use crate::sources::datapath::Datapath;
-use crate::sources::paced::{first_tick, next_tick};
+use netns::Netns;
+use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
+use observer::sinks::summary_json::summary_json;
+use observer::sources::datapath::Datapath;
+use observer::sources::paced::{first_tick, next_tick};
 
 use super::sock::{PACKET_OUTGOING, RawSock};
 use super::{LabError, stop_requested};
@@ -421,7 +421,7 @@ fn wall_ns() -> u64 {
         .unwrap_or(0)
 }
 
-fn collector_err(iface: &str) -> impl Fn(crate::pipeline::CollectorError) -> LabError + '_ {
+fn collector_err(iface: &str) -> impl Fn(observer::pipeline::CollectorError) -> LabError + '_ {
     move |source| LabError::Collector {
         what: format!("fallback collector on {iface}"),
         source,

@@ -3,8 +3,9 @@
 
 use std::process::{Command, Output};
 
-use observer::testutil::{VethPair, require_root};
+use netns::VethPair;
 use serde_json::Value;
+use test_support::require_root;
 
 const BIN: &str = env!("CARGO_BIN_EXE_roce-observe");
 

@@ -8,18 +8,18 @@
 //! in the alerts table and summary.json. Only addresses inside the namespaces; both are deleted
 //! on every path (guards), the observer killed if the test fails.
 
-mod collector_util;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use netns::{Netns, send_raw};
 use observer::pipeline::rule;
 use observer::sources::synthetic::Roce;
-use observer::testutil::{Netns, require_root, send_raw};
 use serde_json::Value;
+use test_support::require_root;
 
-use collector_util::{NsProcess, alerts_jsonl, fresh_dir, pyarrow_read};
+use test_support::TempDir;
+use test_support::collector::{NsProcess, alerts_jsonl, pyarrow_read};
 
 const SRC: [u8; 4] = [10, 77, 9, 1];
 const DST: [u8; 4] = [10, 77, 9, 2];
@@ -139,7 +139,7 @@ fn start_observer(ns: &Netns, out: &Path) -> NsProcess {
     .map(|a| a.into())
     .collect();
     args.push(out.into());
-    NsProcess::roce_observe(ns, &args, 2)
+    NsProcess::roce_observe(env!("CARGO_BIN_EXE_roce-observe"), ns, &args, 2)
 }
 
 /// SIGINT, and a clean exit.
@@ -193,7 +193,8 @@ fn one_observer_on_two_interfaces_raises_marking_changed_with_exact_counts() {
         return;
     }
     let f = fabric();
-    let out = fresh_dir("marking").join("run");
+    let tmp = TempDir::new("marking");
+    let out = tmp.join("run");
     let mut obs = start_observer(&f.h, &out);
     // 60 bursts, one every 50 ms: 3 s of traffic across several 500 ms interval edges
     let t0 = Instant::now();
@@ -317,5 +318,4 @@ fn one_observer_on_two_interfaces_raises_marking_changed_with_exact_counts() {
     );
     drop(obs);
     drop(f);
-    let _ = std::fs::remove_dir_all(out.parent().unwrap());
 }

@@ -1,5 +1,5 @@
 //! The path view of a lab run: the comparison of `roce-analyze path`
-//! ([`crate::pipeline::marking`]: path order, value changes, the policy's expected values) over
+//! ([`observer::pipeline::marking`]: path order, value changes, the policy's expected values) over
 //! the observers' own output, each `summary.json`'s per-QP totals per interface and direction.
 //! Both observers run before the first packet and stop after the last, so the totals are the
 //! range every point covers. Every QP key is followed from point to point (h1's egress to h2's
@@ -249,7 +249,7 @@ mod tests {
             q("h1-eth0", "egress", b, a, 0, json!({}), json!({}), json!({})),
         ]});
         let m = Marking::of(
-            &crate::pipeline::PolicyConfig::profile("nvidia")
+            &observer::pipeline::PolicyConfig::profile("nvidia")
                 .unwrap()
                 .expected,
         );

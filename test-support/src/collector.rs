@@ -1,6 +1,5 @@
 //! Helpers for the collector's integration tests: an independent Parquet reader (pyarrow, via
-//! python3) and small file utilities.
-#![allow(dead_code)]
+//! python3), small file utilities and a process run inside a test's network namespace.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -90,13 +89,6 @@ pub fn all_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-pub fn fresh_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ro-coll-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// alerts.jsonl as JSON values.
 pub fn alerts_jsonl(out: &Path) -> Vec<Value> {
     std::fs::read_to_string(out.join("alerts.jsonl"))
@@ -127,7 +119,7 @@ pub struct NsProcess {
 
 impl NsProcess {
     pub fn spawn<S: AsRef<std::ffi::OsStr>>(
-        ns: &observer::testutil::Netns,
+        ns: &netns::Netns,
         program: &str,
         args: &[S],
     ) -> NsProcess {
@@ -160,13 +152,15 @@ impl NsProcess {
         }
     }
 
-    /// roce-observe with `args`, once it said `attached ingress` `ifaces` times (20 s at most).
+    /// roce-observe (the binary `bin`) with `args`, once it said `attached ingress` `ifaces`
+    /// times (20 s at most).
     pub fn roce_observe<S: AsRef<std::ffi::OsStr>>(
-        ns: &observer::testutil::Netns,
+        bin: &str,
+        ns: &netns::Netns,
         args: &[S],
         ifaces: usize,
     ) -> NsProcess {
-        let p = NsProcess::spawn(ns, env!("CARGO_BIN_EXE_roce-observe"), args);
+        let p = NsProcess::spawn(ns, bin, args);
         let t = std::time::Instant::now();
         while p.err().matches("attached ingress").count() < ifaces {
             assert!(

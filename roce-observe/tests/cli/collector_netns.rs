@@ -5,18 +5,18 @@
 //! was sent, a clean SIGTERM (flush, close, programs detached), and after a SIGKILL: every
 //! final-named file readable and nothing left attached.
 
-mod collector_util;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use netns::{Netns, VethPair};
 use observer::pipeline::rule;
 use observer::sources::synthetic::{Roce, pause_frame, pfc_frame};
-use observer::testutil::{Netns, VethPair, require_root};
 use serde_json::Value;
+use test_support::require_root;
 
-use collector_util::*;
+use test_support::TempDir;
+use test_support::collector::*;
 
 /// (rule, qp, class, priority)
 type AlertId = (String, Option<u64>, Option<String>, Option<u64>);
@@ -27,7 +27,7 @@ const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 
 /// Sends raw frames out of `iface` from inside namespace `ns` (AF_PACKET, SOCK_RAW).
 fn send_raw(ns: &Netns, iface: &str, frames: &[Vec<u8>]) {
-    observer::testutil::send_raw(ns, iface, frames).unwrap();
+    netns::send_raw(ns, iface, frames).unwrap();
 }
 
 /// The observer running in a namespace ([`NsProcess`]).
@@ -59,7 +59,7 @@ impl Observer {
         args.push("--policy".into());
         args.push(policy.into());
         args.extend(extra.iter().map(|a| a.into()));
-        NsProcess::roce_observe(ns, &args, 1)
+        NsProcess::roce_observe(env!("CARGO_BIN_EXE_roce-observe"), ns, &args, 1)
     }
 }
 
@@ -135,7 +135,8 @@ fn live_observer_alerts_and_logs_what_was_sent() {
         return;
     }
     let pair = VethPair::new("cn", "10.77.1.1", "10.77.1.2").unwrap();
-    let out = fresh_dir("netns");
+    let tmp = TempDir::new("netns");
+    let out = tmp.path().to_path_buf();
     let policy = out.join("policy.toml");
     // pfc_without_ecn is left to the datapath test (it depends on PFC and RoCE sharing an interval)
     std::fs::write(&policy, "profile = \"nvidia\"\n[thresholds]\npfc_without_ecn_min_xoff = 1000000\nhold_down_s = 60\n").unwrap();
@@ -366,7 +367,6 @@ fn live_observer_alerts_and_logs_what_was_sent() {
         "alerts.jsonl is written as alerts happen"
     );
     drop(pair);
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// The packet clock ticks in the kernel: packets that arrive while roce-observe is stopped
@@ -377,7 +377,8 @@ fn packet_times_go_on_while_the_observer_is_stopped() {
         return;
     }
     let pair = VethPair::new("cs", "10.77.4.1", "10.77.4.2").unwrap();
-    let out = fresh_dir("netns-sigstop");
+    let tmp = TempDir::new("netns-sigstop");
+    let out = tmp.path().to_path_buf();
     let policy = out.join("policy.toml");
     std::fs::write(&policy, "profile = \"nvidia\"\n").unwrap();
     let run = out.join("run");
@@ -436,7 +437,8 @@ fn full_map_eviction_keeps_every_packet_accounted() {
         return;
     }
     let pair = VethPair::new("ce", "10.77.2.1", "10.77.2.2").unwrap();
-    let out = fresh_dir("netns-evict");
+    let tmp = TempDir::new("netns-evict");
+    let out = tmp.path().to_path_buf();
     let policy = out.join("policy.toml");
     std::fs::write(&policy, "profile = \"nvidia\"\n").unwrap();
     let run = out.join("run");
@@ -506,7 +508,6 @@ fn full_map_eviction_keeps_every_packet_accounted() {
     let al = alerts_jsonl(&run);
     assert!(al.iter().any(|a| a["rule"] == rule::QP_MAP_FULL), "{al:?}");
     drop(pair);
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// The observed interface is deleted and re-created with the same name: `iface_gone` is raised
@@ -519,7 +520,8 @@ fn a_deleted_and_recreated_interface_is_alerted_and_observed_again() {
         return;
     }
     let pair = VethPair::new("cg", "10.77.3.1", "10.77.3.2").unwrap();
-    let out = fresh_dir("netns-gone");
+    let tmp = TempDir::new("netns-gone");
+    let out = tmp.path().to_path_buf();
     let policy = out.join("policy.toml");
     std::fs::write(&policy, "profile = \"nvidia\"\n").unwrap();
     let run = out.join("run");
@@ -592,5 +594,4 @@ fn a_deleted_and_recreated_interface_is_alerted_and_observed_again() {
     );
     let flows = pyarrow_read(&run, "flows", &["pkts"], false);
     assert_eq!(flows["sums"]["pkts"], 17);
-    let _ = std::fs::remove_dir_all(&out);
 }

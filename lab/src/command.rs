@@ -1,7 +1,7 @@
 //! `roce-observe lab`: runs the lab's scenarios and prints their summary; a disagreement
 //! between what was injected and what was observed is an error.
 
-use crate::lab::{LabArgs, LabError, run_lab};
+use crate::{LabArgs, LabError, run_lab};
 
 /// The lab command.
 pub fn run(args: LabArgs) -> anyhow::Result<()> {

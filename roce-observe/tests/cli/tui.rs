@@ -11,10 +11,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use test_support::{TempDir, require};
+
 /// A tmux server with one session running roce-observe.
 struct Pane {
     socket: String,
     out: PathBuf,
+    // Dropped after the tmux server was killed: removes the output and its `.exit` / `.pid`.
+    _dir: TempDir,
 }
 
 fn tmux_present(test: &str) -> bool {
@@ -22,14 +26,7 @@ fn tmux_present(test: &str) -> bool {
         .arg("-V")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok {
-        let msg = format!("{test}: needs tmux (scripts/setup.sh installs it): SKIPPED");
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg} — but CI=true, where a skip is a failure");
-        }
-        eprintln!("{msg}");
-    }
-    ok
+    require(ok, test, "tmux (scripts/setup.sh installs it)")
 }
 
 impl Pane {
@@ -41,11 +38,8 @@ impl Pane {
 
     /// As [`Pane::start`], with `redirect` after roce-observe's arguments (`2>FILE`).
     fn start_with(name: &str, w: u16, h: u16, args: &[&str], redirect: &str) -> Pane {
-        let out = std::env::temp_dir().join(format!("ro-tui-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&out);
-        for ext in ["exit", "pid"] {
-            let _ = std::fs::remove_file(out.with_extension(ext));
-        }
+        let dir = TempDir::new(&format!("tui-{name}"));
+        let out = dir.join("out");
         let bin = env!("CARGO_BIN_EXE_roce-observe");
         let cmd = format!(
             "echo $$ > {pid}; {bin} --out {out} {args} {redirect}; echo $? > {exit}; sleep 120",
@@ -57,6 +51,7 @@ impl Pane {
         let p = Pane {
             socket: format!("ro-tui-{}-{name}", std::process::id()),
             out,
+            _dir: dir,
         };
         let (w, h) = (w.to_string(), h.to_string());
         p.tmux(&[
@@ -158,10 +153,6 @@ impl Drop for Pane {
         let _ = Command::new("tmux")
             .args(["-L", &self.socket, "kill-server"])
             .output();
-        let _ = std::fs::remove_dir_all(&self.out);
-        for ext in ["exit", "pid", "err"] {
-            let _ = std::fs::remove_file(self.out.with_extension(ext));
-        }
     }
 }
 
@@ -427,7 +418,8 @@ fn a_closed_terminal_stops_like_sighup() {
         return;
     }
     let name = "hangup";
-    let err = std::env::temp_dir().join(format!("ro-tui-{name}-{}.err", std::process::id()));
+    let err_dir = TempDir::new(&format!("tui-{name}-err"));
+    let err = err_dir.join("stderr");
     let redirect = format!("2>{}", err.display());
     let args = ["--synthetic-qps", "20", "--interval", "300ms"];
     let p = Pane::start_with(name, 80, 24, &args, &redirect);

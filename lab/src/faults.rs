@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::lab::netns::Netns;
+use netns::Netns;
 
 use super::sock::RawSock;
 use super::topo::{SW_P1, SW_P2, SW_P2_MAC};

@@ -3,8 +3,8 @@
 //! real oferby capture), written with the tiny pcap/pcapng writers below (pcap-parser does not
 //! write).
 //!
-//! Shared by the tests (`mod support;`) and by `cargo xtask bench-replay` (`#[path]`).
-#![allow(dead_code)]
+//! Shared by the tests of observer, roce-observe and analysis, by `cargo xtask bench-replay` and
+//! by the fuzz seeds' generator.
 
 use std::io::Write;
 use std::net::IpAddr;

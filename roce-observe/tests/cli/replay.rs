@@ -1,8 +1,7 @@
 //! Replay: golden tests on the real captures, damage handling, streaming, intervals, and the
 //! metrics.md cases of the generated corpus.
 
-#[path = "support/corpus.rs"]
-mod corpus;
+use test_support::{TempDir, corpus};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,23 +15,16 @@ use serde_json::Value;
 
 const OFERBY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/data/captures/oferby_proxy_roce.pcap"
+    "/../observer/tests/data/captures/oferby_proxy_roce.pcap"
 );
 const ERF: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/data/captures/srinivaskoritala_infiniband_erf.pcap"
+    "/../observer/tests/data/captures/srinivaskoritala_infiniband_erf.pcap"
 );
 
 /// The public captures (copied unmodified, see SOURCES.md there).
 fn captures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/captures")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("replay-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../observer/tests/data/captures")
 }
 
 fn bin() -> &'static str {
@@ -142,7 +134,8 @@ fn golden_erf_is_rejected_with_its_number() {
 #[test]
 fn truncated_file_is_processed_up_to_the_damage() {
     let data = std::fs::read(OFERBY).unwrap();
-    let d = tmp("trunc");
+    let tmp = TempDir::new("replay-trunc");
+    let d = tmp.path().to_path_buf();
     // Cut in the middle of a record: the offset is that record's start.
     let p = d.join("cut.pcap");
     std::fs::write(&p, &data[..5000]).unwrap();
@@ -232,7 +225,8 @@ fn truncated_file_is_processed_up_to_the_damage() {
 #[test]
 fn cli_reports_damage_with_file_and_offset() {
     let data = std::fs::read(OFERBY).unwrap();
-    let d = tmp("cli-trunc");
+    let tmp = TempDir::new("replay-cli-trunc");
+    let d = tmp.path().to_path_buf();
     let p = d.join("cut.pcap");
     std::fs::write(&p, &data[..5000]).unwrap();
     let out = Command::new(bin())
@@ -309,7 +303,8 @@ impl Consumer for Recorder {
 
 #[test]
 fn intervals_follow_capture_time() {
-    let d = tmp("intervals");
+    let tmp = TempDir::new("replay-intervals");
+    let d = tmp.path().to_path_buf();
     let c = corpus::corpus()
         .into_iter()
         .find(|c| c.name == "pfc_storm")
@@ -345,7 +340,8 @@ fn intervals_follow_capture_time() {
 
 #[test]
 fn events_reach_the_output_with_capture_times() {
-    let d = tmp("events");
+    let tmp = TempDir::new("replay-events");
+    let d = tmp.path().to_path_buf();
     let c = corpus::corpus()
         .into_iter()
         .find(|c| c.name == "go_back_n")
@@ -368,7 +364,8 @@ fn events_reach_the_output_with_capture_times() {
 }
 
 fn corpus_summary(name: &str) -> Value {
-    let d = tmp(&format!("case-{name}"));
+    let tmp = TempDir::new(&format!("replay-case-{name}"));
+    let d = tmp.path().to_path_buf();
     let c = corpus::corpus()
         .into_iter()
         .find(|c| c.name == name)
@@ -568,7 +565,8 @@ fn corpus_metrics_cases() {
 
 #[test]
 fn max_qps_counts_untracked() {
-    let d = tmp("maxqps");
+    let tmp = TempDir::new("replay-maxqps");
+    let d = tmp.path().to_path_buf();
     let c = corpus::corpus()
         .into_iter()
         .find(|c| c.name == "clean")
@@ -614,7 +612,8 @@ fn cli_table_summary() {
 
 #[test]
 fn in_memory_reader_equals_streaming_reader() {
-    let d = tmp("slice");
+    let tmp = TempDir::new("replay-slice");
+    let d = tmp.path().to_path_buf();
     let files = corpus::write_corpus(&d).unwrap();
     let mut paths: Vec<PathBuf> = files.into_iter().map(|(_, p)| p).collect();
     paths.push(PathBuf::from(OFERBY));
@@ -656,7 +655,8 @@ fn in_memory_reader_equals_streaming_reader() {
 /// checked with an independent Parquet reader (pyarrow, installed by scripts/setup.sh).
 #[test]
 fn cli_writes_flow_logs_and_alerts_in_capture_time() {
-    let d = tmp("collector");
+    let tmp = TempDir::new("replay-collector");
+    let d = tmp.path().to_path_buf();
     let mut paths = Vec::new();
     for c in corpus::corpus() {
         if [
@@ -776,7 +776,8 @@ fn stream_emits_intervals_before_the_input_ends() {
             Ok(n)
         }
     }
-    let d = tmp("trickle");
+    let tmp = TempDir::new("replay-trickle");
+    let d = tmp.path().to_path_buf();
     let c = corpus::corpus()
         .into_iter()
         .find(|c| c.name == "pfc_storm")
@@ -816,7 +817,8 @@ fn stream_emits_intervals_before_the_input_ends() {
 /// an error that names the file and an offset inside it.
 #[test]
 fn random_corruption_never_panics() {
-    let d = tmp("mutate");
+    let tmp = TempDir::new("replay-mutate");
+    let d = tmp.path().to_path_buf();
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     let mut rnd = move || {
         x ^= x << 13;
@@ -868,7 +870,8 @@ fn random_corruption_never_panics() {
 /// quanta's sum (0.84 s).
 #[test]
 fn half_second_storm_reads_its_densest_second_and_its_real_pause_time() {
-    let d = tmp("storm-half");
+    let tmp = TempDir::new("replay-storm-half");
+    let d = tmp.path().to_path_buf();
     let t0 = 1_700_000_000_000_000_000u64;
     let mac = [2, 0, 0, 0, 0, 0xbb];
     let xoff = corpus::pfc(mac, 1 << 3, [0, 0, 0, 0xffff, 0, 0, 0, 0]);
