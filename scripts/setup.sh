@@ -8,7 +8,7 @@
 # LLVM 22, the Python reader (pyarrow) the tests use as an independent Parquet reader,
 # DuckDB and PySpark, on which the cross-engine test runs roce-analyze's report SQL (DuckDB is also
 # the baseline of the analysis benchmark), and
-# Python playwright (drives the Debian chromium for analysis/tests/html.rs; no browser download).
+# Python playwright (drives the Debian chromium for analysis/tests/integration/html.rs; no browser download).
 # Each step checks first and is skipped when already done, so a second run takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,7 +60,7 @@ if ! python3 -c 'import duckdb, pyspark' 2>/dev/null; then
   python3 -m pip install -q duckdb pyspark
 fi
 if ! python3 -c 'import playwright.sync_api' 2>/dev/null; then
-  log "pip: installing playwright (drives /usr/bin/chromium in analysis/tests/html.rs)"
+  log "pip: installing playwright (drives /usr/bin/chromium in analysis/tests/integration/html.rs)"
   python3 -m pip install -q playwright==1.65.2
 fi
 log "ready: $(rustup run "$TOOLCHAIN" rustc --version), $(bpf-linker --version)"

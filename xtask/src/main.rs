@@ -22,6 +22,8 @@
 //!   rows) beside DuckDB running the report's queries: wall time, peak RSS, ratio.
 //! - `schema-doc`: writes docs/schema.md from the output schema's one definition
 //!   (`contract::schema`).
+//! - `summary-doc`: writes docs/summary-json.md from summary.json's field definitions
+//!   (`observer::sinks::summary_json::fields`).
 mod bench_analyze;
 mod bench_ebpf;
 mod bench_replay;
@@ -58,6 +60,13 @@ fn schema_doc() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn summary_doc() -> anyhow::Result<()> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/summary-json.md");
+    std::fs::write(&path, observer::sinks::summary_json::markdown())?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -69,11 +78,12 @@ fn main() -> anyhow::Result<()> {
         Some("jit-dump") => jit_dump::main(&args[1..]),
         Some("jit-lines") => jit_dump::lines(&args[1..]),
         Some("schema-doc") => schema_doc(),
+        Some("summary-doc") => summary_doc(),
         Some(other) => anyhow::bail!(
-            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-analyze, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc)"
+            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-analyze, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc, summary-doc)"
         ),
         None => anyhow::bail!(
-            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-analyze, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc"
+            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-analyze, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc, summary-doc"
         ),
     }
 }

@@ -1,6 +1,8 @@
 //! Totals of a run in a stable JSON form (`summary.json` in the output directory, and the end of
 //! run summary): per interface and direction, and per QP key, with every metrics.md count. The
-//! lab and the tshark comparison read this; field names are part of the documented interface.
+//! lab and the tshark comparison read this; field names are part of the documented interface:
+//! every field is documented here ([`fields`]), docs/summary-json.md is generated from that
+//! (`cargo xtask summary-doc`), and [`check`] tells a document's undocumented fields.
 
 use observer_common::maps::{IfaceStats, QpKey, QpValue, class, dir};
 use observer_common::parse::{encap, reason};
@@ -134,6 +136,140 @@ enum QpField {
     Count(usize),
 }
 
+/// A fixed field of a QP object: its name, what the serializer writes for it, and its
+/// documentation (docs/summary-json.md), with the keys inside it when it is an object.
+struct QpFieldDef {
+    name: &'static str,
+    field: QpField,
+    ty: Ty,
+    doc: &'static str,
+    keys: &'static [(&'static str, Ty, &'static str)],
+}
+
+/// Keys of a per-class histogram (`dscp`, `ecn`, `pcp`): every class, and in each the nonzero
+/// buckets.
+const fn per_class_keys(bucket: &'static str) -> [(&'static str, Ty, &'static str); 2] {
+    [
+        (
+            "{class}",
+            Ty::Obj,
+            "one object per traffic class (`data`, `ack`, `cnp`), also when empty",
+        ),
+        ("{class}.{value}", Ty::Int, bucket),
+    ]
+}
+
+/// The fixed fields of a QP object, before the per-QP counts of [`QP_COUNTS`]: the one list
+/// that [`QpJson`] writes and docs/summary-json.md documents.
+const QP_FIELDS: [QpFieldDef; 14] = [
+    QpFieldDef {
+        name: "iface",
+        field: QpField::Iface,
+        ty: Ty::Str,
+        doc: "the interface (for replay: the capture's interface name)",
+        keys: &[],
+    },
+    QpFieldDef {
+        name: "dir",
+        field: QpField::Dir,
+        ty: Ty::Str,
+        doc: "`ingress` or `egress`",
+        keys: &[],
+    },
+    QpFieldDef {
+        name: "src",
+        field: QpField::Src,
+        ty: Ty::Str,
+        doc: "source IP address: dotted IPv4 (also for an IPv4-mapped key), IPv6 otherwise",
+        keys: &[],
+    },
+    QpFieldDef {
+        name: "dst",
+        field: QpField::Dst,
+        ty: Ty::Str,
+        doc: "destination IP address",
+        keys: &[],
+    },
+    QpFieldDef {
+        name: "qp",
+        field: QpField::Qp,
+        ty: Ty::Int,
+        doc: "destination QP number (BTH)",
+        keys: &[],
+    },
+    QpFieldDef {
+        name: "qp_hex",
+        field: QpField::QpHex,
+        ty: Ty::Str,
+        doc: "the same as `0x` and six hex digits (`grep 0x000011 summary.json`)",
+        keys: &[],
+    },
+    QpFieldDef {
+        name: "first_ns",
+        field: QpField::FirstNs,
+        ty: Ty::Int,
+        doc: "time of the key's first packet, ns since the Unix epoch (capture time for replay)",
+        keys: &[],
+    },
+    QpFieldDef {
+        name: "last_ns",
+        field: QpField::LastNs,
+        ty: Ty::Int,
+        doc: "time of the key's last packet, likewise",
+        keys: &[],
+    },
+    QpFieldDef {
+        name: "max_udp_payload",
+        field: QpField::MaxUdpPayload,
+        ty: Ty::Int,
+        doc: "largest UDP payload of the key's packets (bytes)",
+        keys: &[],
+    },
+    QpFieldDef {
+        name: "last_udp_sport",
+        field: QpField::LastUdpSport,
+        ty: Ty::Int,
+        doc: "UDP source port of the key's last packet",
+        keys: &[],
+    },
+    QpFieldDef {
+        name: "opcodes",
+        field: QpField::Opcodes,
+        ty: Ty::Obj,
+        doc: "packets per BTH opcode, nonzero only",
+        keys: &[(
+            "{opcode}",
+            Ty::Int,
+            "packets with that opcode (`0x` and two hex digits), or `other`: the opcodes without a bucket of their own",
+        )],
+    },
+    QpFieldDef {
+        name: "dscp",
+        field: QpField::Dscp,
+        ty: Ty::Obj,
+        doc: "DSCP histogram per class",
+        keys: &per_class_keys("packets of the class with that DSCP (0-63), nonzero only"),
+    },
+    QpFieldDef {
+        name: "ecn",
+        field: QpField::Ecn,
+        ty: Ty::Obj,
+        doc: "ECN histogram per class",
+        keys: &per_class_keys(
+            "packets of the class with that ECN codepoint (0-3; 3 is CE), nonzero only",
+        ),
+    },
+    QpFieldDef {
+        name: "pcp",
+        field: QpField::Pcp,
+        ty: Ty::Obj,
+        doc: "VLAN PCP histogram per class",
+        keys: &per_class_keys(
+            "packets of the class with that PCP (0-7), or `none`: untagged; nonzero only",
+        ),
+    },
+];
+
 /// The orders of the object's keys and of the histograms' keys, as a `Value` map (sorted by
 /// the key string) has them.
 struct Orders {
@@ -152,27 +288,12 @@ fn by_name<T>(mut v: Vec<(String, T)>) -> Vec<(String, T)> {
 }
 
 static ORDERS: std::sync::LazyLock<Orders> = std::sync::LazyLock::new(|| {
-    use QpField::*;
-    let mut fields: Vec<(&'static str, QpField)> = vec![
-        ("iface", Iface),
-        ("dir", Dir),
-        ("src", Src),
-        ("dst", Dst),
-        ("qp", Qp),
-        ("qp_hex", QpHex),
-        ("first_ns", FirstNs),
-        ("last_ns", LastNs),
-        ("max_udp_payload", MaxUdpPayload),
-        ("last_udp_sport", LastUdpSport),
-        ("opcodes", Opcodes),
-        ("dscp", Dscp),
-        ("ecn", Ecn),
-        ("pcp", Pcp),
-    ];
+    let mut fields: Vec<(&'static str, QpField)> =
+        QP_FIELDS.iter().map(|f| (f.name, f.field)).collect();
     // a QP object has the counts inserted after the fixed fields: a count of the same name replaces it.
     for (i, q) in QP_COUNTS.iter().enumerate() {
         fields.retain(|f| f.0 != q.name);
-        fields.push((q.name, Count(i)));
+        fields.push((q.name, QpField::Count(i)));
     }
     fields.sort_by(|a, b| a.0.cmp(b.0));
     let mut opcodes: Vec<(String, Option<usize>)> = (0..observer_common::maps::OPCODE_BUCKETS)
@@ -528,6 +649,450 @@ pub fn interfaces_json(snaps: &[Snapshot]) -> Map<String, Value> {
     m
 }
 
+/// The JSON type of a summary.json field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ty {
+    Int,
+    Num,
+    Str,
+    /// A string or null.
+    OptStr,
+    Bool,
+    Obj,
+    /// An array of objects (each documented field by field).
+    Objs,
+    /// An array of 8 integers, one per priority 0-7.
+    Ints8,
+    /// An array of 8 numbers, one per priority 0-7.
+    Nums8,
+    Strs,
+}
+
+impl Ty {
+    pub fn name(self) -> &'static str {
+        match self {
+            Ty::Int => "integer",
+            Ty::Num => "number",
+            Ty::Str => "string",
+            Ty::OptStr => "string or null",
+            Ty::Bool => "boolean",
+            Ty::Obj => "object",
+            Ty::Objs => "array of objects",
+            Ty::Ints8 => "8 integers (priority 0-7)",
+            Ty::Nums8 => "8 numbers (priority 0-7)",
+            Ty::Strs => "array of strings",
+        }
+    }
+
+    /// `v` has this type.
+    pub fn accepts(self, v: &Value) -> bool {
+        let eight = |f: fn(&Value) -> bool| {
+            v.as_array()
+                .is_some_and(|a| a.len() == 8 && a.iter().all(f))
+        };
+        match self {
+            Ty::Int => v.is_u64() || v.is_i64(),
+            Ty::Num => v.is_number(),
+            Ty::Str => v.is_string(),
+            Ty::OptStr => v.is_string() || v.is_null(),
+            Ty::Bool => v.is_boolean(),
+            Ty::Obj => v.is_object(),
+            Ty::Objs => v.as_array().is_some_and(|a| a.iter().all(Value::is_object)),
+            Ty::Ints8 => eight(|x| x.is_u64() || x.is_i64()),
+            Ty::Nums8 => eight(Value::is_number),
+            Ty::Strs => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+        }
+    }
+}
+
+/// One documented field of summary.json. `path` from the document's root: `a.b` is key `b` of
+/// the object `a`, `a[]` an element of the array `a`, and a segment in braces (`{rule}`) any key
+/// of its object, named in `doc`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub path: String,
+    pub ty: Ty,
+    pub doc: String,
+}
+
+type Doc = (&'static str, Ty, &'static str);
+
+/// The top level of the document (the collector's `summary_head` and the QPs).
+const HEAD_FIELDS: &[Doc] = &[
+    (
+        "interfaces",
+        Ty::Objs,
+        "one object per interface and direction (every interface's ingress, its egress when it saw frames): totals of the run, counts from before a restart of the interface included; [fields below](#interfaces)",
+    ),
+    (
+        "qps",
+        Ty::Objs,
+        "one object per QP key (interface, direction, source, destination, destination QP) of the run, by interface, then key; [fields below](#qps)",
+    ),
+    ("host", Ty::Str, "`--host` (default: the host name)"),
+    (
+        "source",
+        Ty::Str,
+        "`live`, `replay`, or `lab-fallback` (the lab's fallback observer)",
+    ),
+    ("point", Ty::OptStr, "`--point-label`, or null"),
+    (
+        "points",
+        Ty::Objs,
+        "the run's observation points: one per interface and direction, as `interfaces` has them",
+    ),
+    ("points[].host", Ty::Str, "the host"),
+    ("points[].iface", Ty::Str, "the interface"),
+    ("points[].dir", Ty::Str, "`ingress` or `egress`"),
+    ("points[].point", Ty::OptStr, "the point label, or null"),
+    (
+        "points[].name",
+        Ty::Str,
+        "the point's name in `roce-analyze path`: `host/iface/dir`, `[label]` appended when labelled",
+    ),
+    (
+        "alerts",
+        Ty::Obj,
+        "alerts emitted per rule (after deduplication and hold-down); a rule that never fired is absent",
+    ),
+    (
+        "alerts.{rule}",
+        Ty::Int,
+        "alerts of the rule ([alerts.md](alerts.md))",
+    ),
+    (
+        "alert_occurrences",
+        Ty::Obj,
+        "occurrences behind the alerts per rule (an alert can stand for several)",
+    ),
+    (
+        "alert_occurrences.{rule}",
+        Ty::Int,
+        "the rule's occurrences",
+    ),
+    (
+        "pfc_storm_figures",
+        Ty::Obj,
+        "the figures of the PFC storm rule, per interface",
+    ),
+    ("pfc_storm_figures.{iface}", Ty::Obj, "one interface"),
+    (
+        "pfc_storm_figures.{iface}.max_xoff_per_s",
+        Ty::Obj,
+        "per direction (`ingress`, `egress`)",
+    ),
+    (
+        "pfc_storm_figures.{iface}.max_xoff_per_s.{dir}",
+        Ty::Nums8,
+        "the most PFC XOFF frames in one second (the densest one-second window), per priority",
+    ),
+    (
+        "pfc_storm_figures.{iface}.evictions",
+        Ty::Int,
+        "QP keys evicted from the interface's table over the run",
+    ),
+    (
+        "output",
+        Ty::Obj,
+        "statistics of the outputs that keep them",
+    ),
+    (
+        "output.{table}",
+        Ty::Obj,
+        "a Parquet table's writer: `flows`, `interfaces`, `alerts`, `nic`",
+    ),
+    (
+        "output.{table}.files",
+        Ty::Int,
+        "files renamed to their final name",
+    ),
+    ("output.{table}.rows", Ty::Int, "rows in those files"),
+    ("output.{table}.bytes", Ty::Int, "bytes of those files"),
+    (
+        "output.{table}.write_errors",
+        Ty::Int,
+        "failed attempts to write a completed file",
+    ),
+    (
+        "output.{table}.rows_lost",
+        Ty::Int,
+        "rows dropped because too much was pending on an unwritable disk",
+    ),
+    (
+        "output.{table}.pending_files",
+        Ty::Int,
+        "completed files still pending at the end (their writes kept failing)",
+    ),
+    (
+        "output.{table}.journal",
+        Ty::Bool,
+        "whether the open file's rows were made durable as written (journal and checkpoints; [replay.md](replay.md))",
+    ),
+    (
+        "output.alerts_jsonl_lines_lost",
+        Ty::Int,
+        "alerts.jsonl lines that could not be written",
+    ),
+    (
+        "output.alertmanager",
+        Ty::Obj,
+        "with `--alertmanager`: [monitoring.md](monitoring.md)",
+    ),
+    (
+        "output.alertmanager.urls",
+        Ty::Strs,
+        "the Alertmanager URLs",
+    ),
+];
+
+/// Alertmanager's counts (`output.alertmanager.*`).
+const ALERTMANAGER_FIELDS: &[Doc] = &[
+    (
+        "sent",
+        Ty::Int,
+        "alerts (firing or resolved) accepted by every Alertmanager",
+    ),
+    (
+        "dropped",
+        Ty::Int,
+        "alerts dropped because the queue was full",
+    ),
+    (
+        "failed",
+        Ty::Int,
+        "alerts given up after the retries (per Alertmanager)",
+    ),
+    ("retries", Ty::Int, "failed posts that were retried"),
+];
+
+/// The fields of an interface object ([`iface_json`]) before the counts of [`IFACE_TRAFFIC`]
+/// and [`IFACE_HEALTH`].
+const IFACE_FIELDS: &[Doc] = &[
+    ("iface", Ty::Str, "the interface"),
+    ("dir", Ty::Str, "`ingress` or `egress`"),
+    (
+        "excluded",
+        Ty::Obj,
+        "frames not counted as RoCE, by reason: every reason, also when 0",
+    ),
+    (
+        "excluded.{reason}",
+        Ty::Int,
+        "frames excluded for the reason",
+    ),
+    (
+        "encap",
+        Ty::Obj,
+        "frames that arrived in a mirror encapsulation, by encapsulation: every one, also when 0",
+    ),
+    ("encap.{encap}", Ty::Int, "frames in the encapsulation"),
+    ("pfc", Ty::Obj, "PFC frames (MAC control opcode 0x0101)"),
+    ("pfc.frames", Ty::Int, "PFC frames"),
+    (
+        "pfc.enabled",
+        Ty::Ints8,
+        "PFC frames with the priority's class-enable bit set",
+    ),
+    (
+        "pfc.xoff",
+        Ty::Ints8,
+        "of those, with a pause time above 0 (XOFF)",
+    ),
+    ("pfc.xon", Ty::Ints8, "of those, with pause time 0 (XON)"),
+    ("pfc.quanta", Ty::Ints8, "pause quanta summed"),
+    ("pause", Ty::Obj, "802.3x PAUSE frames (opcode 0x0001)"),
+    ("pause.frames", Ty::Int, "PAUSE frames"),
+    ("pause.xon", Ty::Int, "of those, with time 0 (XON)"),
+    ("pause.quanta", Ty::Int, "pause quanta summed"),
+];
+
+/// Every documented field of summary.json, from the same definitions its writers use: the
+/// QP object's fields ([`QP_FIELDS`], [`QP_COUNTS`]), the interface counts ([`IFACE_TRAFFIC`],
+/// [`IFACE_HEALTH`]), and the lists above for the rest.
+pub fn fields() -> Vec<Field> {
+    let field = |path: String, ty: Ty, doc: String| Field { path, ty, doc };
+    let mut out: Vec<Field> = HEAD_FIELDS
+        .iter()
+        .map(|&(p, ty, doc)| field(p.into(), ty, doc.into()))
+        .collect();
+    out.extend(
+        ALERTMANAGER_FIELDS
+            .iter()
+            .map(|&(p, ty, doc)| field(format!("output.alertmanager.{p}"), ty, doc.into())),
+    );
+    let names = |n: &[&str]| {
+        n.iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for &(p, ty, doc) in IFACE_FIELDS {
+        let doc = match p {
+            "excluded.{reason}" => format!("{doc}: {}", names(&reason::NAMES)),
+            "encap.{encap}" => format!("{doc}: {}", names(&encap::NAMES[1..])),
+            _ => doc.into(),
+        };
+        out.push(field(format!("interfaces[].{p}"), ty, doc));
+    }
+    for c in IFACE_TRAFFIC.iter().chain(&IFACE_HEALTH) {
+        out.push(field(
+            format!("interfaces[].{}", c.name),
+            Ty::Int,
+            format!(
+                "{} ({}); the run's total of the `interfaces` table's column",
+                c.doc, c.unit
+            ),
+        ));
+    }
+    for f in QP_FIELDS
+        .iter()
+        .filter(|f| !QP_COUNTS.iter().any(|q| q.name == f.name))
+    {
+        out.push(field(format!("qps[].{}", f.name), f.ty, f.doc.into()));
+        for &(k, ty, doc) in f.keys {
+            out.push(field(format!("qps[].{}.{k}", f.name), ty, doc.into()));
+        }
+    }
+    for q in &QP_COUNTS {
+        out.push(field(
+            format!("qps[].{}", q.name),
+            Ty::Int,
+            format!(
+                "{} ({}); the run's total of the `flows` table's column",
+                q.doc, q.unit
+            ),
+        ));
+    }
+    out
+}
+
+/// docs/summary-json.md, generated from [`fields`].
+pub fn markdown() -> String {
+    let mut s = String::from(
+        "<!-- Generated from observer/src/sinks/summary_json.rs by `cargo xtask summary-doc`; a test fails when this file and the code differ. -->\n\
+         # summary.json\n\n\
+         The totals of a run, written by `roce-observe` (live and replay) into the output directory when it stops cleanly; \
+         `roce-observe replay --json` prints the same fields (with `--no-out` only `interfaces` and `qps`) beside two of its own, `first_events` and `replay` ([replay.md](replay.md)). summary.json is one JSON object, keys in sorted order, indented down to its second \
+         level, every record below that (an interface and direction, a QP key, an output's statistics) on a line of its own \
+         ([live.md](live.md#output-tree)). Counts are totals over the run; the same counts per interval are the Parquet tables' \
+         columns of the same names ([schema.md](schema.md)).\n\n\
+         A path `a.b` is the key `b` of the object `a`, `a[]` an element of the array `a`, and a key in braces (`{rule}`) \
+         stands for any key of its object, named in the text. A field not listed here is not part of summary.json: a test \
+         checks a summary.json written by the observer against this list.\n",
+    );
+    let sections = [
+        ("Top level", "", ""),
+        (
+            "interfaces",
+            "interfaces[].",
+            "One interface and direction (`interfaces[]`).",
+        ),
+        (
+            "qps",
+            "qps[].",
+            "One QP key (`qps[]`); histograms list nonzero buckets only.",
+        ),
+    ];
+    let all = fields();
+    for (i, (title, prefix, intro)) in sections.iter().enumerate() {
+        s += &format!("\n## {title}\n\n");
+        if !intro.is_empty() {
+            s += &format!("{intro}\n\n");
+        }
+        s += "| field | type | meaning |\n|---|---|---|\n";
+        for f in &all {
+            let rel = if i == 0 {
+                if sections[1..].iter().any(|x| f.path.starts_with(x.1)) {
+                    continue;
+                }
+                f.path.as_str()
+            } else if let Some(r) = f.path.strip_prefix(prefix) {
+                r
+            } else {
+                continue;
+            };
+            s += &format!("| `{rel}` | {} | {} |\n", f.ty.name(), f.doc);
+        }
+    }
+    s
+}
+
+/// What [`check`] found in a summary.json document.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// Each place with a field no entry of [`fields`] describes, or a value of another type
+    /// than documented.
+    pub problems: Vec<String>,
+    /// The documented paths the document has.
+    pub seen: std::collections::BTreeSet<String>,
+}
+
+/// Checks a summary.json document against the documented fields ([`fields`]).
+pub fn check(doc: &Value) -> Checked {
+    let all = fields();
+    let by_path: std::collections::HashMap<&str, &Field> =
+        all.iter().map(|f| (f.path.as_str(), f)).collect();
+    let mut out = Checked::default();
+    check_object(doc, "", "", &by_path, &mut out);
+    out
+}
+
+fn check_object(
+    v: &Value,
+    pattern: &str,
+    at: &str,
+    fields: &std::collections::HashMap<&str, &Field>,
+    out: &mut Checked,
+) {
+    let Value::Object(m) = v else {
+        out.problems.push(format!("{at}: not an object"));
+        return;
+    };
+    let join = |p: &str, k: &str| {
+        if p.is_empty() {
+            k.to_string()
+        } else {
+            format!("{p}.{k}")
+        }
+    };
+    // The key in braces of this object, if it has any key.
+    let any_key = fields.keys().find(|p| {
+        let (parent, last) = p.rsplit_once('.').unwrap_or(("", p));
+        parent == pattern && last.starts_with('{')
+    });
+    for (k, child) in m {
+        let here = join(at, k);
+        let Some(f) = fields
+            .get(join(pattern, k).as_str())
+            .or_else(|| any_key.and_then(|p| fields.get(p)))
+        else {
+            out.problems.push(format!("{here}: not documented"));
+            continue;
+        };
+        if !f.ty.accepts(child) {
+            out.problems
+                .push(format!("{here}: {} documented, found {child}", f.ty.name()));
+            continue;
+        }
+        out.seen.insert(f.path.clone());
+        match (f.ty, child) {
+            (Ty::Obj, _) => check_object(child, &f.path, &here, fields, out),
+            (Ty::Objs, Value::Array(a)) => {
+                for (i, e) in a.iter().enumerate() {
+                    check_object(
+                        e,
+                        &format!("{}[]", f.path),
+                        &format!("{here}[{i}]"),
+                        fields,
+                        out,
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,6 +1211,69 @@ mod tests {
             .unwrap();
             assert_eq!(streamed, tree, "key {i}");
         }
+    }
+
+    /// docs/summary-json.md is the generated text, so the documentation and the code cannot
+    /// differ.
+    #[test]
+    fn docs_summary_json_matches_the_code() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/summary-json.md");
+        let doc = std::fs::read_to_string(path).expect("docs/summary-json.md");
+        assert!(
+            doc == markdown(),
+            "docs/summary-json.md differs from observer/src/sinks/summary_json.rs: run `cargo xtask summary-doc`"
+        );
+    }
+
+    /// Every field is documented once; a summary's QPs and interfaces have every documented
+    /// field of theirs and no other; an undocumented or mistyped field is found and named.
+    #[test]
+    fn the_documented_fields_are_the_written_ones() {
+        let all = fields();
+        let mut paths: Vec<&str> = all.iter().map(|f| f.path.as_str()).collect();
+        paths.sort_unstable();
+        let n = paths.len();
+        paths.dedup();
+        assert_eq!(paths.len(), n, "a path documented twice");
+        for f in &all {
+            assert!(!f.doc.trim().is_empty(), "{}: no text", f.path);
+        }
+        let stats = IfaceStats {
+            frames: 10,
+            ..IfaceStats::default()
+        };
+        let snaps = vec![Snapshot {
+            iface: "eth0".into(),
+            time_ns: 1,
+            link_speed_bps: None,
+            qps: (0..20).map(|i| (key(i, 0), value(i as u64 + 3))).collect(),
+            iface_stats: [stats; dir::COUNT],
+            macs: Vec::new(),
+            changed: None,
+        }];
+        let mut doc = summary_json(&snaps);
+        let c = check(&doc);
+        assert_eq!(c.problems, Vec::<String>::new());
+        for f in all
+            .iter()
+            .filter(|f| f.path.starts_with("qps[].") || f.path.starts_with("interfaces[]."))
+        {
+            assert!(
+                c.seen.contains(&f.path),
+                "{} documented, not written",
+                f.path
+            );
+        }
+        doc["alerts"] = json!({"go_back_n": 2, "pfc_storm": 1});
+        doc["qps"][3]["new_count"] = json!(1);
+        doc["interfaces"][1]["pfc"]["xoff"] = json!(3);
+        assert_eq!(
+            check(&doc).problems,
+            [
+                "interfaces[1].pfc.xoff: 8 integers (priority 0-7) documented, found 3",
+                "qps[3].new_count: not documented"
+            ]
+        );
     }
 
     /// A streamed summary (head + QPs at their place) prints exactly as the `Value` summary

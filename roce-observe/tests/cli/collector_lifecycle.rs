@@ -79,6 +79,9 @@ fn stops_cleanly_on(sig: libc::c_int, name: &str) {
     assert!(err.contains(&format!("stopped ({name})")), "{err}");
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    // The documented fields only (docs/summary-json.md), each of its type.
+    let c = observer::sinks::summary_json::check(&summary);
+    assert!(c.problems.is_empty(), "{}", c.problems.join("\n"));
     let total: u64 = summary["qps"]
         .as_array()
         .unwrap()

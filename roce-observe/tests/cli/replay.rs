@@ -716,7 +716,15 @@ fn cli_writes_flow_logs_and_alerts_in_capture_time() {
         n += 1;
     }
     assert!(n >= 6);
-    assert!(out.join("summary.json").exists());
+    // summary.json has the documented fields only (docs/summary-json.md), each of its type.
+    let written: Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let c = observer::sinks::summary_json::check(&written);
+    assert!(
+        c.problems.is_empty(),
+        "summary.json against docs/summary-json.md:\n{}",
+        c.problems.join("\n")
+    );
     // Flow rows summed by pyarrow equal replay's per-QP packet totals.
     let want: u64 = s["qps"]
         .as_array()

@@ -10,13 +10,16 @@ use lab::{LabArgs, ObserverMode};
 use observer::testutil::require_root;
 use serde_json::Value;
 
+use crate::support::{heavy, tmp};
+
 #[test]
 fn roce_analyze_path_reads_the_lab_trees() {
     if !require_root("roce_analyze_path_reads_the_lab_trees") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("roce-lab-path-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    // The lab's timing (two observers, intervals on whole seconds) as when it ran alone.
+    let _heavy = heavy();
+    let (_dir, dir) = tmp("lab-path");
     let args = LabArgs {
         scenario: "dscp-remap".into(),
         observer: ObserverMode::Userspace,
@@ -100,5 +103,4 @@ fn roce_analyze_path_reads_the_lab_trees() {
             assert!(*pkts > 0 && *pkts <= n, "{row}: {pkts} of {n} re-marked");
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,8 +2,6 @@
 //! corpus's generated frames) read back by roce-analyze: its figures must equal the collector's
 //! own summary, and the baseline comparison must flag a lossy run against a clean one.
 
-mod support;
-
 use analysis::report::{Report, Verdict, analyze, compare};
 use contract::policy::PolicyConfig;
 
@@ -14,7 +12,7 @@ fn report_of(dir: &std::path::Path) -> Result<Report, analysis::engine::EngineEr
         &PolicyConfig::profile("nvidia").unwrap(),
     )
 }
-use support::write_logs;
+use crate::support::{tmp, write_logs};
 
 fn sum(summary: &serde_json::Value, field: &str) -> i64 {
     summary["qps"]
@@ -27,8 +25,7 @@ fn sum(summary: &serde_json::Value, field: &str) -> i64 {
 
 #[test]
 fn figures_equal_the_collectors_summary() {
-    let dir = std::env::temp_dir().join(format!("roce-analyze-e2e-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let (_d, dir) = tmp("analyze-e2e");
     let names = [
         "clean",
         "go_back_n",
@@ -77,15 +74,12 @@ fn figures_equal_the_collectors_summary() {
         Verdict::Fail,
         "the bleached case has DSCP 0 data"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn baseline_flags_a_lossy_run_and_not_a_clean_one() {
-    let base_dir = std::env::temp_dir().join(format!("roce-analyze-base-{}", std::process::id()));
-    let run_dir = std::env::temp_dir().join(format!("roce-analyze-run-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base_dir);
-    let _ = std::fs::remove_dir_all(&run_dir);
+    let (_b, base_dir) = tmp("analyze-base");
+    let (_r, run_dir) = tmp("analyze-run");
     write_logs(&base_dir, &["clean"]);
     write_logs(&run_dir, &["clean", "go_back_n"]);
     let base_r = report_of(&base_dir).unwrap();
@@ -107,17 +101,12 @@ fn baseline_flags_a_lossy_run_and_not_a_clean_one() {
     // A missing directory is a clear error, not a panic.
     let err = report_of(&run_dir.join("nope")).err().unwrap().to_string();
     assert!(err.contains("nope does not exist"), "{err}");
-    let _ = std::fs::remove_dir_all(&base_dir);
-    let _ = std::fs::remove_dir_all(&run_dir);
 }
 
 #[test]
 fn command_line_exit_codes_and_json() {
-    let base = std::env::temp_dir().join(format!("roce-analyze-cli-base-{}", std::process::id()));
-    let run = std::env::temp_dir().join(format!("roce-analyze-cli-run-{}", std::process::id()));
-    for d in [&base, &run] {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    let (_b, base) = tmp("analyze-cli-base");
+    let (_r, run) = tmp("analyze-cli-run");
     write_logs(&base, &["clean"]);
     write_logs(&run, &["clean", "go_back_n"]);
     let bin = env!("CARGO_BIN_EXE_roce-analyze");
@@ -163,7 +152,4 @@ fn command_line_exit_codes_and_json() {
         .unwrap();
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
-    for d in [&base, &run] {
-        let _ = std::fs::remove_dir_all(d);
-    }
 }

@@ -9,14 +9,12 @@
 //! (scripts/setup.sh installs both). Without them the test is skipped with a message, except
 //! with `CI=true`, where a skip is a failure.
 
-mod support;
-
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use crate::support::{Netns, heavy, is_root, require, run, tmp, write_logs};
 use serde_json::Value;
-use support::write_logs;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -83,70 +81,24 @@ with sync_playwright() as p:
 print(json.dumps(out))
 "##;
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("roce-html-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Why the browser test cannot run here, if it cannot.
+/// What the browser test needs and does not have here, if anything.
 fn missing_prerequisite() -> Option<String> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("not root (the test makes a network namespace)".into());
+    if !is_root() {
+        return Some("root (the test makes a network namespace)".into());
     }
     if !Path::new(CHROMIUM).exists() {
-        return Some(format!("{CHROMIUM} is missing (Debian package chromium)"));
+        return Some(format!("{CHROMIUM} (Debian package chromium)"));
     }
     let py = Command::new("python3")
         .args(["-c", "import playwright.sync_api"])
         .output();
     if !py.is_ok_and(|o| o.status.success()) {
-        return Some("the Python package playwright is missing".into());
+        return Some("the Python package playwright".into());
     }
     if Command::new("ip").arg("-V").output().is_err() {
-        return Some("ip (iproute2) is missing".into());
+        return Some("ip (iproute2)".into());
     }
     None
-}
-
-/// A network namespace with only loopback up, deleted on drop (also when the test fails).
-struct Netns(String);
-
-impl Netns {
-    fn new(name: &str) -> Netns {
-        // One left by a killed run of the same process id.
-        let _ = Command::new("ip")
-            .args(["netns", "del", name])
-            .stderr(std::process::Stdio::null())
-            .status();
-        let st = Command::new("ip")
-            .args(["netns", "add", name])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip netns add {name}");
-        let ns = Netns(name.to_string());
-        let st = Command::new("ip")
-            .args(["netns", "exec", name, "ip", "link", "set", "lo", "up"])
-            .status()
-            .unwrap();
-        assert!(st.success(), "lo up in {name}");
-        ns
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn run(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 /// Decodes an 8-bit RGB or RGBA PNG (non-interlaced, as Chromium writes them) into RGB pixels.
@@ -229,16 +181,15 @@ fn s(v: &Value) -> String {
 
 #[test]
 fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
-    if let Some(why) = missing_prerequisite() {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("the html browser test cannot run on CI: {why}");
-        }
-        eprintln!(
-            "SKIPPED the_page_loads_offline…: {why} (scripts/setup.sh installs chromium and playwright; run as root)"
+    if let Some(missing) = missing_prerequisite() {
+        require(
+            false,
+            "the_page_loads_offline… (scripts/setup.sh installs chromium and playwright; run as root)",
+            &missing,
         );
         return;
     }
-    let root = tmp("page");
+    let (root_guard, root) = tmp("html-page");
     let (run_dir, base_dir) = (root.join("run"), root.join("base"));
     write_logs(
         &run_dir,
@@ -300,6 +251,7 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
     std::fs::write(&driver, DRIVER).unwrap();
     let shot = root.join("shot.png");
     let profile = root.join("profile");
+    let heavy = heavy();
     let ns = Netns::new(&format!("roce-html-{}", std::process::id()));
     let t = std::time::Instant::now();
     let o = Command::new("ip")
@@ -311,6 +263,7 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
         .output()
         .unwrap();
     drop(ns);
+    drop(heavy);
     assert!(
         o.status.success(),
         "the browser run failed: {}",
@@ -529,16 +482,15 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
 
     // ROCE_HTML_KEEP=1 keeps the page and the screenshot for a look.
     if std::env::var_os("ROCE_HTML_KEEP").is_some() {
+        std::mem::forget(root_guard);
         eprintln!("kept {} and {}", page.display(), shot.display());
-    } else {
-        let _ = std::fs::remove_dir_all(&root);
     }
 }
 
 /// Clear errors: a missing directory, a file that is not a baseline.
 #[test]
 fn missing_directory_and_bad_baseline_are_clear_errors() {
-    let root = tmp("errors");
+    let (_root, root) = tmp("html-errors");
     let o = run(&[
         "html".as_ref(),
         root.join("nope").as_os_str(),
@@ -575,14 +527,13 @@ fn missing_directory_and_bad_baseline_are_clear_errors() {
     let page = std::fs::read_to_string(root.join("x.html")).unwrap();
     assert!(page.contains("id=\"chart-0-xoff\""));
     assert!(!page.contains("id=\"baseline\""));
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// `--max-ifaces` and `--max-points` bound the page: the most troubled interfaces only, and
 /// intervals summed into buckets (no browser needed).
 #[test]
 fn limits_bound_the_interfaces_and_the_points() {
-    let root = tmp("limits");
+    let (_root, root) = tmp("html-limits");
     let dir = root.join("run");
     write_logs(&dir, &["clean", "go_back_n", "ecn_ce_cnp", "pfc"]);
     let page = root.join("p.html");
@@ -628,5 +579,4 @@ fn limits_bound_the_interfaces_and_the_points() {
         text.contains("data-figure=\"ce\">0<"),
         "the report is filtered too"
     );
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -2,33 +2,17 @@
 //! per interval exactly as the alert rules fire, the recorded policy as default, the filters,
 //! the per-key timeline, `roce-analyze sql`, and the error messages.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 
+use crate::support::{FAULTS, run, tmp, write_logs, write_logs_with};
 use analysis::engine::{Engine, Filters, Options};
 use analysis::report::{Report, report, rows};
 use contract::policy::PolicyConfig;
 use observer::pipeline::rules::Rule;
-use support::{FAULTS, write_logs, write_logs_with};
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("roce-analyze-sql-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
 
 fn engine(dirs: &[PathBuf], f: &Filters) -> Engine {
     Engine::open(dirs, f, &Options::default()).unwrap()
-}
-
-fn run(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 /// The alert rule each report part counts.
@@ -49,7 +33,7 @@ fn rule_of(part: &str, check: &str) -> String {
 /// that kernel events raise first: between the interval alerts and those plus the events).
 #[test]
 fn verdicts_count_what_the_alert_rules_fire() {
-    let dir = tmp("verdicts");
+    let (_dir, dir) = tmp("sql-verdicts");
     let policy = PolicyConfig::from_toml(
         "[data]\npcp = \"untagged\"\n[thresholds]\nhold_down_s = 0\npfc_storm_xoff_per_s = 1\nce_without_cnp_min_ce = 1\n",
         "test",
@@ -121,7 +105,6 @@ fn verdicts_count_what_the_alert_rules_fire() {
             "{rule}: {from_report:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The alert rules the report counts.
@@ -148,7 +131,7 @@ fn check<'a>(r: &'a Report, name: &str) -> &'a analysis::report::Check {
 /// The worst subjects are named with their figures, worst first, and `--top` bounds them.
 #[test]
 fn the_worst_subjects_are_named_worst_first() {
-    let dir = tmp("worst");
+    let (_dir, dir) = tmp("sql-worst");
     write_logs(&dir, &FAULTS);
     let eng = engine(std::slice::from_ref(&dir), &Filters::default());
     let p = PolicyConfig::profile("nvidia").unwrap();
@@ -176,15 +159,14 @@ fn the_worst_subjects_are_named_worst_first() {
         .map(|p| p.figure)
         .sum();
     assert_eq!(parts, sum(&all));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The policy recorded in the tree is the default; --profile and --policy override it; trees
 /// with different recorded policies need a choice.
 #[test]
 fn the_runs_policy_is_the_default() {
-    let a = tmp("policy-a");
-    let b = tmp("policy-b");
+    let (_a, a) = tmp("sql-policy-a");
+    let (_b, b) = tmp("sql-policy-b");
     // a site that marks RDMA data with DSCP 0 (an rxe lab, say): its run raises no DSCP alert
     let site = PolicyConfig::from_toml("[data]\ndscp = 0\n[ack]\ndscp = 0\n", "site").unwrap();
     write_logs_with(&a, &["bleached"], site, "ha");
@@ -234,15 +216,12 @@ fn the_runs_policy_is_the_default() {
         err.contains("different policies") && err.contains("--policy"),
         "{err}"
     );
-    for d in [&a, &b] {
-        let _ = std::fs::remove_dir_all(d);
-    }
 }
 
 /// Each filter selects exactly the rows a WHERE clause on the unfiltered tables selects.
 #[test]
 fn filters_select_the_rows_they_name() {
-    let dir = tmp("filters");
+    let (_dir, dir) = tmp("sql-filters");
     write_logs(&dir, &FAULTS);
     let all = engine(std::slice::from_ref(&dir), &Filters::default());
     let count = |e: &Engine, q: &str| rows(&e.run(q).unwrap())[0]["n"].as_i64().unwrap();
@@ -334,13 +313,12 @@ fn filters_select_the_rows_they_name() {
         &format!("SELECT COUNT(*) AS n FROM flows WHERE qp = {qp}"),
     );
     assert!(text.contains(&format!("timeline ({want} rows)")), "{text}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `roce-analyze sql`: JSON rows, CSV and a table; a bad query is an error, not a panic.
 #[test]
 fn ad_hoc_sql() {
-    let dir = tmp("adhoc");
+    let (_dir, dir) = tmp("sql-adhoc");
     write_logs(&dir, &["clean", "ecn_ce_cnp"]);
     let d = dir.as_os_str();
     let out = run(&[
@@ -386,14 +364,13 @@ fn ad_hoc_sql() {
         err.contains("query failed") && err.contains("nope"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A QP whose messages each fit one packet (ONLY opcodes) never warns about the MTU, however
 /// small its payloads; the multi-packet case below the expected MTU does.
 #[test]
 fn no_mtu_warning_from_single_packet_messages() {
-    let dir = tmp("mtu");
+    let (_dir, dir) = tmp("sql-mtu");
     write_logs(&dir, &["clean", "ecn_ce_cnp", "bleached"]);
     let eng = engine(std::slice::from_ref(&dir), &Filters::default());
     let r = report(
@@ -423,14 +400,13 @@ fn no_mtu_warning_from_single_packet_messages() {
             mtu.detail
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Errors: a missing path says it does not exist, a foreign Parquet file is named with what is
 /// wrong, and swapped compare arguments get a usage hint.
 #[test]
 fn errors_say_what_is_wrong() {
-    let dir = tmp("errors");
+    let (_dir, dir) = tmp("sql-errors");
     write_logs(&dir, &["clean"]);
     let out = run(&["report".as_ref(), dir.join("nope").as_os_str()]);
     assert_eq!(out.status.code(), Some(1));
@@ -465,5 +441,4 @@ fn errors_say_what_is_wrong() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("compare takes the baseline file first"));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,61 +7,27 @@
 //! Needs root (the namespace), python3 with duckdb and pyspark, and java: outside CI a missing
 //! one skips the test with a message; with CI=true it fails.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::{FAULTS, Netns, heavy, require, require_root, tmp, write_logs};
 use analysis::engine::{Engine, Filters, Options};
 use analysis::report::rows;
-use support::write_logs;
 
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/engines/run_queries.py");
+const SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/integration/engines/run_queries.py"
+);
 
-/// Skips outside CI, fails in CI.
-fn skip(why: &str) -> bool {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true and the cross-engine test cannot run: {why}");
-    }
-    eprintln!("skipped (outside CI): {why}");
-    true
-}
+const TEST: &str = "the_report_queries_give_the_same_rows_on_duckdb_and_spark";
 
 fn have_python_module(m: &str) -> bool {
     Command::new("python3")
         .args(["-c", &format!("import {m}")])
         .output()
         .is_ok_and(|o| o.status.success())
-}
-
-/// A network namespace with only loopback, removed on drop (also when the test fails).
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Netns {
-        let name = format!("roce-an-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        let ok = |args: &[&str]| {
-            let o = Command::new("ip").args(args).output().unwrap();
-            assert!(
-                o.status.success(),
-                "ip {args:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        };
-        ok(&["netns", "add", &name]);
-        let ns = Netns(name);
-        ok(&["-n", &ns.0, "link", "set", "lo", "up"]);
-        ns
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-    }
 }
 
 /// Runs the Python runner for `engine` inside `ns`, bounded in time; its rows per query file.
@@ -106,28 +72,31 @@ fn other_engine(
 
 #[test]
 fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
-    if !nix_root() && skip("not root (needs a network namespace)") {
+    if !require_root(TEST) {
         return;
     }
     for m in ["duckdb", "pyspark"] {
-        if !have_python_module(m)
-            && skip(&format!(
-                "python3 module {m} missing (scripts/setup.sh installs it)"
-            ))
-        {
+        if !require(
+            have_python_module(m),
+            TEST,
+            &format!("python3 module {m} (scripts/setup.sh installs it)"),
+        ) {
             return;
         }
     }
-    if Command::new("java").arg("-version").output().is_err()
-        && skip("java missing (scripts/setup.sh installs it)")
-    {
+    if !require(
+        Command::new("java").arg("-version").output().is_ok(),
+        TEST,
+        "java (scripts/setup.sh installs it)",
+    ) {
         return;
     }
-    let base = std::env::temp_dir().join(format!("roce-analyze-engines-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    // Spark and DuckDB take both cores for minutes: alone.
+    let _heavy = heavy();
+    let (_base, base) = tmp("analyze-engines");
     let tree = base.join("tree");
     let qdir = base.join("queries");
-    write_logs(&tree, &support::FAULTS);
+    write_logs(&tree, &FAULTS);
     let out = Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
         .args(["report", "--top", "3", "--emit-sql"])
         .arg(&qdir)
@@ -191,7 +160,7 @@ fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
         "too few queries with rows to compare: {nonempty}"
     );
     assert!(!ours["marking.subjects.sql"].is_empty() && !ours["go_back_n.subjects.sql"].is_empty());
-    let ns = Netns::new();
+    let ns = Netns::new(&format!("roce-an-{}", std::process::id()));
     for (engine, limit) in [("duckdb", 120), ("spark", 600)] {
         let theirs = other_engine(
             &ns,
@@ -210,10 +179,4 @@ fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
         }
     }
     drop(ns);
-    let _ = std::fs::remove_dir_all(&base);
-}
-
-fn nix_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }

@@ -3,25 +3,17 @@
 //! re-marked (DSCP, PCP, ECN) and dropped as the receiver's ingress; the changes and losses
 //! reported must be exactly those made.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
+use crate::support::corpus::{self, Rec, Roce};
+use crate::support::tmp;
 use clap::Parser;
 use serde_json::Value;
-use support::corpus::{self, Rec, Roce};
 
 /// Capture time zero: a whole second, so intervals of 1 s start on it.
 const T0: u64 = 1_700_000_000_000_000_000;
 /// Packets per key in a full capture: one every 20 ms for 6 s.
 const N: u32 = 300;
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("roce-path-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// Packet `i` of key `k` (keys 1-5 of every capture, 6-8 for keys seen at one point or at
 /// different times): sent at T0 + i x 20 ms + k ms, PSN 1000 + i.
@@ -234,7 +226,7 @@ fn receiver(k: u64, i: u32) -> Option<Roce> {
 /// changes against the policy make the exit status 1; keys at one point are listed, not lost.
 #[test]
 fn remarked_and_lossy_copy_reports_exactly_what_was_done() {
-    let root = tmp("remarked");
+    let (_root, root) = tmp("path-remarked");
     let keys = [1, 2, 3, 4, 5, 6, 7];
     let a = tree(&root, "a", "h1", &capture(&keys, true, sender), true);
     let b = tree(
@@ -354,13 +346,12 @@ fn remarked_and_lossy_copy_reports_exactly_what_was_done() {
         "{}",
         text.stdout
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// (b) The same capture at both points: nothing changed, nothing lost, exit 0.
 #[test]
 fn the_same_capture_at_both_points_changes_nothing() {
-    let root = tmp("same");
+    let (_root, root) = tmp("path-same");
     let pkts = capture(&[1, 2, 3, 4, 5], true, |k, i| Some(base(k, i)));
     let a = tree(&root, "a", "h1", &pkts, true);
     let b = tree(&root, "b", "h2-eth0", &pkts, false);
@@ -390,7 +381,6 @@ fn the_same_capture_at_both_points_changes_nothing() {
         "{}",
         text.stdout
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// (c) Trees that overlap for part of the time: the second capture holds 1.5 s to 4.5 s of the
@@ -398,7 +388,7 @@ fn the_same_capture_at_both_points_changes_nothing() {
 /// the first tree leaves out 4 rows per key, the second 2 (its short first and last rows).
 #[test]
 fn partial_overlap_compares_only_the_common_intervals() {
-    let root = tmp("overlap");
+    let (_root, root) = tmp("path-overlap");
     let keys = [1, 2, 3, 4, 5];
     let a = tree(
         &root,
@@ -442,7 +432,6 @@ fn partial_overlap_compares_only_the_common_intervals() {
         excluded,
         [("a/h1:eth0/egress", 20), ("b/h2-eth0/ingress", 10)]
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// (c2) Live trees: two observers whose intervals tick on the same seconds but each a few
@@ -456,7 +445,7 @@ fn intervals_a_few_milliseconds_apart_compare_the_same_rows() {
     use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
     use observer::sources::datapath::Datapath;
     use observer_common::maps::dir;
-    let root = tmp("jitter");
+    let (_root, root) = tmp("path-jitter");
     let ms = |x: u64| T0 + x * 1_000_000;
     // keys 1 and 2 (QPs 0x11, 0x12) from 21 and 22 ms on, every 20 ms: nothing at 5-12 ms
     // past a second, where the ticks are
@@ -537,14 +526,13 @@ fn intervals_a_few_milliseconds_apart_compare_the_same_rows() {
         "{}",
         text.stdout
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// (d) Keys seen at one point only, and a key seen at both points at different times: listed
 /// apart, not compared, not losses; the run passes.
 #[test]
 fn keys_at_one_point_or_at_different_times_are_listed_not_lost() {
-    let root = tmp("one-point");
+    let (_root, root) = tmp("path-one-point");
     let a_keys = |k, i| match k {
         6 => (i < 50).then(|| base(k, i)),
         8 => (i < 50).then(|| base(k, i)),
@@ -590,7 +578,6 @@ fn keys_at_one_point_or_at_different_times_are_listed_not_lost() {
         "{}",
         text.stdout
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// (e) A fleet: five trees (two senders' egress, two receivers' ingress, a switch mirror that
@@ -599,7 +586,7 @@ fn keys_at_one_point_or_at_different_times_are_listed_not_lost() {
 /// shown, exit 0).
 #[test]
 fn a_fleet_of_trees_orders_points_along_the_path() {
-    let root = tmp("fleet");
+    let (_root, root) = tmp("path-fleet");
     let a_sent = |k, i| {
         Some(if k == 12 {
             base(k, i).mark(0, 2)
@@ -665,7 +652,6 @@ fn a_fleet_of_trees_orders_points_along_the_path() {
     assert_eq!(t["pkts"], 3 * N as i64, "each key once, not once per point");
     assert_eq!(t["lost_data"], 5);
     assert_eq!((&t["changes"], &t["violations"]), (&1.into(), &0.into()));
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Every flows file below `dir`.
@@ -694,7 +680,7 @@ fn table_files(dir: &Path, table: &str) -> Vec<PathBuf> {
 /// errors naming the path, exit status 2 (1 is kept for marking changes); usage errors exit 2.
 #[test]
 fn errors_name_the_path() {
-    let root = tmp("errors");
+    let (_root, root) = tmp("path-errors");
     let pkts = capture(&[1], true, |k, i| Some(base(k, i)));
     let a = tree(&root, "a", "h1", &pkts, true);
     let missing = root.join("missing");
@@ -733,7 +719,6 @@ fn errors_name_the_path() {
         "{}",
         r.stderr
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Rewrites every flows file of `dir` with a `point` column of `label` (null for `None`),
@@ -780,7 +765,7 @@ fn label_points(dir: &Path, label: Option<&str>) {
 /// label.
 #[test]
 fn the_point_column_labels_points() {
-    let root = tmp("labels");
+    let (_root, root) = tmp("path-labels");
     let pkts = capture(&[1, 2], true, |k, i| Some(base(k, i)));
     let m1 = tree(&root, "m", "cap", &pkts, false);
     let m2 = root.join("m2");
@@ -809,7 +794,6 @@ fn the_point_column_labels_points() {
         names(key(&j, 0x11)),
         ["m/cap/ingress[leaf]", "m/cap/ingress"]
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Every value of column `col` in the files of table `table` below `dir` (null: `None`).
@@ -838,7 +822,7 @@ fn column_values(dir: &Path, table: &str, col: &str) -> Vec<Option<String>> {
 /// `roce-analyze path`, compared like any others.
 #[test]
 fn the_point_label_option_names_points() {
-    let root = tmp("point-label");
+    let (_root, root) = tmp("path-point-label");
     // one packet of key 1 at DSCP 0: a dscp_mismatch alert in each tree
     let pkts = capture(&[1, 2], true, |k, i| {
         Some(if k == 1 && i == 3 {
@@ -896,7 +880,6 @@ fn the_point_label_option_names_points() {
             .iter()
             .all(Option::is_none)
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// One pcapng with the sender's egress (`eth0`) and the re-marked, lossy copy as ingress
@@ -905,7 +888,7 @@ fn the_point_label_option_names_points() {
 /// policy are those `roce-analyze path` finds in the tree it wrote, packet for packet.
 #[test]
 fn marking_changed_in_replay_agrees_with_path() {
-    let root = tmp("two-ifaces");
+    let (_root, root) = tmp("path-two-ifaces");
     let keys = [1, 2, 3, 4, 5];
     let rec = |(t, d): &(u64, Vec<u8>), iface, flags| Rec {
         ts_ns: *t,
@@ -975,7 +958,6 @@ fn marking_changed_in_replay_agrees_with_path() {
     .collect();
     assert_eq!(offline, want, "{j:#}");
     assert_eq!(live, want);
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// alerts.jsonl of the tree `dir`.
@@ -1043,7 +1025,7 @@ fn append_eviction_row(dir: &Path, src: &str, dst: &str, qp: i32) {
 /// not a key whose packets were all lost.
 #[test]
 fn a_row_without_packets_is_no_observation() {
-    let root = tmp("eviction-row");
+    let (_root, root) = tmp("path-eviction-row");
     let a_keys = |k, i| (k != 6 || i < 50).then(|| base(k, i));
     let a = tree(&root, "a", "h1", &capture(&[1, 6], true, a_keys), true);
     let b = tree(
@@ -1064,7 +1046,6 @@ fn a_row_without_packets_is_no_observation() {
         j["points"][1]["keys"], 1,
         "the eviction row adds no key to b"
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Intervals that do not line up (1 s at the sender, 700 ms at a receiver whose capture
@@ -1072,7 +1053,7 @@ fn a_row_without_packets_is_no_observation() {
 /// the edge shows as a loss of less than one 700 ms interval of packets.
 #[test]
 fn intervals_not_aligned_are_flagged() {
-    let root = tmp("unaligned");
+    let (_root, root) = tmp("path-unaligned");
     let a = tree(
         &root,
         "a",
@@ -1101,5 +1082,4 @@ fn intervals_not_aligned_are_flagged() {
         "{}",
         text.stdout
     );
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -1,8 +1,6 @@
 //! Faulty inputs: corrupt Parquet files, other writers' codecs, symlink loops. Each is an error
 //! naming the file (or a correct read), never a panic or a hang.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,13 +30,7 @@ fn read_by_engine(dir: &Path) -> Result<usize, analysis::engine::EngineError> {
         .sum())
 }
 
-use support::write_logs;
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("roce-analyze-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
+use crate::support::{heavy, run, tmp, write_logs};
 
 /// Every `*.parquet` below `dir`.
 fn parquet_below(dir: &Path) -> Vec<PathBuf> {
@@ -113,7 +105,9 @@ fn panicky_offsets(file: &Path, bytes: &[u8], footer_start: usize) -> Vec<(usize
 /// seconds.
 #[test]
 fn a_flipped_byte_is_an_error_naming_the_file_never_a_panic() {
-    let dir = tmp("flip");
+    // CPU-bound for a fixed time: alone, so that as many flips run as when it had its own process.
+    let _heavy = heavy();
+    let (_dir, dir) = tmp("faults-flip");
     write_logs(&dir, &["clean"]);
     // Only the flows table, so the tree is one file.
     for t in ["interfaces", "alerts"] {
@@ -129,11 +123,21 @@ fn a_flipped_byte_is_an_error_naming_the_file_never_a_panic() {
     let footer_start = len - 8 - footer_len;
 
     // Panics (message and location) are recorded by this hook, so a regression prints the
-    // flipped byte and where the crate panicked.
+    // flipped byte and where the crate panicked. The hook is the whole process's: a panic on
+    // another test's thread (libtest names each after its test, `module::name`) goes to the
+    // previous hook as it would without this one.
     let seen: Arc<Mutex<Option<String>>> = Arc::default();
     let hook_seen = Arc::clone(&seen);
-    let prev = std::panic::take_hook();
+    let prev: Arc<dyn Fn(&std::panic::PanicHookInfo) + Send + Sync> =
+        Arc::from(std::panic::take_hook());
+    let hook_prev = Arc::clone(&prev);
+    let this_test = std::thread::current().name().map(str::to_owned);
     std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        let name = thread.name();
+        if name.is_some_and(|n| n.contains("::")) && name != this_test.as_deref() {
+            return hook_prev(info);
+        }
         let msg = info
             .payload()
             .downcast_ref::<String>()
@@ -208,7 +212,7 @@ fn a_flipped_byte_is_an_error_naming_the_file_never_a_panic() {
         }
         bad[i] = good[i];
     }
-    std::panic::set_hook(prev);
+    std::panic::set_hook(Box::new(move |info| prev(info)));
     eprintln!(
         "{} of {} flips of a {len}-byte file (footer from {footer_start}): {oks} ok, {errs} errors, {} panics, {:?}",
         oks + errs + panics.len(),
@@ -223,7 +227,6 @@ fn a_flipped_byte_is_an_error_naming_the_file_never_a_panic() {
         panics.join("\n")
     );
     assert!(errs > 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Flows files rewritten by another writer (parquet's ArrowWriter) with Snappy, LZ4 (both
@@ -235,7 +238,7 @@ fn other_writers_codecs_read_like_zstd() {
     use parquet::basic::{Compression, GzipLevel};
     use parquet::file::properties::WriterProperties;
 
-    let dir = tmp("codecs");
+    let (_dir, dir) = tmp("faults-codecs");
     write_logs(&dir, &["clean", "go_back_n"]);
     let want = report_of(&dir).unwrap().figures;
     assert!(want.data_pkts > 0);
@@ -271,14 +274,13 @@ fn other_writers_codecs_read_like_zstd() {
             .unwrap_or_else(|e| panic!("{codec}: {e}: {:?}", std::error::Error::source(&e)));
         assert_eq!(got.figures, want, "{codec}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A symbolic link loop under the tree (and a link to a directory outside it) is not followed:
 /// the report ends and reads the real files once.
 #[test]
 fn a_symlink_loop_is_not_followed() {
-    let dir = tmp("symlink");
+    let (_dir, dir) = tmp("faults-symlink");
     write_logs(&dir, &["clean"]);
     let want = report_of(&dir).unwrap().files;
     let hour = parquet_below(&dir.join("flows"))[0]
@@ -303,14 +305,6 @@ fn a_symlink_loop_is_not_followed() {
     std::fs::create_dir_all(&deep).unwrap();
     let err = report_of(&dir).err().unwrap().to_string();
     assert!(err.contains("deeper than") && err.contains("/d0/"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn run(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 /// The command line's errors: NaN / infinite / negative margins are usage errors, a missing
@@ -318,7 +312,7 @@ fn run(args: &[&std::ffi::OsStr]) -> std::process::Output {
 /// refused after a bounded read, a corrupt file is an error naming it (exit 1, not 101).
 #[test]
 fn command_line_errors() {
-    let dir = tmp("cli-errors");
+    let (_dir, dir) = tmp("faults-cli-errors");
     write_logs(&dir, &["clean"]);
     let bl = dir.join("baseline.json");
     let out = run(&[
@@ -397,5 +391,4 @@ fn command_line_errors() {
     let o = run(&["report".as_ref(), dir.as_os_str()]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(stderr(&o).contains(&*f.to_string_lossy()), "{}", stderr(&o));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,125 @@
+//! Shared by the tests of this binary: flow-log trees written by the real collector, a fresh
+//! directory per test, the `roce-analyze` command, a network namespace of the test's own, and
+//! the lock that keeps the heavy tests from running at the same time.
+
+pub use test_support::corpus;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
+use observer::sources::datapath::Datapath;
+
+pub use test_support::{TempDir, is_root, require, require_root};
+
+/// Corpus cases with every fault the report checks (PSN gaps, go-back-N, CE and CNPs, bleached
+/// DSCP, CNPs on the data class, PFC, 802.3x PAUSE, QinQ) beside a clean one.
+pub const FAULTS: [&str; 9] = [
+    "clean",
+    "go_back_n",
+    "psn_wrap_loss",
+    "ecn_ce_cnp",
+    "bleached",
+    "cnp_on_data_class",
+    "pfc",
+    "pause_8023x",
+    "qinq",
+];
+
+/// The tests of this binary run on parallel threads. Those that start big programs or keep
+/// the machine busy for a while (Spark and DuckDB, Chromium, the lab's namespaces and
+/// observers, the time-bounded flip loop) hold this lock, so that two of them never share the
+/// cores: their time limits and the lab's timing hold as when each ran alone. A test that
+/// failed holding it does not stop the others (the poison is ignored).
+pub fn heavy() -> MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A fresh directory for one test, removed when the guard drops (also when the test fails),
+/// and its path.
+pub fn tmp(name: &str) -> (TempDir, PathBuf) {
+    let d = TempDir::new(name);
+    let p = d.path().to_path_buf();
+    (d, p)
+}
+
+/// `roce-analyze ARGS`, its output collected.
+pub fn run(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A network namespace with only loopback up, deleted on drop (also when the test fails).
+pub struct Netns(pub String);
+
+impl Netns {
+    /// `name` (one left by a killed run of the same process id is deleted first).
+    pub fn new(name: &str) -> Netns {
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        let ok = |args: &[&str]| {
+            let o = Command::new("ip").args(args).output().unwrap();
+            assert!(
+                o.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        ok(&["netns", "add", name]);
+        let ns = Netns(name.to_string());
+        ok(&["-n", name, "link", "set", "lo", "up"]);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// Runs the Ethernet cases named `names` through Datapath + Collector into `out`; returns the
+/// collector's summary JSON.
+pub fn write_logs(out: &Path, names: &[&str]) -> serde_json::Value {
+    write_logs_with(out, names, PolicyConfig::profile("nvidia").unwrap(), "t")
+}
+
+/// [`write_logs`] under `policy`, as host `host`.
+pub fn write_logs_with(
+    out: &Path,
+    names: &[&str],
+    policy: PolicyConfig,
+    host: &str,
+) -> serde_json::Value {
+    let mut col = Collector::new(CollectorConfig::new(
+        out.to_path_buf(),
+        host,
+        "replay",
+        policy.clone(),
+    ))
+    .unwrap();
+    let t0 = 1_700_000_000_000_000_000u64;
+    // One interface per case: cases reuse keys and PSNs.
+    for c in corpus::corpus()
+        .into_iter()
+        .filter(|c| names.contains(&c.name))
+    {
+        assert_eq!(c.linktype, corpus::LINKTYPE_ETHERNET, "{}", c.name);
+        let mut dp = Datapath::new(policy.expected, 10_000);
+        for (i, r) in c.recs.iter().enumerate() {
+            dp.process(&r.data, r.data.len() as u32, t0 + r.ts_ns, 0);
+            col.on_events(c.name, &dp.take_events());
+            if i % 7 == 6 {
+                col.on_snapshot(&dp.snapshot(c.name, t0 + r.ts_ns, Some(100_000_000_000)))
+                    .unwrap();
+            }
+        }
+        let end = c.recs.last().map(|r| r.ts_ns).unwrap_or(0) + 1_000_000_000;
+        col.on_snapshot(&dp.snapshot(c.name, t0 + end, Some(100_000_000_000)))
+            .unwrap();
+    }
+    col.finish().unwrap()
+}
