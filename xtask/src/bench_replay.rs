@@ -215,7 +215,7 @@ fn build_binary(dir: &Path) -> anyhow::Result<PathBuf> {
             "build",
             "--release",
             "-p",
-            "observer",
+            "roce-observe",
             "--bin",
             "roce-observe",
         ])
