@@ -6,7 +6,11 @@
 
 use observer_common::maps::{IfaceStats, PfcCounters, QpValue};
 
-use crate::sources::snapshot::CounterWords;
+use crate::sources::snapshot::{
+    CHUNK, CounterWords, HIST_OFFSET, HIST_WORDS, value_words as words,
+};
+// The blocks of a value are the sources' (the live source finds them as it reads a value).
+pub use crate::sources::snapshot::nonzero_blocks;
 
 /// Histogram buckets of a [`QpValue`] in one flat numbering: opcode 0..64, then DSCP per class
 /// (64 each), ECN per class (4 each), PCP per class (9 each).
@@ -46,16 +50,6 @@ pub fn nonzero_buckets(d: &QpValue, nz: &mut Vec<u16>) {
     }
     for c in 0..3 {
         scan(&d.pcp_hist[c], 268 + c * 9, nz);
-    }
-}
-
-/// The value as 64-bit words (for cheap comparisons and partial copies).
-fn words(v: &QpValue) -> &[u64] {
-    // SAFETY: QpValue is #[repr(C)], 8-aligned (u64 fields), its size a multiple of 8 with no
-    // implicit padding (maps.rs layout test), and only integer fields: every byte is
-    // initialised, so viewing it as u64 words is sound.
-    unsafe {
-        std::slice::from_raw_parts(v as *const QpValue as *const u64, size_of::<QpValue>() / 8)
     }
 }
 
@@ -116,14 +110,6 @@ fn prefetch_at(v: &QpValue, off: usize) {
     let _ = (v, off);
 }
 
-/// Byte offset of the histograms in a [`QpValue`]: `opcode_hist`, `dscp_hist`, `ecn_hist` and
-/// `pcp_hist` follow each other as one run of `u32` buckets in the flat numbering of
-/// [`HIST_BUCKETS`], then `_pad2` ends the value.
-const HIST_OFFSET: usize = std::mem::offset_of!(QpValue, opcode_hist);
-/// `u32` words from [`HIST_OFFSET`] to the end of the value (the buckets and `_pad2`).
-const HIST_WORDS: usize = (size_of::<QpValue>() - HIST_OFFSET) / 4;
-/// Buckets compared at once by [`Scratch::update`] (32 bytes).
-const CHUNK: usize = 8;
 const _: () = {
     use std::mem::offset_of;
     assert!(offset_of!(QpValue, dscp_hist) == HIST_OFFSET + 64 * 4);
@@ -144,19 +130,6 @@ pub(crate) fn hist(v: &QpValue) -> &[u32; HIST_WORDS] {
 fn hist_mut(v: &mut QpValue) -> &mut [u32; HIST_WORDS] {
     // SAFETY: as in `hist`; any u32 written there is a valid bucket (or padding) value.
     unsafe { &mut *((v as *mut QpValue as *mut u8).add(HIST_OFFSET) as *mut [u32; HIST_WORDS]) }
-}
-
-/// Bit `j` set: buckets `8j..8j+8` (flat numbering) of `v` are not all zero. Reads `v` only.
-pub fn nonzero_blocks(v: &QpValue) -> u64 {
-    const _: () = assert!(HIST_WORDS / CHUNK <= 64);
-    // as u64 words: the OR of a block is 4 words, vectorised and branch-free
-    let (w, _) = words(v)[HIST_OFFSET / 8..].as_chunks::<{ CHUNK / 2 }>();
-    let mut m = 0u64;
-    for (j, x) in w.iter().enumerate() {
-        let any = x.iter().fold(0u64, |acc, p| acc | p);
-        m |= ((any != 0) as u64) << j;
-    }
-    m
 }
 
 /// Bit `j` set: buckets `8j..8j+8` differ between `a` and `b`, for the blocks in `candidates`

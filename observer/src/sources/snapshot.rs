@@ -36,7 +36,7 @@ pub struct Changed {
     /// Keys of snapshot `base` no longer present.
     pub gone: Vec<QpKey>,
     /// Empty, or one per entry of `positions`: a superset of the 8-bucket histogram blocks not
-    /// zero in that entry's value ([`crate::pipeline::deltas::nonzero_blocks`]), when the source
+    /// zero in that entry's value ([`nonzero_blocks`]), when the source
     /// knows them (the live kernel source finds them in the value it has just built); the
     /// collector then reads of the value only its counters and those blocks.
     pub blocks: Vec<u64>,
@@ -93,6 +93,39 @@ const _: () = {
 unsafe impl CounterWords for IfaceStats {}
 // SAFETY: as above.
 unsafe impl CounterWords for PfcCounters {}
+
+/// Byte offset of the histograms in a [`QpValue`]: `opcode_hist`, `dscp_hist`, `ecn_hist` and
+/// `pcp_hist` follow each other as one run of `u32` buckets in the flat numbering of
+/// `pipeline::deltas::HIST_BUCKETS` (its layout assertions), then `_pad2` ends the value.
+pub(crate) const HIST_OFFSET: usize = std::mem::offset_of!(QpValue, opcode_hist);
+/// `u32` words from [`HIST_OFFSET`] to the end of the value (the buckets and `_pad2`).
+pub(crate) const HIST_WORDS: usize = (size_of::<QpValue>() - HIST_OFFSET) / 4;
+/// Buckets in one histogram block of [`nonzero_blocks`] (32 bytes), also the buckets the
+/// pipeline's delta pass compares at once.
+pub(crate) const CHUNK: usize = 8;
+
+/// The value as 64-bit words (for cheap comparisons and partial copies).
+pub(crate) fn value_words(v: &QpValue) -> &[u64] {
+    // SAFETY: QpValue is #[repr(C)], 8-aligned (u64 fields), its size a multiple of 8 with no
+    // implicit padding (maps.rs layout test), and only integer fields: every byte is
+    // initialised, so viewing it as u64 words is sound.
+    unsafe {
+        std::slice::from_raw_parts(v as *const QpValue as *const u64, size_of::<QpValue>() / 8)
+    }
+}
+
+/// Bit `j` set: buckets `8j..8j+8` (flat numbering) of `v` are not all zero. Reads `v` only.
+pub fn nonzero_blocks(v: &QpValue) -> u64 {
+    const _: () = assert!(HIST_WORDS / CHUNK <= 64);
+    // as u64 words: the OR of a block is 4 words, vectorised and branch-free
+    let (w, _) = value_words(v)[HIST_OFFSET / 8..].as_chunks::<{ CHUNK / 2 }>();
+    let mut m = 0u64;
+    for (j, x) in w.iter().enumerate() {
+        let any = x.iter().fold(0u64, |acc, p| acc | p);
+        m |= ((any != 0) as u64) << j;
+    }
+    m
+}
 
 #[cfg(test)]
 mod tests {

@@ -15,8 +15,8 @@ use aya::maps::{HashMap, MapData, MapError};
 use observer_common::maps::{QpKey, QpValue};
 use observer_common::qp_table::{self as table, Bucket, HistKey, KValue, QpSlot, WAYS};
 
-use crate::pipeline::deltas::nonzero_blocks;
 use crate::sources::Changed;
+use crate::sources::snapshot::nonzero_blocks;
 
 /// `membarrier(MEMBARRIER_CMD_GLOBAL)`: returns after `synchronize_rcu()`, i.e. after every
 /// RCU read-side critical section that had begun, every XDP/tc program run among them, has
