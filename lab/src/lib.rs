@@ -663,16 +663,7 @@ mod error_chain_tests {
 
     #[test]
     fn every_cause_is_printed_once() {
-        let (name, e) = ("LabError::Collector", lab_error());
-        assert!(!e.to_string().contains(CAUSE), "{name}: {e}");
-        let logged = chain(&*e);
-        assert_eq!(logged.matches(CAUSE).count(), 1, "{name}: {logged}");
-        let e = anyhow::Error::from_boxed(e);
-        for text in [format!("{e:#}"), format!("{e:?}")] {
-            assert_eq!(text.matches(CAUSE).count(), 1, "{name}: {text}");
-        }
-        // What the logs show is what the command's `Error:` line shows, on one line.
-        assert_eq!(logged, format!("{e:#}"), "{name}");
+        test_support::errors::assert_cause_printed_once("LabError::Collector", lab_error(), CAUSE);
     }
 
     /// The message still says what failed, and with what.

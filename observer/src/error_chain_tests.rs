@@ -117,15 +117,7 @@ fn errors() -> Vec<(&'static str, Box<dyn Error + Send + Sync + 'static>)> {
 #[test]
 fn every_cause_is_printed_once() {
     for (name, e) in errors() {
-        assert!(!e.to_string().contains(CAUSE), "{name}: {e}");
-        let logged = chain(&*e);
-        assert_eq!(logged.matches(CAUSE).count(), 1, "{name}: {logged}");
-        let e = anyhow::Error::from_boxed(e);
-        for text in [format!("{e:#}"), format!("{e:?}")] {
-            assert_eq!(text.matches(CAUSE).count(), 1, "{name}: {text}");
-        }
-        // What the logs show is what the command's `Error:` line shows, on one line.
-        assert_eq!(logged, format!("{e:#}"), "{name}");
+        test_support::errors::assert_cause_printed_once(name, e, CAUSE);
     }
 }
 

@@ -12,6 +12,7 @@
 
 pub mod collector;
 pub mod corpus;
+pub mod errors;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
