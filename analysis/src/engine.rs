@@ -44,12 +44,13 @@ use datafusion::prelude::{Expr, SessionConfig, SessionContext, col, lit};
 use crate::load::{self, LoadError};
 
 /// The tables registered, by name, with their definitions.
-pub fn tables() -> [(&'static str, &'static schema::Table); 4] {
+pub fn tables() -> [(&'static str, &'static schema::Table); 5] {
     [
         ("flows", schema::flows()),
         ("interfaces", schema::interfaces()),
         ("alerts", schema::alerts()),
         ("nic", schema::nic()),
+        ("qps", schema::qps()),
     ]
 }
 

@@ -156,7 +156,7 @@ pub const DEFAULT_MAX_QPS: usize = 262_144;
 
 /// Reads every QP of every device of `src`.
 pub fn read(
-    src: &mut impl QpSource,
+    src: &mut (impl QpSource + ?Sized),
     proc: &Procfs,
     max_qps: usize,
 ) -> Result<Inventory, RdmaError> {

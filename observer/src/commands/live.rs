@@ -16,6 +16,7 @@ use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::alertmanager::AlertmanagerSink;
 use crate::sinks::prometheus::{ExporterConfig, MetricsSink};
 use crate::sinks::tui::{self, HeaderInfo, Tui};
+use crate::sources::host_qps::QpFeed;
 use crate::sources::kernel::diagnosis as diag;
 use crate::sources::kernel::interfaces::{KernelSource, NicFeed, Observed};
 use crate::sources::kernel::{Attached, LiveError, LiveIface, LiveOptions, XdpMode};
@@ -119,6 +120,11 @@ pub struct LiveArgs {
     /// counters, DCB, congestion-control settings), which are read every interval by default.
     #[arg(long)]
     pub no_nic: bool,
+    /// Do not read the host's QPs from the RDMA subsystem (every QP of every RDMA device, its
+    /// process, state and packets from its PSNs: the `qps` table, docs/qps.md), which are read
+    /// every interval by default.
+    #[arg(long)]
+    pub no_host_qps: bool,
     /// Log level of roce-observe's own messages: error, warn, info, debug or trace (default:
     /// warn under the terminal view, else info; RUST_LOG, when set, wins). `debug` also turns
     /// on the eBPF programs' rare-path reports (table full, events lost, exclusions).
@@ -349,7 +355,58 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
             nic: (!args.no_nic).then(|| nic_feed(&d.iface, json)).flatten(),
         });
     }
-    Ok(KernelSource::new(ifaces, args.max_qps, args.idle_evict))
+    let src = KernelSource::new(ifaces, args.max_qps, args.idle_evict);
+    Ok(
+        match (!args.no_host_qps).then(|| host_qps_feed(json)).flatten() {
+            Some(f) => src.with_host_qps(f),
+            None => src,
+        },
+    )
+}
+
+/// The host's QPs read every interval, after one read that says what it sees; `None` (said at
+/// start-up) when the host has no RDMA subsystem.
+fn host_qps_feed(json: bool) -> Option<QpFeed> {
+    let proc = qps::Procfs::default();
+    let mut nl = match nic::rdma::RdmaNetlink::open() {
+        Ok(nic::Reading::Read(nl)) => nl,
+        Ok(nic::Reading::Unavailable(u)) => {
+            say(
+                json,
+                &format!("host QPs: not read ({}; no RDMA subsystem)", u.detail),
+            );
+            return None;
+        }
+        Err(e) => {
+            say(
+                json,
+                &format!("host QPs: not read ({})", contract::error::chain(&e)),
+            );
+            return None;
+        }
+    };
+    match qps::read(&mut nl, &proc, qps::inventory::DEFAULT_MAX_QPS) {
+        Ok(inv) => say(
+            json,
+            &format!(
+                "host QPs: {} on {} RDMA device(s), read every interval from the RDMA subsystem (qps table)",
+                inv.qps.len(),
+                inv.devices.len()
+            ),
+        ),
+        Err(e) => say(
+            json,
+            &format!(
+                "host QPs: the first read failed ({}); retrying every interval",
+                contract::error::chain(&e)
+            ),
+        ),
+    }
+    Some(QpFeed::new(
+        Box::new(nl),
+        proc,
+        qps::inventory::DEFAULT_MAX_QPS,
+    ))
 }
 
 /// A start-up line for a person: on stderr as it is, or with `--log-format json` as a log
