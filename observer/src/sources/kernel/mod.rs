@@ -24,6 +24,7 @@ pub mod diagnosis;
 pub mod interfaces;
 pub mod kfunc;
 mod mapped_table;
+pub mod qp_probe;
 #[cfg(any(test, feature = "test-support"))]
 mod prog_tester;
 mod sys;
