@@ -2,7 +2,9 @@
 # The kernel matrix: the datapath's privileged test binaries run inside a VM of each kernel
 # (scripts/vm.sh): every program passes the verifier (with and without the kernel log), the
 # BPF_PROG_TEST_RUN conformance cases (kernel equals userspace on every metrics.md count), and
-# attaching to a veth pair between namespaces (XDP native, generic, tc; the packet clock).
+# attaching to a veth pair between namespaces (XDP native, generic, tc; the packet clock); and
+# the modify-QP probe (its own object: kprobes on ib_core) against soft-RoCE QPs between
+# namespaces (ebpf_qp_probe: QP set-up needs no RDMA traffic, so it runs on every kernel).
 # On 6.1 the same again with the compat object forced (ROCE_OBSERVE_EBPF=compat: what kernels
 # before 5.18 load); on 5.10, which has no BPF atomics with fetch (5.12), that the tests' loader
 # and the live command both refuse, naming the feature and the minimum version.
@@ -16,7 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 [ $# -gt 0 ] || set -- 5.10 6.1 6.12 7
-TESTS=(ebpf_load ebpf_load_log ebpf_cases ebpf_netns)
+TESTS=(ebpf_load ebpf_load_log ebpf_cases ebpf_netns ebpf_qp_probe)
 log() { printf '[vm-matrix] %s\n' "$*" >&2; }
 
 skip_or_fail() {
