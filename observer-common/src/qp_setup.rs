@@ -293,7 +293,10 @@ mod tests {
     #[test]
     fn merge_keeps_the_av_of_rtr_through_rts_and_err() {
         let mut s = rec(mask::STATE, state::INIT);
-        let mut rtr = rec(mask::STATE | mask::AV | mask::DEST_QPN | mask::RQ_PSN, state::RTR);
+        let mut rtr = rec(
+            mask::STATE | mask::AV | mask::DEST_QPN | mask::RQ_PSN,
+            state::RTR,
+        );
         rtr.traffic_class = 106;
         rtr.dest_qp_num = 18;
         rtr.rq_psn = 5;
@@ -303,14 +306,26 @@ mod tests {
         rts.sq_psn = 7;
         rts.timeout = 14;
         s.merge(&rts);
-        assert_eq!((s.qp_state, s.traffic_class, s.dest_qp_num), (state::RTS, 106, 18));
+        assert_eq!(
+            (s.qp_state, s.traffic_class, s.dest_qp_num),
+            (state::RTS, 106, 18)
+        );
         assert_eq!((s.rq_psn, s.sq_psn, s.timeout, s.dgid[15]), (5, 7, 14, 2));
         assert_eq!(s.attr_mask, rts.attr_mask);
         s.merge(&rec(mask::STATE, state::ERR));
         assert_eq!((s.qp_state, s.traffic_class), (state::ERR, 106));
         assert_ne!(s.fields & mask::AV, 0);
         s.merge(&rec(mask::STATE, state::RESET));
-        assert_eq!((s.qp_state, s.traffic_class, s.fields), (state::RESET, 0, mask::STATE));
-        assert_eq!(s.key(), QpSetupKey { dev_index: 1, qp_num: 17 });
+        assert_eq!(
+            (s.qp_state, s.traffic_class, s.fields),
+            (state::RESET, 0, mask::STATE)
+        );
+        assert_eq!(
+            s.key(),
+            QpSetupKey {
+                dev_index: 1,
+                qp_num: 17
+            }
+        );
     }
 }

@@ -183,8 +183,11 @@ fn pair_case(
     rig.children.push(s);
     // The client gives up at once when nobody listens: wait for the server (slow under TCG).
     let listening = Instant::now();
-    while !run("ip", &["netns", "exec", server.ns, "ss", "-Hltn", "sport = :18515"])
-        .is_ok_and(|o| !o.trim().is_empty())
+    while !run(
+        "ip",
+        &["netns", "exec", server.ns, "ss", "-Hltn", "sport = :18515"],
+    )
+    .is_ok_and(|o| !o.trim().is_empty())
     {
         assert!(
             listening.elapsed() < SETUP_LIMIT,
@@ -319,7 +322,12 @@ fn pair_case(
         if fin == state::RTS {
             want |= mask::SQ_PSN | mask::TIMEOUT | mask::RETRY_CNT | mask::RNR_RETRY;
         }
-        assert_eq!(r.fields & want, want, "{name} {who}: fields {:#x}", r.fields);
+        assert_eq!(
+            r.fields & want,
+            want,
+            "{name} {who}: fields {:#x}",
+            r.fields
+        );
         assert_eq!(r.ret, 0);
         let kernel = probe
             .kernel_table()
@@ -407,7 +415,9 @@ fn modify_qp_records_match_the_qps() {
     ] {
         run(
             "ip",
-            &["netns", "exec", &ns, "rdma", "link", "add", dev, "type", "rxe", "netdev", &ifname],
+            &[
+                "netns", "exec", &ns, "rdma", "link", "add", dev, "type", "rxe", "netdev", &ifname,
+            ],
         )
         .unwrap();
         rig.devs.push(dev.clone());
@@ -437,12 +447,21 @@ fn modify_qp_records_match_the_qps() {
     // perftest, traffic class 106 (DSCP 26, ECT(0)): server in b, client in a. A one-way
     // test's server only receives: its QP stays in RTR.
     let perftest = |s: &Side| -> Vec<String> {
-        ["ib_write_bw", "-d", s.dev, "-x", &s.gid.to_string(), "--tclass=106", "-n", "5"]
-            .iter()
-            .map(|x| x.to_string())
-            .collect()
+        [
+            "ib_write_bw",
+            "-d",
+            s.dev,
+            "-x",
+            &s.gid.to_string(),
+            "--tclass=106",
+            "-n",
+            "5",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect()
     };
-        let case = Case {
+    let case = Case {
         name: "ib_write_bw",
         tclass: 106,
         server_final: state::RTR,
@@ -450,12 +469,20 @@ fn modify_qp_records_match_the_qps() {
     pair_case(&mut rig, &mut probe, case, &b, &a, &perftest);
     // ibv_rc_pingpong, default traffic class 0: server in a, client in b.
     let pingpong = |s: &Side| -> Vec<String> {
-        ["ibv_rc_pingpong", "-d", s.dev, "-g", &s.gid.to_string(), "-n", "5"]
-            .iter()
-            .map(|x| x.to_string())
-            .collect()
+        [
+            "ibv_rc_pingpong",
+            "-d",
+            s.dev,
+            "-g",
+            &s.gid.to_string(),
+            "-n",
+            "5",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect()
     };
-        let case = Case {
+    let case = Case {
         name: "ibv_rc_pingpong",
         tclass: 0,
         server_final: state::RTS,
@@ -466,7 +493,10 @@ fn modify_qp_records_match_the_qps() {
     eprintln!("counters: {c:?}");
     // The GSI QPs of the two devices (3 each) and the test's 4 QPs (11 modifies).
     assert!(c.recorded >= 17, "{c:?}");
-    assert_eq!((c.read_failed, c.stash_full, c.ring_full, c.table_full), (0, 0, 0, 0));
+    assert_eq!(
+        (c.read_failed, c.stash_full, c.ring_full, c.table_full),
+        (0, 0, 0, 0)
+    );
     let [(n_in, t_in), (n_out, t_out)] = probe.run_stats().unwrap();
     if let Some(per_call) = (t_in + t_out).checked_div(n_in) {
         eprintln!(

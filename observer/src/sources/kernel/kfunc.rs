@@ -207,13 +207,12 @@ impl Btf {
         let base_str_len = (base.str_end - base.str_start) as u32;
         let mut btf = base;
         btf.data.extend_from_slice(&split.data);
-        btf.types.extend(
-            split
-                .types
-                .into_iter()
-                .skip(1)
-                .map(|t| t.map(|t| Ty { rec: t.rec + shift, ..t })),
-        );
+        btf.types.extend(split.types.into_iter().skip(1).map(|t| {
+            t.map(|t| Ty {
+                rec: t.rec + shift,
+                ..t
+            })
+        }));
         btf.split_str = Some((split.str_start + shift, split.str_end + shift, base_str_len));
         Ok(btf)
     }
@@ -330,13 +329,7 @@ impl Btf {
     }
 
     /// Byte offset, size and (unqualified) type id of member `name`.
-    fn member_in(
-        &self,
-        t: &Ty,
-        name: &str,
-        base_bits: u32,
-        depth: u32,
-    ) -> Option<(u32, u32, u32)> {
+    fn member_in(&self, t: &Ty, name: &str, base_bits: u32, depth: u32) -> Option<(u32, u32, u32)> {
         if !matches!(t.kind(), KIND_STRUCT | KIND_UNION) || depth > 8 {
             return None;
         }
@@ -713,8 +706,11 @@ mod tests {
         let base_count = base.type_count();
         let mut checked = 0;
         for m in mods.iter().take(8) {
-            let btf = Btf::module(m, Btf::parse(base.data.clone(), Path::new(VMLINUX_BTF)).unwrap())
-                .unwrap_or_else(|e| panic!("{m}: {e}"));
+            let btf = Btf::module(
+                m,
+                Btf::parse(base.data.clone(), Path::new(VMLINUX_BTF)).unwrap(),
+            )
+            .unwrap_or_else(|e| panic!("{m}: {e}"));
             for id in base_count..btf.type_count() {
                 let t = *btf.ty(id).unwrap();
                 if t.kind() != KIND_STRUCT || t.vlen() == 0 || btf.name(t.name_off).is_empty() {
@@ -734,9 +730,15 @@ mod tests {
         if ib_core_loaded() {
             let btf = Btf::module("ib_core", Btf::vmlinux().unwrap()).unwrap();
             let attr = btf.struct_id("ib_qp_attr").unwrap();
-            assert_eq!(btf.member_path(attr, &["ah_attr", "grh", "traffic_class"]), Some((94, 1)));
+            assert_eq!(
+                btf.member_path(attr, &["ah_attr", "grh", "traffic_class"]),
+                Some((94, 1))
+            );
         }
-        eprintln!("{} module BTFs, {checked} struct members resolved", mods.len().min(8));
+        eprintln!(
+            "{} module BTFs, {checked} struct members resolved",
+            mods.len().min(8)
+        );
     }
 
     fn ib_core_loaded() -> bool {

@@ -24,9 +24,9 @@ pub mod diagnosis;
 pub mod interfaces;
 pub mod kfunc;
 mod mapped_table;
-pub mod qp_probe;
 #[cfg(any(test, feature = "test-support"))]
 mod prog_tester;
+pub mod qp_probe;
 mod sys;
 
 #[cfg(any(test, feature = "test-support"))]

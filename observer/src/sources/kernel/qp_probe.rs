@@ -41,7 +41,9 @@ const MAX_DRAIN: usize = 65536;
 #[derive(Debug, thiserror::Error)]
 pub enum QpProbeError {
     /// The RDMA core module is not loaded: there is nothing to probe (and no BTF for it).
-    #[error("the ib_core module is not loaded (/sys/module/ib_core missing): no RDMA verbs to probe")]
+    #[error(
+        "the ib_core module is not loaded (/sys/module/ib_core missing): no RDMA verbs to probe"
+    )]
     IbCoreNotLoaded,
     /// A struct or member the probe reads is missing from the kernel's BTF (or has another
     /// size than the probe reads).
@@ -283,7 +285,10 @@ impl QpProbe {
                 break;
             };
             if item.len() < size_of::<QpSetupRecord>() {
-                tracing::warn!(len = item.len(), "short record in the modify-QP ring buffer");
+                tracing::warn!(
+                    len = item.len(),
+                    "short record in the modify-QP ring buffer"
+                );
                 continue;
             }
             // SAFETY: the record holds a `QpSetupRecord` written by the program (same
@@ -330,8 +335,8 @@ impl QpProbe {
             .ebpf
             .map("QP_SETUP_TABLE")
             .ok_or_else(|| QpProbeError::op("map QP_SETUP_TABLE", "not in the object"))?;
-        let t: AyaHashMap<&MapData, QpSetupKey, QpSetupRecord> = AyaHashMap::try_from(map)
-            .map_err(|e| QpProbeError::op("map QP_SETUP_TABLE", e))?;
+        let t: AyaHashMap<&MapData, QpSetupKey, QpSetupRecord> =
+            AyaHashMap::try_from(map).map_err(|e| QpProbeError::op("map QP_SETUP_TABLE", e))?;
         t.iter()
             .map(|r| r.map_err(|e| QpProbeError::op("reading QP_SETUP_TABLE", e)))
             .collect()
@@ -343,8 +348,8 @@ impl QpProbe {
             .ebpf
             .map("QP_SETUP_COUNTERS")
             .ok_or_else(|| QpProbeError::op("map QP_SETUP_COUNTERS", "not in the object"))?;
-        let a: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)
-            .map_err(|e| QpProbeError::op("map QP_SETUP_COUNTERS", e))?;
+        let a: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(map).map_err(|e| QpProbeError::op("map QP_SETUP_COUNTERS", e))?;
         let get = |i: u32| -> Result<u64, QpProbeError> {
             Ok(a.get(&i, 0)
                 .map_err(|e| QpProbeError::op("reading QP_SETUP_COUNTERS", e))?
