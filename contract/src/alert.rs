@@ -52,11 +52,14 @@ pub enum Rule {
     ConfigRoceV2Gid,
     /// A QP of the host (the RDMA subsystem's inventory) moved to ERR or SQE.
     QpError,
+    /// A QP of the host was set up with a marking the policy does not expect, or one that lands
+    /// in a priority without PFC.
+    QpMarking,
 }
 
 impl Rule {
     /// Every rule, in documentation order.
-    pub const ALL: [Rule; 29] = [
+    pub const ALL: [Rule; 30] = [
         Rule::DscpMismatch,
         Rule::PcpMismatch,
         Rule::NotEct,
@@ -86,6 +89,7 @@ impl Rule {
         Rule::ConfigDefaultRoceTos,
         Rule::ConfigRoceV2Gid,
         Rule::QpError,
+        Rule::QpMarking,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -119,6 +123,7 @@ impl Rule {
             Rule::ConfigDefaultRoceTos => "config_default_roce_tos",
             Rule::ConfigRoceV2Gid => "config_roce_v2_gid",
             Rule::QpError => "qp_error",
+            Rule::QpMarking => "qp_marking",
         }
     }
 
@@ -143,7 +148,8 @@ impl Rule {
             | Rule::ConfigPfcPriorities
             | Rule::ConfigTrustMode
             | Rule::ConfigDataDscpPriority
-            | Rule::QpError => Severity::Critical,
+            | Rule::QpError
+            | Rule::QpMarking => Severity::Critical,
             Rule::EventsLost => Severity::Info,
             _ => Severity::Warning,
         }
@@ -162,7 +168,7 @@ impl Rule {
             Rule::OutputWriteFailed => "output (table or file)",
             Rule::IfaceGone => "interface",
             Rule::RdmaClassDrops | Rule::CnpIgnored => "interface (NIC counters)",
-            Rule::QpError => "RDMA device and QP number",
+            Rule::QpError | Rule::QpMarking => "RDMA device and QP number",
             _ => "interface (NIC configuration)",
         }
     }

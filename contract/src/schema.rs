@@ -1165,6 +1165,37 @@ fn qps_table() -> Table {
         "",
         "rdma_cm destination address `ip:port`",
     )));
+    c.push(nullable(col("traffic_class", Int64, "", "the GRH traffic class the QP was set up with (its modify to RTR, seen by the modify-QP probe; null: set up before the probe, or no probe)")));
+    c.push(nullable(col(
+        "dscp",
+        Int64,
+        "",
+        "traffic_class >> 2: the DSCP its packets carry",
+    )));
+    c.push(nullable(col(
+        "ecn",
+        Int64,
+        "",
+        "traffic_class & 3: the ECN field its packets carry",
+    )));
+    c.push(nullable(col(
+        "sl",
+        Int64,
+        "",
+        "the service level it was set up with (the priority under PCP trust)",
+    )));
+    c.push(nullable(col(
+        "dgid",
+        Utf8,
+        "",
+        "the destination GID it was set up with (IPv4 when v4-mapped)",
+    )));
+    c.push(nullable(col(
+        "priority",
+        Int64,
+        "",
+        "the priority its packets land in by the port's QoS configuration (null: not known)",
+    )));
     c.push(col(
         "error",
         Boolean,

@@ -175,7 +175,10 @@ mod tests {
     #[test]
     fn docker_podman_and_plain_hosts() {
         let w = of_path(&format!("/system.slice/docker-{ID}.scope"));
-        assert_eq!((w.runtime.as_deref(), w.pod_uid.as_deref()), (Some("docker"), None));
+        assert_eq!(
+            (w.runtime.as_deref(), w.pod_uid.as_deref()),
+            (Some("docker"), None)
+        );
         assert_eq!(w.short().unwrap(), "docker 3f2a9c1b7e4d");
         let w = of_path(&format!("/docker/{ID}"));
         assert_eq!(w.container_id.as_deref(), Some(ID));

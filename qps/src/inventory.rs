@@ -104,6 +104,43 @@ pub struct QpRow {
     pub src: Option<SocketAddr>,
     pub dst: Option<SocketAddr>,
     pub cm_state: Option<String>,
+    /// What the QP asked for at set-up (its address vector), where an observer's modify-QP
+    /// probe saw it: `None` for QPs set up before it started, or without one.
+    pub setup: Option<SetUp>,
+}
+
+/// A QP's address vector and transport settings at set-up (`ib_qp_attr` of its modify to RTR).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetUp {
+    /// GRH traffic class: DSCP << 2 | ECN.
+    pub traffic_class: u8,
+    /// Service level (the Ethernet priority with PCP trust).
+    pub sl: u8,
+    /// Destination GID (for RoCE v2, the peer's IPv6 or IPv4-mapped address).
+    pub dgid: [u8; 16],
+    /// `enum ib_mtu` (1 = 256 ... 5 = 4096); 0 unknown.
+    pub path_mtu: u8,
+    /// Local ACK timeout exponent (4.096 us x 2^timeout).
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+}
+
+impl SetUp {
+    pub fn marking(&self) -> crate::verdict::QpMarking {
+        crate::verdict::QpMarking {
+            traffic_class: self.traffic_class,
+            sl: self.sl,
+        }
+    }
+    /// The destination GID as an address: IPv4 when v4-mapped.
+    pub fn dgid_ip(&self) -> std::net::IpAddr {
+        let v6 = std::net::Ipv6Addr::from(self.dgid);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => std::net::IpAddr::V6(v6),
+        }
+    }
 }
 
 impl QpRow {

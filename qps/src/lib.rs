@@ -16,5 +16,5 @@ pub mod inventory;
 pub mod progress;
 pub mod verdict;
 
-pub use inventory::{Inventory, Procfs, QpRow, read, read_host};
+pub use inventory::{Inventory, Procfs, QpRow, SetUp, read, read_host};
 pub use progress::{Fate, Progress, compare, psn_delta};

@@ -357,7 +357,11 @@ fn host_qps_are_a_table_of_the_tree() {
             "SELECT device, lqpn, state, comm, error FROM qps ORDER BY lqpn".as_ref(),
         ]);
         let out = run(&args);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             "device,lqpn,state,comm,error\nmlx5_0,17,RTS,all_reduce_perf,false\nmlx5_0,18,ERR,all_reduce_perf,true\n",

@@ -19,6 +19,7 @@ use crate::sinks::tui::{self, HeaderInfo, Tui};
 use crate::sources::host_qps::QpFeed;
 use crate::sources::kernel::diagnosis as diag;
 use crate::sources::kernel::interfaces::{KernelSource, NicFeed, Observed};
+use crate::sources::kernel::qp_probe::QpProbe;
 use crate::sources::kernel::{Attached, LiveError, LiveIface, LiveOptions, XdpMode};
 use crate::sources::paced::{Paced, Polled, SyntheticFeed};
 use crate::sources::synthetic::Synthetic;
@@ -330,6 +331,9 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
             say(json, &l);
         }
     }
+    // The host's QPs and the modify-QP probe first: QPs set up once an interface says it is
+    // attached have their marking seen.
+    let host_qps = (!args.no_host_qps).then(|| host_qps_feed(json)).flatten();
     let mut ifaces = Vec::new();
     for d in &diags {
         let opts = LiveOptions {
@@ -356,12 +360,10 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
         });
     }
     let src = KernelSource::new(ifaces, args.max_qps, args.idle_evict);
-    Ok(
-        match (!args.no_host_qps).then(|| host_qps_feed(json)).flatten() {
-            Some(f) => src.with_host_qps(f),
-            None => src,
-        },
-    )
+    Ok(match host_qps {
+        Some(f) => src.with_host_qps(f),
+        None => src,
+    })
 }
 
 /// The host's QPs read every interval, after one read that says what it sees; `None` (said at
@@ -402,11 +404,30 @@ fn host_qps_feed(json: bool) -> Option<QpFeed> {
             ),
         ),
     }
-    Some(QpFeed::new(
-        Box::new(nl),
-        proc,
-        qps::inventory::DEFAULT_MAX_QPS,
-    ))
+    let feed = QpFeed::new(Box::new(nl), proc, qps::inventory::DEFAULT_MAX_QPS);
+    // Each QP's marking: the modify-QP probe sees every set-up from now on.
+    Some(match QpProbe::attach() {
+        Ok(p) => {
+            say(
+                json,
+                &format!(
+                    "host QPs: the modify-QP probe is attached ({}): QPs set up from now on have their marking checked; those set up before are marking unknown",
+                    p.attach_point()
+                ),
+            );
+            feed.with_probe(p)
+        }
+        Err(e) => {
+            say(
+                json,
+                &format!(
+                    "host QPs: reduced: no modify-QP probe ({}): every QP's marking is unknown",
+                    contract::error::chain(&e)
+                ),
+            );
+            feed
+        }
+    })
 }
 
 /// A start-up line for a person: on stderr as it is, or with `--log-format json` as a log

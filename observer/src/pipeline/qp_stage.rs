@@ -1,7 +1,8 @@
 //! The host-QP stage of the collector: each interval's inventory of the host's QPs (the RDMA
 //! subsystem's, `qps` crate) becomes `qps` rows (one per QP, with its packets in the interval
-//! from its PSNs), a `qp_error` alert for each QP that moved to ERR or SQE, and the run's
-//! figures in `summary.json` (`host_qps`).
+//! from its PSNs and its marking checked), a `qp_error` alert for each QP that moved to ERR or
+//! SQE, a `qp_marking` alert for each QP set up off the policy, and the run's figures in
+//! `summary.json` (`host_qps`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray, TimestampMic
 use arrow::record_batch::RecordBatch;
 use contract::alert::{Alert, AlertKey, Rule};
 use contract::schema;
+use qps::verdict::{self, MarkingCheck, PortQos, Verdict};
 use qps::{Fate, Inventory, Progress, QpRow};
 use serde_json::{Value, json};
 
@@ -31,6 +33,10 @@ pub struct HostQpState {
     pub cm_ids_unmatched: u64,
     /// Device reads that failed (each logged with its error).
     pub device_errors: u64,
+    /// The last read's QPs by marking verdict.
+    pub marking: BTreeMap<&'static str, u64>,
+    /// Each QP's last marking verdict (a `qp_marking` alert when it becomes off the policy).
+    verdicts: std::collections::HashMap<(u32, u32), Verdict>,
 }
 
 impl HostQpState {
@@ -52,6 +58,7 @@ impl HostQpState {
                 "cm_ids_unmatched": self.cm_ids_unmatched,
             },
             "device_errors": self.device_errors,
+            "marking": self.marking,
         })
     }
 }
@@ -63,6 +70,7 @@ pub fn qps_batch(
     start_ns: u64,
     inv: &Inventory,
     progress: &[Progress],
+    checks: &[MarkingCheck],
 ) -> Result<RecordBatch, arrow::error::ArrowError> {
     let rows = &inv.qps;
     let n = rows.len();
@@ -116,11 +124,29 @@ pub fn qps_batch(
         workload(&|w| w.pod_uid.clone()),
         strs(&|r| r.src.map(|a| a.to_string())),
         strs(&|r| r.dst.map(|a| a.to_string())),
+        ints(&|r| r.setup.map(|s| i64::from(s.traffic_class))),
+        ints(&|r| r.setup.map(|s| i64::from(s.traffic_class >> 2))),
+        ints(&|r| r.setup.map(|s| i64::from(s.traffic_class & 3))),
+        ints(&|r| r.setup.map(|s| i64::from(s.sl))),
+        strs(&|r| r.setup.map(|s| s.dgid_ip().to_string())),
+        Arc::new(Int64Array::from(
+            (0..n)
+                .map(|i| checks.get(i).and_then(|c| c.priority).map(i64::from))
+                .collect::<Vec<_>>(),
+        )),
         Arc::new(BooleanArray::from(
             rows.iter().map(in_error).collect::<Vec<_>>(),
         )),
-        // The inventory alone does not know a QP's address vector (docs/qps.md).
-        strs(&|_| Some(qps::verdict::Verdict::Unknown.as_str().to_string())),
+        Arc::new(StringArray::from(
+            (0..n)
+                .map(|i| {
+                    checks
+                        .get(i)
+                        .map_or(Verdict::Unknown, |c| c.verdict)
+                        .as_str()
+                })
+                .collect::<Vec<_>>(),
+        )),
     ];
     RecordBatch::try_new(schema::qps().arrow_schema(), cols)
 }
@@ -214,7 +240,67 @@ impl Collector {
                 }
             }
         }
-        let batch = qps_batch(&self.run.host, self.run.source, start_ns, inv, progress)?;
+        // Each QP's marking against the policy (the port's QoS configuration is not joined
+        // yet: the priority stays unknown, the DSCP is checked).
+        let policy = self
+            .cfg
+            .nic_policy
+            .clone()
+            .unwrap_or_else(|| nic::command::check_policy(&self.cfg.policy).0);
+        let checks: Vec<MarkingCheck> = inv
+            .qps
+            .iter()
+            .map(|r| verdict::check(r.setup.map(|s| s.marking()), &policy, &PortQos::default()))
+            .collect();
+        let st = &mut self.host_qps;
+        st.marking.clear();
+        let mut seen = std::collections::HashMap::with_capacity(inv.qps.len());
+        for (r, c) in inv.qps.iter().zip(&checks) {
+            *st.marking.entry(c.verdict.as_str()).or_default() += 1;
+            let before = st.verdicts.get(&r.key()).copied();
+            seen.insert(r.key(), c.verdict);
+            let off = matches!(c.verdict, Verdict::OffPolicy | Verdict::Lossy);
+            if off && before != Some(c.verdict) {
+                let key = AlertKey {
+                    iface: r.dev.clone(),
+                    qp: Some(r.lqpn),
+                    ..Default::default()
+                };
+                let peer = r
+                    .setup
+                    .map(|s| format!(" to {}", s.dgid_ip()))
+                    .unwrap_or_default();
+                cands.push(Alert::candidate(
+                    Rule::QpMarking,
+                    key,
+                    t,
+                    format!(
+                        "QP {} of {} ({}{}) of {}: {}",
+                        r.lqpn,
+                        r.dev,
+                        r.qp_type,
+                        peer,
+                        owner(r),
+                        c.reason
+                    ),
+                    format!(
+                        "RoCE data QPs set up with DSCP {} on the lossless priority {}",
+                        policy.data_dscp, policy.rdma_priority
+                    ),
+                    1,
+                    "qps",
+                ));
+            }
+        }
+        st.verdicts = seen;
+        let batch = qps_batch(
+            &self.run.host,
+            self.run.source,
+            start_ns,
+            inv,
+            progress,
+            &checks,
+        )?;
         self.each_sink(t, |k| k.qps(&batch, start_ns));
         for a in cands {
             self.offer(a);
@@ -267,7 +353,7 @@ mod tests {
                 received: Some(7),
             },
         ];
-        let b = qps_batch("h", "live", 1_000_000_000, &inv, &p).unwrap();
+        let b = qps_batch("h", "live", 1_000_000_000, &inv, &p, &[]).unwrap();
         assert_eq!(b.num_rows(), 2);
         let t = schema::qps();
         let tx = t.ints(&b, "tx_pkts", "test").unwrap();

@@ -1296,10 +1296,10 @@ mod tests {
             ]
         };
         let a = inv(vec![row(1, "RTS"), row(2, "RTS")]);
-        s.on_qps(&qps_batch("h", "live", 0, &a, &prog(10)).unwrap())
+        s.on_qps(&qps_batch("h", "live", 0, &a, &prog(10), &[]).unwrap())
             .unwrap();
         let b = inv(vec![row(1, "RTS"), row(2, "ERR")]);
-        s.on_qps(&qps_batch("h", "live", 0, &b, &prog(5)).unwrap())
+        s.on_qps(&qps_batch("h", "live", 0, &b, &prog(5), &[]).unwrap())
             .unwrap();
         let alert = Alert::candidate(
             contract::alert::Rule::QpError,
@@ -1339,7 +1339,7 @@ mod tests {
             Some(1.0)
         );
         // both QPs gone: every state of the device reads 0
-        s.on_qps(&qps_batch("h", "live", 0, &inv(vec![]), &[]).unwrap())
+        s.on_qps(&qps_batch("h", "live", 0, &inv(vec![]), &[], &[]).unwrap())
             .unwrap();
         let text = s.render();
         assert_eq!(

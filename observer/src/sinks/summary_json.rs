@@ -853,6 +853,16 @@ const HEAD_FIELDS: &[Doc] = &[
         "rdma_cm ids whose QP was not in the QP dump, summed over the reads",
     ),
     (
+        "host_qps.marking",
+        Ty::Obj,
+        "the last read's QPs by marking verdict",
+    ),
+    (
+        "host_qps.marking.{verdict}",
+        Ty::Int,
+        "QPs with the verdict (`ok`, `off_policy`, `lossy`, `unknown`; [qps.md](qps.md#marking))",
+    ),
+    (
         "host_qps.device_errors",
         Ty::Int,
         "RDMA device dumps that failed (each logged; the other devices were read)",

@@ -168,3 +168,96 @@ fn host_qps_become_rows_an_error_alert_and_summary_figures() {
         c.seen
     );
 }
+
+/// Each QP's set-up (what the modify-QP probe saw) checked against the policy: the QP set up
+/// with traffic class 0 (NCCL_IB_TC unset) is one `qp_marking` alert naming it and its owner,
+/// raised once however many intervals it stays; the one with 106 (DSCP 26) is `ok`; a QP set
+/// up before the probe is `unknown`, never guessed.
+#[test]
+fn host_qps_marking_is_checked_against_the_policy() {
+    let tmp = TempDir::new("host-qps-marking");
+    let out = tmp.path().join("out");
+    let mut cfg = CollectorConfig::new(
+        out.clone(),
+        "h",
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    );
+    cfg.policy.thresholds.hold_down_ns = 1;
+    let mut col = Collector::new(cfg).unwrap();
+    col.quiet_stderr();
+    let row = |lqpn: u32, tc: Option<u8>| qps::QpRow {
+        dev: "mlx5_0".into(),
+        dev_index: 3,
+        lqpn,
+        qp_type: "RC".into(),
+        state: "RTS".into(),
+        pid: Some(77),
+        comm: Some("train.py".into()),
+        setup: tc.map(|traffic_class| qps::SetUp {
+            traffic_class,
+            dgid: std::net::Ipv6Addr::from(std::net::Ipv4Addr::new(10, 0, 4, 2).to_ipv6_mapped())
+                .octets(),
+            ..qps::SetUp::default()
+        }),
+        ..qps::QpRow::default()
+    };
+    let mut prev = qps::Inventory::default();
+    for i in 0..3u64 {
+        let inv = qps::Inventory {
+            time_ns: 1_795_000_000_000_000_000 + i * 1_000_000_000,
+            qps: vec![row(0x20, Some(106)), row(0x21, Some(0)), row(0x22, None)],
+            ..qps::Inventory::default()
+        };
+        let (p, f) = qps::compare(&prev, &inv);
+        col.on_qps(inv.time_ns - 1_000_000_000, &inv, &p, &f)
+            .unwrap();
+        prev = inv;
+    }
+    let summary = col.finish().unwrap();
+    let marking: Vec<Value> = alerts_jsonl(&out)
+        .into_iter()
+        .filter(|a| a["rule"] == "qp_marking")
+        .collect();
+    assert_eq!(marking.len(), 1, "{marking:?}");
+    let obs = marking[0]["observed"].as_str().unwrap();
+    for want in [
+        "QP 33 of mlx5_0",
+        "to 10.0.4.2",
+        "pid 77 (train.py)",
+        "DSCP 0, ECN 0",
+    ] {
+        assert!(obs.contains(want), "{want:?} not in {obs}");
+    }
+    assert!(
+        marking[0]["expected"].as_str().unwrap().contains("DSCP 26"),
+        "{}",
+        marking[0]
+    );
+    let t = pyarrow_read(&out, "qps", &[], true);
+    let last: Vec<(u64, Value, Value)> = t["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .take(3)
+        .map(|r| {
+            (
+                r["lqpn"].as_u64().unwrap(),
+                r["dscp"].clone(),
+                r["marking"].clone(),
+            )
+        })
+        .collect();
+    assert!(last.contains(&(0x20, 26.into(), "ok".into())), "{last:?}");
+    assert!(
+        last.contains(&(0x21, 0.into(), "off_policy".into())),
+        "{last:?}"
+    );
+    assert!(
+        last.contains(&(0x22, Value::Null, "unknown".into())),
+        "{last:?}"
+    );
+    assert_eq!(summary["host_qps"]["marking"]["off_policy"], 1);
+    assert_eq!(summary["host_qps"]["marking"]["unknown"], 1);
+}

@@ -44,7 +44,10 @@ fn qps_reports_the_rdma_subsystem_or_its_absence() {
         assert_eq!(out.status.code(), Some(if fail { 1 } else { 0 }));
     } else {
         assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
-        assert!(stderr.contains("no RDMA subsystem on this host"), "{stderr}");
+        assert!(
+            stderr.contains("no RDMA subsystem on this host"),
+            "{stderr}"
+        );
         assert!(out.stdout.is_empty(), "nothing on stdout");
         // a named device that cannot exist says the subsystem is missing first, not the name
         let out = Command::new(BIN)
@@ -57,6 +60,10 @@ fn qps_reports_the_rdma_subsystem_or_its_absence() {
         .args(["qps", "--sample", "fast"])
         .output()
         .expect("run");
-    assert_eq!(out.status.code(), Some(2), "a bad duration is a usage error");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad duration is a usage error"
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("--sample"));
 }
