@@ -560,9 +560,21 @@ def live_qps_report(d, env, rc):
     if not hq.get("reads"):
         problems.append("qps: summary.json host_qps.reads is %s" % hq.get("reads"))
     wire = {}
+    # (src, qp) -> the DSCP and ECN values of every packet of that wire key
+    wire_marks = {}
     for q in summary.get("qps", []):
         if q.get("dir") == "ingress" and q.get("src") == env.get("ipb"):
             wire[q["qp"]] = q.get("data_pkts", 0)
+        dscps = {v for h in q.get("dscp", {}).values() for v in h}
+        ecns = {v for h in q.get("ecn", {}).values() for v in h}
+        wire_marks[(q.get("src"), q["qp"])] = (dscps, ecns)
+    alerts = []
+    try:
+        alerts = [json.loads(l) for l in open(os.path.join(d, "live", "alerts.jsonl")) if l.strip()]
+    except OSError:
+        pass
+    flagged = {(a.get("iface"), a.get("qp")) for a in alerts if a.get("rule") == "qp_marking"}
+    advanced = []
     for k in rc:
         mine = sorted((r for r in rows if r["device"] == k["ifname"] and r["lqpn"] == k["lqpn"]),
                       key=lambda r: r["interval_end"])
@@ -573,6 +585,27 @@ def live_qps_report(d, env, rc):
         if owners != {(k.get("pid"), k.get("comm"))}:
             problems.append("qps: live qps rows of %s QP %d name %s, the kernel %s" % (
                 k["ifname"], k["lqpn"], owners, (k.get("pid"), k.get("comm"))))
+        # The marking the QP was set up with (the modify-QP probe) against what its packets
+        # carried on the wire, and its verdict.
+        tcs = [r["traffic_class"] for r in mine if r["traffic_class"] is not None]
+        src = env.get("ipb") if k["ifname"].startswith("rxb") else env.get("ipa")
+        marks = wire_marks.get((src, k.get("rqpn")))
+        verdict = mine[-1]["marking"]
+        lines.append("    live: %s QP %d set up with traffic class %s (verdict %s); its packets on the wire: DSCP %s ECN %s" % (
+            k["ifname"], k["lqpn"], tcs[-1] if tcs else None, verdict,
+            sorted(marks[0]) if marks else None, sorted(marks[1]) if marks else None))
+        if not tcs:
+            problems.append("qps: %s QP %d set up after the probe attached has no traffic class in the live qps table" % (k["ifname"], k["lqpn"]))
+        elif marks and (marks[0] != {str(tcs[-1] >> 2)} or marks[1] != {str(tcs[-1] & 3)}):
+            problems.append("qps: %s QP %d set up with traffic class %d, its packets carried DSCP %s ECN %s" % (
+                k["ifname"], k["lqpn"], tcs[-1], sorted(marks[0]), sorted(marks[1])))
+        elif tcs:
+            want = "ok" if tcs[-1] >> 2 == 26 else "off_policy"
+            if verdict != want:
+                problems.append("qps: %s QP %d with DSCP %d has verdict %s, expected %s" % (k["ifname"], k["lqpn"], tcs[-1] >> 2, verdict, want))
+            if (want == "off_policy") != ((k["ifname"], k["lqpn"]) in flagged):
+                problems.append("qps: %s QP %d (%s): qp_marking alert %s" % (
+                    k["ifname"], k["lqpn"], want, "raised" if (k["ifname"], k["lqpn"]) in flagged else "missing"))
         if not k["ifname"].startswith("rxb"):
             continue
         sent = sum(r["tx_pkts"] or 0 for r in mine)
@@ -582,12 +615,14 @@ def live_qps_report(d, env, rc):
         on_wire = wire.get(k.get("rqpn"))
         lines.append("    live: requester %s QP %d: %d packets from its send PSN over %d intervals (PSN span %s); the observer counted %s data packets of its key" % (
             k["ifname"], k["lqpn"], sent, len(counted), span, on_wire))
-        if sent <= 0:
-            problems.append("qps: the requester's send PSN did not advance in the live qps table")
+        advanced.append(sent)
         if span is not None and span != sent:
             problems.append("qps: the requester's tx_pkts add up to %d, its send PSN moved %d" % (sent, span))
         if on_wire is None or sent > on_wire:
             problems.append("qps: the requester sent %d packets by its PSN, more than the %s the observer counted on the wire" % (sent, on_wire))
+    # The data requester's send PSN moves (an rdma_cm exchange QP may stay idle while read).
+    if not any(n > 0 for n in advanced):
+        problems.append("qps: no requester's send PSN advanced in the live qps table (%s)" % advanced)
     return lines, problems
 
 

@@ -197,14 +197,15 @@ start_observer() {
 # starts under TCG), the kernel's own listing of the QPs and their rdma_cm ids (iproute2) and
 # roce-observe's (the host's whole inventory, rates over 1 s), read one after the other while the
 # traffic runs; the host's check compares them.
+# during_qps D I N: N RC QPs on each end (rdma_cm perftest sets up its own exchange QP first,
+# then the data QP).
 during_qps() {
-  local d="$1" i="$2" k
+  local d="$1" i="$2" n="${3:-1}" k a b
   for ((k = 0; k < 60; k++)); do
     timeout 30 rdma -j res show qp >"$d/rdma-res-qp.json" 2>"$d/rdma-res.log"
-    if grep -q "\"ifname\":\"rxa$i\",[^}]*\"type\":\"RC\"" "$d/rdma-res-qp.json" &&
-      grep -q "\"ifname\":\"rxb$i\",[^}]*\"type\":\"RC\"" "$d/rdma-res-qp.json"; then
-      break
-    fi
+    a=$(grep -o "\"ifname\":\"rxa$i\",[^}]*\"type\":\"RC\"" "$d/rdma-res-qp.json" | wc -l)
+    b=$(grep -o "\"ifname\":\"rxb$i\",[^}]*\"type\":\"RC\"" "$d/rdma-res-qp.json" | wc -l)
+    [ "$a" -ge "$n" ] && [ "$b" -ge "$n" ] && break
     sleep 1
   done
   echo "qps_wait_polls=$k" >>"$d/case.env"
@@ -214,7 +215,7 @@ during_qps() {
   timeout 30 rdma -j res show qp >"$d/rdma-res-qp-after.json" 2>>"$d/rdma-res.log"
 }
 during_qps_write() { during_qps "$@"; }
-during_qps_cm() { during_qps "$@"; }
+during_qps_cm() { during_qps "$1" "$2" 2; }
 
 pre_loss_write() { ip netns exec "$NSB" tc qdisc add dev "vb$2" root netem loss 2%; }
 post_loss_write() {

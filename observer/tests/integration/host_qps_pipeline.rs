@@ -196,7 +196,8 @@ fn host_qps_marking_is_checked_against_the_policy() {
         comm: Some("train.py".into()),
         setup: tc.map(|traffic_class| qps::SetUp {
             traffic_class,
-            dgid: std::net::Ipv6Addr::from(std::net::Ipv4Addr::new(10, 0, 4, 2).to_ipv6_mapped())
+            dgid: std::net::Ipv4Addr::new(10, 0, 4, 2)
+                .to_ipv6_mapped()
                 .octets(),
             ..qps::SetUp::default()
         }),
