@@ -539,7 +539,12 @@ pub const INCARNATION_JUMP: i32 = 1 << 22;
 /// whatever the idle time.
 #[inline(always)]
 pub fn new_incarnation(d: i32, w: u32, idle: bool) -> bool {
-    (idle && !is_next(d, w)) || !(-INCARNATION_JUMP < d && d < INCARNATION_JUMP)
+    // `|d| >= J`, not `!(-J < d && d < J)`: LLVM's BPF backend (cpu generic + alu32, no jmp32)
+    // lowered the latter, on the idle path only, to a 64-bit unsigned compare of the
+    // zero-extended 32-bit `d - J` against the sign-extended immediate -2J, which is never
+    // true, so every idle key resuming with the next PSN became a new incarnation in the
+    // kernel and not in replay (docs/datapath.md "Compiler pitfalls").
+    (idle && !is_next(d, w)) || d.unsigned_abs() >= INCARNATION_JUMP as u32
 }
 
 /// d is the next new PSN after a window `w`: 1 <= d <= 1 + w.
