@@ -27,11 +27,7 @@ set -uo pipefail
 BIN="${1:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
 RES="${2:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
 shift 2
-# qps_cm (rdma_cm) runs when named: its keys idle over 10 s and resume with the next PSN, which
-# the kernel programs count as a new QP incarnation where replay does not (a datapath defect,
-# observer/tests/ebpf_cases.rs qp_resumed_after_idle_in_the_kernel, ignored until fixed), so its
-# live == tshark comparison fails for a reason that is not the case's.
-ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write delay_write remark_write qps_write)
+ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write delay_write remark_write qps_write qps_cm)
 [ $# -gt 0 ] && CASES=("$@") || CASES=("${ALL_CASES[@]}")
 
 NSA=rxo-a NSB=rxo-b
