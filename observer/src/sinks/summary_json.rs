@@ -876,7 +876,12 @@ const ALERTMANAGER_FIELDS: &[Doc] = &[
     (
         "dropped",
         Ty::Int,
-        "alerts dropped because the queue was full",
+        "alerts dropped because the queue was full (the oldest first)",
+    ),
+    (
+        "untracked",
+        Ty::Int,
+        "alerts posted without following their key for the resolution (too many keys)",
     ),
     (
         "failed",
