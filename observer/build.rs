@@ -41,6 +41,7 @@ fn main() -> anyhow::Result<()> {
     let build = |features: &[&str], name: &str| -> anyhow::Result<()> {
         if skip {
             std::fs::write(out.join(name), b"").context("write empty object")?;
+            std::fs::write(out.join("qp-probe"), b"").context("write empty object")?;
             return Ok(());
         }
         aya_build::build_ebpf(
@@ -63,6 +64,8 @@ fn main() -> anyhow::Result<()> {
     // bpf_loop: chosen at load by probing the kernel, docs/datapath.md "Kernel versions"); and
     // the default (aya-log's mere presence costs the packet path 8 ns here, measured with
     // bench-ebpf, even with its level off). The default last: aya-build's own name.
+    // Each build also leaves the modify-QP probe's object (bin `qp-probe`, no features) as
+    // OUT_DIR/qp-probe.
     build(&["kernel-log"], "observer-log")?;
     build(&["compat"], "observer-compat")?;
     build(&[], "observer")

@@ -479,8 +479,151 @@ EXPECT = {
     "rc_pingpong": ("sends both ways", lambda q: bool(data_keys(q)) and bool(data_keys(q, "egress"))),
     "loss_write": ("gaps and retransmissions in, NAK sequence errors out", lambda q: all_data(q, lambda x: x["psn_gaps"] > 0 and x["psn_retrans"] > 0) and sum(x["nak_psn_seq_err"] for k, x in q.items() if k[0] == "egress") > 0),
     "delay_write": ("5 ms of delay, no loss: no gap", lambda q: all_data(q, lambda x: x["psn_gaps"] == 0 and x["data_pkts"] > 0)),
+    "qps_write": ("data DSCP 26 ECT(0) (traffic class 106)", lambda q: all_data(q, lambda x: x["dscp"]["data"] == {"26": x["data_pkts"]} and x["ecn"]["data"] == {"2": x["data_pkts"]})),
+    # rdma_cm: the WRITE QP carries the ToS; perftest's own SEND exchange and the CM's MADs (QP 1)
+    # are other keys, partly set up before the ToS.
+    "qps_cm": ("WRITE data DSCP 26 ECT(0) (rdma_cm ToS 106)", lambda q: bool([x for x in data_keys(q) if x["opcodes"].get("0x0a")]) and all(x["dscp"]["data"] == {"26": x["data_pkts"]} and x["ecn"]["data"] == {"2": x["data_pkts"]} for x in data_keys(q) if x["opcodes"].get("0x0a"))),
     "remark_write": ("data re-marked DSCP 34 CE by nftables", lambda q: all_data(q, lambda x: x["dscp"]["data"] == {"34": x["data_pkts"]} and x["ce"] == x["data_pkts"])),
 }
+
+
+def qps_report(d, env, name):
+    """roce-observe qps --json against the kernel's own listing (rdma res show qp / cm_id) of
+    the case's two devices, read while the traffic ran: (lines, problems)."""
+    lines, problems = [], []
+    devs = env.get("devices", "").split()
+    try:
+        kern = json.load(open(os.path.join(d, "rdma-res-qp.json")))
+        after = json.load(open(os.path.join(d, "rdma-res-qp-after.json")))
+        rep = json.load(open(os.path.join(d, "qps.json")))
+    except (OSError, ValueError) as e:
+        return ["  qps: %s" % e], ["qps: no usable listing (%s); see qps.log, rdma-res.log" % e]
+    if env.get("qps_exit") != "0":
+        problems.append("roce-observe qps exited %s" % env.get("qps_exit"))
+    ours = {(q["dev"], q["lqpn"]): q for q in rep.get("qps", [])}
+    # The QPs of this case's devices that existed before and after roce-observe's reads.
+    stable = {(k["ifname"], k["lqpn"]) for k in after}
+    rc = [k for k in kern if k.get("ifname") in devs and k.get("type") == "RC" and (k["ifname"], k["lqpn"]) in stable]
+    lines.append("  qps: %d RC QPs of %s in the kernel's listing, %d QPs in roce-observe's (result %s)" % (
+        len(rc), " ".join(devs), len(ours), rep.get("result")))
+    if len(rc) < 2:
+        problems.append("qps: the kernel listed %d RC QPs of %s while the traffic ran (expected both ends)" % (len(rc), devs))
+    for k in rc:
+        q = ours.get((k["ifname"], k["lqpn"]))
+        if q is None:
+            problems.append("qps: %s QP %d (kernel) missing from roce-observe qps" % (k["ifname"], k["lqpn"]))
+            continue
+        want = {"rqpn": k.get("rqpn"), "pid": k.get("pid"), "comm": k.get("comm"), "state": k.get("state"), "qp_type": "RC"}
+        got = {f: q.get(f) for f in want}
+        lines.append("    %s QP %d: rqpn %s pid %s %s %s, tx %s pkt/s, rx %s pkt/s, peer %s, verdict %s" % (
+            k["ifname"], k["lqpn"], got["rqpn"], got["pid"], got["comm"], got["state"],
+            q.get("tx_pps"), q.get("rx_pps"), q.get("dst"), q.get("verdict")))
+        if got != want:
+            problems.append("qps: %s QP %d: roce-observe %s, kernel %s" % (k["ifname"], k["lqpn"], got, want))
+    mine = [ours[(k["ifname"], k["lqpn"])] for k in rc if (k["ifname"], k["lqpn"]) in ours]
+    # The requester (the client, on rxb) sends WRITEs: its send PSN moves, the responder's
+    # receive PSN moves.
+    client = [q for q in mine if q["dev"].startswith("rxb")]
+    server = [q for q in mine if q["dev"].startswith("rxa")]
+    if not any((q.get("tx_pps") or 0) > 0 for q in client):
+        problems.append("qps: no requester QP on %s with packets sent per second > 0" % devs[1:])
+    if not any((q.get("rx_pps") or 0) > 0 for q in server):
+        problems.append("qps: no responder QP on %s with packets received per second > 0" % devs[:1])
+    if name == "qps_cm":
+        ipa, ipb = env.get("ipa"), env.get("ipb")
+        if not any((q.get("dst") or "").startswith(ipa + ":") for q in client):
+            problems.append("qps: the rdma_cm client's QP has no peer %s (got %s)" % (ipa, [q.get("dst") for q in client]))
+        if not any((q.get("dst") or "").startswith(ipb + ":") for q in server):
+            problems.append("qps: the rdma_cm server's QP has no peer %s (got %s)" % (ipb, [q.get("dst") for q in server]))
+    elif any(q.get("dst") for q in mine):
+        problems.append("qps: a peer address on QPs set up without rdma_cm: %s" % [q.get("dst") for q in mine])
+    if rep.get("result") != "pass" or any(q.get("verdict") == "error" for q in mine):
+        problems.append("qps: result %s with no QP in error expected" % rep.get("result"))
+    ll, lp = live_qps_report(d, env, rc)
+    return lines + ll, problems + lp
+
+
+def live_qps_report(d, env, rc):
+    """The live observer's qps table (its host-QP inventory every interval) for the case's RC
+    QPs: the owner as the kernel says, and the requester's packets from its send PSN within
+    what the observer counted on the wire for that QP."""
+    import pyarrow.parquet as pq
+    lines, problems = [], []
+    files = sorted(glob.glob(os.path.join(d, "live", "qps", "**", "*.parquet"), recursive=True))
+    if not files:
+        return ["  live qps table: none written"], ["qps: no qps table from the live observer"]
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    summary = json.load(open(os.path.join(d, "live", "summary.json")))
+    hq = summary.get("host_qps") or {}
+    lines.append("  live qps table: %d rows in %d files; summary host_qps reads %s, errors %s" % (
+        len(rows), len(files), hq.get("reads"), hq.get("errors")))
+    if not hq.get("reads"):
+        problems.append("qps: summary.json host_qps.reads is %s" % hq.get("reads"))
+    wire = {}
+    # (src, qp) -> the DSCP and ECN values of every packet of that wire key
+    wire_marks = {}
+    for q in summary.get("qps", []):
+        if q.get("dir") == "ingress" and q.get("src") == env.get("ipb"):
+            wire[q["qp"]] = q.get("data_pkts", 0)
+        dscps = {v for h in q.get("dscp", {}).values() for v in h}
+        ecns = {v for h in q.get("ecn", {}).values() for v in h}
+        wire_marks[(q.get("src"), q["qp"])] = (dscps, ecns)
+    alerts = []
+    try:
+        alerts = [json.loads(l) for l in open(os.path.join(d, "live", "alerts.jsonl")) if l.strip()]
+    except OSError:
+        pass
+    flagged = {(a.get("iface"), a.get("qp")) for a in alerts if a.get("rule") == "qp_marking"}
+    advanced = []
+    for k in rc:
+        mine = sorted((r for r in rows if r["device"] == k["ifname"] and r["lqpn"] == k["lqpn"]),
+                      key=lambda r: r["interval_end"])
+        if not mine:
+            problems.append("qps: %s QP %d missing from the live qps table" % (k["ifname"], k["lqpn"]))
+            continue
+        owners = {(r["pid"], r["comm"]) for r in mine}
+        if owners != {(k.get("pid"), k.get("comm"))}:
+            problems.append("qps: live qps rows of %s QP %d name %s, the kernel %s" % (
+                k["ifname"], k["lqpn"], owners, (k.get("pid"), k.get("comm"))))
+        # The marking the QP was set up with (the modify-QP probe) against what its packets
+        # carried on the wire, and its verdict.
+        tcs = [r["traffic_class"] for r in mine if r["traffic_class"] is not None]
+        src = env.get("ipb") if k["ifname"].startswith("rxb") else env.get("ipa")
+        marks = wire_marks.get((src, k.get("rqpn")))
+        verdict = mine[-1]["marking"]
+        lines.append("    live: %s QP %d set up with traffic class %s (verdict %s); its packets on the wire: DSCP %s ECN %s" % (
+            k["ifname"], k["lqpn"], tcs[-1] if tcs else None, verdict,
+            sorted(marks[0]) if marks else None, sorted(marks[1]) if marks else None))
+        if not tcs:
+            problems.append("qps: %s QP %d set up after the probe attached has no traffic class in the live qps table" % (k["ifname"], k["lqpn"]))
+        elif marks and (marks[0] != {str(tcs[-1] >> 2)} or marks[1] != {str(tcs[-1] & 3)}):
+            problems.append("qps: %s QP %d set up with traffic class %d, its packets carried DSCP %s ECN %s" % (
+                k["ifname"], k["lqpn"], tcs[-1], sorted(marks[0]), sorted(marks[1])))
+        elif tcs:
+            want = "ok" if tcs[-1] >> 2 == 26 else "off_policy"
+            if verdict != want:
+                problems.append("qps: %s QP %d with DSCP %d has verdict %s, expected %s" % (k["ifname"], k["lqpn"], tcs[-1] >> 2, verdict, want))
+            if (want == "off_policy") != ((k["ifname"], k["lqpn"]) in flagged):
+                problems.append("qps: %s QP %d (%s): qp_marking alert %s" % (
+                    k["ifname"], k["lqpn"], want, "raised" if (k["ifname"], k["lqpn"]) in flagged else "missing"))
+        if not k["ifname"].startswith("rxb"):
+            continue
+        sent = sum(r["tx_pkts"] or 0 for r in mine)
+        psns = [r["sq_psn"] for r in mine if r["sq_psn"] is not None]
+        counted = [r for r in mine if r["tx_pkts"] is not None]
+        span = (psns[-1] - mine[mine.index(counted[0]) - 1]["sq_psn"]) % (1 << 24) if counted and mine.index(counted[0]) > 0 else None
+        on_wire = wire.get(k.get("rqpn"))
+        lines.append("    live: requester %s QP %d: %d packets from its send PSN over %d intervals (PSN span %s); the observer counted %s data packets of its key" % (
+            k["ifname"], k["lqpn"], sent, len(counted), span, on_wire))
+        advanced.append(sent)
+        if span is not None and span != sent:
+            problems.append("qps: the requester's tx_pkts add up to %d, its send PSN moved %d" % (sent, span))
+        if on_wire is None or sent > on_wire:
+            problems.append("qps: the requester sent %d packets by its PSN, more than the %s the observer counted on the wire" % (sent, on_wire))
+    # The data requester's send PSN moves (an rdma_cm exchange QP may stay idle while read).
+    if not any(n > 0 for n in advanced):
+        problems.append("qps: no requester's send PSN advanced in the live qps table (%s)" % advanced)
+    return lines, problems
 
 
 def run_replay(binary, d):
@@ -552,6 +695,10 @@ def check_case(binary, d, dmalen_field):
     problems += nic_problems
     if not agree:
         problems.append("rdma statistic and sysfs hw_counters disagree (or nothing to compare)")
+    if name.startswith("qps_"):
+        ql, qp_problems = qps_report(d, env, name)
+        lines += ql
+        problems += qp_problems
     problems += ["live vs tshark: " + m for m in m_tl] + ["live vs replay: " + m for m in m_lr]
     if desc and not ok_expect:
         problems.append("scenario not seen: %s" % desc)

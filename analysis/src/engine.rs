@@ -44,12 +44,13 @@ use datafusion::prelude::{Expr, SessionConfig, SessionContext, col, lit};
 use crate::load::{self, LoadError};
 
 /// The tables registered, by name, with their definitions.
-pub fn tables() -> [(&'static str, &'static schema::Table); 4] {
+pub fn tables() -> [(&'static str, &'static schema::Table); 5] {
     [
         ("flows", schema::flows()),
         ("interfaces", schema::interfaces()),
         ("alerts", schema::alerts()),
         ("nic", schema::nic()),
+        ("qps", schema::qps()),
     ]
 }
 
@@ -180,7 +181,10 @@ fn filter_of(table: &str, f: &Filters) -> Option<Expr> {
         parts.push(col(start).lt(ts(u)));
     }
     parts.extend(any_of("host", &f.hosts));
-    parts.extend(any_of("iface", &f.ifaces));
+    // The host's QPs belong to RDMA devices, not to an observed interface: --iface leaves them.
+    if table != "qps" {
+        parts.extend(any_of("iface", &f.ifaces));
+    }
     if matches!(table, "flows" | "alerts") {
         parts.extend(any_of("src", &f.srcs));
         parts.extend(any_of("dst", &f.dsts));
@@ -197,7 +201,8 @@ fn filter_of(table: &str, f: &Filters) -> Option<Expr> {
             .collect();
         parts.extend(qps.into_iter().reduce(|a, b| a.or(b)));
     }
-    // Interface and NIC rows belong to no key: --qp, --src and --dst leave them as they are.
+    // Interface, NIC and host-QP rows belong to no key: --qp, --src and --dst leave them as
+    // they are.
     parts.into_iter().reduce(|a, b| a.and(b))
 }
 

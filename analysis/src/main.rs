@@ -147,7 +147,7 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         max_alerts: usize,
     },
-    /// Run SQL on the tables flows, interfaces, alerts and nic (filtered) and the report's
+    /// Run SQL on the tables flows, interfaces, alerts, nic and qps (filtered) and the report's
     /// views v_flows, v_hist, v_ifaces, v_pfc, v_alerts.
     Sql {
         /// The query (or `--file`).

@@ -50,11 +50,16 @@ pub enum Rule {
     ConfigEcnNpEnabled,
     ConfigDefaultRoceTos,
     ConfigRoceV2Gid,
+    /// A QP of the host (the RDMA subsystem's inventory) moved to ERR or SQE.
+    QpError,
+    /// A QP of the host was set up with a marking the policy does not expect, or one that lands
+    /// in a priority without PFC.
+    QpMarking,
 }
 
 impl Rule {
     /// Every rule, in documentation order.
-    pub const ALL: [Rule; 28] = [
+    pub const ALL: [Rule; 30] = [
         Rule::DscpMismatch,
         Rule::PcpMismatch,
         Rule::NotEct,
@@ -83,6 +88,8 @@ impl Rule {
         Rule::ConfigEcnNpEnabled,
         Rule::ConfigDefaultRoceTos,
         Rule::ConfigRoceV2Gid,
+        Rule::QpError,
+        Rule::QpMarking,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -115,6 +122,8 @@ impl Rule {
             Rule::ConfigEcnNpEnabled => "config_ecn_np_enabled",
             Rule::ConfigDefaultRoceTos => "config_default_roce_tos",
             Rule::ConfigRoceV2Gid => "config_roce_v2_gid",
+            Rule::QpError => "qp_error",
+            Rule::QpMarking => "qp_marking",
         }
     }
 
@@ -138,7 +147,9 @@ impl Rule {
             | Rule::RdmaClassDrops
             | Rule::ConfigPfcPriorities
             | Rule::ConfigTrustMode
-            | Rule::ConfigDataDscpPriority => Severity::Critical,
+            | Rule::ConfigDataDscpPriority
+            | Rule::QpError
+            | Rule::QpMarking => Severity::Critical,
             Rule::EventsLost => Severity::Info,
             _ => Severity::Warning,
         }
@@ -157,6 +168,7 @@ impl Rule {
             Rule::OutputWriteFailed => "output (table or file)",
             Rule::IfaceGone => "interface",
             Rule::RdmaClassDrops | Rule::CnpIgnored => "interface (NIC counters)",
+            Rule::QpError | Rule::QpMarking => "RDMA device and QP number",
             _ => "interface (NIC configuration)",
         }
     }

@@ -1080,7 +1080,143 @@ fn nic_table() -> Table {
     )
 }
 
+/// Long by design: one line per column, in file order (a declaration, not logic).
+fn qps_table() -> Table {
+    use ColType::*;
+    let mut c = Vec::new();
+    c.push(col("host", Utf8, "", "host name"));
+    c.push(col("source", Utf8, "", "`live`"));
+    interval_columns(&mut c);
+    c.push(col("device", Utf8, "", "RDMA device (`mlx5_0`, `rxe0`)"));
+    c.push(nullable(col(
+        "port",
+        Int64,
+        "",
+        "port of the device (null: the QP has none yet, in RESET)",
+    )));
+    c.push(col("lqpn", Int64, "", "local QP number"));
+    c.push(nullable(col(
+        "rqpn",
+        Int64,
+        "",
+        "remote QP number (RC and UC only)",
+    )));
+    c.push(col("qp_type", Utf8, "", "`RC`, `UC`, `UD`, `GSI`, `SMI`, `XRC_INI`, `XRC_TGT`, `RAW_PACKET`, `DRIVER` (`enum ib_qp_type`)"));
+    c.push(col("state", Utf8, "", "`RESET`, `INIT`, `RTR`, `RTS`, `SQD`, `SQE`, `ERR` at the interval's end (`enum ib_qp_state`)"));
+    c.push(nullable(col(
+        "sq_psn",
+        Int64,
+        "",
+        "next PSN to send, at the interval's end",
+    )));
+    c.push(nullable(col(
+        "rq_psn",
+        Int64,
+        "",
+        "next PSN expected (RC and UC), at the interval's end",
+    )));
+    c.push(nullable(col("tx_pkts", Int64, "packets", "packets sent for the first time in the interval: the send PSN's advance mod 2^24 (null: the QP is new, or a new QP under a re-used number)")));
+    c.push(nullable(col("rx_pkts", Int64, "packets", "packets received in sequence in the interval: the receive PSN's advance mod 2^24 (null as for tx_pkts, and for types without a receive PSN)")));
+    c.push(nullable(col(
+        "pid",
+        Int64,
+        "",
+        "the creating process (user QPs; null: a kernel QP, or the creator is not visible)",
+    )));
+    c.push(nullable(col(
+        "comm",
+        Utf8,
+        "",
+        "the creator's command (`/proc/PID/comm`), or the kernel user of a kernel QP",
+    )));
+    c.push(col(
+        "kernel",
+        Boolean,
+        "",
+        "a QP of the kernel (a ULP, the GSI QP)",
+    ));
+    c.push(nullable(col(
+        "cgroup",
+        Utf8,
+        "",
+        "the creator's cgroup path",
+    )));
+    c.push(nullable(col(
+        "container_id",
+        Utf8,
+        "",
+        "container id (64 hex) from the cgroup path",
+    )));
+    c.push(nullable(col(
+        "pod_uid",
+        Utf8,
+        "",
+        "Kubernetes pod UID from the cgroup path",
+    )));
+    c.push(nullable(col(
+        "src",
+        Utf8,
+        "",
+        "rdma_cm source address `ip:port` (QPs created through rdma_cm)",
+    )));
+    c.push(nullable(col(
+        "dst",
+        Utf8,
+        "",
+        "rdma_cm destination address `ip:port`",
+    )));
+    c.push(nullable(col("traffic_class", Int64, "", "the GRH traffic class the QP was set up with (its modify to RTR, seen by the modify-QP probe; null: set up before the probe, or no probe)")));
+    c.push(nullable(col(
+        "dscp",
+        Int64,
+        "",
+        "traffic_class >> 2: the DSCP its packets carry",
+    )));
+    c.push(nullable(col(
+        "ecn",
+        Int64,
+        "",
+        "traffic_class & 3: the ECN field its packets carry",
+    )));
+    c.push(nullable(col(
+        "sl",
+        Int64,
+        "",
+        "the service level it was set up with (the priority under PCP trust)",
+    )));
+    c.push(nullable(col(
+        "dgid",
+        Utf8,
+        "",
+        "the destination GID it was set up with (IPv4 when v4-mapped)",
+    )));
+    c.push(nullable(col(
+        "priority",
+        Int64,
+        "",
+        "the priority its packets land in by the port's QoS configuration (null: not known)",
+    )));
+    c.push(col(
+        "error",
+        Boolean,
+        "",
+        "the QP is in ERR or SQE at the interval's end",
+    ));
+    c.push(col(
+        "marking",
+        Utf8,
+        "",
+        "the marking verdict: `ok`, `off_policy`, `lossy` or `unknown` (docs/qps.md)",
+    ));
+    Table::new(
+        "qps",
+        "One row per QP of the host per interval, from the kernel's RDMA subsystem (RDMA netlink): every QP of every RDMA device, hardware RoCE included (docs/qps.md). Live only.",
+        c,
+    )
+}
+
 static FLOWS: LazyLock<Table> = LazyLock::new(flows_table);
+static QPS: LazyLock<Table> = LazyLock::new(qps_table);
 static NIC: LazyLock<Table> = LazyLock::new(nic_table);
 static INTERFACES: LazyLock<Table> = LazyLock::new(interfaces_table);
 static ALERTS: LazyLock<Table> = LazyLock::new(alerts_table);
@@ -1099,9 +1235,13 @@ pub fn nic() -> &'static Table {
     &NIC
 }
 
+pub fn qps() -> &'static Table {
+    &QPS
+}
+
 /// Every table of the output tree, in documentation order.
-pub fn tables() -> [&'static Table; 4] {
-    [flows(), interfaces(), alerts(), nic()]
+pub fn tables() -> [&'static Table; 5] {
+    [flows(), interfaces(), alerts(), nic(), qps()]
 }
 
 /// The generated part of docs/schema.md.

@@ -34,6 +34,9 @@ use super::netlink::{self, Msg, MsgBuilder, NetlinkError, NlSocket};
 use super::sysfs::{self, component, under};
 use super::{Reading, Unavailable, UnavailableReason};
 
+pub mod resources;
+pub use resources::{RdmaCmId, RdmaQp};
+
 pub const NETLINK_RDMA: libc::c_int = 20;
 const RDMA_NL_NLDEV: u16 = 5;
 const CMD_GET: u16 = 1;

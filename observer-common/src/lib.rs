@@ -1,6 +1,6 @@
 //! Shared between the eBPF programs (`observer-ebpf`) and userspace (`observer`):
 //! the frame parser ([`parse`]), the per-QP state machine ([`qp`]), the map layouts
-//! ([`maps`]), the kernel per-QP table ([`qp_table`]) and, in userspace, the ICRC check ([`icrc`])
+//! ([`maps`]), the kernel per-QP table ([`qp_table`]), the modify-QP probe's records ([`qp_setup`]) and, in userspace, the ICRC check ([`icrc`])
 //! and the frame builder of the tests, benchmarks and lab (`frames`, feature `frames`).
 //!
 //! Everything here is `no_std`, allocation-free and bounded, so the same code is compiled for
@@ -22,6 +22,7 @@ pub mod icrc;
 pub mod maps;
 pub mod parse;
 pub mod qp;
+pub mod qp_setup;
 pub mod qp_table;
 pub mod verifier;
 

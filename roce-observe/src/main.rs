@@ -1,5 +1,5 @@
 //! `roce-observe`: live observer (default), `replay` (`observer::commands`), `lab` (the lab
-//! crate's command) and `nic` (the nic crate's command).
+//! crate's command), `nic` (the nic crate's command) and `qps` (the qps crate's).
 
 use clap::{Parser, Subcommand};
 use contract::cli::ExitStatus;
@@ -24,6 +24,9 @@ enum Cmd {
     /// Check one host's NIC for RoCE: counters, PFC / trust / DSCP / CNP / ToS configuration
     /// against the expected policy (exit 1 when a check fails).
     Nic(nic::command::NicArgs),
+    /// List every QP of the host from the kernel's RDMA subsystem: process, container, state,
+    /// packet rates, fate (exit 1 when a QP is in error).
+    Qps(qps::command::QpsArgs),
 }
 
 /// Parses the command line and runs the command it names.
@@ -33,6 +36,7 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Replay(a)) => replay::run(a),
         Some(Cmd::Lab(a)) => lab::command::run(a),
         Some(Cmd::Nic(a)) => nic::command::run(a),
+        Some(Cmd::Qps(a)) => qps::command::run(a),
         None => live::run_live(cli.live),
     };
     if let Err(e) = &r

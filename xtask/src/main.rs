@@ -17,6 +17,9 @@
 //!   writes one many-keys capture.
 //! - `bench-nic [--intervals N] [--iface IF]`: the NIC view's CPU per interval with 2,000
 //!   ethtool counters beside the collector's interval cost, and one real read's wall time.
+//! - `bench-host-qps [--intervals N] [--qps 10000,100000]`: the host-QP inventory's CPU per
+//!   interval (dump decoding, joins, PSN deltas, `qps` rows) at N QPs beside the collector's
+//!   interval cost, and peak RSS.
 //! - `bench-analyze [--hosts N --keys N --minutes N --interval S --runs N --keep --tree DIR]`:
 //!   `roce-analyze report` and `path` over a generated fleet tree (default 36 million flow
 //!   rows) beside DuckDB running the report's queries: wall time, peak RSS, ratio.
@@ -73,6 +76,7 @@ fn main() -> anyhow::Result<()> {
         Some("bench-ebpf") => bench_ebpf::main(&args[1..]),
         Some("bench-collector") => bench_collector(&args[1..]),
         Some("bench-nic") => run_example("bench_nic", &args[1..]),
+        Some("bench-host-qps") => run_example("bench_host_qps", &args[1..]),
         Some("bench-replay") => bench_replay::run(&args[1..]),
         Some("bench-analyze") => bench_analyze::run(&args[1..]),
         Some("jit-dump") => jit_dump::main(&args[1..]),
@@ -80,10 +84,10 @@ fn main() -> anyhow::Result<()> {
         Some("schema-doc") => schema_doc(),
         Some("summary-doc") => summary_doc(),
         Some(other) => anyhow::bail!(
-            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-analyze, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc, summary-doc)"
+            "unknown xtask command {other:?} (known: bench-ebpf, bench-collector, bench-analyze, bench-nic, bench-host-qps, bench-replay, jit-dump, jit-lines, schema-doc, summary-doc)"
         ),
         None => anyhow::bail!(
-            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-analyze, bench-nic, bench-replay, jit-dump, jit-lines, schema-doc, summary-doc"
+            "usage: cargo xtask <command>; commands: bench-ebpf, bench-collector, bench-analyze, bench-nic, bench-host-qps, bench-replay, jit-dump, jit-lines, schema-doc, summary-doc"
         ),
     }
 }

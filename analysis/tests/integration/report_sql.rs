@@ -315,6 +315,61 @@ fn filters_select_the_rows_they_name() {
     assert!(text.contains(&format!("timeline ({want} rows)")), "{text}");
 }
 
+/// The host's QPs (the live observer's `qps` table) are a table of the tree: queried by name,
+/// and left alone by `--iface` (they belong to RDMA devices, not to an interface).
+#[test]
+fn host_qps_are_a_table_of_the_tree() {
+    let (_dir, dir) = tmp("sql-host-qps");
+    write_logs(&dir, &["clean"]);
+    let mut col = observer::pipeline::Collector::new(observer::pipeline::CollectorConfig::new(
+        dir.clone(),
+        "t",
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    ))
+    .unwrap();
+    col.quiet_stderr();
+    let row = |lqpn: u32, state: &str| qps::QpRow {
+        dev: "mlx5_0".into(),
+        dev_index: 1,
+        lqpn,
+        qp_type: "RC".into(),
+        state: state.into(),
+        pid: Some(4242),
+        comm: Some("all_reduce_perf".into()),
+        ..qps::QpRow::default()
+    };
+    let inv = qps::Inventory {
+        time_ns: 1_700_000_010_000_000_000,
+        qps: vec![row(17, "RTS"), row(18, "ERR")],
+        ..qps::Inventory::default()
+    };
+    let (progress, fates) = qps::compare(&qps::Inventory::default(), &inv);
+    col.on_qps(1_700_000_000_000_000_000, &inv, &progress, &fates)
+        .unwrap();
+    col.finish().unwrap();
+    for filter in [&[][..], &["--iface".as_ref(), "clean".as_ref()][..]] {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["sql".as_ref(), "-d".as_ref(), dir.as_os_str()];
+        args.extend_from_slice(filter);
+        args.extend_from_slice(&[
+            "--format".as_ref(),
+            "csv".as_ref(),
+            "SELECT device, lqpn, state, comm, error FROM qps ORDER BY lqpn".as_ref(),
+        ]);
+        let out = run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "device,lqpn,state,comm,error\nmlx5_0,17,RTS,all_reduce_perf,false\nmlx5_0,18,ERR,all_reduce_perf,true\n",
+            "{filter:?}"
+        );
+    }
+}
+
 /// `roce-analyze sql`: JSON rows, CSV and a table; a bad query is an error, not a panic.
 #[test]
 fn ad_hoc_sql() {

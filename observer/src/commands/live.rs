@@ -16,8 +16,10 @@ use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::alertmanager::AlertmanagerSink;
 use crate::sinks::prometheus::{ExporterConfig, MetricsSink};
 use crate::sinks::tui::{self, HeaderInfo, Tui};
+use crate::sources::host_qps::QpFeed;
 use crate::sources::kernel::diagnosis as diag;
 use crate::sources::kernel::interfaces::{KernelSource, NicFeed, Observed};
+use crate::sources::kernel::qp_probe::QpProbe;
 use crate::sources::kernel::{Attached, LiveError, LiveIface, LiveOptions, XdpMode};
 use crate::sources::paced::{Paced, Polled, SyntheticFeed};
 use crate::sources::synthetic::Synthetic;
@@ -119,6 +121,11 @@ pub struct LiveArgs {
     /// counters, DCB, congestion-control settings), which are read every interval by default.
     #[arg(long)]
     pub no_nic: bool,
+    /// Do not read the host's QPs from the RDMA subsystem (every QP of every RDMA device, its
+    /// process, state and packets from its PSNs: the `qps` table, docs/qps.md), which are read
+    /// every interval by default.
+    #[arg(long)]
+    pub no_host_qps: bool,
     /// Log level of roce-observe's own messages: error, warn, info, debug or trace (default:
     /// warn under the terminal view, else info; RUST_LOG, when set, wins). `debug` also turns
     /// on the eBPF programs' rare-path reports (table full, events lost, exclusions).
@@ -324,6 +331,9 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
             say(json, &l);
         }
     }
+    // The host's QPs and the modify-QP probe first: QPs set up once an interface says it is
+    // attached have their marking seen.
+    let host_qps = (!args.no_host_qps).then(|| host_qps_feed(json)).flatten();
     let mut ifaces = Vec::new();
     for d in &diags {
         let opts = LiveOptions {
@@ -349,7 +359,75 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
             nic: (!args.no_nic).then(|| nic_feed(&d.iface, json)).flatten(),
         });
     }
-    Ok(KernelSource::new(ifaces, args.max_qps, args.idle_evict))
+    let src = KernelSource::new(ifaces, args.max_qps, args.idle_evict);
+    Ok(match host_qps {
+        Some(f) => src.with_host_qps(f),
+        None => src,
+    })
+}
+
+/// The host's QPs read every interval, after one read that says what it sees; `None` (said at
+/// start-up) when the host has no RDMA subsystem.
+fn host_qps_feed(json: bool) -> Option<QpFeed> {
+    let proc = qps::Procfs::default();
+    let mut nl = match nic::rdma::RdmaNetlink::open() {
+        Ok(nic::Reading::Read(nl)) => nl,
+        Ok(nic::Reading::Unavailable(u)) => {
+            say(
+                json,
+                &format!("host QPs: not read ({}; no RDMA subsystem)", u.detail),
+            );
+            return None;
+        }
+        Err(e) => {
+            say(
+                json,
+                &format!("host QPs: not read ({})", contract::error::chain(&e)),
+            );
+            return None;
+        }
+    };
+    match qps::read(&mut nl, &proc, qps::inventory::DEFAULT_MAX_QPS) {
+        Ok(inv) => say(
+            json,
+            &format!(
+                "host QPs: {} on {} RDMA device(s), read every interval from the RDMA subsystem (qps table)",
+                inv.qps.len(),
+                inv.devices.len()
+            ),
+        ),
+        Err(e) => say(
+            json,
+            &format!(
+                "host QPs: the first read failed ({}); retrying every interval",
+                contract::error::chain(&e)
+            ),
+        ),
+    }
+    let feed = QpFeed::new(Box::new(nl), proc, qps::inventory::DEFAULT_MAX_QPS);
+    // Each QP's marking: the modify-QP probe sees every set-up from now on.
+    Some(match QpProbe::attach() {
+        Ok(p) => {
+            say(
+                json,
+                &format!(
+                    "host QPs: the modify-QP probe is attached ({}): QPs set up from now on have their marking checked; those set up before are marking unknown",
+                    p.attach_point()
+                ),
+            );
+            feed.with_probe(p)
+        }
+        Err(e) => {
+            say(
+                json,
+                &format!(
+                    "host QPs: reduced: no modify-QP probe ({}): every QP's marking is unknown",
+                    contract::error::chain(&e)
+                ),
+            );
+            feed
+        }
+    })
 }
 
 /// A start-up line for a person: on stderr as it is, or with `--log-format json` as a log

@@ -13,6 +13,7 @@ pub mod nic_stage;
 pub mod pause;
 
 pub mod prev_values;
+pub mod qp_stage;
 pub mod rows;
 pub mod rules;
 
@@ -275,6 +276,8 @@ pub struct Collector {
     scratch: Box<deltas::Scratch>,
     /// The NIC view of each interface (its configuration, its interval's start).
     nics: BTreeMap<String, nic_stage::NicState>,
+    /// The host's QPs (the RDMA subsystem's inventory), live only.
+    host_qps: qp_stage::HostQpState,
     /// The marking comparison across this process's interfaces (`marking_changed`).
     marking: marking::MarkingStage,
     /// Alerts emitted per interface since its last interval log line (events between
@@ -680,6 +683,7 @@ impl Collector {
             table(TableKind::Interfaces),
             table(TableKind::Alerts),
             table(TableKind::Nic),
+            table(TableKind::Qps),
             Box::new(JsonlSink::new(cfg.out_dir.join("alerts.jsonl"))),
         ];
         if cfg.log_json {
@@ -703,6 +707,7 @@ impl Collector {
             startup_err,
             scratch: Box::default(),
             nics: BTreeMap::new(),
+            host_qps: qp_stage::HostQpState::default(),
             marking: marking::MarkingStage::new(&cfg.policy.expected),
             alerts_since_log: BTreeMap::new(),
             last: IntervalStats::default(),
@@ -1176,6 +1181,7 @@ impl Collector {
             Value::Object(counts(&self.occurrences)),
         );
         m.insert("pfc_storm_figures".into(), Value::Object(storms));
+        m.insert("host_qps".into(), self.host_qps.json());
         m.insert("output".into(), self.output_stats());
         m.insert("host".into(), json!(self.cfg.host));
         m.insert("source".into(), json!(self.cfg.source));
@@ -1243,6 +1249,15 @@ impl crate::sources::Consumer for Collector {
         counters: Option<&nic::Normalized>,
     ) -> Result<(), crate::sources::ConsumerError> {
         Ok(self.on_nic(iface, sample, counters)?)
+    }
+    fn qps(
+        &mut self,
+        start_ns: u64,
+        inv: &qps::Inventory,
+        progress: &[qps::Progress],
+        fates: &[qps::Fate],
+    ) -> Result<(), crate::sources::ConsumerError> {
+        Ok(self.on_qps(start_ns, inv, progress, fates)?)
     }
     /// Compares the interfaces' marking (every snapshot of the interval is in).
     fn interval_done(&mut self, t_ns: u64) {

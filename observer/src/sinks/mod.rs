@@ -58,6 +58,10 @@ pub trait Sink {
     fn nic(&mut self, _rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
         Ok(())
     }
+    /// One read of the host's QPs (`qps` table rows), the interval starting at `t_ns`.
+    fn qps(&mut self, _rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
+        Ok(())
+    }
     /// After a batch of events, at time `t_ns`: write what should not wait for the interval.
     fn flush(&mut self, _t_ns: u64) -> Result<(), OutputError> {
         Ok(())
@@ -87,6 +91,7 @@ pub enum TableKind {
     Interfaces,
     Alerts,
     Nic,
+    Qps,
 }
 
 /// One Parquet table of the output tree.
@@ -112,6 +117,7 @@ impl TableSink {
             TableKind::Interfaces => contract::schema::interfaces(),
             TableKind::Alerts => contract::schema::alerts(),
             TableKind::Nic => contract::schema::nic(),
+            TableKind::Qps => contract::schema::qps(),
         };
         let schema = table.arrow_schema();
         // A crashed run's open windows first (SIGKILL, OOM kill, power loss), written as this
@@ -166,6 +172,7 @@ impl Sink for TableSink {
             TableKind::Interfaces => "interfaces",
             TableKind::Alerts => "alerts",
             TableKind::Nic => "nic",
+            TableKind::Qps => "qps",
         }
     }
     fn alert(&mut self, a: &Alert, run: &RunInfo) {
@@ -177,12 +184,18 @@ impl Sink for TableSink {
         match self.kind {
             TableKind::Flows => self.writer.write(r.flows, r.start_ns),
             TableKind::Interfaces => self.writer.write(r.interfaces, r.start_ns),
-            TableKind::Alerts | TableKind::Nic => Ok(()),
+            TableKind::Alerts | TableKind::Nic | TableKind::Qps => Ok(()),
         }
     }
     fn nic(&mut self, rows: &RecordBatch, t_ns: u64) -> Result<(), OutputError> {
         match self.kind {
             TableKind::Nic => self.writer.write(rows, t_ns),
+            _ => Ok(()),
+        }
+    }
+    fn qps(&mut self, rows: &RecordBatch, t_ns: u64) -> Result<(), OutputError> {
+        match self.kind {
+            TableKind::Qps => self.writer.write(rows, t_ns),
             _ => Ok(()),
         }
     }

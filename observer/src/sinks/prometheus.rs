@@ -136,6 +136,33 @@ struct PairMetrics {
     not_ect: Family<Pair, Counter>,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DevState {
+    device: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DevOnly {
+    device: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DevDirection {
+    device: String,
+    direction: String,
+}
+
+/// The host's QPs (the RDMA subsystem's inventory): per device, never per QP.
+#[derive(Default)]
+struct HostQpMetrics {
+    qps: Family<DevState, Gauge>,
+    errors: Family<DevOnly, Counter>,
+    packets: Family<DevDirection, Counter>,
+    /// Label sets of `qps` set by the last read (set to 0 when a state empties).
+    last: HashSet<DevState>,
+}
+
 /// The exporter's own health.
 #[derive(Default)]
 struct SelfMetrics {
@@ -206,6 +233,7 @@ pub struct MetricsSink {
     iface: IfaceMetrics,
     pairs: PairMetrics,
     me: SelfMetrics,
+    host_qps: HostQpMetrics,
     nic: Vec<(Quantity, String)>,
     nic_families: HashMap<String, NicFamily>,
     /// Pairs with their own series (`src\0dst`), per interface direction (`iface\0dir`).
@@ -255,6 +283,7 @@ impl MetricsSink {
             iface: IfaceMetrics::default(),
             pairs: PairMetrics::default(),
             me: SelfMetrics::default(),
+            host_qps: HostQpMetrics::default(),
             nic: Quantity::all().into_iter().map(|q| (q, q.name())).collect(),
             nic_families: HashMap::new(),
             named: HashMap::default(),
@@ -570,6 +599,79 @@ impl MetricsSink {
         let build = Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]);
         add(obs, n, o, "build", "roce-observe's version", None, build);
         self.register_nic(reg);
+        self.register_host_qps(reg);
+    }
+
+    /// `roce_host_*`: the host's QPs per RDMA device (docs/qps.md).
+    fn register_host_qps(&mut self, reg: &mut Registry) {
+        let (n, h) = (&mut self.names, &self.host_qps);
+        let reg = reg.sub_registry_with_prefix("host");
+        add(
+            reg,
+            n,
+            "host_",
+            "qps",
+            "QPs of the host per RDMA device and state (the last read)",
+            None,
+            h.qps.clone(),
+        );
+        add(
+            reg,
+            n,
+            "host_",
+            "qp_errors",
+            "QPs that moved to ERR or SQE, per RDMA device",
+            None,
+            h.errors.clone(),
+        );
+        add(
+            reg,
+            n,
+            "host_",
+            "qp_packets",
+            "Packets of the host's QPs from their PSNs (first transmissions sent, in-sequence received), per RDMA device and direction (tx, rx)",
+            None,
+            h.packets.clone(),
+        );
+    }
+
+    fn on_qps(&mut self, b: &RecordBatch) -> Result<(), ColumnError> {
+        let t = schema::qps();
+        let dev = t.strings(b, "device", ROWS)?;
+        let state = t.strings(b, "state", ROWS)?;
+        let (tx, rx) = (t.ints(b, "tx_pkts", ROWS)?, t.ints(b, "rx_pkts", ROWS)?);
+        let mut now: HashMap<DevState, i64> = HashMap::new();
+        let mut packets: HashMap<DevDirection, u64> = HashMap::new();
+        for row in 0..b.num_rows() {
+            let device = dev.value(row).to_string();
+            *now.entry(DevState {
+                device: device.clone(),
+                state: state.value(row).to_string(),
+            })
+            .or_default() += 1;
+            for (direction, c) in [("tx", tx), ("rx", rx)] {
+                if !c.is_null(row) {
+                    *packets
+                        .entry(DevDirection {
+                            device: device.clone(),
+                            direction: direction.into(),
+                        })
+                        .or_default() += c.value(row).max(0) as u64;
+                }
+            }
+        }
+        let h = &mut self.host_qps;
+        for gone in h.last.iter().filter(|l| !now.contains_key(*l)) {
+            h.qps.get_or_create(gone).set(0);
+        }
+        for (l, v) in &now {
+            h.qps.get_or_create(l).set(*v);
+        }
+        h.last = now.into_keys().collect();
+        for (l, v) in packets {
+            h.packets.get_or_create(&l).inc_by(v);
+        }
+        Ok(())
     }
 
     /// The NIC's vendor-neutral counters: `roce_nic_<name>_total` (µs as seconds).
@@ -964,6 +1066,12 @@ impl Sink for MetricsSink {
             };
             self.me.write_failures.get_or_create(&o).inc();
         }
+        if a.rule == contract::alert::Rule::QpError {
+            let d = DevOnly {
+                device: a.key.iface.clone(),
+            };
+            self.host_qps.errors.get_or_create(&d).inc();
+        }
     }
     fn interval(&mut self, rows: &IntervalRows<'_>) -> Result<(), OutputError> {
         self.on_interfaces(rows.interfaces)?;
@@ -986,6 +1094,10 @@ impl Sink for MetricsSink {
     }
     fn nic(&mut self, rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
         self.on_nic(rows)?;
+        Ok(())
+    }
+    fn qps(&mut self, rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
+        self.on_qps(rows)?;
         Ok(())
     }
     fn stats(&self) -> Option<serde_json::Value> {
@@ -1423,6 +1535,98 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// The host's QPs per device and state (a state that empties goes to 0, not stale), their
+    /// packets per direction, and errors from `qp_error` alerts: never one series per QP.
+    #[test]
+    fn host_qps_are_series_per_device_never_per_qp() {
+        use crate::pipeline::qp_stage::qps_batch;
+        let mut s = MetricsSink::new(ExporterConfig {
+            top_pairs: 20,
+            expected_dscp: [26, 26, 48],
+            max_qps: 1024,
+        });
+        let row = |lqpn: u32, state: &str| qps::QpRow {
+            dev: "mlx5_0".into(),
+            dev_index: 1,
+            lqpn,
+            qp_type: "RC".into(),
+            state: state.into(),
+            ..qps::QpRow::default()
+        };
+        let inv = |rows: Vec<qps::QpRow>| qps::Inventory {
+            time_ns: 2_000_000_000,
+            qps: rows,
+            ..qps::Inventory::default()
+        };
+        let prog = |sent: u32| {
+            vec![
+                qps::Progress {
+                    dev_index: 1,
+                    lqpn: 1,
+                    sent: Some(sent),
+                    received: Some(1),
+                },
+                qps::Progress {
+                    dev_index: 1,
+                    lqpn: 2,
+                    ..qps::Progress::default()
+                },
+            ]
+        };
+        let a = inv(vec![row(1, "RTS"), row(2, "RTS")]);
+        s.on_qps(&qps_batch("h", "live", 0, &a, &prog(10), &[]).unwrap())
+            .unwrap();
+        let b = inv(vec![row(1, "RTS"), row(2, "ERR")]);
+        s.on_qps(&qps_batch("h", "live", 0, &b, &prog(5), &[]).unwrap())
+            .unwrap();
+        let alert = Alert::candidate(
+            contract::alert::Rule::QpError,
+            contract::alert::AlertKey {
+                iface: "mlx5_0".into(),
+                qp: Some(2),
+                ..Default::default()
+            },
+            1,
+            String::new(),
+            String::new(),
+            1,
+            "qps",
+        );
+        let run = RunInfo {
+            host: "h".into(),
+            source: "live",
+        };
+        s.alert(&alert, &run);
+        let text = s.render();
+        let v = |series: &str| value(&text, series);
+        assert_eq!(
+            v(r#"roce_host_qps{device="mlx5_0",state="RTS"}"#),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(
+            v(r#"roce_host_qps{device="mlx5_0",state="ERR"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            v(r#"roce_host_qp_packets_total{device="mlx5_0",direction="tx"}"#),
+            Some(15.0)
+        );
+        assert_eq!(
+            v(r#"roce_host_qp_errors_total{device="mlx5_0"}"#),
+            Some(1.0)
+        );
+        // both QPs gone: every state of the device reads 0
+        s.on_qps(&qps_batch("h", "live", 0, &inv(vec![]), &[], &[]).unwrap())
+            .unwrap();
+        let text = s.render();
+        assert_eq!(
+            value(&text, r#"roce_host_qps{device="mlx5_0",state="RTS"}"#),
+            Some(0.0)
+        );
+        assert!(!text.contains("lqpn"), "no QP label: {text}");
     }
 
     #[test]

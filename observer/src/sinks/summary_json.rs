@@ -659,6 +659,8 @@ pub enum Ty {
     OptStr,
     Bool,
     Obj,
+    /// An object or null.
+    OptObj,
     /// An array of objects (each documented field by field).
     Objs,
     /// An array of 8 integers, one per priority 0-7.
@@ -677,6 +679,7 @@ impl Ty {
             Ty::OptStr => "string or null",
             Ty::Bool => "boolean",
             Ty::Obj => "object",
+            Ty::OptObj => "object or null",
             Ty::Objs => "array of objects",
             Ty::Ints8 => "8 integers (priority 0-7)",
             Ty::Nums8 => "8 numbers (priority 0-7)",
@@ -697,6 +700,7 @@ impl Ty {
             Ty::OptStr => v.is_string() || v.is_null(),
             Ty::Bool => v.is_boolean(),
             Ty::Obj => v.is_object(),
+            Ty::OptObj => v.is_object() || v.is_null(),
             Ty::Objs => v.as_array().is_some_and(|a| a.iter().all(Value::is_object)),
             Ty::Ints8 => eight(|x| x.is_u64() || x.is_i64()),
             Ty::Nums8 => eight(Value::is_number),
@@ -792,6 +796,78 @@ const HEAD_FIELDS: &[Doc] = &[
         "QP keys evicted from the interface's table over the run",
     ),
     (
+        "host_qps",
+        Ty::OptObj,
+        "the host's QPs from the RDMA subsystem (live, [qps.md](qps.md)); null when they were not read (`--no-host-qps`, no RDMA subsystem, replay)",
+    ),
+    (
+        "host_qps.reads",
+        Ty::Int,
+        "inventory reads (one per interval)",
+    ),
+    ("host_qps.qps", Ty::Int, "QPs in the last read"),
+    (
+        "host_qps.by_state",
+        Ty::Obj,
+        "the last read's QPs per RDMA device",
+    ),
+    (
+        "host_qps.by_state.{device}",
+        Ty::Obj,
+        "one RDMA device: QPs per state",
+    ),
+    (
+        "host_qps.by_state.{device}.{state}",
+        Ty::Int,
+        "QPs in the state (`RESET`, `INIT`, `RTR`, `RTS`, `SQD`, `SQE`, `ERR`)",
+    ),
+    (
+        "host_qps.errors",
+        Ty::Int,
+        "QPs seen moving to ERR or SQE over the run, or in it at the first read (each a `qp_error` alert before hold-down)",
+    ),
+    (
+        "host_qps.appeared",
+        Ty::Int,
+        "QPs that appeared (the first read's included)",
+    ),
+    ("host_qps.gone", Ty::Int, "QPs destroyed between two reads"),
+    (
+        "host_qps.excluded",
+        Ty::Obj,
+        "what the reads left out, counted",
+    ),
+    (
+        "host_qps.excluded.duplicates",
+        Ty::Int,
+        "QPs a non-atomic dump reported twice (kept once)",
+    ),
+    (
+        "host_qps.excluded.over_limit",
+        Ty::Int,
+        "QPs beyond the inventory's bound, summed over the reads",
+    ),
+    (
+        "host_qps.excluded.cm_ids_unmatched",
+        Ty::Int,
+        "rdma_cm ids whose QP was not in the QP dump, summed over the reads",
+    ),
+    (
+        "host_qps.marking",
+        Ty::Obj,
+        "the last read's QPs by marking verdict",
+    ),
+    (
+        "host_qps.marking.{verdict}",
+        Ty::Int,
+        "QPs with the verdict (`ok`, `off_policy`, `lossy`, `unknown`; [qps.md](qps.md#marking))",
+    ),
+    (
+        "host_qps.device_errors",
+        Ty::Int,
+        "RDMA device dumps that failed (each logged; the other devices were read)",
+    ),
+    (
         "output",
         Ty::Obj,
         "statistics of the outputs that keep them",
@@ -799,7 +875,7 @@ const HEAD_FIELDS: &[Doc] = &[
     (
         "output.{table}",
         Ty::Obj,
-        "a Parquet table's writer: `flows`, `interfaces`, `alerts`, `nic`",
+        "a Parquet table's writer: `flows`, `interfaces`, `alerts`, `nic`, `qps`",
     ),
     (
         "output.{table}.files",
@@ -1102,7 +1178,9 @@ fn check_object(
         }
         out.seen.insert(f.path.clone());
         match (f.ty, child) {
-            (Ty::Obj, _) => check_object(child, &f.path, &here, fields, out),
+            (Ty::Obj, _) | (Ty::OptObj, Value::Object(_)) => {
+                check_object(child, &f.path, &here, fields, out)
+            }
             (Ty::Objs, Value::Array(a)) => {
                 for (i, e) in a.iter().enumerate() {
                     check_object(

@@ -11,6 +11,7 @@
 
 pub mod capture;
 pub mod datapath;
+pub mod host_qps;
 pub mod kernel;
 pub mod paced;
 pub mod snapshot;
@@ -62,6 +63,17 @@ pub trait Consumer {
         _iface: &str,
         _sample: &nic::NicSample,
         _counters: Option<&nic::Normalized>,
+    ) -> Result<(), ConsumerError> {
+        Ok(())
+    }
+    /// The host's QPs (the RDMA subsystem's inventory) read at `inv.time_ns`, the interval
+    /// starting at `start_ns`, with each QP's progress since the previous read and the fates.
+    fn qps(
+        &mut self,
+        _start_ns: u64,
+        _inv: &qps::Inventory,
+        _progress: &[qps::Progress],
+        _fates: &[qps::Fate],
     ) -> Result<(), ConsumerError> {
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! kernel matrix (scripts/vm-tests.sh) runs each of them by name in a VM of every kernel.
 
 mod collector_datapath;
+mod host_qps_pipeline;
 mod nic_pipeline;
 mod replay_tshark;
 mod replay_xdp;

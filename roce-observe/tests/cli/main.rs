@@ -10,6 +10,7 @@ mod collector_semantics;
 mod marking_netns;
 mod monitoring;
 mod nic_command;
+mod qps_command;
 mod replay;
 mod replay_inputs;
 mod replay_signals;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use observer_common::maps::{Event, PauseEvent};
 
 use super::{LiveIface, LiveOptions, current_ifindex};
+use crate::sources::host_qps::QpFeed;
 use crate::sources::paced::{ConsumerFailed, Polled};
 use crate::sources::{Consumer, ConsumerError};
 use nic::{NicReader, NicSample, interval_between};
@@ -97,6 +98,9 @@ pub struct KernelSource {
     pub max_qps: u32,
     /// Keys idle longer than this may be evicted from a nearly full table.
     pub idle_evict: Duration,
+    /// The host's QPs from the RDMA subsystem, read once per interval (`None` with
+    /// `--no-host-qps` or without an RDMA subsystem).
+    pub host_qps: Option<QpFeed>,
     evbuf: Vec<Event>,
     pausebuf: Vec<PauseEvent>,
 }
@@ -107,9 +111,16 @@ impl KernelSource {
             ifaces,
             max_qps,
             idle_evict,
+            host_qps: None,
             evbuf: Vec::new(),
             pausebuf: Vec::new(),
         }
+    }
+
+    /// Reads the host's QPs every interval too.
+    pub fn with_host_qps(mut self, feed: QpFeed) -> KernelSource {
+        self.host_qps = Some(feed);
+        self
     }
 
     fn drain(&mut self, i: usize, out: &mut dyn Consumer) -> Result<(), ConsumerError> {
@@ -162,6 +173,9 @@ impl Polled for KernelSource {
                 tracing::error!(iface = %o.name, error = %contract::error::chain(&*e), "the pipeline failed on the NIC's first sample");
             }
         }
+        if let Some(q) = &mut self.host_qps {
+            q.begin(t0_ns);
+        }
     }
 
     fn poll_events(&mut self, out: &mut dyn Consumer) -> Result<(), ConsumerFailed> {
@@ -202,6 +216,9 @@ impl Polled for KernelSource {
             // the next read updates these entries in place
             self.ifaces[i].iface.recycle(snap);
             self.evict_idle(i, out, t_ns, keys);
+        }
+        if let Some(q) = &mut self.host_qps {
+            q.read_into(out).map_err(ConsumerFailed)?;
         }
         Ok(())
     }

@@ -93,6 +93,10 @@ pub struct Btf {
     types: Vec<Option<Ty>>,
     str_start: usize,
     str_end: usize,
+    /// A split BTF's own strings (a kernel module's, on top of vmlinux's): their start and end
+    /// in `data`, and the base's string-section length (the split's string offsets start
+    /// after it).
+    split_str: Option<(usize, usize, u32)>,
 }
 
 impl Btf {
@@ -126,6 +130,7 @@ impl Btf {
             types: vec![None],
             str_start: 0,
             str_end: 0,
+            split_str: None,
         };
         let hdr_len = btf.u32_at(4) as usize;
         let (type_off, type_len) = (btf.u32_at(8) as usize, btf.u32_at(12) as usize);
@@ -169,6 +174,54 @@ impl Btf {
         Ok(btf)
     }
 
+    /// A kernel module's BTF (`/sys/kernel/btf/<module>`), read on top of `base` (vmlinux's):
+    /// split BTF, whose type ids continue after the base's and whose string offsets continue
+    /// after the base's string section. The result holds the types of both.
+    pub fn module(name: &str, base: Btf) -> Result<Btf, KfuncError> {
+        let path = Path::new("/sys/kernel/btf").join(name);
+        let data = std::fs::read(&path).map_err(|source| KfuncError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Btf::parse_split(data, &path, base)
+    }
+
+    /// Parses split BTF `data` on top of `base` (see [`Btf::module`]).
+    pub fn parse_split(data: Vec<u8>, path: &Path, base: Btf) -> Result<Btf, KfuncError> {
+        if base.split_str.is_some() {
+            return Err(KfuncError::BadBtf {
+                path: path.display().to_string(),
+                offset: 0,
+                what: "the base is itself split BTF",
+            });
+        }
+        let split = Btf::parse(data, path)?;
+        if split.big != base.big {
+            return Err(KfuncError::BadBtf {
+                path: path.display().to_string(),
+                offset: 0,
+                what: "byte order differs from the base BTF's",
+            });
+        }
+        let shift = base.data.len();
+        let base_str_len = (base.str_end - base.str_start) as u32;
+        let mut btf = base;
+        btf.data.extend_from_slice(&split.data);
+        btf.types.extend(split.types.into_iter().skip(1).map(|t| {
+            t.map(|t| Ty {
+                rec: t.rec + shift,
+                ..t
+            })
+        }));
+        btf.split_str = Some((split.str_start + shift, split.str_end + shift, base_str_len));
+        Ok(btf)
+    }
+
+    /// Number of type ids (void included): a split BTF on top of this one starts there.
+    pub fn type_count(&self) -> u32 {
+        self.types.len() as u32
+    }
+
     fn u32_at(&self, p: usize) -> u32 {
         let b = [
             self.data[p],
@@ -185,11 +238,15 @@ impl Btf {
 
     /// The string at `off` of the string section (empty when outside it).
     pub fn name(&self, off: u32) -> &[u8] {
-        let s = self.str_start.saturating_add(off as usize);
-        if s >= self.str_end {
+        let (start, end, off) = match self.split_str {
+            Some((s0, s1, base_len)) if off >= base_len => (s0, s1, off - base_len),
+            _ => (self.str_start, self.str_end, off),
+        };
+        let s = start.saturating_add(off as usize);
+        if s >= end {
             return b"";
         }
-        let rest = &self.data[s..self.str_end];
+        let rest = &self.data[s..end];
         let e = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
         &rest[..e]
     }
@@ -222,6 +279,20 @@ impl Btf {
         matches!(t.kind(), KIND_STRUCT | KIND_UNION).then_some(t.size_or_type)
     }
 
+    /// The id of `id` with typedefs and qualifiers taken off.
+    fn resolve_id(&self, mut id: u32) -> Option<u32> {
+        for _ in 0..32 {
+            let t = self.ty(id)?;
+            match t.kind() {
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+                    id = t.size_or_type
+                }
+                _ => return Some(id),
+            }
+        }
+        None
+    }
+
     /// `id` with typedefs and qualifiers taken off.
     fn resolve(&self, mut id: u32) -> Option<&Ty> {
         for _ in 0..32 {
@@ -240,9 +311,25 @@ impl Btf {
     /// struct and union members as C does. None for bitfields.
     pub fn member(&self, id: u32, name: &str) -> Option<(u32, u32)> {
         self.member_in(self.ty(id)?, name, 0, 0)
+            .map(|(off, size, _)| (off, size))
     }
 
-    fn member_in(&self, t: &Ty, name: &str, base_bits: u32, depth: u32) -> Option<(u32, u32)> {
+    /// Byte offset and size of a member nested through struct members: `path` names one
+    /// member of struct/union `id`, then one of that member's struct, and so on (C's
+    /// `a.b.c`).
+    pub fn member_path(&self, id: u32, path: &[&str]) -> Option<(u32, u32)> {
+        let (mut id, mut total, mut size) = (id, 0u32, self.size(id)?);
+        for name in path {
+            let (off, sz, ty) = self.member_in(self.ty(id)?, name, 0, 0)?;
+            total = total.checked_add(off)?;
+            size = sz;
+            id = ty;
+        }
+        Some((total, size))
+    }
+
+    /// Byte offset, size and (unqualified) type id of member `name`.
+    fn member_in(&self, t: &Ty, name: &str, base_bits: u32, depth: u32) -> Option<(u32, u32, u32)> {
         if !matches!(t.kind(), KIND_STRUCT | KIND_UNION) || depth > 8 {
             return None;
         }
@@ -268,7 +355,7 @@ impl Btf {
                     2 => 8,
                     _ => return None,
                 };
-                return Some((off / 8, size));
+                return Some((off / 8, size, self.resolve_id(m_type)?));
             }
             if n.is_empty()
                 && let Some(found) = self.member_in(mt, name, base_bits + bits, depth + 1)
@@ -507,6 +594,155 @@ mod tests {
         assert_eq!(btf.member(outer, "c"), None);
         assert_eq!(btf.enumerator("E_ONE"), Some(1));
         assert_eq!(btf.enumerator("E_TWO"), None);
+    }
+
+    /// A base BTF (ids 1 int, 2 unsigned char, 3 ptr to void) and a split BTF on top of it
+    /// whose structs nest (`outer { u8 pad[..]; int x; mid m; }`, `mid { u8 c; inner in; }`),
+    /// with names both in the base's strings and in the split's own.
+    #[test]
+    fn split_btf_continues_the_base_ids_and_strings() {
+        // base strings: 0 "", 1 "int", 5 "u8"
+        let base_strings = b"\0int\0u8\0";
+        let base_types = words(&[
+            1,
+            info(KIND_INT, 0),
+            4,
+            32, // 1: int
+            5,
+            info(KIND_INT, 0),
+            1,
+            8, // 2: u8
+            0,
+            info(2, 0),
+            0, // 3: void *
+        ]);
+        let base = Btf::parse(blob(&base_types, base_strings), Path::new("vmlinux")).unwrap();
+        assert_eq!(base.type_count(), 4);
+        // split strings (offsets after the base's 8 bytes): 8 "", 9 "inner", 15 "mid",
+        // 19 "outer", 25 "c", 27 "in", 30 "m", 32 "x", 34 "p"
+        let split_strings = b"\0inner\0mid\0outer\0c\0in\0m\0x\0p\0";
+        let split_types = words(&[
+            // 4: struct inner { u8 c; (pad) int int_at_4 named "x"; } size 8
+            9,
+            info(KIND_STRUCT, 2),
+            8,
+            25,
+            2,
+            0,
+            32,
+            1,
+            32,
+            // 5: typedef inner_t = inner (name "in")
+            27,
+            info(KIND_TYPEDEF, 0),
+            4,
+            // 6: struct mid { u8 c; inner_t in at 8 } size 16
+            15,
+            info(KIND_STRUCT, 2),
+            16,
+            25,
+            2,
+            0,
+            27,
+            5,
+            64,
+            // 7: struct outer { void *p; int x at 8; mid m at 16 } size 32 ("p" split string)
+            19,
+            info(KIND_STRUCT, 3),
+            32,
+            34,
+            3,
+            0,
+            32,
+            1,
+            64,
+            30,
+            6,
+            128,
+        ]);
+        let btf = Btf::parse_split(
+            blob(&split_types, split_strings),
+            Path::new("/sys/kernel/btf/mod"),
+            base,
+        )
+        .unwrap();
+        assert_eq!(btf.type_count(), 8);
+        let outer = btf.struct_id("outer").unwrap();
+        assert_eq!(outer, 7);
+        assert_eq!(btf.struct_id("mid"), Some(6));
+        assert_eq!(btf.name(1), b"int");
+        assert_eq!(btf.name(19), b"outer");
+        assert_eq!(btf.member(outer, "p"), Some((0, 8)));
+        assert_eq!(btf.member(outer, "x"), Some((8, 4)));
+        assert_eq!(btf.member_path(outer, &["m"]), Some((16, 16)));
+        assert_eq!(btf.member_path(outer, &["m", "c"]), Some((16, 1)));
+        // Through the typedef to the inner struct: 16 + 8 + 4.
+        assert_eq!(btf.member_path(outer, &["m", "in", "x"]), Some((28, 4)));
+        assert_eq!(btf.member_path(outer, &["m", "in", "nope"]), None);
+        assert_eq!(btf.member_path(outer, &["x", "c"]), None);
+        // A split BTF is not a base.
+        let again = Btf::parse_split(blob(&split_types, split_strings), Path::new("m2"), btf);
+        assert!(again.is_err());
+    }
+
+    /// Every kernel module BTF of this host reads as split BTF over vmlinux, and each of its
+    /// structs' members resolves to an offset inside the struct.
+    #[test]
+    fn the_host_module_btfs_read_as_split_btf() {
+        let Ok(dir) = std::fs::read_dir("/sys/kernel/btf") else {
+            eprintln!("SKIP: no /sys/kernel/btf");
+            return;
+        };
+        let mut mods: Vec<String> = dir
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "vmlinux")
+            .collect();
+        mods.sort();
+        let Ok(base) = Btf::vmlinux() else {
+            eprintln!("SKIP: vmlinux BTF not readable");
+            return;
+        };
+        let base_count = base.type_count();
+        let mut checked = 0;
+        for m in mods.iter().take(8) {
+            let btf = Btf::module(
+                m,
+                Btf::parse(base.data.clone(), Path::new(VMLINUX_BTF)).unwrap(),
+            )
+            .unwrap_or_else(|e| panic!("{m}: {e}"));
+            for id in base_count..btf.type_count() {
+                let t = *btf.ty(id).unwrap();
+                if t.kind() != KIND_STRUCT || t.vlen() == 0 || btf.name(t.name_off).is_empty() {
+                    continue;
+                }
+                let r = t.rec;
+                let first = String::from_utf8_lossy(btf.name(btf.u32_at(r))).into_owned();
+                if first.is_empty() {
+                    continue;
+                }
+                if let Some((off, size)) = btf.member_path(id, &[&first]) {
+                    assert!(off + size <= t.size_or_type, "{m}: struct id {id}.{first}");
+                    checked += 1;
+                }
+            }
+        }
+        if ib_core_loaded() {
+            let btf = Btf::module("ib_core", Btf::vmlinux().unwrap()).unwrap();
+            let attr = btf.struct_id("ib_qp_attr").unwrap();
+            assert_eq!(
+                btf.member_path(attr, &["ah_attr", "grh", "traffic_class"]),
+                Some((94, 1))
+            );
+        }
+        eprintln!(
+            "{} module BTFs, {checked} struct members resolved",
+            mods.len().min(8)
+        );
+    }
+
+    fn ib_core_loaded() -> bool {
+        Path::new("/sys/kernel/btf/ib_core").exists()
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod kfunc;
 mod mapped_table;
 #[cfg(any(test, feature = "test-support"))]
 mod prog_tester;
+pub mod qp_probe;
 mod sys;
 
 #[cfg(any(test, feature = "test-support"))]

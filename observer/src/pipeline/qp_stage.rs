@@ -1,0 +1,375 @@
+//! The host-QP stage of the collector: each interval's inventory of the host's QPs (the RDMA
+//! subsystem's, `qps` crate) becomes `qps` rows (one per QP, with its packets in the interval
+//! from its PSNs and its marking checked), a `qp_error` alert for each QP that moved to ERR or
+//! SQE, a `qp_marking` alert for each QP set up off the policy, and the run's figures in
+//! `summary.json` (`host_qps`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray, TimestampMicrosecondArray};
+use arrow::record_batch::RecordBatch;
+use contract::alert::{Alert, AlertKey, Rule};
+use contract::schema;
+use qps::verdict::{self, MarkingCheck, PortQos, Verdict};
+use qps::{Fate, Inventory, Progress, QpRow};
+use serde_json::{Value, json};
+
+use super::{Collector, CollectorError};
+
+/// The run's figures of the host's QPs.
+#[derive(Default)]
+pub struct HostQpState {
+    pub reads: u64,
+    /// The last read's QPs by device and state.
+    pub by_state: BTreeMap<String, BTreeMap<String, u64>>,
+    pub qps: u64,
+    /// QPs seen moving to ERR or SQE (or in it at the first read) over the run.
+    pub errors: u64,
+    pub appeared: u64,
+    pub gone: u64,
+    pub excluded_duplicates: u64,
+    pub excluded_over_limit: u64,
+    pub cm_ids_unmatched: u64,
+    /// Device reads that failed (each logged with its error).
+    pub device_errors: u64,
+    /// The last read's QPs by marking verdict.
+    pub marking: BTreeMap<&'static str, u64>,
+    /// Each QP's last marking verdict (a `qp_marking` alert when it becomes off the policy).
+    verdicts: std::collections::HashMap<(u32, u32), Verdict>,
+}
+
+impl HostQpState {
+    /// `summary.json`'s `host_qps` (null when the inventory never ran).
+    pub fn json(&self) -> Value {
+        if self.reads == 0 {
+            return Value::Null;
+        }
+        json!({
+            "reads": self.reads,
+            "qps": self.qps,
+            "by_state": self.by_state,
+            "errors": self.errors,
+            "appeared": self.appeared,
+            "gone": self.gone,
+            "excluded": {
+                "duplicates": self.excluded_duplicates,
+                "over_limit": self.excluded_over_limit,
+                "cm_ids_unmatched": self.cm_ids_unmatched,
+            },
+            "device_errors": self.device_errors,
+            "marking": self.marking,
+        })
+    }
+}
+
+/// The `qps` rows of one read as a batch.
+pub fn qps_batch(
+    host: &str,
+    source: &str,
+    start_ns: u64,
+    inv: &Inventory,
+    progress: &[Progress],
+    checks: &[MarkingCheck],
+) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let rows = &inv.qps;
+    let n = rows.len();
+    // compare() gives one progress per QP of the read, in the read's order.
+    let prog: Vec<Option<&Progress>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| progress.get(i).filter(|p| (p.dev_index, p.lqpn) == r.key()))
+        .collect();
+    let strs = |f: &dyn Fn(&QpRow) -> Option<String>| -> ArrayRef {
+        Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
+    };
+    let ints = |f: &dyn Fn(&QpRow) -> Option<i64>| -> ArrayRef {
+        Arc::new(Int64Array::from(rows.iter().map(f).collect::<Vec<_>>()))
+    };
+    let ts = |t: u64| -> ArrayRef {
+        Arc::new(TimestampMicrosecondArray::from(vec![(t / 1000) as i64; n]).with_timezone("UTC"))
+    };
+    let progress_col = |f: &dyn Fn(&Progress) -> Option<u32>| -> ArrayRef {
+        Arc::new(Int64Array::from(
+            prog.iter()
+                .map(|p| p.and_then(f).map(i64::from))
+                .collect::<Vec<_>>(),
+        ))
+    };
+    let workload = |f: &dyn Fn(&qps::cgroup::Workload) -> Option<String>| -> ArrayRef {
+        strs(&|r| r.workload.as_ref().and_then(f))
+    };
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec![host; n])),
+        Arc::new(StringArray::from(vec![source; n])),
+        ts(start_ns),
+        ts(inv.time_ns),
+        strs(&|r| Some(r.dev.clone())),
+        ints(&|r| r.port.map(i64::from)),
+        ints(&|r| Some(i64::from(r.lqpn))),
+        ints(&|r| r.rqpn.map(i64::from)),
+        strs(&|r| Some(r.qp_type.clone())),
+        strs(&|r| Some(r.state.clone())),
+        ints(&|r| r.sq_psn.map(i64::from)),
+        ints(&|r| r.rq_psn.map(i64::from)),
+        progress_col(&|p| p.sent),
+        progress_col(&|p| p.received),
+        ints(&|r| r.pid.map(i64::from)),
+        strs(&|r| r.comm.clone()),
+        Arc::new(BooleanArray::from(
+            rows.iter().map(|r| r.kernel).collect::<Vec<_>>(),
+        )),
+        workload(&|w| Some(w.cgroup.clone())),
+        workload(&|w| w.container_id.clone()),
+        workload(&|w| w.pod_uid.clone()),
+        strs(&|r| r.src.map(|a| a.to_string())),
+        strs(&|r| r.dst.map(|a| a.to_string())),
+        ints(&|r| r.setup.map(|s| i64::from(s.traffic_class))),
+        ints(&|r| r.setup.map(|s| i64::from(s.traffic_class >> 2))),
+        ints(&|r| r.setup.map(|s| i64::from(s.traffic_class & 3))),
+        ints(&|r| r.setup.map(|s| i64::from(s.sl))),
+        strs(&|r| r.setup.map(|s| s.dgid_ip().to_string())),
+        Arc::new(Int64Array::from(
+            (0..n)
+                .map(|i| checks.get(i).and_then(|c| c.priority).map(i64::from))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(BooleanArray::from(
+            rows.iter().map(in_error).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            (0..n)
+                .map(|i| {
+                    checks
+                        .get(i)
+                        .map_or(Verdict::Unknown, |c| c.verdict)
+                        .as_str()
+                })
+                .collect::<Vec<_>>(),
+        )),
+    ];
+    RecordBatch::try_new(schema::qps().arrow_schema(), cols)
+}
+
+fn in_error(r: &QpRow) -> bool {
+    matches!(r.state.as_str(), "ERR" | "SQE")
+}
+
+/// Who a QP belongs to, for an alert: `pid 4242 (ib_write_bw, pod ...)`.
+fn owner(r: &QpRow) -> String {
+    let mut s = match (r.pid, &r.comm) {
+        (Some(p), Some(c)) => format!("pid {p} ({c}"),
+        (Some(p), None) => format!("pid {p} (command unknown"),
+        (None, Some(c)) => format!("kernel ({c}"),
+        (None, None) => "unknown owner (".to_string(),
+    };
+    if let Some(w) = r.workload.as_ref().and_then(|w| w.short()) {
+        s += ", ";
+        s += &w;
+    }
+    s.push(')');
+    s
+}
+
+impl Collector {
+    /// One read of the host's QPs: the rows of the interval from `start_ns` to the read, the
+    /// `qp_error` alerts, the run's figures.
+    pub fn on_qps(
+        &mut self,
+        start_ns: u64,
+        inv: &Inventory,
+        progress: &[Progress],
+        fates: &[Fate],
+    ) -> Result<(), CollectorError> {
+        let t = inv.time_ns;
+        let st = &mut self.host_qps;
+        st.reads += 1;
+        st.qps = inv.qps.len() as u64;
+        st.by_state.clear();
+        for r in &inv.qps {
+            *st.by_state
+                .entry(r.dev.clone())
+                .or_default()
+                .entry(r.state.clone())
+                .or_default() += 1;
+        }
+        st.excluded_duplicates += inv.excluded.duplicates;
+        st.excluded_over_limit += inv.excluded.over_limit;
+        st.cm_ids_unmatched += inv.excluded.cm_ids_unmatched;
+        st.device_errors += inv.devices.iter().filter(|d| d.error.is_some()).count() as u64;
+        if inv.excluded.over_limit > 0 {
+            tracing::warn!(
+                over_limit = inv.excluded.over_limit,
+                kept = inv.qps.len(),
+                "more QPs on the host than the inventory keeps; the rest are counted, not listed"
+            );
+        }
+        let mut cands = Vec::new();
+        for f in fates {
+            match f {
+                Fate::Appeared { .. } => st.appeared += 1,
+                Fate::Gone { .. } => st.gone += 1,
+                Fate::Error { row, from } => {
+                    st.errors += 1;
+                    let key = AlertKey {
+                        iface: row.dev.clone(),
+                        qp: Some(row.lqpn),
+                        ..Default::default()
+                    };
+                    let observed = format!(
+                        "QP {} of {} ({} to peer QP {}) of {} moved from {from} to {}; send PSN {}, receive PSN {}{}",
+                        row.lqpn,
+                        row.dev,
+                        row.qp_type,
+                        row.rqpn.map_or("-".into(), |q| q.to_string()),
+                        owner(row),
+                        row.state,
+                        row.sq_psn.map_or("-".into(), |p| p.to_string()),
+                        row.rq_psn.map_or("-".into(), |p| p.to_string()),
+                        row.dst.map(|d| format!(", peer {d}")).unwrap_or_default(),
+                    );
+                    cands.push(Alert::candidate(
+                        Rule::QpError,
+                        key,
+                        t,
+                        observed,
+                        "QPs in RTS (a QP in ERR: its requester ran out of retries, a fatal remote error, or its owner moved it there)".into(),
+                        1,
+                        "qps",
+                    ));
+                }
+            }
+        }
+        // Each QP's marking against the policy (the port's QoS configuration is not joined
+        // yet: the priority stays unknown, the DSCP is checked).
+        let policy = self
+            .cfg
+            .nic_policy
+            .clone()
+            .unwrap_or_else(|| nic::command::check_policy(&self.cfg.policy).0);
+        let checks: Vec<MarkingCheck> = inv
+            .qps
+            .iter()
+            .map(|r| verdict::check(r.setup.map(|s| s.marking()), &policy, &PortQos::default()))
+            .collect();
+        let st = &mut self.host_qps;
+        st.marking.clear();
+        let mut seen = std::collections::HashMap::with_capacity(inv.qps.len());
+        for (r, c) in inv.qps.iter().zip(&checks) {
+            *st.marking.entry(c.verdict.as_str()).or_default() += 1;
+            let before = st.verdicts.get(&r.key()).copied();
+            seen.insert(r.key(), c.verdict);
+            let off = matches!(c.verdict, Verdict::OffPolicy | Verdict::Lossy);
+            if off && before != Some(c.verdict) {
+                let key = AlertKey {
+                    iface: r.dev.clone(),
+                    qp: Some(r.lqpn),
+                    ..Default::default()
+                };
+                let peer = r
+                    .setup
+                    .map(|s| format!(" to {}", s.dgid_ip()))
+                    .unwrap_or_default();
+                cands.push(Alert::candidate(
+                    Rule::QpMarking,
+                    key,
+                    t,
+                    format!(
+                        "QP {} of {} ({}{}) of {}: {}",
+                        r.lqpn,
+                        r.dev,
+                        r.qp_type,
+                        peer,
+                        owner(r),
+                        c.reason
+                    ),
+                    format!(
+                        "RoCE data QPs set up with DSCP {} on the lossless priority {}",
+                        policy.data_dscp, policy.rdma_priority
+                    ),
+                    1,
+                    "qps",
+                ));
+            }
+        }
+        st.verdicts = seen;
+        let batch = qps_batch(
+            &self.run.host,
+            self.run.source,
+            start_ns,
+            inv,
+            progress,
+            &checks,
+        )?;
+        self.each_sink(t, |k| k.qps(&batch, start_ns));
+        for a in cands {
+            self.offer(a);
+        }
+        self.each_sink(t, |k| k.flush(t));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Array;
+
+    fn row(lqpn: u32, state: &str) -> QpRow {
+        QpRow {
+            dev: "mlx5_0".into(),
+            dev_index: 1,
+            port: Some(1),
+            lqpn,
+            rqpn: Some(lqpn + 100),
+            qp_type: "RC".into(),
+            state: state.into(),
+            sq_psn: Some(10),
+            rq_psn: Some(20),
+            pid: Some(4242),
+            comm: Some("all_reduce_perf".into()),
+            ..QpRow::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_follows_the_table_and_lines_progress_up_with_its_qp() {
+        let inv = Inventory {
+            time_ns: 2_000_000_000,
+            qps: vec![row(17, "RTS"), row(18, "ERR")],
+            ..Inventory::default()
+        };
+        // no progress for 17 (new), progress for 18
+        let p = vec![
+            Progress {
+                dev_index: 1,
+                lqpn: 17,
+                ..Progress::default()
+            },
+            Progress {
+                dev_index: 1,
+                lqpn: 18,
+                sent: Some(5),
+                received: Some(7),
+            },
+        ];
+        let b = qps_batch("h", "live", 1_000_000_000, &inv, &p, &[]).unwrap();
+        assert_eq!(b.num_rows(), 2);
+        let t = schema::qps();
+        let tx = t.ints(&b, "tx_pkts", "test").unwrap();
+        assert!(tx.is_null(0));
+        assert_eq!(tx.value(1), 5);
+        assert_eq!(t.ints(&b, "rx_pkts", "test").unwrap().value(1), 7);
+        let err = b
+            .column_by_name("error")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .unwrap();
+        assert!(!err.value(0) && err.value(1));
+        assert_eq!(
+            t.strings(&b, "marking", "test").unwrap().value(0),
+            "unknown"
+        );
+    }
+}

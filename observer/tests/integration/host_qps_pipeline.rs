@@ -1,0 +1,264 @@
+//! The host's QPs end to end without an RDMA device: a scripted RDMA subsystem (three reads of a
+//! device's QPs: a requester sending, a QP that then fails, a QP that is destroyed) goes through
+//! the live source's QP feed into the collector; the `qps` table, read back by pyarrow, holds
+//! each QP's rows with its packets from its PSNs and its owner; one `qp_error` alert names the
+//! failed QP and its owner; summary.json's `host_qps` has the run's figures, as documented.
+
+use std::collections::VecDeque;
+
+use nic::rdma::{RdmaCmId, RdmaDevice, RdmaError, RdmaQp};
+use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
+use observer::sinks::summary_json;
+use observer::sources::host_qps::QpFeed;
+use qps::inventory::{Procfs, QpSource};
+use serde_json::Value;
+
+use test_support::TempDir;
+use test_support::collector::*;
+
+/// Each read returns the next list of QPs (device 3, `mlx5_0`).
+struct Script(VecDeque<Vec<RdmaQp>>);
+
+impl QpSource for Script {
+    fn devices(&mut self) -> Result<Vec<RdmaDevice>, RdmaError> {
+        Ok(vec![RdmaDevice {
+            index: 3,
+            name: "mlx5_0".into(),
+            ..RdmaDevice::default()
+        }])
+    }
+    fn qps(&mut self, _dev: u32) -> Result<Vec<RdmaQp>, RdmaError> {
+        Ok(self.0.pop_front().unwrap_or_default())
+    }
+    fn cm_ids(&mut self, _dev: u32) -> Result<Vec<RdmaCmId>, RdmaError> {
+        Ok(vec![RdmaCmId {
+            dev_index: 3,
+            lqpn: Some(0x11),
+            dst: Some("10.0.0.2:18515".parse().unwrap()),
+            state: Some(5),
+            ..RdmaCmId::default()
+        }])
+    }
+}
+
+fn qp(lqpn: u32, state: u8, sq: u32, rq: u32) -> RdmaQp {
+    RdmaQp {
+        dev_index: 3,
+        dev_name: "mlx5_0".into(),
+        port: Some(1),
+        lqpn,
+        rqpn: Some(lqpn + 0x100),
+        qp_type: Some(2),
+        state: Some(state),
+        sq_psn: Some(sq),
+        rq_psn: Some(rq),
+        pid: Some(4242),
+        ..RdmaQp::default()
+    }
+}
+
+#[test]
+fn host_qps_become_rows_an_error_alert_and_summary_figures() {
+    let tmp = TempDir::new("host-qps");
+    let out = tmp.path().join("out");
+    let proc = tmp.path().join("root/proc/4242");
+    std::fs::create_dir_all(&proc).unwrap();
+    std::fs::write(proc.join("comm"), "all_reduce_perf\n").unwrap();
+    std::fs::write(
+        proc.join("cgroup"),
+        "0::/kubepods.slice/kubepods-pod1b2c3d4e_0f1a_4b2c_9d3e_4f5a6b7c8d9e.slice/cri-containerd-3f2a9c1b7e4d5a6b8c9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d.scope\n",
+    )
+    .unwrap();
+    let (rts, err) = (3u8, 6u8);
+    let reads = VecDeque::from(vec![
+        vec![
+            qp(0x11, rts, 0x00ff_fff0, 5),
+            qp(0x12, rts, 7, 7),
+            qp(0x13, rts, 1, 1),
+        ],
+        // 0x11 sent 0x20 packets across the PSN wrap; 0x12 failed; 0x13 still there
+        vec![
+            qp(0x11, rts, 0x10, 9),
+            qp(0x12, err, 7, 7),
+            qp(0x13, rts, 1, 1),
+        ],
+        // 0x13 destroyed
+        vec![qp(0x11, rts, 0x30, 9), qp(0x12, err, 7, 7)],
+    ]);
+    let mut cfg = CollectorConfig::new(
+        out.clone(),
+        "h",
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    );
+    cfg.policy.thresholds.hold_down_ns = 1;
+    let mut col = Collector::new(cfg).unwrap();
+    col.quiet_stderr();
+    let mut feed = QpFeed::new(
+        Box::new(Script(reads)),
+        Procfs {
+            root: tmp.path().join("root"),
+        },
+        100,
+    );
+    feed.begin(1);
+    for _ in 0..3 {
+        feed.read_into(&mut col).unwrap();
+    }
+    let summary = col.finish().unwrap();
+
+    let errors: Vec<Value> = alerts_jsonl(&out)
+        .into_iter()
+        .filter(|a| a["rule"] == "qp_error")
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let obs = errors[0]["observed"].as_str().unwrap();
+    for want in [
+        "QP 18 of mlx5_0",
+        "peer QP 274",
+        "pid 4242 (all_reduce_perf, pod 1b2c3d4e-0f1a-4b2c-9d3e-4f5a6b7c8d9e/3f2a9c1b7e4d)",
+        "moved from RTS to ERR",
+    ] {
+        assert!(obs.contains(want), "{want:?} not in {obs}");
+    }
+    assert_eq!(errors[0]["severity"], "critical");
+
+    let t = pyarrow_read(&out, "qps", &["tx_pkts", "rx_pkts"], true);
+    assert_eq!(t["rows"], 8, "{t}");
+    let recs = t["records"].as_array().unwrap();
+    let of = |lqpn: u64| -> Vec<&Value> { recs.iter().filter(|r| r["lqpn"] == lqpn).collect() };
+    let a = of(0x11);
+    assert_eq!(a.len(), 3);
+    let tx: Vec<&Value> = a.iter().map(|r| &r["tx_pkts"]).collect();
+    assert_eq!(
+        tx,
+        [
+            &Value::Null,
+            &serde_json::json!(0x20),
+            &serde_json::json!(0x20)
+        ]
+    );
+    assert_eq!(a[0]["comm"], "all_reduce_perf");
+    assert_eq!(a[0]["pod_uid"], "1b2c3d4e-0f1a-4b2c-9d3e-4f5a6b7c8d9e");
+    assert_eq!(a[0]["dst"], "10.0.0.2:18515");
+    assert_eq!(a[0]["marking"], "unknown");
+    assert_eq!(
+        of(0x12)
+            .iter()
+            .map(|r| r["error"].clone())
+            .collect::<Vec<_>>(),
+        [false, true, true]
+    );
+    assert_eq!(of(0x13).len(), 2);
+
+    let h = &summary["host_qps"];
+    assert_eq!(h["reads"], 3, "{h}");
+    assert_eq!(h["qps"], 2);
+    assert_eq!(h["errors"], 1);
+    assert_eq!(h["gone"], 1);
+    assert_eq!(h["appeared"], 3);
+    assert_eq!(h["by_state"]["mlx5_0"]["ERR"], 1);
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let c = summary_json::check(&written);
+    assert!(c.problems.is_empty(), "{:?}", c.problems);
+    assert!(
+        c.seen.contains("host_qps.by_state.{device}.{state}"),
+        "{:?}",
+        c.seen
+    );
+}
+
+/// Each QP's set-up (what the modify-QP probe saw) checked against the policy: the QP set up
+/// with traffic class 0 (NCCL_IB_TC unset) is one `qp_marking` alert naming it and its owner,
+/// raised once however many intervals it stays; the one with 106 (DSCP 26) is `ok`; a QP set
+/// up before the probe is `unknown`, never guessed.
+#[test]
+fn host_qps_marking_is_checked_against_the_policy() {
+    let tmp = TempDir::new("host-qps-marking");
+    let out = tmp.path().join("out");
+    let mut cfg = CollectorConfig::new(
+        out.clone(),
+        "h",
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    );
+    cfg.policy.thresholds.hold_down_ns = 1;
+    let mut col = Collector::new(cfg).unwrap();
+    col.quiet_stderr();
+    let row = |lqpn: u32, tc: Option<u8>| qps::QpRow {
+        dev: "mlx5_0".into(),
+        dev_index: 3,
+        lqpn,
+        qp_type: "RC".into(),
+        state: "RTS".into(),
+        pid: Some(77),
+        comm: Some("train.py".into()),
+        setup: tc.map(|traffic_class| qps::SetUp {
+            traffic_class,
+            dgid: std::net::Ipv4Addr::new(10, 0, 4, 2)
+                .to_ipv6_mapped()
+                .octets(),
+            ..qps::SetUp::default()
+        }),
+        ..qps::QpRow::default()
+    };
+    let mut prev = qps::Inventory::default();
+    for i in 0..3u64 {
+        let inv = qps::Inventory {
+            time_ns: 1_795_000_000_000_000_000 + i * 1_000_000_000,
+            qps: vec![row(0x20, Some(106)), row(0x21, Some(0)), row(0x22, None)],
+            ..qps::Inventory::default()
+        };
+        let (p, f) = qps::compare(&prev, &inv);
+        col.on_qps(inv.time_ns - 1_000_000_000, &inv, &p, &f)
+            .unwrap();
+        prev = inv;
+    }
+    let summary = col.finish().unwrap();
+    let marking: Vec<Value> = alerts_jsonl(&out)
+        .into_iter()
+        .filter(|a| a["rule"] == "qp_marking")
+        .collect();
+    assert_eq!(marking.len(), 1, "{marking:?}");
+    let obs = marking[0]["observed"].as_str().unwrap();
+    for want in [
+        "QP 33 of mlx5_0",
+        "to 10.0.4.2",
+        "pid 77 (train.py)",
+        "DSCP 0, ECN 0",
+    ] {
+        assert!(obs.contains(want), "{want:?} not in {obs}");
+    }
+    assert!(
+        marking[0]["expected"].as_str().unwrap().contains("DSCP 26"),
+        "{}",
+        marking[0]
+    );
+    let t = pyarrow_read(&out, "qps", &[], true);
+    let last: Vec<(u64, Value, Value)> = t["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .take(3)
+        .map(|r| {
+            (
+                r["lqpn"].as_u64().unwrap(),
+                r["dscp"].clone(),
+                r["marking"].clone(),
+            )
+        })
+        .collect();
+    assert!(last.contains(&(0x20, 26.into(), "ok".into())), "{last:?}");
+    assert!(
+        last.contains(&(0x21, 0.into(), "off_policy".into())),
+        "{last:?}"
+    );
+    assert!(
+        last.contains(&(0x22, Value::Null, "unknown".into())),
+        "{last:?}"
+    );
+    assert_eq!(summary["host_qps"]["marking"]["off_policy"], 1);
+    assert_eq!(summary["host_qps"]["marking"]["unknown"], 1);
+}
