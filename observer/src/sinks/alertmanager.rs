@@ -3,17 +3,18 @@
 //! was observed / expected / counted as annotations; resolved (`endsAt` = now) once a hold-down
 //! passes with no new alert of the same rule and key.
 //!
-//! Counting never waits for an Alertmanager: alerts go into a bounded queue per Alertmanager (a
-//! full queue drops the batch, counted) that a thread of its own posts from (a dead one delays
-//! no other), retrying each Alertmanager
-//! with a growing delay (0.5, 1, 2, 4 s) before giving up on the batch (counted). A firing
+//! Counting never waits for an Alertmanager: each alert goes into a bounded queue per
+//! Alertmanager ([`QUEUE_ALERTS`]; when it is full the oldest alert is dropped, counted and
+//! logged once per interval) that a thread of its own posts from in batches of at most
+//! [`MAX_BATCH`] alerts (a dead one delays no other), retrying each Alertmanager with a growing
+//! delay (0.5, 1, 2, 4 s) before giving up on the batch (counted). A stop ends the posting
+//! within [`STOP_BOUND`]. A firing
 //! alert carries `endsAt` = its time + 2 hold-downs + 5 min, so Alertmanager resolves it by
 //! itself if roce-observe dies before sending the resolution.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -24,8 +25,14 @@ use super::{RunInfo, Sink};
 use contract::alert::Alert;
 use contract::time::rfc3339;
 
-/// Batches waiting for the poster thread at most; more are dropped (counted).
-pub const QUEUE_BATCHES: usize = 64;
+/// Alerts waiting for one Alertmanager's poster thread at most; when full, the oldest is
+/// dropped (counted).
+pub const QUEUE_ALERTS: usize = 20_000;
+/// Alerts in one POST at most.
+pub const MAX_BATCH: usize = 1_000;
+/// Alert keys followed for their resolution at most; an alert of a new key beyond them is
+/// posted firing (Alertmanager resolves it by its `endsAt`) and counted `untracked`.
+pub const MAX_ACTIVE: usize = 100_000;
 /// Retry delays after a failed post, per batch and Alertmanager.
 const RETRY: [Duration; 4] = [
     Duration::from_millis(500),
@@ -35,8 +42,9 @@ const RETRY: [Duration; 4] = [
 ];
 /// One request's time limit.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// At stop, what is still queued gets this long in all (one try per batch).
-const STOP_BUDGET: Duration = Duration::from_secs(3);
+/// At stop, what is still queued gets one try per batch until this long after the stop; then
+/// the rest is counted failed and the posters end (a request in flight is cut there too).
+pub const STOP_BOUND: Duration = Duration::from_secs(8);
 /// Labels of an alert: the rule, severity and key fields of its JSON line.
 const LABELS: [&str; 15] = [
     "severity", "host", "source", "iface", "dir", "point", "to_iface", "to_dir", "class", "src",
@@ -65,8 +73,10 @@ pub enum AlertmanagerError {
 pub struct PushStats {
     /// Alerts (firing or resolved) accepted by every Alertmanager.
     pub sent: AtomicU64,
-    /// Alerts dropped because the queue was full.
+    /// Alerts dropped because the queue was full (the oldest first).
     pub dropped: AtomicU64,
+    /// Alerts posted without following their key for the resolution ([`MAX_ACTIVE`]).
+    pub untracked: AtomicU64,
     /// Alerts given up after the retries (per Alertmanager).
     pub failed: AtomicU64,
     /// Failed posts that were retried.
@@ -81,21 +91,73 @@ struct Active {
     last_ns: u64,
 }
 
+/// One Alertmanager's queue of alerts, bounded: a full one drops its oldest.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<QueueState>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    alerts: VecDeque<Arc<Value>>,
+    closed: bool,
+}
+
+impl Queue {
+    /// Adds `a`, dropping the oldest when full; never waits for the poster (the lock is held
+    /// for a push or a take of one batch only). True if one was dropped.
+    fn push(&self, a: Arc<Value>) -> bool {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let dropped = g.alerts.len() >= QUEUE_ALERTS && g.alerts.pop_front().is_some();
+        g.alerts.push_back(a);
+        drop(g);
+        self.ready.notify_one();
+        dropped
+    }
+    /// The next batch (at most [`MAX_BATCH`]), waiting for one; `None` once closed and empty.
+    fn take(&self) -> Option<Vec<Arc<Value>>> {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while g.alerts.is_empty() && !g.closed {
+            g = self.ready.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        if g.alerts.is_empty() {
+            return None;
+        }
+        let n = g.alerts.len().min(MAX_BATCH);
+        Some(g.alerts.drain(..n).collect())
+    }
+    fn close(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+        self.ready.notify_all();
+    }
+    fn len(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alerts
+            .len()
+    }
+}
+
 /// One Alertmanager's queue and poster thread (one each, so a dead one delays no other).
 struct Poster {
-    tx: Option<SyncSender<Arc<Vec<Value>>>>,
+    queue: Arc<Queue>,
     worker: Option<JoinHandle<()>>,
 }
 
 /// The sink: alerts in, batches to each Alertmanager's poster thread.
 pub struct AlertmanagerSink {
     posters: Vec<Poster>,
-    pending: Vec<Value>,
     active: HashMap<BTreeMap<String, String>, Active>,
     hold_down_ns: u64,
     stats: Arc<PushStats>,
     stopping: Arc<AtomicBool>,
+    /// When the stop was asked (the posters end by it + [`STOP_BOUND`]).
+    stop_at: Arc<OnceLock<Instant>>,
     urls: Vec<String>,
+    /// `dropped` / `untracked` as last logged (one warning per interval at most).
+    logged: (u64, u64),
 }
 
 /// `http://host:port[/path]` to the v2 alerts endpoint; refuses what cannot be posted to.
@@ -138,27 +200,34 @@ impl AlertmanagerSink {
             .collect::<Result<Vec<_>, _>>()?;
         let stats = Arc::new(PushStats::default());
         let stopping = Arc::new(AtomicBool::new(false));
+        let stop_at = Arc::new(OnceLock::new());
         let mut posters = Vec::new();
         for uri in uris {
-            let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE_BATCHES);
-            let (st, sp) = (Arc::clone(&stats), Arc::clone(&stopping));
+            let queue = Arc::new(Queue::default());
+            let (q, st, sp, sa) = (
+                Arc::clone(&queue),
+                Arc::clone(&stats),
+                Arc::clone(&stopping),
+                Arc::clone(&stop_at),
+            );
             let worker = std::thread::Builder::new()
                 .name("roce-alertmanager".into())
-                .spawn(move || poster(rx, uri, st, sp))
+                .spawn(move || poster(&q, uri, &st, &sp, &sa))
                 .map_err(AlertmanagerError::Thread)?;
             posters.push(Poster {
-                tx: Some(tx),
+                queue,
                 worker: Some(worker),
             });
         }
         Ok(AlertmanagerSink {
             posters,
-            pending: Vec::new(),
             active: HashMap::new(),
             hold_down_ns,
             stats,
             stopping,
+            stop_at,
             urls: urls.to_vec(),
+            logged: (0, 0),
         })
     }
 
@@ -182,32 +251,48 @@ impl AlertmanagerSink {
             .collect();
         for k in quiet {
             if let Some(a) = self.active.remove(&k) {
-                self.pending.push(Self::wire(&a, t_ns.max(a.last_ns)));
+                self.send(Self::wire(&a, t_ns.max(a.last_ns)));
             }
         }
     }
 
-    fn send_pending(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let batch = Arc::new(std::mem::take(&mut self.pending));
-        let n = batch.len() as u64;
-        for (p, url) in self.posters.iter().zip(&self.urls) {
-            let Some(tx) = &p.tx else {
-                continue;
-            };
-            match tx.try_send(Arc::clone(&batch)) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                    self.stats.dropped.fetch_add(n, Ordering::Relaxed);
-                    tracing::warn!(
-                        url,
-                        alerts = n,
-                        "Alertmanager queue full: alerts dropped (counted)"
-                    );
-                }
+    /// Into every Alertmanager's queue, never waiting (a full queue drops its oldest).
+    fn send(&self, w: Value) {
+        let w = Arc::new(w);
+        for p in &self.posters {
+            if p.queue.push(Arc::clone(&w)) {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Alerts waiting in the queues now (all Alertmanagers).
+    pub fn queued(&self) -> usize {
+        self.posters.iter().map(|p| p.queue.len()).sum()
+    }
+
+    /// The counts so far.
+    pub fn push_stats(&self) -> &PushStats {
+        &self.stats
+    }
+
+    /// One warning with the counts when alerts were dropped or left untracked since the last.
+    fn log_losses(&mut self) {
+        let now = (
+            self.stats.dropped.load(Ordering::Relaxed),
+            self.stats.untracked.load(Ordering::Relaxed),
+        );
+        if now != self.logged {
+            tracing::warn!(
+                urls = ?self.urls,
+                dropped = now.0 - self.logged.0,
+                dropped_total = now.0,
+                untracked = now.1 - self.logged.1,
+                untracked_total = now.1,
+                queued = self.queued(),
+                "Alertmanager cannot keep up: oldest alerts dropped from the queue (counted in summary.json)"
+            );
+            self.logged = now;
         }
     }
 }
@@ -244,35 +329,40 @@ impl Sink for AlertmanagerSink {
     fn alert(&mut self, a: &Alert, run: &RunInfo) {
         let (labels, annotations) = label_sets(a, run);
         let hold = self.hold_down_ns;
-        let e = self.active.entry(labels.clone()).or_insert(Active {
-            labels,
-            annotations: BTreeMap::new(),
-            starts_ns: a.first_ns.min(a.time_ns),
-            last_ns: a.time_ns,
-        });
-        e.annotations = annotations;
-        e.last_ns = e.last_ns.max(a.time_ns);
         let ends = a
             .time_ns
             .saturating_add(hold.saturating_mul(2))
             .saturating_add(300_000_000_000);
-        let w = Self::wire(e, ends);
-        self.pending.push(w);
-    }
-    fn flush(&mut self, _t_ns: u64) -> Result<(), OutputError> {
-        self.send_pending();
-        Ok(())
+        let new = Active {
+            labels,
+            annotations,
+            starts_ns: a.first_ns.min(a.time_ns),
+            last_ns: a.time_ns,
+        };
+        let w = if let Some(e) = self.active.get_mut(&new.labels) {
+            e.annotations = new.annotations;
+            e.last_ns = e.last_ns.max(a.time_ns);
+            Self::wire(e, ends)
+        } else if self.active.len() < MAX_ACTIVE {
+            let w = Self::wire(&new, ends);
+            self.active.insert(new.labels.clone(), new);
+            w
+        } else {
+            self.stats.untracked.fetch_add(1, Ordering::Relaxed);
+            Self::wire(&new, ends)
+        };
+        self.send(w);
     }
     fn end_interval(&mut self, t_ns: u64) -> Result<(), OutputError> {
         self.resolve_quiet(t_ns);
-        self.send_pending();
+        self.log_losses();
         Ok(())
     }
     fn finish(&mut self, _t_ns: u64) -> Result<(), OutputError> {
         // Firing alerts stay firing (the condition is not known to be over); they expire by
         // their endsAt if nothing renews them.
-        self.send_pending();
         self.stop_posters();
+        self.log_losses();
         Ok(())
     }
     fn stats(&self) -> Option<Value> {
@@ -281,6 +371,7 @@ impl Sink for AlertmanagerSink {
             "urls": self.urls,
             "sent": s.sent.load(Ordering::Relaxed),
             "dropped": s.dropped.load(Ordering::Relaxed),
+            "untracked": s.untracked.load(Ordering::Relaxed),
             "failed": s.failed.load(Ordering::Relaxed),
             "retries": s.retries.load(Ordering::Relaxed),
         }))
@@ -288,11 +379,13 @@ impl Sink for AlertmanagerSink {
 }
 
 impl AlertmanagerSink {
-    /// Closes every queue; each poster gives what is left one try within [`STOP_BUDGET`].
+    /// Closes every queue; each poster gives what is left one try per batch, and ends within
+    /// [`STOP_BOUND`] of now.
     fn stop_posters(&mut self) {
+        let _ = self.stop_at.set(Instant::now());
         self.stopping.store(true, Ordering::Relaxed);
-        for p in &mut self.posters {
-            drop(p.tx.take());
+        for p in &self.posters {
+            p.queue.close();
         }
         for p in &mut self.posters {
             if let Some(w) = p.worker.take() {
@@ -308,13 +401,15 @@ impl Drop for AlertmanagerSink {
     }
 }
 
-/// One Alertmanager's poster thread: each batch with retries; at stop, what is left gets one
-/// try within [`STOP_BUDGET`].
+/// One Alertmanager's poster thread: each batch (at most [`MAX_BATCH`]) with retries; at stop,
+/// what is left gets one try per batch until [`STOP_BOUND`] after the stop, the rest is counted
+/// failed.
 fn poster(
-    rx: Receiver<Arc<Vec<Value>>>,
+    queue: &Queue,
     uri: hyper::Uri,
-    stats: Arc<PushStats>,
-    stopping: Arc<AtomicBool>,
+    stats: &PushStats,
+    stopping: &AtomicBool,
+    stop_at: &OnceLock<Instant>,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -329,26 +424,35 @@ fn poster(
     };
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<http_body_util::Full<bytes::Bytes>>();
-    let mut deadline: Option<Instant> = None;
-    while let Ok(batch) = rx.recv() {
-        let body = bytes::Bytes::from(serde_json::to_string(&*batch).unwrap_or_default());
+    let mut out_of_time = 0u64;
+    while let Some(batch) = queue.take() {
         let n = batch.len() as u64;
-        let stop = stopping.load(Ordering::Relaxed);
-        if stop && deadline.is_none() {
-            deadline = Some(Instant::now() + STOP_BUDGET);
+        let end = stop_at.get().map(|t| *t + STOP_BOUND);
+        if end.is_some_and(|e| Instant::now() >= e) {
+            out_of_time += n;
+            stats.failed.fetch_add(n, Ordering::Relaxed);
+            continue;
         }
-        let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
-        let tries = if stop { 1 } else { RETRY.len() + 1 };
-        let ok = !out_of_time
-            && rt.block_on(post_with_retries(
-                &client, &uri, &body, tries, &stats, &stopping,
-            ));
+        let refs: Vec<&Value> = batch.iter().map(|a| &**a).collect();
+        let body = bytes::Bytes::from(serde_json::to_string(&refs).unwrap_or_default());
+        let tries = if stopping.load(Ordering::Relaxed) {
+            1
+        } else {
+            RETRY.len() + 1
+        };
+        let ok = rt.block_on(post_with_retries(
+            &client, &uri, &body, tries, stats, stopping, stop_at,
+        ));
         if ok {
             stats.sent.fetch_add(n, Ordering::Relaxed);
         } else {
             stats.failed.fetch_add(n, Ordering::Relaxed);
             tracing::warn!(url = %uri, alerts = n, "could not post alerts to Alertmanager (counted)");
         }
+    }
+    if out_of_time > 0 {
+        tracing::warn!(url = %uri, alerts = out_of_time, bound_s = STOP_BOUND.as_secs(),
+            "alerts still queued at the stop's bound: not posted (counted failed)");
     }
 }
 
@@ -364,6 +468,7 @@ async fn post_with_retries(
     tries: usize,
     stats: &PushStats,
     stopping: &AtomicBool,
+    stop_at: &OnceLock<Instant>,
 ) -> bool {
     for i in 0..tries {
         if i > 0 {
@@ -383,7 +488,15 @@ async fn post_with_retries(
         let Ok(req) = req else {
             return false;
         };
-        match tokio::time::timeout(REQUEST_TIMEOUT, client.request(req)).await {
+        // after a stop, no request outlives the stop's bound (one in flight at the stop is
+        // already bounded by its own timeout, shorter than the bound)
+        let limit = match stop_at.get() {
+            Some(t) => (*t + STOP_BOUND)
+                .saturating_duration_since(Instant::now())
+                .min(REQUEST_TIMEOUT),
+            None => REQUEST_TIMEOUT,
+        };
+        match tokio::time::timeout(limit, client.request(req)).await {
             Ok(Ok(resp)) if resp.status().is_success() => return true,
             Ok(Ok(resp)) => {
                 tracing::debug!(url = %uri, status = %resp.status(), "Alertmanager refused the alerts")
@@ -422,5 +535,175 @@ mod tests {
         );
         assert!(e("am:9093").is_err());
         assert!(e("not a url").is_err());
+    }
+
+    use contract::alert::{AlertKey, Rule};
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    fn alert(i: u32) -> Alert {
+        Alert::candidate(
+            Rule::PfcStorm,
+            AlertKey {
+                iface: "e".into(),
+                qp: Some(i),
+                ..Default::default()
+            },
+            1_000_000_000 + i as u64,
+            "x".into(),
+            "y".into(),
+            1,
+            "interval",
+        )
+    }
+
+    fn run() -> RunInfo {
+        RunInfo {
+            host: "h".into(),
+            source: "live",
+        }
+    }
+
+    /// Accepts connections and never answers them, until dropped.
+    struct Mute {
+        addr: std::net::SocketAddr,
+        done: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl Mute {
+        fn start() -> Mute {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.set_nonblocking(true).unwrap();
+            let addr = l.local_addr().unwrap();
+            let done = Arc::new(AtomicBool::new(false));
+            let d = Arc::clone(&done);
+            let thread = std::thread::spawn(move || {
+                let mut held = Vec::new();
+                while !d.load(Ordering::Relaxed) {
+                    match l.accept() {
+                        Ok((c, _)) => held.push(c),
+                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+            });
+            Mute {
+                addr,
+                done,
+                thread: Some(thread),
+            }
+        }
+    }
+
+    impl Drop for Mute {
+        fn drop(&mut self) {
+            self.done.store(true, Ordering::Relaxed);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// One HTTP/1.1 connection of the answering stand-in: every POST's alert count into
+    /// `sizes`, each answered 200, until the client closes.
+    fn answer(mut c: TcpStream, sizes: &Mutex<Vec<usize>>) {
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 65536];
+        loop {
+            let head_end = loop {
+                if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break p + 4;
+                }
+                match c.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < head_end + len {
+                match c.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let body: Vec<Value> = serde_json::from_slice(&buf[head_end..head_end + len]).unwrap();
+            sizes.lock().unwrap().push(body.len());
+            buf.drain(..head_end + len);
+            if c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    /// A flood of alerts to an Alertmanager that accepts connections and never answers: handing
+    /// them over never waits, the queue stays bounded (the oldest dropped and counted), and the
+    /// stop ends within its bound with every alert accounted (dropped or failed).
+    #[test]
+    fn a_flood_to_an_alertmanager_that_never_answers_is_bounded() {
+        let mute = Mute::start();
+        let mut s =
+            AlertmanagerSink::start(&[format!("http://{}", mute.addr)], 10_000_000_000).unwrap();
+        let n: u32 = 50_000;
+        for i in 0..n {
+            s.alert(&alert(i), &run());
+        }
+        s.end_interval(2_000_000_000).unwrap();
+        let q = s.queued();
+        let dropped = s.push_stats().dropped.load(Ordering::Relaxed);
+        assert!(q <= QUEUE_ALERTS, "queued {q}");
+        // what is not queued was dropped, but for one batch at most in the poster's hands
+        assert!(
+            dropped as usize + q + MAX_BATCH >= n as usize && dropped as usize + q <= n as usize,
+            "dropped {dropped} queued {q}"
+        );
+        let t = Instant::now();
+        s.finish(3_000_000_000).unwrap();
+        let took = t.elapsed();
+        assert!(took < STOP_BOUND + Duration::from_secs(4), "{took:?}");
+        let st = s.push_stats();
+        assert_eq!(st.sent.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            st.dropped.load(Ordering::Relaxed) + st.failed.load(Ordering::Relaxed),
+            n as u64,
+            "every alert dropped or failed"
+        );
+        let j = s.stats().unwrap();
+        assert_eq!(j["dropped"], dropped);
+    }
+
+    /// An Alertmanager that answers gets every alert, in POSTs of at most [`MAX_BATCH`].
+    #[test]
+    fn posts_carry_at_most_max_batch_alerts() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let sz = Arc::clone(&sizes);
+        std::thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                let sz = Arc::clone(&sz);
+                std::thread::spawn(move || answer(c, &sz));
+            }
+        });
+        let mut s = AlertmanagerSink::start(&[format!("http://{addr}")], 10_000_000_000).unwrap();
+        let n: u32 = 5_500;
+        for i in 0..n {
+            s.alert(&alert(i), &run());
+        }
+        s.end_interval(2_000_000_000).unwrap();
+        s.finish(3_000_000_000).unwrap();
+        let sizes = sizes.lock().unwrap().clone();
+        assert_eq!(sizes.iter().sum::<usize>(), n as usize, "{sizes:?}");
+        assert!(sizes.iter().all(|&k| k <= MAX_BATCH), "{sizes:?}");
+        assert!(sizes.len() >= (n as usize).div_ceil(MAX_BATCH));
+        assert_eq!(s.push_stats().sent.load(Ordering::Relaxed), n as u64);
+        assert_eq!(s.push_stats().dropped.load(Ordering::Relaxed), 0);
     }
 }

@@ -12,7 +12,9 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use arrow::array::{Array, AsArray, Int64Array, StringArray};
 use arrow::datatypes::{Int16Type, Int64Type};
@@ -240,6 +242,8 @@ pub struct MetricsSink {
     /// Every sample name a scrape can show (docs, tests).
     names: Vec<String>,
     server: Option<MetricsServer>,
+    /// The server's refused connections (registered whether it runs or not).
+    server_counts: ServerCounts,
 }
 
 /// One NIC quantity's family (per priority or per interface).
@@ -252,8 +256,22 @@ impl MetricsSink {
     /// Registers every metric and starts serving on `addr` (bound before this returns, so a
     /// bad address fails at start-up).
     pub fn start(addr: SocketAddr, cfg: ExporterConfig) -> Result<MetricsSink, MetricsError> {
+        Self::start_with(addr, cfg, SERVER_LIMITS)
+    }
+
+    /// As [`MetricsSink::start`], with other server limits (tests).
+    pub fn start_with(
+        addr: SocketAddr,
+        cfg: ExporterConfig,
+        limits: ServerLimits,
+    ) -> Result<MetricsSink, MetricsError> {
         let mut s = MetricsSink::new(cfg);
-        s.server = Some(MetricsServer::start(addr, Arc::clone(&s.registry))?);
+        s.server = Some(MetricsServer::start_with(
+            addr,
+            Arc::clone(&s.registry),
+            limits,
+            s.server_counts.clone(),
+        )?);
         Ok(s)
     }
 
@@ -272,6 +290,7 @@ impl MetricsSink {
             registry: Arc::new(Registry::default()),
             names: Vec::new(),
             server: None,
+            server_counts: ServerCounts::default(),
         };
         s.register(&mut reg);
         s.registry = Arc::new(reg);
@@ -294,6 +313,11 @@ impl MetricsSink {
         let mut body = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut body, &self.registry);
         body
+    }
+
+    /// The server's counts (refused connections, whether it serves).
+    pub fn server_counts(&self) -> &ServerCounts {
+        &self.server_counts
     }
 
     /// The address the server listens on.
@@ -554,6 +578,19 @@ impl MetricsSink {
             secs(),
             m.last_interval.clone(),
         );
+        add(
+            obs,
+            n,
+            o,
+            "metrics_connections_refused",
+            "Connections to this endpoint refused or closed by it, by reason (limit, descriptors, timeout, dropped)",
+            None,
+            self.server_counts.refused.clone(),
+        );
+        for r in Refused::ALL {
+            // every reason a series from the start, 0 until it happens
+            self.server_counts.refused(r);
+        }
         for c in contract::schema::IFACE_HEALTH {
             let f = Family::<IfDir, Counter>::default();
             add(obs, n, o, c.name, c.doc, None, f.clone());
@@ -1065,48 +1102,199 @@ impl Sink for MetricsSink {
     }
     fn stats(&self) -> Option<serde_json::Value> {
         let addr = self.addr()?;
-        Some(serde_json::json!({"listen": addr.to_string()}))
+        let c = &self.server_counts;
+        let refused: serde_json::Map<String, serde_json::Value> = Refused::ALL
+            .iter()
+            .map(|r| (r.name().to_string(), c.refused(*r).into()))
+            .collect();
+        Some(serde_json::json!({
+            "listen": addr.to_string(),
+            "serving": c.serving(),
+            "connections_refused": refused,
+        }))
+    }
+}
+
+/// The HTTP server's bounds (docs/monitoring.md#the-endpoint).
+#[derive(Clone, Copy, Debug)]
+pub struct ServerLimits {
+    /// Connections served at once; one more is closed as soon as it is accepted (counted,
+    /// `reason="limit"`).
+    pub max_connections: usize,
+    /// A connection that sends no complete request header within this (also between the
+    /// requests of a kept-alive connection) is closed (counted, `reason="timeout"`).
+    pub header_timeout: Duration,
+    /// A connection is closed after this long, even if busy (a reader that never reads).
+    pub max_lifetime: Duration,
+    /// After a descriptor shortage (EMFILE, ENFILE) accepting pauses this long.
+    pub accept_backoff: Duration,
+    /// At stop, requests in progress get this long; connections still open are then dropped.
+    pub stop_grace: Duration,
+}
+
+/// The limits `--metrics` serves with.
+pub const SERVER_LIMITS: ServerLimits = ServerLimits {
+    max_connections: 64,
+    header_timeout: Duration::from_secs(10),
+    max_lifetime: Duration::from_secs(60),
+    accept_backoff: Duration::from_millis(100),
+    stop_grace: Duration::from_secs(1),
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedReason {
+    reason: String,
+}
+
+/// Why a connection was refused or closed by the server, the `reason` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// More than [`ServerLimits::max_connections`] at once: closed when accepted.
+    Limit,
+    /// Accepting failed for want of file descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM): the
+    /// connection waits in the kernel's backlog; counted per failed accept.
+    Descriptors,
+    /// No complete request header in [`ServerLimits::header_timeout`].
+    Timeout,
+    /// Still open after [`ServerLimits::max_lifetime`], or at stop after the grace: dropped.
+    Dropped,
+}
+
+impl Refused {
+    pub const ALL: [Refused; 4] = [
+        Refused::Limit,
+        Refused::Descriptors,
+        Refused::Timeout,
+        Refused::Dropped,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Refused::Limit => "limit",
+            Refused::Descriptors => "descriptors",
+            Refused::Timeout => "timeout",
+            Refused::Dropped => "dropped",
+        }
+    }
+}
+
+/// The server's counts, shared with the registry (`roce_observer_metrics_connections_refused_total`).
+#[derive(Clone, Default)]
+pub struct ServerCounts {
+    refused: Family<RefusedReason, Counter>,
+    serving: Arc<AtomicBool>,
+}
+
+impl ServerCounts {
+    fn inc(&self, r: Refused) {
+        self.refused
+            .get_or_create(&RefusedReason {
+                reason: r.name().to_string(),
+            })
+            .inc();
+    }
+    /// Connections refused or closed for `r` so far.
+    pub fn refused(&self, r: Refused) -> u64 {
+        self.refused
+            .get_or_create(&RefusedReason {
+                reason: r.name().to_string(),
+            })
+            .get()
+    }
+    /// Whether the server thread is serving (false once it stopped, for whatever reason).
+    pub fn serving(&self) -> bool {
+        self.serving.load(Ordering::Relaxed)
     }
 }
 
 /// The HTTP server: a thread with a single-threaded tokio runtime serving `/metrics`.
 pub struct MetricsServer {
     pub addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
     thread: Option<JoinHandle<()>>,
+    counts: ServerCounts,
 }
 
 impl MetricsServer {
-    /// Binds `addr` now (errors name it), then serves from a thread.
+    /// Binds `addr` now (errors name it), then serves from a thread with [`SERVER_LIMITS`].
     pub fn start(addr: SocketAddr, reg: Arc<Registry>) -> Result<MetricsServer, MetricsError> {
+        Self::start_with(addr, reg, SERVER_LIMITS, ServerCounts::default())
+    }
+
+    /// As [`MetricsServer::start`], with other limits, counting into `counts`.
+    pub fn start_with(
+        addr: SocketAddr,
+        reg: Arc<Registry>,
+        limits: ServerLimits,
+        counts: ServerCounts,
+    ) -> Result<MetricsServer, MetricsError> {
         let l =
             std::net::TcpListener::bind(addr).map_err(|err| MetricsError::Bind { addr, err })?;
         l.set_nonblocking(true)
             .map_err(|err| MetricsError::Bind { addr, err })?;
         let bound = l.local_addr().unwrap_or(addr);
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        counts.serving.store(true, Ordering::Relaxed);
+        let c = counts.clone();
         let thread = std::thread::Builder::new()
             .name("roce-metrics".into())
-            .spawn(move || serve(l, reg, rx))
+            .spawn(move || {
+                let run = std::panic::AssertUnwindSafe(|| serve(l, reg, rx, limits, c.clone()));
+                let stopped = std::panic::catch_unwind(run);
+                c.serving.store(false, Ordering::Relaxed);
+                match stopped {
+                    Ok(true) => {}
+                    Ok(false) => tracing::error!(
+                        addr = %bound,
+                        "metrics server stopped before the run: scrapes are refused from now on"
+                    ),
+                    Err(_) => tracing::error!(
+                        addr = %bound,
+                        "metrics server thread panicked: scrapes are refused from now on"
+                    ),
+                }
+            })
             .map_err(MetricsError::Thread)?;
-        tracing::info!(addr = %bound, "serving Prometheus metrics on /metrics");
+        tracing::info!(addr = %bound, max_connections = limits.max_connections, "serving Prometheus metrics on /metrics");
         Ok(MetricsServer {
             addr: bound,
             stop: Some(tx),
             thread: Some(thread),
+            counts,
         })
+    }
+
+    /// The server's counts.
+    pub fn counts(&self) -> &ServerCounts {
+        &self.counts
     }
 }
 
-fn serve(l: std::net::TcpListener, reg: Arc<Registry>, stop: tokio::sync::oneshot::Receiver<()>) {
+/// EMFILE, ENFILE, ENOBUFS, ENOMEM: the process or the system is out of descriptors or
+/// buffers; the connection stays in the backlog until one is free.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Serves until the stop; true if stopped on request, false if it could not go on.
+fn serve(
+    l: std::net::TcpListener,
+    reg: Arc<Registry>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    limits: ServerLimits,
+    counts: ServerCounts,
+) -> bool {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "metrics server: no runtime");
-            return;
+            return false;
         }
     };
     rt.block_on(async move {
@@ -1114,7 +1302,7 @@ fn serve(l: std::net::TcpListener, reg: Arc<Registry>, stop: tokio::sync::onesho
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(error = %e, "metrics server: listener");
-                return;
+                return false;
             }
         };
         let app = axum::Router::new()
@@ -1129,16 +1317,106 @@ fn serve(l: std::net::TcpListener, reg: Arc<Registry>, stop: tokio::sync::onesho
                 "/",
                 axum::routing::get(|| async { "roce-observe: metrics at /metrics\n" }),
             );
-        let shutdown = async {
-            let _ = stop.await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "metrics server stopped");
+        let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        let mut conns = tokio::task::JoinSet::new();
+        // descriptor shortage: failed accepts since it began (logged when it begins and ends)
+        let mut short: u64 = 0;
+        loop {
+            let accepted = tokio::select! {
+                _ = stop.changed() => break,
+                a = listener.accept() => a,
+                // reap finished connections as they end
+                Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            };
+            let sock = match accepted {
+                Ok((sock, _peer)) => sock,
+                Err(e) if out_of_descriptors(&e) => {
+                    counts.inc(Refused::Descriptors);
+                    short += 1;
+                    if short == 1 {
+                        tracing::warn!(error = %e, backoff_ms = limits.accept_backoff.as_millis() as u64,
+                            connections = conns.len(),
+                            "metrics server out of file descriptors: not accepting for now (counted)");
+                    }
+                    tokio::select! {
+                        _ = stop.changed() => break,
+                        _ = tokio::time::sleep(limits.accept_backoff) => continue,
+                    }
+                }
+                Err(e) => {
+                    // the peer gave up before the accept (ECONNABORTED, ...): the next one
+                    tracing::debug!(error = %e, "metrics server: accept failed");
+                    continue;
+                }
+            };
+            if short > 0 {
+                tracing::info!(failed_accepts = short, "metrics server accepting again");
+                short = 0;
+            }
+            let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                counts.inc(Refused::Limit);
+                drop(sock);
+                continue;
+            };
+            let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+            let (c, s) = (counts.clone(), stop.clone());
+            conns.spawn(async move {
+                connection(sock, svc, s, limits, &c).await;
+                drop(permit);
+            });
         }
-    });
+        drop(listener);
+        // the connections saw the stop: each ends within the grace; a margin, then dropped
+        let all = async { while conns.join_next().await.is_some() {} };
+        if tokio::time::timeout(limits.stop_grace + Duration::from_millis(200), all)
+            .await
+            .is_err()
+        {
+            conns.abort_all();
+        }
+        true
+    })
+}
+
+/// One connection, HTTP/1 with the header timeout, closed at the stop or after its lifetime
+/// (gracefully, then dropped after the grace).
+async fn connection(
+    sock: tokio::net::TcpStream,
+    svc: hyper_util::service::TowerToHyperService<axum::Router>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    limits: ServerLimits,
+    counts: &ServerCounts,
+) {
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let conn = b.serve_connection(hyper_util::rt::TokioIo::new(sock), svc);
+    tokio::pin!(conn);
+    let ended = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        _ = stop.changed() => None,
+        _ = tokio::time::sleep(limits.max_lifetime) => None,
+    };
+    let ended = match ended {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(limits.stop_grace, conn.as_mut()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    counts.inc(Refused::Dropped);
+                    return;
+                }
+            }
+        }
+    };
+    if let Err(e) = ended {
+        if e.is_timeout() {
+            counts.inc(Refused::Timeout);
+        } else {
+            tracing::debug!(error = %e, "metrics connection ended with an error");
+        }
+    }
 }
 
 fn scrape(reg: &Registry) -> axum::response::Response {
@@ -1159,9 +1437,11 @@ fn scrape(reg: &Registry) -> axum::response::Response {
 }
 
 impl Drop for MetricsServer {
+    /// Stops within [`ServerLimits::stop_grace`] (and a margin): requests in progress get the
+    /// grace, connections still open are then dropped.
     fn drop(&mut self) {
         if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
+            let _ = tx.send(true);
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -1390,5 +1670,119 @@ mod tests {
             .filter(|l| l.starts_with("roce_pair_packets_total{"))
             .count();
         assert_eq!(pair_series, 4, "3 named + other");
+    }
+
+    fn cfg() -> ExporterConfig {
+        ExporterConfig {
+            top_pairs: 3,
+            expected_dscp: [26, 26, 48],
+            max_qps: 100,
+        }
+    }
+
+    /// One scrape on a connection of its own: the whole response, or the error.
+    fn scrape_once(addr: SocketAddr) -> std::io::Result<String> {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        c.set_read_timeout(Some(Duration::from_secs(2)))?;
+        c.set_write_timeout(Some(Duration::from_secs(2)))?;
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")?;
+        let mut out = String::new();
+        c.read_to_string(&mut out)?;
+        Ok(out)
+    }
+
+    /// A scrape answered 200 within `tries` attempts 100 ms apart (bounded).
+    fn scrape_until_ok(addr: SocketAddr, tries: usize) -> Option<String> {
+        for _ in 0..tries {
+            match scrape_once(addr) {
+                Ok(r) if r.starts_with("HTTP/1.1 200") => return Some(r),
+                _ => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        None
+    }
+
+    fn refused_in(text: &str, reason: &str) -> Option<f64> {
+        value(
+            text,
+            &format!("roce_observer_metrics_connections_refused_total{{reason=\"{reason}\"}}"),
+        )
+    }
+
+    /// More idle connections than the limit: those over it are closed at once and counted,
+    /// the held ones are closed after the header timeout (counted), and scrapes go on.
+    #[test]
+    fn idle_connections_over_the_limit_are_closed_counted_and_scrapes_go_on() {
+        let limits = ServerLimits {
+            max_connections: 4,
+            header_timeout: Duration::from_millis(300),
+            ..SERVER_LIMITS
+        };
+        let s = MetricsSink::start_with("127.0.0.1:0".parse().unwrap(), cfg(), limits).unwrap();
+        let addr = s.addr().unwrap();
+        let idle: Vec<_> = (0..40)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        let c = s.server_counts();
+        // every idle connection ends as one or the other (bounded wait)
+        for _ in 0..200 {
+            if c.refused(Refused::Limit) + c.refused(Refused::Timeout) >= 40 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            c.refused(Refused::Limit) + c.refused(Refused::Timeout),
+            40,
+            "limit {} timeout {}",
+            c.refused(Refused::Limit),
+            c.refused(Refused::Timeout)
+        );
+        assert!(c.refused(Refused::Limit) >= 1);
+        assert!(c.refused(Refused::Timeout) >= 4, "the first 4 held a slot");
+        let body = scrape_until_ok(addr, 50).expect("a scrape while idle clients stay connected");
+        assert!(refused_in(&body, "limit").unwrap() >= 1.0, "{body}");
+        assert!(refused_in(&body, "timeout").unwrap() >= 4.0, "{body}");
+        assert_eq!(refused_in(&body, "descriptors"), Some(0.0));
+        assert!(c.serving());
+        let stats = s.stats().unwrap();
+        assert_eq!(stats["serving"], true);
+        assert!(stats["connections_refused"]["limit"].as_u64().unwrap() >= 1);
+        drop(idle);
+    }
+
+    /// A client holding a half-sent request does not hold the stop: dropping the server
+    /// returns within the grace (and a margin), and the client's connection is closed.
+    #[test]
+    fn a_half_sent_request_does_not_hold_the_stop() {
+        use std::io::{Read, Write};
+        let s = MetricsSink::start("127.0.0.1:0".parse().unwrap(), cfg()).unwrap();
+        let addr = s.addr().unwrap();
+        let mut slow = std::net::TcpStream::connect(addr).unwrap();
+        slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\n")
+            .unwrap();
+        // accepted in order: once a later scrape is answered, the slow one is being served
+        scrape_until_ok(addr, 50).expect("scrape");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stopper = std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            drop(s);
+            let _ = tx.send(t.elapsed());
+        });
+        let bound = SERVER_LIMITS.stop_grace + Duration::from_secs(3);
+        let took = rx.recv_timeout(bound);
+        // unblock an old server that waits for the client, then judge
+        slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut rest = Vec::new();
+        let read = slow.read_to_end(&mut rest);
+        // EOF or a reset: closed by the server; a timeout: still held open
+        let closed = !matches!(&read, Err(e) if matches!(e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+        drop(slow);
+        stopper.join().unwrap();
+        let took = took.expect("the stop waited for the half-sent request");
+        assert!(took < bound, "{took:?}");
+        assert!(closed, "{read:?}");
     }
 }

@@ -919,6 +919,27 @@ const HEAD_FIELDS: &[Doc] = &[
         Ty::Strs,
         "the Alertmanager URLs",
     ),
+    (
+        "output.metrics",
+        Ty::Obj,
+        "with `--metrics`: the endpoint ([monitoring.md](monitoring.md#the-endpoint))",
+    ),
+    ("output.metrics.listen", Ty::Str, "the address served"),
+    (
+        "output.metrics.serving",
+        Ty::Bool,
+        "whether the server was still serving at the end (false: it stopped, logged at error level)",
+    ),
+    (
+        "output.metrics.connections_refused",
+        Ty::Obj,
+        "connections refused or closed by the endpoint, by reason (`limit`, `descriptors`, `timeout`, `dropped`)",
+    ),
+    (
+        "output.metrics.connections_refused.{reason}",
+        Ty::Int,
+        "connections refused or closed for the reason",
+    ),
 ];
 
 /// Alertmanager's counts (`output.alertmanager.*`).
@@ -931,7 +952,12 @@ const ALERTMANAGER_FIELDS: &[Doc] = &[
     (
         "dropped",
         Ty::Int,
-        "alerts dropped because the queue was full",
+        "alerts dropped because the queue was full (the oldest first)",
+    ),
+    (
+        "untracked",
+        Ty::Int,
+        "alerts posted without following their key for the resolution (too many keys)",
     ),
     (
         "failed",
