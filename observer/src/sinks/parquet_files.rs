@@ -58,6 +58,10 @@ pub enum OutputError {
     /// test must catch; never read as zeros).
     #[error(transparent)]
     Column(Box<contract::schema::ColumnError>),
+    /// Lines that could not be kept while their file could not be written (the bound of
+    /// [`JSONL_PENDING_MAX`] pending lines): said once after they were dropped.
+    #[error("{lines} alert lines were lost: {path} could not be written while more than {max} were waiting", max = JSONL_PENDING_MAX)]
+    LinesLost { path: String, lines: u64 },
 }
 
 impl From<contract::schema::ColumnError> for OutputError {
@@ -1112,12 +1116,26 @@ impl TableWriter {
     }
 }
 
+/// Lines `alerts.jsonl` keeps while its file cannot be written; beyond, the oldest are dropped
+/// (counted, logged, and reported by the next [`JsonlWriter::flush`]).
+pub const JSONL_PENDING_MAX: usize = 100_000;
+
+/// Pending lines at which [`JsonlWriter::push`] writes them out without waiting for the next
+/// flush: an alert flood within one interval is written as it comes, never dropped for want
+/// of a flush.
+pub const JSONL_WRITE_BATCH: usize = 4096;
+
 /// Appends lines to `alerts.jsonl`; lines that cannot be written are kept (bounded) and retried.
 pub struct JsonlWriter {
     path: PathBuf,
     file: Option<File>,
     pending: VecDeque<String>,
+    /// Lines dropped in all (`output.alerts_jsonl_lines_lost`).
     pub lines_lost: u64,
+    /// Lines dropped and not yet reported by `flush`.
+    unreported_lost: u64,
+    /// A write from `push` failed: `push` waits for the next `flush` to try again.
+    push_failed: bool,
 }
 
 impl JsonlWriter {
@@ -1127,18 +1145,48 @@ impl JsonlWriter {
             file: None,
             pending: VecDeque::new(),
             lines_lost: 0,
+            unreported_lost: 0,
+            push_failed: false,
         }
     }
 
+    /// Queues one line; at [`JSONL_WRITE_BATCH`] pending lines writes them out at once. Only
+    /// while the file cannot be written do lines wait beyond that, up to
+    /// [`JSONL_PENDING_MAX`]: then the oldest is dropped, counted and logged (once per episode),
+    /// and the next [`JsonlWriter::flush`] returns [`OutputError::LinesLost`].
     pub fn push(&mut self, line: String) {
-        if self.pending.len() >= 100_000 {
+        if self.pending.len() >= JSONL_WRITE_BATCH && !self.push_failed {
+            // A failure is retried and returned by the next `flush` (the interval's), which
+            // raises `output_write_failed`.
+            self.push_failed = self.write_pending().is_err();
+        }
+        if self.pending.len() >= JSONL_PENDING_MAX {
             self.pending.pop_front();
+            if self.unreported_lost == 0 {
+                tracing::error!(path = %self.path.display(), pending = JSONL_PENDING_MAX, "alert lines are being dropped: the file cannot be written and the pending lines are at their bound");
+            }
             self.lines_lost += 1;
+            self.unreported_lost += 1;
         }
         self.pending.push_back(line);
     }
 
+    /// Writes the pending lines; then reports lines dropped since the last report as
+    /// [`OutputError::LinesLost`] (once).
     pub fn flush(&mut self) -> Result<(), OutputError> {
+        self.push_failed = false;
+        self.write_pending()?;
+        if self.unreported_lost > 0 {
+            let lines = std::mem::take(&mut self.unreported_lost);
+            return Err(OutputError::LinesLost {
+                path: self.path.display().to_string(),
+                lines,
+            });
+        }
+        Ok(())
+    }
+
+    fn write_pending(&mut self) -> Result<(), OutputError> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -1632,6 +1680,52 @@ mod tests {
             fs::read_to_string(root.join("alerts.jsonl")).unwrap(),
             "{\"a\":2}\n"
         );
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// An alert flood within one interval (no flush between) is written whole: 250,000 lines
+    /// pushed, 250,000 in the file, none lost (it once kept 100,000 and dropped the rest).
+    #[test]
+    fn an_alert_flood_between_flushes_is_written_whole() {
+        let root = tmpdir("jsonl-flood");
+        let mut w = JsonlWriter::new(root.join("alerts.jsonl"));
+        for i in 0..250_000 {
+            w.push(format!("{{\"a\":{i}}}"));
+        }
+        w.flush().unwrap();
+        let text = fs::read_to_string(root.join("alerts.jsonl")).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 250_000);
+        assert_eq!((lines[0], lines[249_999]), ("{\"a\":0}", "{\"a\":249999}"));
+        assert_eq!(w.lines_lost, 0);
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// While the file cannot be written, lines wait up to the bound; beyond it the oldest are
+    /// dropped and counted, and once writing works again the next flush writes what was kept
+    /// and reports the loss once (the pipeline raises `output_write_failed` on it).
+    #[test]
+    fn lines_dropped_while_unwritable_are_counted_and_reported_once() {
+        let root = tmpdir("jsonl-lost");
+        fs::create_dir_all(&root).unwrap();
+        // a file where the directory of alerts.jsonl should be: unwritable
+        let blocker = root.join("out");
+        fs::write(&blocker, b"").unwrap();
+        let mut w = JsonlWriter::new(blocker.join("alerts.jsonl"));
+        for i in 0..JSONL_PENDING_MAX + 5 {
+            w.push(format!("{i}"));
+        }
+        assert!(matches!(w.flush(), Err(OutputError::Io { .. })));
+        assert_eq!(w.lines_lost, 5);
+        fs::remove_file(&blocker).unwrap();
+        match w.flush() {
+            Err(OutputError::LinesLost { lines: 5, .. }) => {}
+            other => panic!("expected 5 lines lost, got {other:?}"),
+        }
+        w.flush().unwrap();
+        let text = fs::read_to_string(blocker.join("alerts.jsonl")).unwrap();
+        assert_eq!(text.lines().count(), JSONL_PENDING_MAX);
+        assert_eq!(text.lines().next(), Some("5"));
         let _ = fs::remove_dir_all(&root);
     }
 

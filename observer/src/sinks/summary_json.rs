@@ -907,7 +907,7 @@ const HEAD_FIELDS: &[Doc] = &[
     (
         "output.alerts_jsonl_lines_lost",
         Ty::Int,
-        "alerts.jsonl lines that could not be written",
+        "alerts.jsonl lines dropped: only while the file cannot be written and more than 100,000 lines wait (the oldest go first); each episode is logged at error level and raises `output_write_failed` naming the number of lines",
     ),
     (
         "output.alertmanager",
