@@ -31,7 +31,9 @@ pub enum Rule {
     QpMapFull,
     /// Kernel events were dropped (ring buffer full); interval rules still see the counts.
     EventsLost,
-    /// A flow-log, alert or summary file could not be written (disk full, unwritable).
+    /// A flow-log, alert or summary file could not be written (disk full, unwritable), or alerts
+    /// were dropped on the way out (alerts.jsonl unwritable too long, an Alertmanager that does
+    /// not keep up).
     OutputWriteFailed,
     /// The observed interface disappeared (deleted, or deleted and re-created).
     IfaceGone,

@@ -851,7 +851,7 @@ impl Collector {
         if self.failing.remove(what) {
             tracing::info!(
                 output = what,
-                "output writable again; pending files written"
+                "output working again; what was pending is written"
             );
         }
     }

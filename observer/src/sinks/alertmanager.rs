@@ -353,9 +353,21 @@ impl Sink for AlertmanagerSink {
         };
         self.send(w);
     }
+    /// Alerts dropped during the interval are an error (so the pipeline raises
+    /// `output_write_failed` naming this output): a flood that overruns the queue is alerted,
+    /// in alerts.jsonl and on stderr, not only counted.
     fn end_interval(&mut self, t_ns: u64) -> Result<(), OutputError> {
         self.resolve_quiet(t_ns);
+        let dropped_before = self.logged.0;
         self.log_losses();
+        let dropped_total = self.logged.0;
+        if dropped_total > dropped_before {
+            return Err(OutputError::AlertsDropped {
+                to: self.urls.join(", "),
+                dropped: dropped_total - dropped_before,
+                dropped_total,
+            });
+        }
         Ok(())
     }
     fn finish(&mut self, _t_ns: u64) -> Result<(), OutputError> {
@@ -655,9 +667,15 @@ mod tests {
         for i in 0..n {
             s.alert(&alert(i), &run());
         }
-        s.end_interval(2_000_000_000).unwrap();
+        // the interval's drops are an error: the pipeline raises output_write_failed on it
+        let err = s.end_interval(2_000_000_000).unwrap_err();
         let q = s.queued();
         let dropped = s.push_stats().dropped.load(Ordering::Relaxed);
+        assert!(
+            matches!(err, OutputError::AlertsDropped { dropped: d, dropped_total: t, .. } if d == dropped && t == dropped),
+            "{err}"
+        );
+        assert!(dropped > 0);
         assert!(q <= QUEUE_ALERTS, "queued {q}");
         // what is not queued was dropped, but for one batch at most in the poster's hands
         assert!(

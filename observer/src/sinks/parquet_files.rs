@@ -62,6 +62,16 @@ pub enum OutputError {
     /// [`JSONL_PENDING_MAX`] pending lines): said once after they were dropped.
     #[error("{lines} alert lines were lost: {path} could not be written while more than {max} were waiting", max = JSONL_PENDING_MAX)]
     LinesLost { path: String, lines: u64 },
+    /// Alerts a push sink dropped from its bounded queue because its receiver could not keep
+    /// up: said once per interval in which some were dropped.
+    #[error(
+        "{dropped} alerts dropped from the queue to {to} ({dropped_total} in all): it does not keep up"
+    )]
+    AlertsDropped {
+        to: String,
+        dropped: u64,
+        dropped_total: u64,
+    },
 }
 
 impl From<contract::schema::ColumnError> for OutputError {
