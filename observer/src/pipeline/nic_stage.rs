@@ -122,6 +122,7 @@ impl Collector {
         counters: Option<&Normalized>,
     ) -> Result<(), CollectorError> {
         let t = s.time_ns;
+        self.host_qps.note_nic_sample(s);
         let json = config_json(s);
         let st = self.nics.entry(iface.to_string()).or_default();
         let changed = st.config.as_deref() != Some(json.as_str());

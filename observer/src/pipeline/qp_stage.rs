@@ -37,6 +37,41 @@ pub struct HostQpState {
     pub marking: BTreeMap<&'static str, u64>,
     /// Each QP's last marking verdict (a `qp_marking` alert when it becomes off the policy).
     verdicts: std::collections::HashMap<(u32, u32), Verdict>,
+    /// The QoS configuration of each RDMA device's port, from the NIC source's last sample of
+    /// the interface bound to it: (device, port) -> DCB. Ports of interfaces the NIC source
+    /// does not read are absent: their QPs' priority stays unknown.
+    pub port_qos: BTreeMap<(String, u32), PortQos>,
+}
+
+impl HostQpState {
+    /// Keeps the port QoS of the RDMA port bound to the sample's interface (the DCB as last
+    /// read; unread DCB leaves the port without a configuration).
+    pub fn note_nic_sample(&mut self, s: &nic::NicSample) {
+        let Some(r) = &s.rdma else { return };
+        let qos = PortQos {
+            dcb: s.dcb.value().cloned(),
+        };
+        self.port_qos.insert((r.dev.clone(), r.port), qos);
+    }
+
+    /// The port QoS of a QP's device and port (a QP without a port, e.g. not yet bound: the
+    /// device's only port, if it has one known).
+    fn qos_of(&self, dev: &str, port: Option<u32>) -> PortQos {
+        if let Some(p) = port {
+            return self
+                .port_qos
+                .get(&(dev.to_string(), p))
+                .cloned()
+                .unwrap_or_default();
+        }
+        let mut ports = self
+            .port_qos
+            .range((dev.to_string(), 0)..=(dev.to_string(), u32::MAX));
+        match (ports.next(), ports.next()) {
+            (Some((_, q)), None) => q.clone(),
+            _ => PortQos::default(),
+        }
+    }
 }
 
 impl HostQpState {
@@ -240,8 +275,8 @@ impl Collector {
                 }
             }
         }
-        // Each QP's marking against the policy (the port's QoS configuration is not joined
-        // yet: the priority stays unknown, the DSCP is checked).
+        // Each QP's marking against the policy and its port's QoS configuration (trust mode,
+        // DSCP to priority, PFC-enabled priorities) as the NIC source last read it.
         let policy = self
             .cfg
             .nic_policy
@@ -250,7 +285,10 @@ impl Collector {
         let checks: Vec<MarkingCheck> = inv
             .qps
             .iter()
-            .map(|r| verdict::check(r.setup.map(|s| s.marking()), &policy, &PortQos::default()))
+            .map(|r| {
+                let qos = self.host_qps.qos_of(&r.dev, r.port);
+                verdict::check(r.setup.map(|s| s.marking()), &policy, &qos)
+            })
             .collect();
         let st = &mut self.host_qps;
         st.marking.clear();

@@ -262,3 +262,110 @@ fn host_qps_marking_is_checked_against_the_policy() {
     assert_eq!(summary["host_qps"]["marking"]["off_policy"], 1);
     assert_eq!(summary["host_qps"]["marking"]["unknown"], 1);
 }
+
+/// A QP's priority comes from the QoS configuration of its own port, as the NIC source read it:
+/// DSCP 26 lands in priority 3 (PFC on) on port 1 (ok), in priority 0 on port 2, whose DSCP
+/// table sends it there (lossy: one `qp_marking` alert saying so); a QP of a device whose port
+/// the NIC source does not read has no priority and is never called lossy.
+#[test]
+fn host_qps_land_in_the_priority_their_port_says() {
+    use nic::dcb::{APP_SEL_DSCP, DcbApp, DcbIeee, IeeePfc};
+    let tmp = TempDir::new("host-qps-port-qos");
+    let out = tmp.path().join("out");
+    let mut cfg = CollectorConfig::new(
+        out.clone(),
+        "h",
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    );
+    cfg.policy.thresholds.hold_down_ns = 1;
+    let mut col = Collector::new(cfg).unwrap();
+    col.quiet_stderr();
+    let t0 = 1_795_000_000_000_000_000u64;
+    let sample = |iface: &str, port: u32, dscp26_to: u8| {
+        let mut s = nic::NicSample::empty(iface, t0);
+        s.rdma = Some(nic::RdmaPort {
+            dev: "mlx5_0".into(),
+            port,
+            counters: Vec::new(),
+            via: "netlink".into(),
+        });
+        s.dcb = nic::Reading::Read(DcbIeee {
+            pfc: Some(IeeePfc {
+                pfc_en: 1 << 3,
+                ..IeeePfc::default()
+            }),
+            app: [(26u16, dscp26_to), (48, 6)]
+                .iter()
+                .map(|&(protocol, priority)| DcbApp {
+                    selector: APP_SEL_DSCP,
+                    protocol,
+                    priority,
+                })
+                .collect(),
+            ..DcbIeee::default()
+        });
+        s
+    };
+    col.on_nic("ens1f0", &sample("ens1f0", 1, 3), None).unwrap();
+    col.on_nic("ens1f1", &sample("ens1f1", 2, 0), None).unwrap();
+    let row = |dev: &str, port: u32, lqpn: u32| qps::QpRow {
+        dev: dev.into(),
+        dev_index: 3,
+        port: Some(port),
+        lqpn,
+        qp_type: "RC".into(),
+        state: "RTS".into(),
+        pid: Some(77),
+        comm: Some("train.py".into()),
+        setup: Some(qps::SetUp {
+            traffic_class: 106,
+            ..qps::SetUp::default()
+        }),
+        ..qps::QpRow::default()
+    };
+    let inv = qps::Inventory {
+        time_ns: t0 + 1_000_000_000,
+        qps: vec![
+            row("mlx5_0", 1, 0x30),
+            row("mlx5_0", 2, 0x31),
+            row("mlx5_1", 1, 0x32),
+        ],
+        ..qps::Inventory::default()
+    };
+    let (p, f) = qps::compare(&qps::Inventory::default(), &inv);
+    col.on_qps(t0, &inv, &p, &f).unwrap();
+    let summary = col.finish().unwrap();
+    let marking: Vec<Value> = alerts_jsonl(&out)
+        .into_iter()
+        .filter(|a| a["rule"] == "qp_marking")
+        .collect();
+    assert_eq!(marking.len(), 1, "{marking:?}");
+    let obs = marking[0]["observed"].as_str().unwrap();
+    assert!(obs.contains("QP 49 of mlx5_0"), "{obs}");
+    assert!(obs.contains("priority 0 (PFC off: lossy)"), "{obs}");
+    let t = pyarrow_read(&out, "qps", &[], true);
+    let mut rows: Vec<(u64, Value, Value)> = t["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["lqpn"].as_u64().unwrap(),
+                r["priority"].clone(),
+                r["marking"].clone(),
+            )
+        })
+        .collect();
+    rows.sort_by_key(|r| r.0);
+    assert_eq!(
+        rows,
+        vec![
+            (0x30, 3.into(), "ok".into()),
+            (0x31, 0.into(), "lossy".into()),
+            (0x32, Value::Null, "ok".into()),
+        ]
+    );
+    assert_eq!(summary["host_qps"]["marking"]["lossy"], 1);
+    assert_eq!(summary["host_qps"]["marking"]["ok"], 2);
+}
