@@ -1,5 +1,6 @@
-//! The screen, drawn with ratatui: a header (host, interfaces, keys, PFC), the QP table and the
-//! alerts, each in its own pane, and a line of keys. Every line is cut to its pane's width with
+//! The screen, drawn with ratatui: a header (host, interfaces, keys, PFC), the QP table, the
+//! host's QPs from the RDMA subsystem (when the inventory runs) and the alerts, each in its own
+//! pane, and a line of keys. Every line is cut to its pane's width with
 //! an ellipsis, so nothing wraps into another pane; at 80x24 the table keeps 13 rows.
 
 use std::collections::HashMap;
@@ -10,7 +11,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
 
-use super::model::{IfaceView, QpRow};
+use super::model::{HostQp, IfaceView, QpRow};
 use super::screen::Screen;
 use contract::alert::Severity;
 use contract::time::rfc3339;
@@ -31,15 +32,33 @@ pub fn draw(f: &mut Frame<'_>, s: &mut Screen) {
     }
     let header = header_lines(s, area.width as usize, (area.height / 4).max(3) as usize);
     let alerts_h = (area.height / 6).clamp(3, 12) + 1;
-    let [head, table, alerts, keys] = Layout::vertical([
+    let [head, mid, alerts, keys] = Layout::vertical([
         Constraint::Length(header.len() as u16),
         Constraint::Min(4),
         Constraint::Length(alerts_h),
         Constraint::Length(1),
     ])
     .areas(area);
+    // The host's QPs below the packet table: most of the space when no packet was seen (a
+    // hardware-RoCE host), else as many lines as they need, up to half.
+    let host_n = s.shown().data.host_qps.as_ref().map(Vec::len);
+    let (table, host) = match host_n {
+        None => (mid, None),
+        Some(n) => {
+            let h = if s.shown().data.rows.is_empty() {
+                mid.height.saturating_sub(2).max(3)
+            } else {
+                (n as u16 + 2).clamp(3, (mid.height / 2).max(3))
+            };
+            let [t, hq] = Layout::vertical([Constraint::Min(2), Constraint::Length(h)]).areas(mid);
+            (t, Some(hq))
+        }
+    };
     f.render_widget(Paragraph::new(header), head);
     draw_table(f, table, s);
+    if let Some(hq) = host {
+        draw_host_qps(f, hq, s);
+    }
     draw_alerts(f, alerts, s);
     f.render_widget(Paragraph::new(key_line(s, keys.width as usize)), keys);
 }
@@ -331,6 +350,11 @@ fn draw_table(f: &mut Frame<'_>, area: Rect, s: &mut Screen) {
         .title(Span::styled(fit(&format!(" {title} "), w), bold()));
     if shown.is_empty() {
         let msg = match (data.rows.is_empty(), filter.is_empty()) {
+            (true, _) if data.host_qps.as_ref().is_some_and(|q| !q.is_empty()) => {
+                "no RoCE packets seen yet (a hardware-RoCE NIC sends them past XDP: see the host's \
+                 QPs below, a mirror port, or docs/live.md)"
+                    .to_string()
+            }
             (true, _) => "no RoCE packets seen yet".to_string(),
             (false, true) => "no QP to show".to_string(),
             (false, false) => format!("no QP matches \"{filter}\""),
@@ -398,6 +422,66 @@ fn cell(text: &str, w: usize, right: bool, st: Style) -> Cell<'static> {
         false => Line::from(t),
     };
     Cell::from(line).style(st)
+}
+
+/// The host's QPs from the RDMA subsystem: a title with the counts, then one line per QP,
+/// errors and marking faults first.
+fn draw_host_qps(f: &mut Frame<'_>, area: Rect, s: &Screen) {
+    let w = area.width as usize;
+    let qps: &[HostQp] = s.shown().data.host_qps.as_deref().unwrap_or(&[]);
+    let count = |p: fn(&HostQp) -> bool| qps.iter().filter(|q| p(q)).count();
+    let errors = count(|q| q.error);
+    let off = count(|q| matches!(q.marking.as_str(), "off_policy" | "lossy"));
+    let unknown = count(|q| q.marking == "unknown");
+    let title = format!(
+        " Host QPs: {} ({errors} in error, {off} off the policy or lossy, {unknown} marking unknown) ",
+        qps.len()
+    );
+    let block = Block::new()
+        .borders(Borders::TOP)
+        .title(Span::styled(fit(&title, w), bold()));
+    if qps.is_empty() {
+        let msg = "no QP on this host's RDMA devices";
+        f.render_widget(Paragraph::new(fit(msg, w)).block(block), area);
+        return;
+    }
+    // device, QPN, state, owner (what is left), tx, rx, DSCP, priority, verdict
+    let fixed = [8usize, 7, 5, 6, 6, 4, 4, 10];
+    let owner_w = w
+        .saturating_sub(fixed.iter().sum::<usize>() + fixed.len())
+        .max(5);
+    let widths = [8, 7, 5, owner_w, 6, 6, 4, 4, 10];
+    let right = [false, true, false, false, true, true, true, true, false];
+    let titles = [
+        "device", "qpn", "state", "owner", "tx", "rx", "dscp", "prio", "marking",
+    ];
+    let head = Row::new((0..9).map(|i| cell(titles[i], widths[i], right[i], bold())));
+    let n = (area.height as usize).saturating_sub(2);
+    let num = |v: Option<u64>, w: usize| v.map_or("-".to_string(), |v| compact(v, w));
+    let rows = qps.iter().take(n).map(|q| {
+        let texts = [
+            q.device.clone(),
+            q.lqpn.to_string(),
+            q.state.clone(),
+            q.owner.clone(),
+            num(q.tx, 6),
+            num(q.rx, 6),
+            num(q.dscp.map(u64::from), 4),
+            num(q.priority.map(u64::from), 4),
+            q.marking.clone(),
+        ];
+        let st = match q.rank().0 {
+            0 => Style::default().fg(Color::Red),
+            1 => Style::default().fg(Color::Yellow),
+            _ => Style::default(),
+        };
+        Row::new((0..9).map(|i| cell(&texts[i], widths[i], right[i], st)))
+    });
+    let t = Table::new(rows, widths.map(|w| Constraint::Length(w as u16)))
+        .header(head)
+        .block(block)
+        .column_spacing(1);
+    f.render_widget(t, area);
 }
 
 fn draw_alerts(f: &mut Frame<'_>, area: Rect, s: &Screen) {
@@ -474,6 +558,7 @@ mod tests {
             now_ns: 1_800_000_000_000_000_000,
             ifaces: vec![v],
             rows: (0..rows).map(|q| row(q, 1000 - q as u64, 0)).collect(),
+            host_qps: None,
         }));
         for i in 0..alerts {
             s.push_alert(AlertLine {
@@ -563,5 +648,52 @@ mod tests {
         let l = lines(&mut s, 30, 8);
         assert!(l[0].starts_with("roce-observe: the terminal is"), "{l:#?}");
         assert!(l[1].starts_with("too small"), "{l:#?}");
+    }
+
+    /// A hardware-RoCE host at 80x24: no packet, the host's QPs take the space, the error
+    /// first in its own line, the counts in the title, the packet pane says where to look.
+    #[test]
+    fn host_qps_pane_when_no_packet_is_seen() {
+        use crate::sinks::tui::model::HostQp;
+        let mut s = screen(0, 1);
+        let q = |lqpn: u32, state: &str, marking: &str, error: bool| HostQp {
+            device: "mlx5_0".into(),
+            lqpn,
+            state: state.into(),
+            owner: "python3[4242] pod 0f1e2d3c".into(),
+            tx: Some(1_500_000),
+            rx: None,
+            dscp: Some(26),
+            priority: Some(3),
+            marking: marking.into(),
+            error,
+        };
+        s.set_data(Arc::new(ViewData {
+            now_ns: 1_800_000_000_000_000_000,
+            ifaces: Vec::new(),
+            rows: Vec::new(),
+            host_qps: Some(vec![
+                q(0x13, "ERR", "ok", true),
+                q(0x12, "RTS", "lossy", false),
+                q(0x10, "RTS", "ok", false),
+            ]),
+        }));
+        let l = lines(&mut s, 80, 24);
+        let at = |needle: &str| l.iter().position(|x| x.contains(needle));
+        let table = at("no RoCE packets seen yet (a hardware-RoCE NIC").expect("hint");
+        let title = at("Host QPs: 3 (1 in error, 1 off the policy or lossy, 0 marking").unwrap();
+        assert!(table < title, "{l:#?}");
+        assert!(l[title + 1].starts_with("device "), "{l:#?}");
+        let first = &l[title + 2];
+        assert!(
+            first.starts_with("mlx5_0 ") && first.contains(" 19 ERR") && first.contains("1500k"),
+            "{l:#?}"
+        );
+        assert!(l[title + 3].contains("lossy"), "{l:#?}");
+        assert!(l.iter().all(|x| x.chars().count() == 80));
+        assert!(
+            at("Alerts (1, newest first)").unwrap() > title + 4,
+            "{l:#?}"
+        );
     }
 }

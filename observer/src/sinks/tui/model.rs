@@ -92,6 +92,43 @@ pub struct AlertLine {
     pub text: String,
 }
 
+/// One of the host's QPs as the RDMA subsystem last listed it (the `qps` table's last read):
+/// the pane that shows something on hardware-RoCE hosts, where no packet reaches XDP.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostQp {
+    pub device: String,
+    pub lqpn: u32,
+    pub state: String,
+    /// `comm[pid]`, `kernel`, or `-`; with the container or pod when known.
+    pub owner: String,
+    /// Packets sent / received in the last interval (from the PSNs; `None`: new QP).
+    pub tx: Option<u64>,
+    pub rx: Option<u64>,
+    pub dscp: Option<u8>,
+    pub priority: Option<u8>,
+    /// `ok`, `off_policy`, `lossy`, `unknown`.
+    pub marking: String,
+    /// In ERR or SQE.
+    pub error: bool,
+}
+
+impl HostQp {
+    /// Rank for the pane: errors first, then QPs off the policy or lossy, then unknown
+    /// marking, then the rest; busiest first within each.
+    pub fn rank(&self) -> (u8, std::cmp::Reverse<u64>) {
+        let r = match (self.error, self.marking.as_str()) {
+            (true, _) => 0,
+            (false, "off_policy" | "lossy") => 1,
+            (false, "unknown") => 2,
+            _ => 3,
+        };
+        (
+            r,
+            std::cmp::Reverse(self.tx.unwrap_or(0) + self.rx.unwrap_or(0)),
+        )
+    }
+}
+
 /// Everything the screen shows of the data, as of one interval's end.
 #[derive(Debug, Default)]
 pub struct ViewData {
@@ -99,6 +136,9 @@ pub struct ViewData {
     pub now_ns: u64,
     pub ifaces: Vec<IfaceView>,
     pub rows: Vec<QpRow>,
+    /// The host's QPs, errors and marking faults first ([`HostQp::rank`]); `None` when the
+    /// inventory does not run (`--no-host-qps`, no RDMA subsystem).
+    pub host_qps: Option<Vec<HostQp>>,
 }
 
 /// What the collector hands to the terminal thread: the latest data (a newer one replaces one
@@ -144,6 +184,7 @@ type RowKey = (Arc<str>, &'static str, Arc<str>, Arc<str>, u32);
 /// The terminal view as a sink of the collector: keeps the rows, publishes them.
 pub struct ViewSink {
     rows: HashMap<RowKey, QpRow>,
+    host_qps: Option<Vec<HostQp>>,
     ifaces: BTreeMap<String, (Arc<str>, IfaceView)>,
     expected_dscp: [u8; class::COUNT],
     mailbox: Arc<Mailbox>,
@@ -155,6 +196,7 @@ impl ViewSink {
     pub fn new(expected_dscp: [u8; class::COUNT], mailbox: Arc<Mailbox>) -> ViewSink {
         ViewSink {
             rows: HashMap::new(),
+            host_qps: None,
             ifaces: BTreeMap::new(),
             expected_dscp,
             mailbox,
@@ -251,7 +293,62 @@ impl ViewSink {
             now_ns,
             ifaces: self.ifaces.values().map(|(_, v)| v.clone()).collect(),
             rows,
+            host_qps: self.host_qps.clone(),
         }
+    }
+
+    /// One read of the host's QPs (the `qps` table's rows): replaces the previous read.
+    fn on_host_qps(&mut self, b: &RecordBatch) {
+        let s = |n: &str| b.column_by_name(n).and_then(|c| c.as_string_opt::<i32>());
+        let i = |n: &str| {
+            b.column_by_name(n)
+                .and_then(|c| c.as_primitive_opt::<Int64Type>())
+        };
+        let flag = |n: &str| b.column_by_name(n).and_then(|c| c.as_boolean_opt());
+        let (Some(dev), Some(lqpn), Some(state), Some(marking)) =
+            (s("device"), i("lqpn"), s("state"), s("marking"))
+        else {
+            return;
+        };
+        let (pid, comm, pod, ctr) = (i("pid"), s("comm"), s("pod_uid"), s("container_id"));
+        let (tx, rx, dscp, prio) = (i("tx_pkts"), i("rx_pkts"), i("dscp"), i("priority"));
+        let (kernel, error) = (flag("kernel"), flag("error"));
+        let opt = |c: Option<&Int64Array>, r: usize| {
+            c.filter(|c| !c.is_null(r))
+                .map(|c| c.value(r).max(0) as u64)
+        };
+        let text = |c: Option<&StringArray>, r: usize| {
+            c.filter(|c| !c.is_null(r)).map(|c| c.value(r).to_string())
+        };
+        let mut qps: Vec<HostQp> = (0..b.num_rows())
+            .map(|r| {
+                let mut owner = match (text(comm, r), opt(pid, r)) {
+                    (Some(c), Some(p)) => format!("{c}[{p}]"),
+                    (None, Some(p)) => format!("[{p}]"),
+                    _ if kernel.is_some_and(|k| k.value(r)) => "kernel".into(),
+                    _ => "-".into(),
+                };
+                if let Some(p) = text(pod, r) {
+                    owner += &format!(" pod {}", &p[..p.len().min(8)]);
+                } else if let Some(c) = text(ctr, r) {
+                    owner += &format!(" ctr {}", &c[..c.len().min(12)]);
+                }
+                HostQp {
+                    device: dev.value(r).to_string(),
+                    lqpn: lqpn.value(r).max(0) as u32,
+                    state: state.value(r).to_string(),
+                    owner,
+                    tx: opt(tx, r),
+                    rx: opt(rx, r),
+                    dscp: opt(dscp, r).map(|d| d as u8),
+                    priority: opt(prio, r).map(|p| p as u8),
+                    marking: marking.value(r).to_string(),
+                    error: error.is_some_and(|e| e.value(r)),
+                }
+            })
+            .collect();
+        qps.sort_by_key(|q| q.rank());
+        self.host_qps = Some(qps);
     }
 }
 
@@ -421,6 +518,11 @@ impl Sink for ViewSink {
         Ok(())
     }
 
+    fn qps(&mut self, rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
+        self.on_host_qps(rows);
+        Ok(())
+    }
+
     fn end_interval(&mut self, t_ns: u64) -> Result<(), OutputError> {
         self.mailbox.put_data(Arc::new(self.data(t_ns)));
         Ok(())
@@ -525,6 +627,83 @@ mod tests {
         let d3 = mb.take_data().unwrap();
         assert_eq!(d3.rows.len(), d.rows.len() - 1);
         assert!(!d3.rows.iter().any(|r| r.qp == 0x101));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// The host's QPs through the collector into the view: the last read replaces the one
+    /// before; errors first, then the QP off the policy, then the rest by packets; owners as
+    /// `comm[pid]` with the pod.
+    #[test]
+    fn host_qps_reach_the_view_errors_and_faults_first() {
+        let out = std::env::temp_dir().join(format!("ro-tui-hostqps-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let policy = PolicyConfig::profile("nvidia").unwrap();
+        let mut cfg = CollectorConfig::new(out.clone(), "h", "live", policy.clone());
+        cfg.journal = false;
+        let mut col = Collector::new(cfg).unwrap();
+        col.quiet_stderr();
+        let mb = Arc::new(Mailbox::default());
+        col.add_sink(Box::new(ViewSink::new(policy.expected.dscp, mb.clone())));
+        let row = |lqpn: u32, state: &str, tc: u8, sq: u32| qps::QpRow {
+            dev: "mlx5_0".into(),
+            dev_index: 1,
+            port: Some(1),
+            lqpn,
+            qp_type: "RC".into(),
+            state: state.into(),
+            sq_psn: Some(sq),
+            pid: Some(4242),
+            comm: Some("python3".into()),
+            workload: Some(qps::cgroup::Workload {
+                pod_uid: Some("0f1e2d3c-aaaa-bbbb-cccc-111122223333".into()),
+                ..Default::default()
+            }),
+            setup: Some(qps::SetUp {
+                traffic_class: tc,
+                ..qps::SetUp::default()
+            }),
+            ..qps::QpRow::default()
+        };
+        let t0 = 1_800_000_000 * S;
+        let mut prev = qps::Inventory::default();
+        for (i, sq) in [(1u64, 100u32), (2, 600)] {
+            let inv = qps::Inventory {
+                time_ns: t0 + i * S,
+                qps: vec![
+                    row(0x10, "RTS", 106, sq),
+                    row(0x11, "RTS", 106, sq / 2),
+                    row(0x12, "RTS", 0, sq),
+                    row(0x13, if i == 2 { "ERR" } else { "RTS" }, 106, 7),
+                ],
+                ..qps::Inventory::default()
+            };
+            let (p, f) = qps::compare(&prev, &inv);
+            col.on_qps(t0 + (i - 1) * S, &inv, &p, &f).unwrap();
+            prev = inv;
+        }
+        col.begin("s0", t0, LINK);
+        let snap = Synthetic::mixed(policy.expected, 1)
+            .dp
+            .snapshot("s0", t0 + 2 * S, LINK);
+        col.on_snapshot(&snap).unwrap();
+        let d = mb.take_data().unwrap();
+        let h = d.host_qps.as_ref().expect("host QPs in the view");
+        let got: Vec<(u32, &str, &str, Option<u64>)> = h
+            .iter()
+            .map(|q| (q.lqpn, q.state.as_str(), q.marking.as_str(), q.tx))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0x13, "ERR", "ok", Some(0)),
+                (0x12, "RTS", "off_policy", Some(500)),
+                (0x10, "RTS", "ok", Some(500)),
+                (0x11, "RTS", "ok", Some(250)),
+            ]
+        );
+        assert!(h[0].error);
+        assert_eq!(h[0].owner, "python3[4242] pod 0f1e2d3c");
+        assert_eq!((h[1].dscp, h[1].priority), (Some(0), None));
         let _ = std::fs::remove_dir_all(&out);
     }
 }

@@ -337,6 +337,7 @@ pub(crate) mod tests {
             now_ns: 1,
             ifaces: Vec::new(),
             rows,
+            host_qps: None,
         }));
         s
     }
