@@ -143,6 +143,12 @@ struct DevState {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DevMarking {
+    device: String,
+    marking: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DevOnly {
     device: String,
 }
@@ -157,6 +163,9 @@ struct DevDirection {
 #[derive(Default)]
 struct HostQpMetrics {
     qps: Family<DevState, Gauge>,
+    marking: Family<DevMarking, Gauge>,
+    /// Label sets of `marking` set by the last read.
+    last_marking: HashSet<DevMarking>,
     errors: Family<DevOnly, Counter>,
     packets: Family<DevDirection, Counter>,
     /// Label sets of `qps` set by the last read (set to 0 when a state empties).
@@ -619,6 +628,15 @@ impl MetricsSink {
             reg,
             n,
             "host_",
+            "qps_marking",
+            "QPs of the host per RDMA device and marking verdict (ok, off_policy, lossy, unknown; the last read)",
+            None,
+            h.marking.clone(),
+        );
+        add(
+            reg,
+            n,
+            "host_",
             "qp_errors",
             "QPs that moved to ERR or SQE, per RDMA device",
             None,
@@ -639,11 +657,19 @@ impl MetricsSink {
         let t = schema::qps();
         let dev = t.strings(b, "device", ROWS)?;
         let state = t.strings(b, "state", ROWS)?;
+        let marking = t.strings(b, "marking", ROWS)?;
         let (tx, rx) = (t.ints(b, "tx_pkts", ROWS)?, t.ints(b, "rx_pkts", ROWS)?);
         let mut now: HashMap<DevState, i64> = HashMap::new();
+        let mut verdicts: HashMap<DevMarking, i64> = HashMap::new();
         let mut packets: HashMap<DevDirection, u64> = HashMap::new();
         for row in 0..b.num_rows() {
             let device = dev.value(row).to_string();
+            *verdicts
+                .entry(DevMarking {
+                    device: device.clone(),
+                    marking: marking.value(row).to_string(),
+                })
+                .or_default() += 1;
             *now.entry(DevState {
                 device: device.clone(),
                 state: state.value(row).to_string(),
@@ -668,6 +694,13 @@ impl MetricsSink {
             h.qps.get_or_create(l).set(*v);
         }
         h.last = now.into_keys().collect();
+        for gone in h.last_marking.iter().filter(|l| !verdicts.contains_key(*l)) {
+            h.marking.get_or_create(gone).set(0);
+        }
+        for (l, v) in &verdicts {
+            h.marking.get_or_create(l).set(*v);
+        }
+        h.last_marking = verdicts.into_keys().collect();
         for (l, v) in packets {
             h.packets.get_or_create(&l).inc_by(v);
         }
@@ -1579,7 +1612,20 @@ mod tests {
         s.on_qps(&qps_batch("h", "live", 0, &a, &prog(10), &[]).unwrap())
             .unwrap();
         let b = inv(vec![row(1, "RTS"), row(2, "ERR")]);
-        s.on_qps(&qps_batch("h", "live", 0, &b, &prog(5), &[]).unwrap())
+        let policy = nic::Policy::nvidia();
+        let port = qps::verdict::PortQos::default();
+        let checks = [
+            qps::verdict::check(None, &policy, &port),
+            qps::verdict::check(
+                Some(qps::verdict::QpMarking {
+                    traffic_class: 0,
+                    sl: 0,
+                }),
+                &policy,
+                &port,
+            ),
+        ];
+        s.on_qps(&qps_batch("h", "live", 0, &b, &prog(5), &checks).unwrap())
             .unwrap();
         let alert = Alert::candidate(
             contract::alert::Rule::QpError,
@@ -1618,12 +1664,27 @@ mod tests {
             v(r#"roce_host_qp_errors_total{device="mlx5_0"}"#),
             Some(1.0)
         );
+        assert_eq!(
+            v(r#"roce_host_qps_marking{device="mlx5_0",marking="off_policy"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            v(r#"roce_host_qps_marking{device="mlx5_0",marking="unknown"}"#),
+            Some(1.0)
+        );
         // both QPs gone: every state of the device reads 0
         s.on_qps(&qps_batch("h", "live", 0, &inv(vec![]), &[], &[]).unwrap())
             .unwrap();
         let text = s.render();
         assert_eq!(
             value(&text, r#"roce_host_qps{device="mlx5_0",state="RTS"}"#),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"roce_host_qps_marking{device="mlx5_0",marking="off_policy"}"#
+            ),
             Some(0.0)
         );
         assert!(!text.contains("lqpn"), "no QP label: {text}");
