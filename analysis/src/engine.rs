@@ -74,6 +74,21 @@ pub enum EngineError {
     Changed(String),
     #[error("SQL template {name}: parameter ${{{param}}} has no value")]
     Template { name: String, param: String },
+    /// A user's query that would read or write files it is not allowed to ([`FileAccess`]).
+    #[error("refused: {0}")]
+    Refused(String),
+}
+
+/// What a user's query (`roce-analyze sql`) may do with files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileAccess {
+    /// Only the given trees' tables, read-only: no `CREATE EXTERNAL TABLE`, no `COPY`, no
+    /// `INSERT` / `UPDATE` / `DELETE` (in-memory views and tables are fine).
+    #[default]
+    TreesOnly,
+    /// Other files may be read (`CREATE EXTERNAL TABLE`) and written (`COPY ... TO`,
+    /// `INSERT INTO` an external table), never inside a given tree.
+    Files,
 }
 
 /// Which rows the tables show (every filter optional; several values of one filter: any).
@@ -372,6 +387,99 @@ impl Engine {
         }
     }
 
+    /// Runs one statement of a user's query, after checking what it does with files against
+    /// `access`: with [`FileAccess::TreesOnly`] it only reads the given trees; with
+    /// [`FileAccess::Files`] it may read and write other files, but never a path inside a
+    /// given tree (nothing ever writes a tree).
+    pub fn run_user(&self, sql: &str, access: FileAccess) -> Result<Vec<RecordBatch>, EngineError> {
+        let plan = self
+            .block(self.ctx.state().create_logical_plan(sql))
+            .map_err(|err| EngineError::Query {
+                what: first_line(sql),
+                err,
+            })?;
+        self.check_access(&plan, access)?;
+        self.run(sql)
+    }
+
+    fn check_access(
+        &self,
+        plan: &datafusion::logical_expr::LogicalPlan,
+        access: FileAccess,
+    ) -> Result<(), EngineError> {
+        use datafusion::common::tree_node::TreeNodeRecursion;
+        use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
+        let hint = "pass --allow-files to let a query read or write files other than the trees";
+        let mut refused = None;
+        plan.apply_with_subqueries(|n| {
+            let why = match (n, access) {
+                (LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)), FileAccess::TreesOnly) => {
+                    Some(format!(
+                        "CREATE EXTERNAL TABLE reads {}: {hint}",
+                        c.locations.join(", ")
+                    ))
+                }
+                (LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)), FileAccess::Files) => {
+                    c.locations.iter().find_map(|l| {
+                        self.inside_tree(l).map(|d| {
+                            format!(
+                                "CREATE EXTERNAL TABLE over {l} inside the tree {} (its tables \
+                                 are registered already; a table over it could be written)",
+                                d.display()
+                            )
+                        })
+                    })
+                }
+                (LogicalPlan::Copy(c), FileAccess::TreesOnly) => {
+                    Some(format!("COPY writes {}: {hint}", c.output_url))
+                }
+                (LogicalPlan::Copy(c), FileAccess::Files) => {
+                    self.inside_tree(&c.output_url).map(|d| {
+                        format!(
+                            "COPY would write {} inside the tree {}: roce-analyze never writes a tree",
+                            c.output_url,
+                            d.display()
+                        )
+                    })
+                }
+                (LogicalPlan::Dml(d), FileAccess::TreesOnly)
+                    if !matches!(d.op, WriteOp::Ctas) =>
+                {
+                    Some(format!("{} INTO {} writes a table: {hint}", d.op, d.table_name))
+                }
+                _ => None,
+            };
+            match why {
+                Some(w) => {
+                    refused = Some(w);
+                    Ok(TreeNodeRecursion::Stop)
+                }
+                None => Ok(TreeNodeRecursion::Continue),
+            }
+        })
+        .map_err(|err| EngineError::Query {
+            what: "checking the query's file access".into(),
+            err,
+        })?;
+        refused.map_or(Ok(()), |w| Err(EngineError::Refused(w)))
+    }
+
+    /// The given tree that `location` (a path or `file://` URL) lies in, if any: compared after
+    /// resolving symbolic links and `..` as far as the path exists.
+    fn inside_tree(&self, location: &str) -> Option<&PathBuf> {
+        let p = Path::new(location.strip_prefix("file://").unwrap_or(location));
+        let p = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            std::env::current_dir().ok()?.join(p)
+        };
+        let resolved = resolve(&p);
+        self.dirs.iter().find(|d| {
+            let d = std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf());
+            resolved.starts_with(&d)
+        })
+    }
+
     /// Reads every registered file completely, each on its own: the first that fails is the
     /// error ([`LoadError`] names it).
     fn culprit(&self) -> Result<(), EngineError> {
@@ -607,4 +715,34 @@ mod tests {
         assert!(w("f.parquet"));
         assert!(w("date=garbage/hour=05/f.parquet"));
     }
+}
+
+/// `p` with its longest existing ancestor canonicalized (symbolic links, `..`) and the rest
+/// appended with `.` and `..` applied.
+fn resolve(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cur = p.to_path_buf();
+    let base = loop {
+        if let Ok(c) = std::fs::canonicalize(&cur) {
+            break c;
+        }
+        match (cur.file_name().map(|n| n.to_os_string()), cur.parent()) {
+            (Some(n), Some(parent)) => {
+                rest.push(n);
+                cur = parent.to_path_buf();
+            }
+            _ => break cur,
+        }
+    };
+    let mut out = base;
+    for n in rest.into_iter().rev() {
+        match n.to_str() {
+            Some("..") => {
+                out.pop();
+            }
+            Some(".") => {}
+            _ => out.push(n),
+        }
+    }
+    out
 }

@@ -162,6 +162,11 @@ enum Cmd {
         /// Output: table, json (one object per row) or csv.
         #[arg(long, default_value = "table", value_parser = ["table", "json", "csv"])]
         format: String,
+        /// Let the query read files other than the trees (CREATE EXTERNAL TABLE) and write
+        /// files (COPY ... TO, INSERT INTO an external table). A path inside a given tree is
+        /// refused even then: roce-analyze never writes a tree.
+        #[arg(long)]
+        allow_files: bool,
     },
 }
 
@@ -304,6 +309,7 @@ fn main() -> anyhow::Result<ExitCode> {
             dirs,
             file,
             format,
+            allow_files,
         } => {
             let q = match (query, file) {
                 (Some(q), _) => q.clone(),
@@ -316,10 +322,15 @@ fn main() -> anyhow::Result<ExitCode> {
             let Some((last, before)) = stmts.split_last() else {
                 bail!("the query is empty")
             };
+            let access = if *allow_files {
+                analysis::engine::FileAccess::Files
+            } else {
+                analysis::engine::FileAccess::TreesOnly
+            };
             for s in before {
-                eng.run(s)?;
+                eng.run_user(s, access)?;
             }
-            let batches = eng.run(last)?;
+            let batches = eng.run_user(last, access)?;
             print_rows(&batches, format)?;
             Ok(ExitCode::SUCCESS)
         }

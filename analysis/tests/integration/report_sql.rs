@@ -421,6 +421,118 @@ fn ad_hoc_sql() {
     );
 }
 
+/// `roce-analyze sql` reads the given trees and nothing else, and never writes a tree: an
+/// external table over another file and `COPY ... TO` are refused (once `COPY` into the tree's
+/// flows directory wiped the flow log); with `--allow-files` other files may be read and
+/// written, a path inside the tree still may not (also spelled with `..`); every refusal is
+/// exit 1 with the reason, and the tree's files are as they were.
+#[test]
+fn sql_reads_only_the_trees_and_never_writes_them() {
+    let (_dir, dir) = tmp("sql-access");
+    write_logs(&dir, &["clean"]);
+    let (_out, outside) = tmp("sql-access-out");
+    std::fs::create_dir_all(&outside).unwrap();
+    let secret = outside.join("secret.csv");
+    std::fs::write(&secret, "a\n1\n").unwrap();
+    let listing = || {
+        let mut v: Vec<(PathBuf, u64)> = walk(&dir)
+            .into_iter()
+            .map(|p| {
+                let n = std::fs::metadata(&p).unwrap().len();
+                (p, n)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing();
+    assert!(!before.is_empty());
+    let sql = |q: &str, allow: bool| {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["sql".as_ref(), "-d".as_ref(), dir.as_os_str()];
+        if allow {
+            args.push("--allow-files".as_ref());
+        }
+        args.push(q.as_ref());
+        run(&args)
+    };
+    let refused = |q: &str, allow: bool, why: &str| {
+        let o = sql(q, allow);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{q}: {err}");
+        assert!(err.contains("refused") && err.contains(why), "{q}: {err}");
+    };
+    let read_secret = format!(
+        "CREATE EXTERNAL TABLE s STORED AS CSV LOCATION '{}' OPTIONS ('format.has_header' 'true'); SELECT * FROM s",
+        secret.display()
+    );
+    refused(&read_secret, false, "--allow-files");
+    let flows_dir = dir.join("flows");
+    let into_tree = format!(
+        "COPY (SELECT 1 AS x) TO '{}/x.parquet' STORED AS PARQUET",
+        flows_dir.display()
+    );
+    refused(&into_tree, false, "--allow-files");
+    refused(&into_tree, true, "never writes a tree");
+    let dotted = format!(
+        "COPY (SELECT 1 AS x) TO '{}/../{}/flows/y.csv' STORED AS CSV",
+        dir.display(),
+        dir.file_name().unwrap().to_str().unwrap()
+    );
+    refused(&dotted, true, "never writes a tree");
+    refused(
+        &format!(
+            "CREATE EXTERNAL TABLE f STORED AS PARQUET LOCATION '{}/'",
+            flows_dir.display()
+        ),
+        true,
+        "inside the tree",
+    );
+    refused(
+        "CREATE TABLE m (x INT); INSERT INTO m VALUES (1)",
+        false,
+        "--allow-files",
+    );
+    assert_eq!(listing(), before, "the tree was written");
+    // allowed: another file read, another one written
+    let o = sql(&read_secret, true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains('1'));
+    let target = outside.join("copy.csv");
+    let o = sql(
+        &format!(
+            "COPY (SELECT COUNT(*) AS n FROM flows) TO '{}' STORED AS CSV",
+            target.display()
+        ),
+        true,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(target.exists());
+    // in-memory views and tables need no permission
+    let o = sql(
+        "CREATE VIEW v AS SELECT COUNT(*) AS n FROM flows; SELECT n FROM v",
+        false,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(listing(), before, "the tree was written");
+}
+
+/// Every file under `d`.
+fn walk(d: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![d.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 /// A QP whose messages each fit one packet (ONLY opcodes) never warns about the MTU, however
 /// small its payloads; the multi-packet case below the expected MTU does.
 #[test]
