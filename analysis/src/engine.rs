@@ -74,6 +74,15 @@ pub enum EngineError {
     Changed(String),
     #[error("SQL template {name}: parameter ${{{param}}} has no value")]
     Template { name: String, param: String },
+    /// Filters that leave no row of a tree that has rows: a typo is not a clean fabric.
+    #[error(
+        "the filters {filters} select no row of the trees ({rows} rows of flows and interfaces without them){hint}"
+    )]
+    NothingSelected {
+        filters: String,
+        rows: usize,
+        hint: String,
+    },
     /// A user's query that would read or write files it is not allowed to ([`FileAccess`]).
     #[error("refused: {0}")]
     Refused(String),
@@ -103,6 +112,30 @@ pub struct Filters {
     pub qps: Vec<i64>,
     pub srcs: Vec<String>,
     pub dsts: Vec<String>,
+}
+
+impl Filters {
+    /// The filters given, as on the command line (`--host h1 --qp 0x11`); empty when none.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        let t = crate::time::fmt_us;
+        if let Some(s) = self.since_us {
+            parts.push(format!("--since {}", t(s)));
+        }
+        if let Some(u) = self.until_us {
+            parts.push(format!("--until {}", t(u)));
+        }
+        for (flag, vs) in [
+            ("--host", &self.hosts),
+            ("--iface", &self.ifaces),
+            ("--src", &self.srcs),
+            ("--dst", &self.dsts),
+        ] {
+            parts.extend(vs.iter().map(|v| format!("{flag} {v}")));
+        }
+        parts.extend(self.qps.iter().map(|q| format!("--qp 0x{q:06x}")));
+        parts.join(" ")
+    }
 }
 
 /// Engine settings.
@@ -385,6 +418,44 @@ impl Engine {
                 Err(EngineError::Panicked(panic_message(&payload)))
             }
         }
+    }
+
+    /// With filters given (`f`), that they select some row of `flows` or `interfaces` when the
+    /// trees have rows there: a misspelt `--host` must not read as a clean fabric.
+    pub fn require_rows(&self, f: &Filters) -> Result<(), EngineError> {
+        let filters = f.describe();
+        if filters.is_empty() {
+            return Ok(());
+        }
+        let b = self
+            .run("SELECT (SELECT COUNT(*) FROM flows) + (SELECT COUNT(*) FROM interfaces) AS n")?;
+        let selected = b
+            .first()
+            .and_then(|b| {
+                arrow::array::AsArray::as_primitive_opt::<arrow::datatypes::Int64Type>(b.column(0))
+            })
+            .map_or(0, |c| c.value(0));
+        if selected > 0 {
+            return Ok(());
+        }
+        let mut rows = 0u64;
+        for dir in &self.dirs {
+            for t in ["flows", "interfaces"] {
+                for p in load::parquet_files(&dir.join(t))? {
+                    rows += load::row_count(&p)?;
+                }
+            }
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        Err(EngineError::NothingSelected {
+            filters,
+            rows: rows as usize,
+            hint: ": check the spelling (`roce-analyze sql -d DIR \"SELECT DISTINCT host, iface \
+                   FROM interfaces\"` lists hosts and interfaces)"
+                .into(),
+        })
     }
 
     /// Runs one statement of a user's query, after checking what it does with files against

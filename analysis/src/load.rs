@@ -340,6 +340,18 @@ pub fn check_file(path: &Path, table: &schema::Table) -> Result<(), LoadError> {
     })
 }
 
+/// The rows one file's footer declares (after checking its metadata; panics caught).
+pub fn row_count(path: &Path) -> Result<u64, LoadError> {
+    guarded(path, || {
+        let mut f = File::open(path).map_err(|err| LoadError::Io {
+            path: path.to_path_buf(),
+            err,
+        })?;
+        let md = check_metadata(path, &mut f)?;
+        Ok(md.file_metadata().num_rows().max(0) as u64)
+    })
+}
+
 /// Decodes every row of one file (panics caught): how the engine finds the file a failed query
 /// could not read.
 pub fn read_all(path: &Path, table: &schema::Table) -> Result<(), LoadError> {

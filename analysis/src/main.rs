@@ -231,6 +231,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 emit(out, &p, *top, *limit)?;
             }
             let eng = Engine::open(dirs, &filters, &opts)?;
+            eng.require_rows(&filters)?;
             let tl = (*timeline || !filters.qps.is_empty()).then_some(*limit);
             let r = analysis::report::report(&eng, &p, &source, *top, tl)?;
             if *json {
@@ -243,6 +244,7 @@ fn main() -> anyhow::Result<ExitCode> {
         Cmd::Baseline { dirs, out } => {
             let (p, source) = policy_of(dirs)?;
             let eng = Engine::open(dirs, &filters, &opts)?;
+            eng.require_rows(&filters)?;
             let r = analysis::report::report(&eng, &p, &source, 1, None)?;
             let fig = &r.figures;
             std::fs::write(out, serde_json::to_string_pretty(fig)?)
@@ -265,6 +267,7 @@ fn main() -> anyhow::Result<ExitCode> {
             let base: Figures = read_baseline(baseline)?;
             let (p, source) = policy_of(dirs)?;
             let eng = Engine::open(dirs, &filters, &opts)?;
+            eng.require_rows(&filters)?;
             let now = analysis::report::report(&eng, &p, &source, 1, None)?.figures;
             compare_run(&base, &now, *tolerance, *slack)
         }
@@ -294,6 +297,7 @@ fn main() -> anyhow::Result<ExitCode> {
             };
             let (p, source) = policy_of(dirs)?;
             let eng = Engine::open(dirs, &filters, &opts)?;
+            eng.require_rows(&filters)?;
             let limits = analysis::html::Limits {
                 max_ifaces: (*max_ifaces).max(1),
                 max_points: (*max_points).max(2),
@@ -318,6 +322,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 (None, None) => bail!("no query"),
             };
             let eng = Engine::open(dirs, &filters, &opts)?;
+            eng.require_rows(&filters)?;
             let stmts = analysis::engine::statements(&q);
             let Some((last, before)) = stmts.split_last() else {
                 bail!("the query is empty")

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::{Engine, EngineError, render};
 
 /// The query templates: (name, text).
-pub const CHECK_SQL: [(&str, &str); 9] = [
+pub const CHECK_SQL: [(&str, &str); 10] = [
     ("marking", include_str!("../sql/checks/marking.sql")),
     (
         "ce_without_cnp",
@@ -40,15 +40,17 @@ pub const CHECK_SQL: [(&str, &str); 9] = [
     ),
     ("mtu", include_str!("../sql/checks/mtu.sql")),
     ("map_full", include_str!("../sql/checks/map_full.sql")),
+    ("host_qps", include_str!("../sql/checks/host_qps.sql")),
 ];
 pub const SUBJECTS_SQL: &str = include_str!("../sql/report/subjects.sql");
 pub const INTERVALS_SQL: &str = include_str!("../sql/report/intervals.sql");
-pub const REPORT_SQL: [(&str, &str); 5] = [
+pub const REPORT_SQL: [(&str, &str); 6] = [
     ("totals", include_str!("../sql/report/totals.sql")),
     ("ifaces", include_str!("../sql/report/ifaces.sql")),
     ("payloads", include_str!("../sql/report/payloads.sql")),
     ("alerts", include_str!("../sql/report/alerts.sql")),
     ("timeline", include_str!("../sql/report/timeline.sql")),
+    ("host_qps", include_str!("../sql/report/host_qps.sql")),
 ];
 
 /// The policy's predicate over `v_hist` (hist, value) for packets whose marking it does not
@@ -289,8 +291,10 @@ impl Subject {
             .filter_map(|x| x.as_deref())
             .collect::<Vec<_>>()
             .join("/");
-        if let (Some(a), Some(b)) = (&self.src, &self.dst) {
-            s += &format!(" {a} -> {b}");
+        match (&self.src, &self.dst) {
+            (Some(a), Some(b)) => s += &format!(" {a} -> {b}"),
+            (Some(a), None) => s += &format!(" {a}"),
+            _ => {}
         }
         if let Some(q) = self.qp {
             s += &format!(" qp 0x{q:06x}");
@@ -356,6 +360,10 @@ pub struct Figures {
     /// Largest UDP payload per QP -> number of QPs.
     pub max_payloads: BTreeMap<i32, u64>,
     pub alerts: BTreeMap<String, i64>,
+    /// The host QPs the trees' inventory saw (host, device, QP number; 0 in trees without it
+    /// and in baselines written before it was recorded).
+    #[serde(default)]
+    pub host_qps: u64,
 }
 
 fn rdma_priority_default() -> usize {
@@ -388,7 +396,7 @@ struct CheckDef {
     fires: Verdict,
 }
 
-const CHECKS: [CheckDef; 11] = [
+const CHECKS: [CheckDef; 13] = [
     CheckDef {
         name: "data marking",
         query: "marking",
@@ -455,6 +463,18 @@ const CHECKS: [CheckDef; 11] = [
         parts: &["mtu_below_expected"],
         fires: Verdict::Warn,
     },
+    CheckDef {
+        name: "host QP marking",
+        query: "host_qps",
+        parts: &["qp_off_policy", "qp_lossy", "owner_off_policy"],
+        fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "host QPs not in error",
+        query: "host_qps",
+        parts: &["qp_error"],
+        fires: Verdict::Fail,
+    },
 ];
 
 /// Rule names in the alerts of a part (for the text).
@@ -474,6 +494,10 @@ fn part_words(part: &str) -> String {
         "pfc_without_ecn" => "XOFF frames with no CE mark".into(),
         "mtu_below_expected" => "FIRST/MIDDLE packets below the expected MTU".into(),
         p if p.starts_with("priority ") => format!("XOFF+XON on {p}"),
+        "qp_off_policy" => "packets sent by host QPs off the policy's marking".into(),
+        "qp_lossy" => "packets sent by host QPs into a priority without PFC".into(),
+        "owner_off_policy" => "host QPs off the policy or lossy, per owner and read".into(),
+        "qp_error" => "reads of host QPs in ERR or SQE".into(),
         p => p.into(),
     }
 }
@@ -592,6 +616,9 @@ pub fn report(
         f.alerts
             .insert(string(&r, "rule").unwrap_or_default(), int(&r, "alerts"));
     }
+    if let Some(r) = one("host_qps", &prm)?.pop() {
+        f.host_qps = int(&r, "host_qps") as u64;
+    }
     let mut ran: BTreeMap<&str, CheckRows> = BTreeMap::new();
     let mut checks = Vec::new();
     for d in &CHECKS {
@@ -676,6 +703,12 @@ fn judge(mut c: Check, d: &CheckDef, f: &Figures, p: &PolicyConfig) -> Check {
             c.verdict = Verdict::Info;
             "no CE-marked packet: ECN never acted".into()
         }
+        "host QP marking" | "host QPs not in error" if !fired && f.host_qps == 0 => {
+            c.verdict = Verdict::Info;
+            "no host QP inventory in these trees (read live on hosts with an RDMA subsystem; \
+             docs/qps.md)"
+                .into()
+        }
         _ if fired => parts.join("; "),
         "data marking" => format!(
             "{} data packets, DSCP {} as expected",
@@ -709,6 +742,11 @@ fn judge(mut c: Check, d: &CheckDef, f: &Figures, p: &PolicyConfig) -> Check {
             f.max_xoff_per_s, p.thresholds.pfc_storm_xoff_per_s
         ),
         "no 802.3x PAUSE" => "no PAUSE frame".into(),
+        "host QP marking" => format!(
+            "{} host QPs, none off the policy or lossy (QPs of unknown marking are not judged)",
+            f.host_qps
+        ),
+        "host QPs not in error" => format!("{} host QPs, none in ERR or SQE", f.host_qps),
         "PFC with ECN" => "no interval with XOFF and RoCE but no CE mark".into(),
         "path MTU" if p.expected_mtu == 0 => "not checked".into(),
         "path MTU" => format!(

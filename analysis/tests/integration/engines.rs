@@ -1,7 +1,8 @@
 //! The report's SQL is portable: the queries `roce-analyze report --emit-sql` writes give the
 //! same rows on Apache DataFusion (roce-analyze), DuckDB (PyPI) and Apache Spark in local mode
 //! (PySpark from PyPI on Debian's JDK), over one tree written by the real collector with faults;
-//! so do the views each engine's generated SQL creates, every row and column.
+//! so do the views each engine's generated SQL creates, every row and column. The tree holds
+//! host QPs too (the qps table and its check).
 //! Spark listens on 127.0.0.1 only, inside a network namespace the test creates and removes.
 //!
 //! Needs root (the namespace), python3 with duckdb and pyspark, and java: outside CI a missing
@@ -97,6 +98,7 @@ fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
     let tree = base.join("tree");
     let qdir = base.join("queries");
     write_logs(&tree, &FAULTS);
+    crate::support::write_host_qps(&tree, "t");
     let out = Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
         .args(["report", "--top", "3", "--emit-sql"])
         .arg(&qdir)
@@ -160,6 +162,7 @@ fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
         "too few queries with rows to compare: {nonempty}"
     );
     assert!(!ours["marking.subjects.sql"].is_empty() && !ours["go_back_n.subjects.sql"].is_empty());
+    assert!(!ours["host_qps.subjects.sql"].is_empty() && !ours["view.v_qps.sql"].is_empty());
     let ns = Netns::new(&format!("roce-an-{}", std::process::id()));
     for (engine, limit) in [("duckdb", 120), ("spark", 600)] {
         let theirs = other_engine(

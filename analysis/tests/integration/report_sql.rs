@@ -370,6 +370,73 @@ fn host_qps_are_a_table_of_the_tree() {
     }
 }
 
+/// The report judges the host's QPs: QPs off the policy by QP and by owner (process, pod,
+/// container), the busiest first, and a QP in ERR, each failing its check; a tree without an
+/// inventory says so instead of passing.
+#[test]
+fn the_report_names_host_qps_off_policy_by_owner_and_in_error() {
+    let (_dir, dir) = tmp("report-host-qps");
+    write_logs(&dir, &["clean"]);
+    let policy = PolicyConfig::profile("nvidia").unwrap();
+    let eng = engine(std::slice::from_ref(&dir), &Filters::default());
+    let r = report(&eng, &policy, "test", 10, None).unwrap();
+    let m = check(&r, "host QP marking");
+    assert_eq!(m.verdict, analysis::report::Verdict::Info, "{}", m.detail);
+    assert!(m.detail.contains("no host QP inventory"), "{}", m.detail);
+    drop(eng);
+    crate::support::write_host_qps(&dir, "t");
+    let eng = engine(std::slice::from_ref(&dir), &Filters::default());
+    let r = report(&eng, &policy, "test", 10, None).unwrap();
+    assert_eq!(r.figures.host_qps, 4);
+    let m = check(&r, "host QP marking");
+    assert_eq!(m.verdict, analysis::report::Verdict::Fail, "{}", m.detail);
+    let qp_rows: Vec<(String, i64, i64)> = m
+        .worst
+        .iter()
+        .filter(|s| s.part == "qp_off_policy")
+        .map(|s| (s.name(), s.violations, s.figure))
+        .collect();
+    assert_eq!(
+        qp_rows,
+        vec![
+            (
+                "t/mlx5_0 ib_write_bw[88] container c0ffee -> 10.0.4.2 qp 0x000022".to_string(),
+                2,
+                500
+            ),
+            (
+                "t/mlx5_0 python3[77] pod pod-a -> 10.0.4.2 qp 0x000021".to_string(),
+                2,
+                500
+            ),
+        ]
+    );
+    let owners: Vec<(String, i64, i64)> = m
+        .worst
+        .iter()
+        .filter(|s| s.part == "owner_off_policy")
+        .map(|s| (s.name(), s.figure, s.peak))
+        .collect();
+    assert_eq!(
+        owners,
+        vec![
+            (
+                "t/mlx5_0 ib_write_bw[88] container c0ffee".to_string(),
+                2,
+                1
+            ),
+            ("t/mlx5_0 python3[77] pod pod-a".to_string(), 2, 1),
+        ]
+    );
+    let e = check(&r, "host QPs not in error");
+    assert_eq!(e.verdict, analysis::report::Verdict::Fail, "{}", e.detail);
+    assert_eq!(e.worst.len(), 1);
+    assert_eq!(e.worst[0].qp, Some(0x23));
+    assert_eq!(e.worst[0].violations, 1);
+    let text = analysis::report::render_text(&r, 10);
+    assert!(text.contains("python3[77] pod pod-a"), "{text}");
+}
+
 /// `roce-analyze sql`: JSON rows, CSV and a table; a bad query is an error, not a panic.
 #[test]
 fn ad_hoc_sql() {
@@ -608,4 +675,33 @@ fn errors_say_what_is_wrong() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("compare takes the baseline file first"));
+    // a misspelt filter is not a pass: it once printed "0 QP keys ... PASS" and exited 0
+    for args in [
+        &["--host", "nosuchhost", "report"][..],
+        &["--iface", "eth9", "--qp", "0x11", "report"][..],
+        &["--host", "nosuchhost", "html", "--out", "/dev/null"][..],
+    ] {
+        let mut a: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
+        a.push(dir.as_os_str());
+        let out = run(&a);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("select no row of the trees"),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains(args[1]), "{args:?}: {err}");
+    }
+    // a filter that selects rows still reports
+    let out = run(&[
+        "--iface".as_ref(),
+        "clean".as_ref(),
+        "report".as_ref(),
+        dir.as_os_str(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("QP keys"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -5,7 +5,7 @@
 
 QUERIES_DIR is what `roce-analyze report --emit-sql QUERIES_DIR` wrote: `engine.<name>.sql`
 (the views) and one `*.sql` file per query. The tables flows, interfaces and alerts are
-registered over TREE's Parquet files (Hive partitions), the engine's views are created, and
+registered over TREE's Parquet files (and qps) (Hive partitions), the engine's views are created, and
 every query's rows are written to OUT.json as {file: [row, ...]} with integers as integers.
 """
 import json
@@ -15,7 +15,7 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-TABLES = ("flows", "interfaces", "alerts")
+TABLES = ("flows", "interfaces", "alerts", "qps")
 
 
 def statements(text):

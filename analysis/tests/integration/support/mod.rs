@@ -87,6 +87,83 @@ pub fn write_logs(out: &Path, names: &[&str]) -> serde_json::Value {
     write_logs_with(out, names, PolicyConfig::profile("nvidia").unwrap(), "t")
 }
 
+/// Two reads of a host's QPs into `out`'s `qps` table, as host `host` under the nvidia policy:
+/// QP 0x20 of `python3[77]` in pod `pod-a` set up with traffic class 106 (ok), 0x21 of the same
+/// with 0 (off the policy), 0x22 of `ib_write_bw[88]` in container `c0ffee` with 0 (off the
+/// policy), and 0x23 of `python3[77]`, which is in ERR at the second read; each sends 500
+/// packets between the reads.
+pub fn write_host_qps(out: &Path, host: &str) {
+    let mut col = Collector::new(CollectorConfig::new(
+        out.to_path_buf(),
+        host,
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    ))
+    .unwrap();
+    col.quiet_stderr();
+    let row = |lqpn: u32, state: &str, tc: u8, sq: u32| {
+        let (pid, comm, workload) = if lqpn == 0x22 {
+            (
+                88,
+                "ib_write_bw",
+                qps::cgroup::Workload {
+                    container_id: Some("c0ffee".into()),
+                    ..Default::default()
+                },
+            )
+        } else {
+            (
+                77,
+                "python3",
+                qps::cgroup::Workload {
+                    pod_uid: Some("pod-a".into()),
+                    ..Default::default()
+                },
+            )
+        };
+        qps::QpRow {
+            dev: "mlx5_0".into(),
+            dev_index: 1,
+            port: Some(1),
+            lqpn,
+            qp_type: "RC".into(),
+            state: state.into(),
+            sq_psn: Some(sq),
+            rq_psn: Some(sq),
+            pid: Some(pid),
+            comm: Some(comm.into()),
+            workload: Some(workload),
+            setup: Some(qps::SetUp {
+                traffic_class: tc,
+                dgid: std::net::Ipv4Addr::new(10, 0, 4, 2)
+                    .to_ipv6_mapped()
+                    .octets(),
+                ..qps::SetUp::default()
+            }),
+            ..qps::QpRow::default()
+        }
+    };
+    let t0 = 1_700_000_000_000_000_000u64;
+    let mut prev = qps::Inventory::default();
+    for (i, sq) in [(1u64, 1000u32), (2, 1500)] {
+        let inv = qps::Inventory {
+            time_ns: t0 + i * 1_000_000_000,
+            qps: vec![
+                row(0x20, "RTS", 106, sq),
+                row(0x21, "RTS", 0, sq),
+                row(0x22, "RTS", 0, sq),
+                row(0x23, if i == 2 { "ERR" } else { "RTS" }, 106, sq),
+            ],
+            ..qps::Inventory::default()
+        };
+        let (p, f) = qps::compare(&prev, &inv);
+        col.on_qps(t0 + (i - 1) * 1_000_000_000, &inv, &p, &f)
+            .unwrap();
+        prev = inv;
+    }
+    col.finish().unwrap();
+}
+
 /// [`write_logs`] under `policy`, as host `host`.
 pub fn write_logs_with(
     out: &Path,
