@@ -475,8 +475,13 @@ mod tests {
     use super::*;
     use crate::engine::statements;
 
-    fn tables() -> [&'static Table; 3] {
-        [schema::flows(), schema::interfaces(), schema::alerts()]
+    fn tables() -> [&'static Table; 4] {
+        [
+            schema::flows(),
+            schema::interfaces(),
+            schema::alerts(),
+            schema::qps(),
+        ]
     }
 
     /// The names of a text outside string literals and comment lines: (lower-case names,

@@ -47,6 +47,10 @@ pub struct NicArgs {
     /// Time between the two samples the counter deltas are taken over (`1s`, `500ms`, `2`).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub sample: Duration,
+    /// An unknown check fails the command too (exit 1): for automation, a setting that could
+    /// not be read is not verified.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// The expectations of the configuration checks from the project's policy: the RDMA priority,
@@ -211,7 +215,8 @@ pub struct Summary {
     pub pass: usize,
     pub fail: usize,
     pub unknown: usize,
-    /// "fail" when a check failed, else "pass" (unknown checks are not failures).
+    /// "fail" when a check failed; else "incomplete" when a check is unknown (nothing failed,
+    /// but not everything was verified; `--strict` fails on it); else "pass".
     pub result: &'static str,
 }
 
@@ -364,7 +369,16 @@ fn summary(checks: &[Check]) -> Summary {
         pass: count(|v| *v == Verdict::Pass),
         fail,
         unknown: count(|v| matches!(v, Verdict::Unknown(_))),
-        result: if fail > 0 { "fail" } else { "pass" },
+        result: if fail > 0 {
+            "fail"
+        } else if checks
+            .iter()
+            .any(|c| matches!(c.verdict, Verdict::Unknown(_)))
+        {
+            "incomplete"
+        } else {
+            "pass"
+        },
     }
 }
 
@@ -921,7 +935,9 @@ fn result_text(o: &mut String, s: &Summary, w: usize) {
         s.unknown
     );
     if s.unknown > 0 {
-        line.push_str(" (unknown = the setting could not be read here; not a failure)");
+        line.push_str(
+            " (unknown = the setting could not be read here: not verified; --strict fails on it)",
+        );
     }
     let mut tail = String::new();
     field(&mut tail, "", line.trim_start(), w);
@@ -1004,6 +1020,16 @@ pub fn run(args: NicArgs) -> anyhow::Result<()> {
         return Err(ExitStatus {
             code: 1,
             message: None,
+        }
+        .into());
+    }
+    if args.strict && report.summary.unknown > 0 {
+        return Err(ExitStatus {
+            code: 1,
+            message: Some(format!(
+                "--strict: {} checks unknown (not verified)",
+                report.summary.unknown
+            )),
         }
         .into());
     }
@@ -1142,7 +1168,7 @@ mod tests {
         assert_eq!(r.counters.raw_changed.len(), 1, "rx_bytes");
         assert_eq!(r.config.cnp_dscp, Reading::Read(48));
         let j = serde_json::to_value(&r).unwrap();
-        assert_eq!(j["summary"]["result"], "pass");
+        assert_eq!(j["summary"]["result"], "incomplete");
         assert_eq!(j["config"]["pfc_enabled"]["read"][0], 3);
         assert_eq!(j["rdma"]["device"], "mlx5_0");
         // broadcom expects CNP priority 7
@@ -1401,7 +1427,8 @@ Counters over 0.50 s
     ethtool rx_bytes                          20      40.0/s
 
 Result: FAIL: 1 failed, 6 passed, 3 unknown (unknown = the
-setting could not be read here; not a failure)
+setting could not be read here: not verified; --strict fails
+on it)
 --- width 80
 roce-observe nic: ens1f0np0
   netdev    driver mlx5_core 6.8.0 (mlx5 counter names), firmware 28.39.1002
@@ -1468,7 +1495,7 @@ Counters over 0.50 s
     ethtool rx_bytes                                           20      40.0/s
 
 Result: FAIL: 1 failed, 6 passed, 3 unknown (unknown = the setting could not be
-read here; not a failure)
+read here: not verified; --strict fails on it)
 =====
 --- width 60
 roce-observe nic: ens1f0np0
@@ -1572,8 +1599,9 @@ Counters over 0.50 s
     rdma    a_counter_with_a_long_~     11000033    22.00M/s
     ... 3 more (--json lists them all)
 
-Result: PASS: 0 failed, 7 passed, 4 unknown (unknown = the
-setting could not be read here; not a failure)
+Result: INCOMPLETE: 0 failed, 7 passed, 4 unknown (unknown =
+the setting could not be read here: not verified; --strict
+fails on it)
 --- width 140
 roce-observe nic: ens1f0np0
   netdev    driver information unavailable
@@ -1647,7 +1675,7 @@ Counters over 0.50 s
     rdma    a_counter_with_a_long_vendor_specific_n~     11000033    22.00M/s
     ... 3 more (--json lists them all)
 
-Result: PASS: 0 failed, 7 passed, 4 unknown (unknown = the setting could not be read here; not a failure)
+Result: INCOMPLETE: 0 failed, 7 passed, 4 unknown (unknown = the setting could not be read here: not verified; --strict fails on it)
 =====
 roce-observe nic: ens1f0np0
   netdev    driver mlx5_core 6.8.0 (no vendor counter mapping), firmware n/a,
@@ -1707,8 +1735,8 @@ Counters over 0.50 s
   unmapped counters that changed: 1
     ethtool rx_bytes                                           20      40.0/s
 
-Result: PASS: 0 failed, 7 passed, 3 unknown (unknown = the setting could not be
-read here; not a failure)
+Result: INCOMPLETE: 0 failed, 7 passed, 3 unknown (unknown = the setting could
+not be read here: not verified; --strict fails on it)
 =====
 roce-observe nic: ens1f0np0
   netdev    driver mlx5_core 6.8.0 (mlx5 counter names), firmware 28.39.1002 (MT_0000000834), bus
@@ -1770,7 +1798,7 @@ Counters over 0.00 s
   unmapped counters that changed: 1
     ethtool rx_bytes                                           20      40.0/s
 
-Result: FAIL: 1 failed, 6 passed, 3 unknown (unknown = the setting could not be read here; not a
-failure)
+Result: FAIL: 1 failed, 6 passed, 3 unknown (unknown = the setting could not be read here: not
+verified; --strict fails on it)
 "#;
 }

@@ -30,8 +30,9 @@ pub struct ReplayArgs {
     /// alerts.jsonl and summary.json (the collector, with capture timestamps).
     #[arg(long, value_name = "DIR", default_value = "./roce-flows")]
     pub out: PathBuf,
-    /// Write no files: only print the summary (no alert rules run).
-    #[arg(long, conflicts_with = "out")]
+    /// Write no files: only print the summary. No alert rule runs, so it is refused with
+    /// `--fail-on` (a gate that can never fail).
+    #[arg(long, conflicts_with_all = ["out", "fail_on"])]
     pub no_out: bool,
     /// Snapshot interval in capture time: `1s`, `500ms`, `10` (seconds).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]

@@ -213,4 +213,17 @@ fn profile_none_checks_nothing_and_fail_on_gates_on_severity() {
         "the summary is printed before the exit status"
     );
     assert!(err.contains("mtu_below_expected"), "{err}");
+    // --no-out runs no alert rule: gating on alerts with it is a usage error, never a pass
+    // (it once exited 0 whatever the capture held)
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["replay", "--no-out", "--fail-on", "warning"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--no-out") && err.contains("--fail-on"),
+        "{err}"
+    );
 }
