@@ -323,6 +323,10 @@ pub struct Change {
 pub struct Hop {
     pub from: String,
     pub to: String,
+    /// How `from` was put before `to`: `direction` (egress before ingress), `packets` (more
+    /// packets upstream: loss only removes them), or `command line` (the data could not tell:
+    /// then a change to or from the policy's value fails either way).
+    pub order: &'static str,
     /// Packets per class at `from` minus those at `to` (negative: more at `to`).
     pub lost: BTreeMap<&'static str, i64>,
     /// ECN CE packets (all classes) at `to` minus those at `from`.
@@ -364,8 +368,22 @@ fn path_order(a: &(usize, Tally), b: &(usize, Tally), pts: &[PointInfo]) -> std:
         .then(pa.name.cmp(&pb.name))
 }
 
-/// The hop from point `a` to point `b`.
-fn hop(a: &PointAt, b: &PointAt, expect: &Expect) -> Hop {
+/// How the path order put point `a` before `b` ([`Hop::order`]).
+fn order_basis(a: &PointAt, b: &PointAt, pts: &[PointInfo]) -> &'static str {
+    if dir_rank(&pts[a.index].id.dir) != dir_rank(&pts[b.index].id.dir) {
+        "direction"
+    } else if a.tally.count("pkts") != b.tally.count("pkts") {
+        "packets"
+    } else {
+        "command line"
+    }
+}
+
+/// The hop from point `a` to point `b`; `order` as [`order_basis`] says. When the data did not
+/// decide the order, a change from a value the policy does not allow is judged like one to
+/// such a value: the same two trees given the other way round must not turn a bleach into a
+/// repair.
+fn hop(a: &PointAt, b: &PointAt, expect: &Expect, order: &'static str) -> Hop {
     let mut changes = Vec::new();
     let mut ce_added = 0i64;
     for (c, class) in CLASSES.iter().enumerate() {
@@ -376,9 +394,9 @@ fn hop(a: &PointAt, b: &PointAt, expect: &Expect) -> Hop {
         for f in 0..FIELDS.len() {
             let sorted = |h: BTreeMap<i16, i64>| h.into_iter().collect::<Vec<_>>();
             let (ha, hb) = (sorted(a.tally.hist(f, c)), sorted(b.tally.hist(f, c)));
-            for change in marking::changes_of(&expect.marking, f, c, &ha, &hb, of) {
+            for mut change in marking::changes_of(&expect.marking, f, c, &ha, &hb, of) {
                 let shown: Vec<String> = change.from.iter().map(|v| show_value(*v)).collect();
-                let line = format!(
+                let mut line = format!(
                     "{class} {} {} → {} between {} and {}: {} of {of} packets",
                     change.field,
                     shown.join(","),
@@ -387,6 +405,14 @@ fn hop(a: &PointAt, b: &PointAt, expect: &Expect) -> Hop {
                     b.point,
                     change.pkts
                 );
+                if order == "command line"
+                    && !change.violates
+                    && change.from.iter().any(|v| !change.expected.allows(*v))
+                {
+                    change.violates = true;
+                    line += " (which point is upstream is not known from the data: a change \
+                             from the policy's value would fail, so this one does too)";
+                }
                 changes.push(Change { change, line });
             }
         }
@@ -399,6 +425,7 @@ fn hop(a: &PointAt, b: &PointAt, expect: &Expect) -> Hop {
     Hop {
         from: a.point.clone(),
         to: b.point.clone(),
+        order,
         lost,
         ce_added,
         changes,
@@ -431,7 +458,14 @@ fn key_path(
     let points = named(points);
     let hops = points
         .windows(2)
-        .map(|w| hop(&w[0], &w[1], expect))
+        .map(|w| {
+            hop(
+                &w[0],
+                &w[1],
+                expect,
+                order_basis(&w[0], &w[1], &scan.points),
+            )
+        })
         .collect();
     let spans: HashSet<_> = points
         .iter()
@@ -498,7 +532,8 @@ pub struct Totals {
     /// Data packets at the first point minus those at the last, summed over keys.
     pub lost_data: i64,
     pub changes: usize,
-    /// Changes whose later value is not the expected one.
+    /// Changes whose later value is not the expected one (or, when the data did not decide
+    /// which point is upstream, whose earlier value is not).
     pub violations: usize,
 }
 
@@ -682,9 +717,14 @@ fn render_hop(out: &mut String, h: &Hop) {
             n => format!("{} {c} more at the later point", n.unsigned_abs()),
         })
         .collect();
+    let order = match h.order {
+        "direction" => "egress before ingress",
+        "packets" => "more packets upstream",
+        _ => "command-line order: the data does not tell",
+    };
     let _ = writeln!(
         out,
-        "  {} → {}: lost {}, CE added {}",
+        "  {} → {} (order: {order}): lost {}, CE added {}",
         h.from,
         h.to,
         if lost.is_empty() {

@@ -383,6 +383,53 @@ fn the_same_capture_at_both_points_changes_nothing() {
     );
 }
 
+/// Two ingress captures of the same packets, the second with key 1's data bleached from DSCP
+/// 26 to 0: nothing in the data says which point is upstream (same direction, same packets).
+/// Given either way round the bleach fails (it once read, the other way round, as `ok DSCP
+/// 0 → 26 ... 0 against the policy`, exit 0), and the output says how the order was decided.
+#[test]
+fn a_bleach_fails_whichever_order_the_trees_are_given_in() {
+    let (_root, root) = tmp("path-order");
+    let up = capture(&[1, 2], true, |k, i| Some(base(k, i)));
+    let down = capture(&[1, 2], true, |k, i| {
+        Some(match k {
+            1 => base(k, i).mark(0, 2),
+            _ => base(k, i),
+        })
+    });
+    let a = tree(&root, "up", "up", &up, false);
+    let b = tree(&root, "down", "down", &down, false);
+    for (order, dirs) in [("up first", [&*a, &*b]), ("down first", [&*b, &*a])] {
+        let (code, j) = path_json(&dirs);
+        assert_eq!(code, Some(1), "{order}: {j:#}");
+        let k = key(&j, 0x11);
+        assert_eq!(k["hops"][0]["order"], "command line", "{order}: {k:#}");
+        let c = changes(k, 0);
+        assert_eq!(c.len(), 1, "{order}: {c:?}");
+        assert!(c[0].1, "{order}: the change must fail: {c:?}");
+        assert!(
+            c[0].0.contains(&format!("of {N} packets")),
+            "{order}: {c:?}"
+        );
+        assert_eq!(j["totals"]["violations"], 1, "{order}: {:#}", j["totals"]);
+        let text = path_text(&dirs);
+        assert_eq!(text.code, Some(1));
+        assert!(
+            text.stdout
+                .contains("(order: command-line order: the data does not tell)"),
+            "{order}: {}",
+            text.stdout
+        );
+    }
+    // with the direction known (the sender's egress first), the order is the data's
+    let e = tree(&root, "egress", "egress", &up, true);
+    let (code, j) = path_json(&[&b, &e]);
+    assert_eq!(code, Some(1), "{j:#}");
+    let k = key(&j, 0x11);
+    assert_eq!(k["hops"][0]["order"], "direction");
+    assert!(changes(k, 0)[0].0.contains("26 → 0"), "{k:#}");
+}
+
 /// (c) Trees that overlap for part of the time: the second capture holds 1.5 s to 4.5 s of the
 /// first. Only the whole intervals both cover (2 s to 4 s) are compared, so nothing is lost;
 /// the first tree leaves out 4 rows per key, the second 2 (its short first and last rows).
