@@ -19,6 +19,7 @@
 //! ce_without_cnp_min_ce = 10     # CE packets per interval (IP pair) with no CNP back
 //! pfc_without_ecn_min_xoff = 1   # XOFF frames per interval with no CE at all
 //! hold_down_s = 10               # per (rule, key): one alert, then a summary after this
+//! resolve_after_s = 300          # Alertmanager: resolved this long after the last occurrence
 //! qp_incarnation_idle_s = 10     # idle longer, then not the next PSN: a new QP (0: off)
 //! ```
 //!
@@ -46,6 +47,9 @@ pub struct Thresholds {
     /// Hold-down per (rule, key), nanoseconds: after an alert, further occurrences are counted
     /// and reported as one summary alert when the hold-down ends.
     pub hold_down_ns: u64,
+    /// Alertmanager: an alert is resolved once this long passed with no new occurrence of its
+    /// rule and key, nanoseconds (minutes by default: a page must not vanish during a break).
+    pub resolve_after_ns: u64,
 }
 
 impl Default for Thresholds {
@@ -55,6 +59,7 @@ impl Default for Thresholds {
             ce_without_cnp_min_ce: 10,
             pfc_without_ecn_min_xoff: 1,
             hold_down_ns: 10_000_000_000,
+            resolve_after_ns: 300_000_000_000,
         }
     }
 }
@@ -183,6 +188,7 @@ impl PolicyConfig {
             t.pfc_without_ecn_min_xoff
         );
         let _ = writeln!(s, "hold_down_s = {}", t.hold_down_ns as f64 / 1e9);
+        let _ = writeln!(s, "resolve_after_s = {}", t.resolve_after_ns as f64 / 1e9);
         let _ = writeln!(
             s,
             "qp_incarnation_idle_s = {}",
@@ -343,6 +349,10 @@ fn apply_thresholds(
     if let Some(v) = &t.hold_down_s {
         th.hold_down_ns = (seconds(v, "thresholds.hold_down_s", invalid)? * 1e9) as u64;
     }
+    if let Some(v) = &t.resolve_after_s {
+        th.resolve_after_ns =
+            (seconds(v, "thresholds.resolve_after_s", invalid)?.min(1e9) * 1e9) as u64;
+    }
     Ok(())
 }
 
@@ -418,6 +428,7 @@ struct RawThresholds {
     ce_without_cnp_min_ce: Option<Spanned<toml::Value>>,
     pfc_without_ecn_min_xoff: Option<Spanned<toml::Value>>,
     hold_down_s: Option<Spanned<toml::Value>>,
+    resolve_after_s: Option<Spanned<toml::Value>>,
     qp_incarnation_idle_s: Option<Spanned<toml::Value>>,
 }
 
@@ -553,6 +564,7 @@ mod tests {
                 ce_without_cnp_min_ce: 2,
                 pfc_without_ecn_min_xoff: 3,
                 hold_down_ns: 0,
+                resolve_after_ns: 300_000_000_000,
             }
         );
         let cases = [
@@ -597,6 +609,20 @@ mod tests {
         assert_eq!(got, GOLDEN_ERRORS);
         let p = PolicyConfig::from_toml("[thresholds]\nhold_down_s = 1\n", "p.toml").unwrap();
         assert_eq!(p.thresholds.hold_down_ns, 1_000_000_000);
+        assert_eq!(
+            p.thresholds.resolve_after_ns, 300_000_000_000,
+            "the default"
+        );
+        let p = PolicyConfig::from_toml("[thresholds]\nresolve_after_s = 90\n", "p.toml").unwrap();
+        assert_eq!(p.thresholds.resolve_after_ns, 90_000_000_000);
+        assert_eq!(
+            PolicyConfig::from_toml(&p.to_toml(), "again")
+                .unwrap()
+                .thresholds,
+            p.thresholds,
+            "recorded and read back"
+        );
+        assert!(PolicyConfig::from_toml("[thresholds]\nresolve_after_s = -1\n", "p.toml").is_err());
         assert_eq!(p.expected.incarnation_idle_ms, 10_000, "the default");
         let p = PolicyConfig::from_toml("[thresholds]\nqp_incarnation_idle_s = 2.5\n", "p.toml");
         assert_eq!(p.unwrap().expected.incarnation_idle_ms, 2_500);

@@ -108,7 +108,7 @@ pub struct LiveArgs {
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub metrics_top_pairs: usize,
     /// Post every alert to this Alertmanager (v2 API; http://HOST:PORT; repeatable), resolved
-    /// when its hold-down passes quietly.
+    /// once the policy's `resolve_after_s` (default 300) passes quietly.
     #[arg(long = "alertmanager", value_name = "URL")]
     pub alertmanager: Vec<String>,
     /// Plain logs even when stdout is a terminal (no refreshing view).
@@ -290,7 +290,7 @@ fn observe<P: Polled>(
 
 fn collector(cfg: CollectorConfig, args: &LiveArgs) -> anyhow::Result<Collector> {
     let expected_dscp = cfg.policy.expected.dscp;
-    let hold_down_ns = cfg.policy.thresholds.hold_down_ns;
+    let resolve_after_ns = cfg.policy.thresholds.resolve_after_ns;
     let mut col =
         Collector::new(cfg).with_context(|| format!("output directory {}", args.out.display()))?;
     if let Some(addr) = args.metrics {
@@ -302,7 +302,7 @@ fn collector(cfg: CollectorConfig, args: &LiveArgs) -> anyhow::Result<Collector>
         col.add_sink(Box::new(MetricsSink::start(addr, cfg)?));
     }
     if !args.alertmanager.is_empty() {
-        let am = AlertmanagerSink::start(&args.alertmanager, hold_down_ns)?;
+        let am = AlertmanagerSink::start(&args.alertmanager, resolve_after_ns)?;
         col.add_sink(Box::new(am));
     }
     Ok(col)

@@ -1,7 +1,7 @@
 //! The Alertmanager push (`--alertmanager URL`, repeatable): every alert posted to the v2 API
 //! (`POST /api/v2/alerts`) with `alertname` = the rule, `severity`, the key as labels and what
-//! was observed / expected / counted as annotations; resolved (`endsAt` = now) once a hold-down
-//! passes with no new alert of the same rule and key.
+//! was observed / expected / counted as annotations; resolved (`endsAt` = now) once the policy's
+//! `resolve_after_s` (default 5 min) passes with no new alert of the same rule and key.
 //!
 //! Counting never waits for an Alertmanager: each alert goes into a bounded queue per
 //! Alertmanager ([`QUEUE_ALERTS`]; when it is full the oldest alert is dropped, counted and
@@ -9,7 +9,7 @@
 //! [`MAX_BATCH`] alerts (a dead one delays no other), retrying each Alertmanager with a growing
 //! delay (0.5, 1, 2, 4 s) before giving up on the batch (counted). A stop ends the posting
 //! within [`STOP_BOUND`]. A firing
-//! alert carries `endsAt` = its time + 2 hold-downs + 5 min, so Alertmanager resolves it by
+//! alert carries `endsAt` = its time + 2 × `resolve_after_s` + 5 min, so Alertmanager resolves it by
 //! itself if roce-observe dies before sending the resolution.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -150,7 +150,7 @@ struct Poster {
 pub struct AlertmanagerSink {
     posters: Vec<Poster>,
     active: HashMap<BTreeMap<String, String>, Active>,
-    hold_down_ns: u64,
+    resolve_after_ns: u64,
     stats: Arc<PushStats>,
     stopping: Arc<AtomicBool>,
     /// When the stop was asked (the posters end by it + [`STOP_BOUND`]).
@@ -193,7 +193,7 @@ pub fn endpoint(url: &str) -> Result<hyper::Uri, AlertmanagerError> {
 
 impl AlertmanagerSink {
     /// Checks every URL and starts the poster thread.
-    pub fn start(urls: &[String], hold_down_ns: u64) -> Result<Self, AlertmanagerError> {
+    pub fn start(urls: &[String], resolve_after_ns: u64) -> Result<Self, AlertmanagerError> {
         let uris = urls
             .iter()
             .map(|u| endpoint(u))
@@ -222,7 +222,7 @@ impl AlertmanagerSink {
         Ok(AlertmanagerSink {
             posters,
             active: HashMap::new(),
-            hold_down_ns,
+            resolve_after_ns,
             stats,
             stopping,
             stop_at,
@@ -240,9 +240,9 @@ impl AlertmanagerSink {
         })
     }
 
-    /// Alerts whose hold-down passed with no new occurrence by `t_ns`: resolved.
+    /// Alerts whose resolve delay passed with no new occurrence by `t_ns`: resolved.
     fn resolve_quiet(&mut self, t_ns: u64) {
-        let hold = self.hold_down_ns;
+        let hold = self.resolve_after_ns;
         let quiet: Vec<_> = self
             .active
             .iter()
@@ -328,7 +328,7 @@ impl Sink for AlertmanagerSink {
     }
     fn alert(&mut self, a: &Alert, run: &RunInfo) {
         let (labels, annotations) = label_sets(a, run);
-        let hold = self.hold_down_ns;
+        let hold = self.resolve_after_ns;
         let ends = a
             .time_ns
             .saturating_add(hold.saturating_mul(2))

@@ -2,7 +2,7 @@
 //! `prometheus-alertmanager`), all on 127.0.0.1 inside the test's network namespace: a live
 //! observer on a veth sees known traffic; Prometheus scrapes its `--metrics` endpoint and its
 //! HTTP API returns the counts summary.json has; Alertmanager lists the alert the run raised,
-//! with its labels, and no longer lists it once the hold-down passed quietly (resolved).
+//! with its labels, and no longer lists it once the resolve delay passed quietly (resolved).
 
 use std::path::Path;
 use std::process::Command;
@@ -140,7 +140,7 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
     let policy = dir.join("policy.toml");
     write(
         &policy,
-        "profile = \"nvidia\"\n[thresholds]\nhold_down_s = 4\n",
+        "profile = \"nvidia\"\n[thresholds]\nhold_down_s = 4\nresolve_after_s = 4\n",
     );
     let run = dir.join("run");
     let args: Vec<String> = [
@@ -189,7 +189,7 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
     netns::send_raw(&pair.a, &pair.a_if, &frames).unwrap();
 
     // Alertmanager lists the alert with its key as labels (looked for first: it is listed only
-    // from the first occurrence until the hold-down after the last)...
+    // from the first occurrence until the resolve delay after the last)...
     let firing = wait_for(Duration::from_secs(15), || {
         am_alerts(&pair.b)
             .into_iter()
@@ -228,7 +228,7 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
         obs.err()
     );
 
-    // Alertmanager no longer lists the alert once the 4 s hold-down passed with no new
+    // Alertmanager no longer lists the alert once the 4 s resolve delay passed with no new
     // occurrence: resolved
     let t = Instant::now();
     let gone = wait_for(Duration::from_secs(30), || {
