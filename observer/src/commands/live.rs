@@ -107,7 +107,8 @@ pub struct LiveArgs {
     /// packets); the others add up in src="other", dst="other".
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub metrics_top_pairs: usize,
-    /// Post every alert to this Alertmanager (v2 API; http://HOST:PORT; repeatable), resolved
+    /// Post every alert to this Alertmanager (v2 API; http://[USER:PASSWORD@]HOST:PORT, the
+    /// user information sent as basic authentication and never shown; repeatable), resolved
     /// once the policy's `resolve_after_s` (default 300) passes quietly.
     #[arg(long = "alertmanager", value_name = "URL")]
     pub alertmanager: Vec<String>,

@@ -62,6 +62,7 @@ const ANNOTATIONS: [&str; 6] = [
 /// Errors of `--alertmanager`.
 #[derive(Debug, thiserror::Error)]
 pub enum AlertmanagerError {
+    /// `url` with any password replaced ([`redact`]).
     #[error("--alertmanager {url}: {why}")]
     Url { url: String, why: String },
     #[error("--alertmanager: starting the poster thread")]
@@ -160,11 +161,67 @@ pub struct AlertmanagerSink {
     logged: (u64, u64),
 }
 
-/// `http://host:port[/path]` to the v2 alerts endpoint; refuses what cannot be posted to.
-pub fn endpoint(url: &str) -> Result<hyper::Uri, AlertmanagerError> {
+/// Where one Alertmanager's alerts go.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// The v2 alerts endpoint, without user information.
+    pub uri: hyper::Uri,
+    /// `Authorization: Basic ...` from the URL's `user:password@` (percent-decoded), if any.
+    authorization: Option<String>,
+    /// The URL as logs and summary.json show it: the password replaced by `***`.
+    pub shown: String,
+}
+
+/// `url` with the password of its user information (`user:password@`) replaced by `***`, for
+/// logs, errors and summary.json.
+pub fn redact(url: &str) -> String {
+    let Some(s) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let end = url[s..].find(['/', '?', '#']).map_or(url.len(), |i| s + i);
+    match url[s..end].rfind('@') {
+        Some(at) => {
+            let user = url[s..s + at].split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..s], &url[s + at..])
+        }
+        None => url.to_string(),
+    }
+}
+
+/// `http://[user:password@]host:port[/path]` to the v2 alerts endpoint, with HTTP basic
+/// authentication when the URL has user information; refuses what cannot be posted to.
+pub fn endpoint(url: &str) -> Result<Endpoint, AlertmanagerError> {
+    use base64::Engine as _;
+    let shown = redact(url);
     let bad = |why: &str| AlertmanagerError::Url {
-        url: url.to_string(),
+        url: shown.clone(),
         why: why.to_string(),
+    };
+    // user information is not part of an HTTP request's URI: taken off before parsing
+    let (url, authorization) = match url.find("://").map(|i| i + 3) {
+        Some(s) => {
+            let end = url[s..].find(['/', '?', '#']).map_or(url.len(), |i| s + i);
+            match url[s..end].rfind('@') {
+                Some(at) => {
+                    let info = &url[s..s + at];
+                    let (user, pass) = info.split_once(':').unwrap_or((info, ""));
+                    let dec = |x: &str| {
+                        percent_encoding::percent_decode_str(x)
+                            .decode_utf8()
+                            .map(|c| c.into_owned())
+                            .map_err(|_| bad("the user information is not UTF-8 once decoded"))
+                    };
+                    let creds = format!("{}:{}", dec(user)?, dec(pass)?);
+                    let header = format!(
+                        "Basic {}",
+                        base64::engine::general_purpose::STANDARD.encode(creds)
+                    );
+                    (format!("{}{}", &url[..s], &url[s + at + 1..]), Some(header))
+                }
+                None => (url.to_string(), None),
+            }
+        }
+        None => (url.to_string(), None),
     };
     let u: hyper::Uri = url.parse().map_err(|_| bad("not a URL"))?;
     match u.scheme_str() {
@@ -186,9 +243,14 @@ pub fn endpoint(url: &str) -> Result<hyper::Uri, AlertmanagerError> {
         format!("{path}/api/v2/alerts")
     };
     let auth = u.authority().map(|a| a.as_str()).unwrap_or_default();
-    format!("http://{auth}{path}")
+    let uri = format!("http://{auth}{path}")
         .parse()
-        .map_err(|_| bad("not a URL"))
+        .map_err(|_| bad("not a URL"))?;
+    Ok(Endpoint {
+        uri,
+        authorization,
+        shown,
+    })
 }
 
 impl AlertmanagerSink {
@@ -198,6 +260,7 @@ impl AlertmanagerSink {
             .iter()
             .map(|u| endpoint(u))
             .collect::<Result<Vec<_>, _>>()?;
+        let shown: Vec<String> = uris.iter().map(|e| e.shown.clone()).collect();
         let stats = Arc::new(PushStats::default());
         let stopping = Arc::new(AtomicBool::new(false));
         let stop_at = Arc::new(OnceLock::new());
@@ -226,7 +289,7 @@ impl AlertmanagerSink {
             stats,
             stopping,
             stop_at,
-            urls: urls.to_vec(),
+            urls: shown,
             logged: (0, 0),
         })
     }
@@ -418,7 +481,7 @@ impl Drop for AlertmanagerSink {
 /// failed.
 fn poster(
     queue: &Queue,
-    uri: hyper::Uri,
+    ep: Endpoint,
     stats: &PushStats,
     stopping: &AtomicBool,
     stop_at: &OnceLock<Instant>,
@@ -437,6 +500,7 @@ fn poster(
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<http_body_util::Full<bytes::Bytes>>();
     let mut out_of_time = 0u64;
+    let uri = &ep.shown;
     while let Some(batch) = queue.take() {
         let n = batch.len() as u64;
         let end = stop_at.get().map(|t| *t + STOP_BOUND);
@@ -453,7 +517,7 @@ fn poster(
             RETRY.len() + 1
         };
         let ok = rt.block_on(post_with_retries(
-            &client, &uri, &body, tries, stats, stopping, stop_at,
+            &client, &ep, &body, tries, stats, stopping, stop_at,
         ));
         if ok {
             stats.sent.fetch_add(n, Ordering::Relaxed);
@@ -475,7 +539,7 @@ type Client = hyper_util::client::legacy::Client<
 
 async fn post_with_retries(
     client: &Client,
-    uri: &hyper::Uri,
+    ep: &Endpoint,
     body: &bytes::Bytes,
     tries: usize,
     stats: &PushStats,
@@ -494,9 +558,13 @@ async fn post_with_retries(
                 return false;
             }
         }
-        let req = hyper::Request::post(uri.clone())
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(http_body_util::Full::new(body.clone()));
+        let uri = &ep.shown;
+        let mut req = hyper::Request::post(ep.uri.clone())
+            .header(hyper::header::CONTENT_TYPE, "application/json");
+        if let Some(a) = &ep.authorization {
+            req = req.header(hyper::header::AUTHORIZATION, a);
+        }
+        let req = req.body(http_body_util::Full::new(body.clone()));
         let Ok(req) = req else {
             return false;
         };
@@ -526,7 +594,7 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        let e = |u: &str| endpoint(u).map(|u| u.to_string());
+        let e = |u: &str| endpoint(u).map(|u| u.uri.to_string());
         assert_eq!(
             e("http://127.0.0.1:9093").unwrap(),
             "http://127.0.0.1:9093/api/v2/alerts"
@@ -547,6 +615,80 @@ mod tests {
         );
         assert!(e("am:9093").is_err());
         assert!(e("not a url").is_err());
+        // user information: basic authentication, never shown
+        let ep = endpoint("http://ops:s%40cret@am:9093/x").unwrap();
+        assert_eq!(ep.uri.to_string(), "http://am:9093/x/api/v2/alerts");
+        assert_eq!(ep.authorization.as_deref(), Some("Basic b3BzOnNAY3JldA=="));
+        assert_eq!(ep.shown, "http://ops:***@am:9093/x");
+        assert_eq!(redact("http://am:9093"), "http://am:9093");
+        assert_eq!(
+            redact("http://ops@am:9093/a@b"),
+            "http://ops:***@am:9093/a@b"
+        );
+        let err = endpoint("https://ops:s3cret@am:9093")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("ops:***@am") && !err.contains("s3cret"),
+            "{err}"
+        );
+    }
+
+    /// Credentials in the URL reach Alertmanager as basic authentication and nowhere else:
+    /// not in the request line, the stats (summary.json) or a log line.
+    #[test]
+    fn credentials_in_the_url_are_sent_as_basic_auth_and_never_shown() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let heads = Arc::new(Mutex::new(Vec::<String>::new()));
+        let h2 = Arc::clone(&heads);
+        std::thread::spawn(move || {
+            for mut c in l.incoming().flatten() {
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 65536];
+                while let Ok(n) = c.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some(p) = text.find("\r\n\r\n") {
+                        let len: usize = text[..p]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().to_string())
+                            })
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        if buf.len() >= p + 4 + len {
+                            h2.lock().unwrap().push(text[..p].to_string());
+                            let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+                            buf.drain(..p + 4 + len);
+                        }
+                    }
+                }
+            }
+        });
+        let url = format!("http://ops:s3cret@{addr}");
+        let mut s = AlertmanagerSink::start(&[url], 10_000_000_000).unwrap();
+        s.alert(&alert(1), &run());
+        s.end_interval(2_000_000_000).unwrap();
+        s.finish(3_000_000_000).unwrap();
+        let heads = heads.lock().unwrap().clone();
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        let h = &heads[0];
+        assert!(h.starts_with("POST /api/v2/alerts HTTP/1.1"), "{h}");
+        assert!(
+            h.to_ascii_lowercase()
+                .contains("authorization: basic b3bzonmzy3jlda=="),
+            "{h}"
+        );
+        let j = s.stats().unwrap().to_string();
+        assert!(!j.contains("s3cret") && j.contains("ops:***@"), "{j}");
+        assert_eq!(s.push_stats().sent.load(Ordering::Relaxed), 1);
     }
 
     use contract::alert::{AlertKey, Rule};

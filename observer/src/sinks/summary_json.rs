@@ -917,7 +917,7 @@ const HEAD_FIELDS: &[Doc] = &[
     (
         "output.alertmanager.urls",
         Ty::Strs,
-        "the Alertmanager URLs",
+        "the Alertmanager URLs (a password in them shown as `***`)",
     ),
     (
         "output.metrics",
