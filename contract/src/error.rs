@@ -18,9 +18,38 @@ pub fn chain(e: &dyn Error) -> String {
     s
 }
 
+/// `s` safe for a terminal or a log file: every control character but newline and tab (C0,
+/// DEL and the C1 range U+0080..U+009F, which a terminal may read as escape sequences) written
+/// as `\u{..}`. Interface names, file names and other text from outside reach logs and error
+/// messages through this, so that a name holding an escape sequence cannot move the cursor,
+/// clear the screen or forge a log line.
+pub fn visible(s: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}';
+    if !s.chars().any(bad) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if bad(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::chain;
+    use super::{chain, visible};
+
+    #[test]
+    fn controls_are_made_visible() {
+        assert_eq!(visible("eth0"), "eth0");
+        assert_eq!(visible("a\nb\tc"), "a\nb\tc");
+        assert_eq!(visible("e\u{1b}[2Jx"), "e\\u{1b}[2Jx");
+        assert_eq!(visible("\r\u{7f}\u{9b}"), "\\u{d}\\u{7f}\\u{9b}");
+    }
     use crate::policy::{PolicyConfig, PolicyError};
 
     #[derive(Debug, thiserror::Error)]

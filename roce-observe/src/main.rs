@@ -39,15 +39,30 @@ fn main() -> anyhow::Result<()> {
         Some(Cmd::Qps(a)) => qps::command::run(a),
         None => live::run_live(cli.live),
     };
-    if let Err(e) = &r
-        && let Some(x) = e.downcast_ref::<ExitStatus>()
-    {
-        if let Some(m) = &x.message {
-            eprintln!("Error: {m}");
+    match &r {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            if let Some(x) = e.downcast_ref::<ExitStatus>() {
+                if let Some(m) = &x.message {
+                    eprintln!("Error: {}", contract::error::visible(m));
+                }
+                std::process::exit(x.code);
+            }
+            // The error and its causes, once each, with control characters made visible (an
+            // interface name may hold an escape sequence); never a backtrace, whatever
+            // RUST_BACKTRACE says: a usage or environment error is not a crash.
+            let mut text = format!("Error: {e}");
+            let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+            if !causes.is_empty() {
+                text.push_str("\n\nCaused by:");
+                for (i, c) in causes.iter().enumerate() {
+                    text.push_str(&format!("\n    {i}: {c}"));
+                }
+            }
+            eprintln!("{}", contract::error::visible(&text));
+            std::process::exit(1);
         }
-        std::process::exit(x.code);
     }
-    r
 }
 
 #[cfg(test)]

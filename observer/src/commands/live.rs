@@ -161,7 +161,8 @@ fn init_logs(args: &LiveArgs, terminal: bool) {
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(tui::term::log_writer)
-        .with_ansi(std::io::stderr().is_terminal());
+        // no colour codes: the writer shows every control character as text
+        .with_ansi(false);
     let _ = match args.log_format {
         LogFormat::Json => b.json().try_init(),
         LogFormat::Text => b.try_init(),
@@ -437,7 +438,7 @@ fn say(json: bool, line: &str) {
     if json {
         tracing::info!(target: "roce_observe", "{line}");
     } else {
-        eprintln!("{line}");
+        eprintln!("{}", contract::error::visible(line));
     }
 }
 
@@ -498,11 +499,12 @@ fn finish(col: Collector, args: &LiveArgs, stop_reason: &str) -> anyhow::Result<
             summary = %args.out.join("summary.json").display(), "stopped");
         return Ok(());
     }
-    eprintln!(
+    let line = format!(
         "roce-observe: stopped ({stop_reason}); {} flow rows in {} files, alerts {alerts}; summary in {}",
         out["flows"]["rows"],
         out["flows"]["files"],
         args.out.join("summary.json").display()
     );
+    eprintln!("{}", contract::error::visible(&line));
     Ok(())
 }

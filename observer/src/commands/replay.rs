@@ -151,10 +151,9 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         out.flush()?;
     } else {
         let top = qps.top_by_pkts(summary_text::MAX_QP_ROWS);
-        print!(
-            "{}",
-            summary_text::render_with_qps(&summary, &top, qps.len(), args.link_speed)
-        );
+        // interface names come from the capture: their control characters as text
+        let text = summary_text::render_with_qps(&summary, &top, qps.len(), args.link_speed);
+        print!("{}", contract::error::visible(&text));
     }
     if let Some(e) = output_err {
         return Err(anyhow::Error::new(e).context(format!(
@@ -182,7 +181,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         1 => Err(errors.remove(0).into()),
         n => {
             for e in &errors {
-                eprintln!("error: {}", contract::error::chain(e));
+                eprintln!(
+                    "error: {}",
+                    contract::error::visible(&contract::error::chain(e))
+                );
             }
             anyhow::bail!("{n} inputs failed")
         }
@@ -197,8 +199,9 @@ fn init_logs() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(crate::sinks::tui::term::log_writer)
+        // no colour codes: the writer shows every control character as text
+        .with_ansi(false)
         .try_init();
 }
 

@@ -321,12 +321,14 @@ impl Sink for StderrSink {
         if *shown > HUMAN_LINES_PER_RULE {
             *self.held.entry(a.rule).or_default() += 1;
         } else {
-            eprintln!(
+            let line = format!(
                 "{} {:<8} {}",
                 rfc3339(a.time_ns),
                 a.severity.as_str().to_uppercase(),
                 a.message()
             );
+            // an alert names an interface: its control characters as text
+            eprintln!("{}", contract::error::visible(&line));
         }
     }
     fn end_interval(&mut self, t_ns: u64) -> Result<(), OutputError> {

@@ -375,6 +375,61 @@ fn bad_policy_and_missing_interface_are_clear_errors() {
     }
 }
 
+/// An interface name is text from outside: one holding an escape sequence (Linux allows any
+/// byte but `/`, `:` and white space) reaches error messages and `--plain` logs as visible text,
+/// never as a control sequence for the terminal; and RUST_BACKTRACE=1 (common on build hosts)
+/// does not turn an environment error into a stack trace.
+#[test]
+fn control_characters_in_an_interface_name_are_shown_as_text() {
+    let tmp = TempDir::new("cli-esc");
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["--iface", "no\u{1b}[2Jx", "--plain", "--out"])
+        .arg(tmp.path())
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!o.stderr.contains(&0x1b), "raw escape in: {err:?}");
+    assert!(err.contains("no\\u{1b}[2Jx"), "{err}");
+    assert!(!err.contains("stack backtrace"), "{err}");
+    if !require_root("control_characters_in_an_interface_name_are_shown_as_text") {
+        return;
+    }
+    let ns = netns::Netns::new("roesc").unwrap();
+    let name = "d\u{1b}[31mx";
+    ns.exec(
+        "ip",
+        &[
+            "link", "add", "name", name, "type", "veth", "peer", "name", "esc-peer",
+        ],
+    )
+    .unwrap();
+    ns.exec("ip", &["link", "set", name, "up"]).unwrap();
+    let o = Command::new("ip")
+        .args(["netns", "exec", &ns.name])
+        .arg(env!("CARGO_BIN_EXE_roce-observe"))
+        .args([
+            "--iface",
+            name,
+            "--plain",
+            "--no-nic",
+            "--no-host-qps",
+            "--interval",
+            "500ms",
+            "--duration",
+            "2s",
+            "--out",
+        ])
+        .arg(tmp.path().join("live"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!o.stderr.contains(&0x1b), "raw escape in the logs: {err:?}");
+    assert!(err.contains("d\\u{1b}[31mx"), "{err}");
+}
+
 #[test]
 fn unprivileged_run_says_what_is_needed() {
     if !require_root("unprivileged_run_says_what_is_needed") {

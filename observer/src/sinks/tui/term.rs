@@ -164,12 +164,19 @@ pub fn log_writer() -> LogWriter {
 pub struct LogWriter;
 
 impl Write for LogWriter {
+    /// One log line (the formatter writes each event at once), its control characters made
+    /// visible ([`contract::error::visible`]): an interface name holding an escape sequence
+    /// reaches the log as text.
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let line = contract::error::visible(&text);
         if !LOGS.hold.load(Ordering::SeqCst) {
-            return std::io::stderr().write(buf);
+            std::io::stderr().write_all(line.as_bytes())?;
+            return Ok(buf.len());
         }
         let mut g = LOGS.lines.lock().unwrap_or_else(|e| e.into_inner());
         let (lines, bytes, dropped) = &mut *g;
+        let buf = line.as_bytes();
         lines.push_back(buf.to_vec());
         *bytes += buf.len();
         while *bytes > HELD_MAX {
