@@ -99,6 +99,16 @@ pub fn journal_for(files: &[PathBuf], forced: bool) -> bool {
 /// accounted, the files are closed and the summary printed (exit 0).
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     init_logs();
+    // An input that cannot be opened is said at once, before anything is read or written (not
+    // after an empty summary).
+    for f in args.files.iter().filter(|f| f.as_os_str() != "-") {
+        if let Err(e) = std::fs::File::open(f) {
+            anyhow::bail!("{}: cannot open: {e}", f.display());
+        }
+        if f.is_dir() {
+            anyhow::bail!("{}: is a directory, not a capture file", f.display());
+        }
+    }
     let policy_cfg = policy(&args)?;
     let mut collector = if args.no_out {
         None

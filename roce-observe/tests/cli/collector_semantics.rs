@@ -226,4 +226,26 @@ fn profile_none_checks_nothing_and_fail_on_gates_on_severity() {
         err.contains("--no-out") && err.contains("--fail-on"),
         "{err}"
     );
+    // an input that cannot be opened: one error naming it, before anything is read or written
+    // (it once printed an empty summary, then the error three times)
+    let missing = dir.join("missing.pcap");
+    let out = dir.join("never");
+    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["replay", "--out"])
+        .arg(&out)
+        .arg(&pcap)
+        .arg(&missing)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(err.matches("missing.pcap").count(), 1, "{err}");
+    assert!(err.contains("cannot open"), "{err}");
+    assert!(!out.exists(), "the output directory was created");
 }

@@ -622,7 +622,8 @@ impl Source for CaptureSource {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::error!(error = %contract::error::chain(&e), "replay input failed");
+                    // said once, by the command, after the summary (which lists it too)
+                    tracing::debug!(error = %contract::error::chain(&e), "replay input failed");
                     self.errors.push(e);
                 }
             }
