@@ -140,12 +140,15 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let elapsed = started.elapsed().as_secs_f64();
     // The summary is printed even when the output could not be finished (a full or read-only
     // disk): the totals are in memory; the error follows it.
-    let (collector_summary, output_err) = match collector.map(Collector::finish_without_qps) {
-        Some(Ok(v)) => (Some(v), None),
-        Some(Err(e)) => (None, Some(e)),
+    let (collector_summary, output_err) = match collector.map(Collector::finish_reporting) {
+        Some((v, e)) => (Some(v), e),
         None => (None, None),
     };
-    let summary = summary(&args, &source, collector_summary, elapsed, &stop);
+    let mut summary = summary(&args, &source, collector_summary, elapsed, &stop);
+    if let (Some(e), Some(r)) = (&output_err, summary.get_mut("replay")) {
+        // the text then says the output is incomplete instead of where it is
+        r["output_error"] = json!(contract::error::chain(e));
+    }
     // The QPs are serialized from the final values (no JSON tree of every key).
     let qps = QpList::new(&source.snapshots);
     if args.json {

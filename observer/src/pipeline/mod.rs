@@ -1104,7 +1104,21 @@ impl Collector {
         self.finish_inner(false)
     }
 
-    fn finish_inner(mut self, with_qps: bool) -> Result<Value, CollectorError> {
+    /// [`Collector::finish_without_qps`] that keeps the summary when an output could not be
+    /// finished: the run's totals and alerts are in memory whatever the disk did, and the
+    /// caller prints them beside the error.
+    pub fn finish_reporting(self) -> (Value, Option<CollectorError>) {
+        self.finish_both(false)
+    }
+
+    fn finish_inner(self, with_qps: bool) -> Result<Value, CollectorError> {
+        match self.finish_both(with_qps) {
+            (_, Some(e)) => Err(e),
+            (v, None) => Ok(v),
+        }
+    }
+
+    fn finish_both(mut self, with_qps: bool) -> (Value, Option<CollectorError>) {
         let t = self
             .ifaces
             .values()
@@ -1147,12 +1161,16 @@ impl Collector {
             }));
         }
         if with_qps {
-            head.insert("qps".into(), serde_json::to_value(&qps)?);
+            match serde_json::to_value(&qps) {
+                Ok(v) => {
+                    head.insert("qps".into(), v);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e.into());
+                }
+            }
         }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(Value::Object(head)),
-        }
+        (Value::Object(head), first_err)
     }
 
     /// The run's totals but the QPs: the interfaces of `heads` (`summary_json` form), alerts

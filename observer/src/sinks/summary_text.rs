@@ -320,8 +320,20 @@ fn replay_lines(o: &mut String, r: &Value) {
         u(r, "frames"),
         r.get("seconds").and_then(Value::as_f64).unwrap_or(0.0)
     );
-    if let Some(out) = r.get("out").and_then(Value::as_str) {
-        let _ = writeln!(o, "flow logs, alerts and summary.json in {out}");
+    match (
+        r.get("out").and_then(Value::as_str),
+        r.get("output_error").and_then(Value::as_str),
+    ) {
+        (Some(out), Some(e)) => {
+            let _ = writeln!(
+                o,
+                "the output under {out} is incomplete (the totals above are complete): {e}"
+            );
+        }
+        (Some(out), None) => {
+            let _ = writeln!(o, "flow logs, alerts and summary.json in {out}");
+        }
+        _ => {}
     }
     if let Some(Value::Array(e)) = r.get("errors") {
         for x in e {
@@ -332,6 +344,22 @@ fn replay_lines(o: &mut String, r: &Value) {
 
 #[cfg(test)]
 mod tests {
+    /// An output that could not be finished is said where the output's place would be.
+    #[test]
+    fn an_unfinished_output_is_said_not_its_place() {
+        let mut o = String::new();
+        super::replay_lines(
+            &mut o,
+            &serde_json::json!({"frames": 3, "seconds": 0.5, "out": "/tmp/x",
+                "output_error": "cannot write /tmp/x/summary.json: disk full", "errors": []}),
+        );
+        assert!(
+            o.contains("the output under /tmp/x is incomplete (the totals above are complete): cannot write /tmp/x/summary.json: disk full"),
+            "{o}"
+        );
+        assert!(!o.contains("flow logs, alerts and summary.json in"), "{o}");
+    }
+
     use serde_json::{Value, json};
 
     use super::*;

@@ -562,3 +562,43 @@ fn bleached_fabric_alerts_every_key_once() {
     assert_eq!(summary["alerts"][rule::DSCP_MISMATCH], 200);
     assert_eq!(summary["alert_occurrences"][rule::DSCP_MISMATCH], 1200);
 }
+
+/// An output that cannot be finished (the output directory replaced by a file before the
+/// stop: the last Parquet files and summary.json cannot be written) still gives the run's
+/// summary with its alerts beside the error: replay printed `--no-out` and no alert count.
+#[test]
+fn an_unfinished_output_keeps_the_summary_and_its_alerts() {
+    let tmp = TempDir::new("unfinished");
+    let out = tmp.path().join("out");
+    let policy = PolicyConfig::profile("nvidia").unwrap();
+    let mut col = Collector::new(CollectorConfig::new(
+        out.clone(),
+        "h",
+        "replay",
+        policy.clone(),
+    ))
+    .unwrap();
+    col.quiet_stderr();
+    let mut dp = Datapath::new(policy.expected, 1000);
+    for psn in 0..4 {
+        let mut r = Roce::data(A, B, 0x77, psn);
+        r.dscp = 0;
+        let f = r.frame();
+        dp.process(&f, f.len() as u32, T0 + 1, 0);
+    }
+    col.on_events("e", &dp.take_events());
+    col.on_snapshot(&dp.snapshot("e", T0 + S, None)).unwrap();
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::write(&out, b"not a directory").unwrap();
+    let (summary, err) = col.finish_reporting();
+    let err = err.expect("the output could not be finished");
+    assert!(
+        contract::error::chain(&err).contains("summary.json")
+            || contract::error::chain(&err).contains(&out.display().to_string()),
+        "{}",
+        contract::error::chain(&err)
+    );
+    // the first occurrence and its summary at the stop
+    assert_eq!(summary["alerts"][rule::DSCP_MISMATCH], 2, "{summary}");
+    assert_eq!(summary["alert_occurrences"][rule::DSCP_MISMATCH], 4);
+}
