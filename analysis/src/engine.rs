@@ -744,6 +744,36 @@ impl TableProvider for FileTable {
     }
 }
 
+/// `p` with its longest existing ancestor canonicalized (symbolic links, `..`) and the rest
+/// appended with `.` and `..` applied.
+fn resolve(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cur = p.to_path_buf();
+    let base = loop {
+        if let Ok(c) = std::fs::canonicalize(&cur) {
+            break c;
+        }
+        match (cur.file_name().map(|n| n.to_os_string()), cur.parent()) {
+            (Some(n), Some(parent)) => {
+                rest.push(n);
+                cur = parent.to_path_buf();
+            }
+            _ => break cur,
+        }
+    };
+    let mut out = base;
+    for n in rest.into_iter().rev() {
+        match n.to_str() {
+            Some("..") => {
+                out.pop();
+            }
+            Some(".") => {}
+            _ => out.push(n),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -786,34 +816,4 @@ mod tests {
         assert!(w("f.parquet"));
         assert!(w("date=garbage/hour=05/f.parquet"));
     }
-}
-
-/// `p` with its longest existing ancestor canonicalized (symbolic links, `..`) and the rest
-/// appended with `.` and `..` applied.
-fn resolve(p: &Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut cur = p.to_path_buf();
-    let base = loop {
-        if let Ok(c) = std::fs::canonicalize(&cur) {
-            break c;
-        }
-        match (cur.file_name().map(|n| n.to_os_string()), cur.parent()) {
-            (Some(n), Some(parent)) => {
-                rest.push(n);
-                cur = parent.to_path_buf();
-            }
-            _ => break cur,
-        }
-    };
-    let mut out = base;
-    for n in rest.into_iter().rev() {
-        match n.to_str() {
-            Some("..") => {
-                out.pop();
-            }
-            Some(".") => {}
-            _ => out.push(n),
-        }
-    }
-    out
 }
