@@ -34,6 +34,7 @@ use super::netlink::{self, Msg, MsgBuilder, NetlinkError, NlSocket};
 use super::sysfs::{self, component, under};
 use super::{Reading, Unavailable, UnavailableReason};
 
+pub mod qp_counters;
 pub mod resources;
 pub use resources::{RdmaCmId, RdmaQp};
 
@@ -41,7 +42,7 @@ pub const NETLINK_RDMA: libc::c_int = 20;
 const RDMA_NL_NLDEV: u16 = 5;
 const CMD_GET: u16 = 1;
 const CMD_PORT_GET: u16 = 5;
-const CMD_STAT_GET: u16 = 17;
+pub(crate) const CMD_STAT_GET: u16 = 17;
 const ATTR_DEV_INDEX: u16 = 1;
 const ATTR_DEV_NAME: u16 = 2;
 const ATTR_PORT_INDEX: u16 = 3;
@@ -49,7 +50,7 @@ const ATTR_FW_VERSION: u16 = 5;
 const ATTR_NDEV_INDEX: u16 = 50;
 const ATTR_NDEV_NAME: u16 = 51;
 const ATTR_DEV_PROTOCOL: u16 = 67;
-const ATTR_STAT_HWCOUNTERS: u16 = 80;
+pub(crate) const ATTR_STAT_HWCOUNTERS: u16 = 80;
 const ATTR_STAT_HWCOUNTER_ENTRY: u16 = 81;
 const ATTR_STAT_HWCOUNTER_ENTRY_NAME: u16 = 82;
 const ATTR_STAT_HWCOUNTER_ENTRY_VALUE: u16 = 83;
@@ -124,7 +125,7 @@ pub fn decode_device(payload: &[u8]) -> Result<RdmaDevice, NetlinkError> {
     Ok(d)
 }
 
-fn missing(what: &str) -> NetlinkError {
+pub(crate) fn missing(what: &str) -> NetlinkError {
     NetlinkError::Malformed {
         what: what.into(),
         offset: 0,
@@ -161,36 +162,44 @@ pub fn decode_hwcounters(payload: &[u8]) -> Result<Vec<(String, u64)>, NetlinkEr
     let mut out = Vec::new();
     for a in netlink::attrs(payload, 0) {
         let a = a?;
-        if a.kind != ATTR_STAT_HWCOUNTERS {
+        if a.kind == ATTR_STAT_HWCOUNTERS {
+            out.extend(decode_hwcounters_nest(&a)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The entries of one `STAT_HWCOUNTERS` nest, in kernel order.
+pub(crate) fn decode_hwcounters_nest(
+    a: &netlink::Attr<'_>,
+) -> Result<Vec<(String, u64)>, NetlinkError> {
+    let mut out = Vec::new();
+    for e in a.nested() {
+        let e = e?;
+        if e.kind != ATTR_STAT_HWCOUNTER_ENTRY {
             continue;
         }
-        for e in a.nested() {
-            let e = e?;
-            if e.kind != ATTR_STAT_HWCOUNTER_ENTRY {
-                continue;
-            }
-            let (mut name, mut value) = (None, None);
-            for f in e.nested() {
-                let f = f?;
-                match f.kind {
-                    ATTR_STAT_HWCOUNTER_ENTRY_NAME => {
-                        name = Some(f.string("RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_NAME")?)
-                    }
-                    ATTR_STAT_HWCOUNTER_ENTRY_VALUE => {
-                        value = Some(f.u64("RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_VALUE")?)
-                    }
-                    _ => {}
+        let (mut name, mut value) = (None, None);
+        for f in e.nested() {
+            let f = f?;
+            match f.kind {
+                ATTR_STAT_HWCOUNTER_ENTRY_NAME => {
+                    name = Some(f.string("RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_NAME")?)
                 }
-            }
-            match (name, value) {
-                (Some(n), Some(v)) => out.push((n, v)),
-                _ => {
-                    return Err(NetlinkError::Malformed {
-                        what: "attribute RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY".into(),
-                        offset: e.offset,
-                        detail: "entry without both NAME and VALUE".into(),
-                    });
+                ATTR_STAT_HWCOUNTER_ENTRY_VALUE => {
+                    value = Some(f.u64("RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY_VALUE")?)
                 }
+                _ => {}
+            }
+        }
+        match (name, value) {
+            (Some(n), Some(v)) => out.push((n, v)),
+            _ => {
+                return Err(NetlinkError::Malformed {
+                    what: "attribute RDMA_NLDEV_ATTR_STAT_HWCOUNTER_ENTRY".into(),
+                    offset: e.offset,
+                    detail: "entry without both NAME and VALUE".into(),
+                });
             }
         }
     }

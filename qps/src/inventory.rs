@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use nic::rdma::qp_counters::{CounterMode, QpCounter};
 use nic::rdma::resources::{cm_state_name, qp_state_name, qp_type_name};
 use nic::rdma::{RdmaCmId, RdmaDevice, RdmaError, RdmaNetlink, RdmaQp};
 use nic::{Reading, sysfs};
@@ -26,6 +27,35 @@ pub trait QpSource {
     fn devices(&mut self) -> Result<Vec<RdmaDevice>, RdmaError>;
     fn qps(&mut self, dev_index: u32) -> Result<Vec<RdmaQp>, RdmaError>;
     fn cm_ids(&mut self, dev_index: u32) -> Result<Vec<RdmaCmId>, RdmaError>;
+    /// The driver's raw context of one QP (mlx5); unavailable by default.
+    fn qp_raw(&mut self, _dev: u32, _lqpn: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
+        Ok(Reading::Unavailable(crate::counters::not_supported(
+            "this source has no raw QP context",
+        )))
+    }
+    /// A port's counter-binding mode (`--qp-counters`); unavailable by default.
+    fn counter_mode(&mut self, _dev: u32, _port: u32) -> Result<Reading<CounterMode>, RdmaError> {
+        Ok(Reading::Unavailable(crate::counters::not_supported(
+            "this source has no counter binding",
+        )))
+    }
+    /// Turns a port's counter auto mode on with `mask`, off with 0.
+    fn set_counter_auto(
+        &mut self,
+        _dev: u32,
+        _port: u32,
+        _mask: u32,
+    ) -> Result<Reading<()>, RdmaError> {
+        Ok(Reading::Unavailable(crate::counters::not_supported(
+            "this source has no counter binding",
+        )))
+    }
+    /// A port's bound counters.
+    fn counters(&mut self, _dev: u32, _port: u32) -> Result<Reading<Vec<QpCounter>>, RdmaError> {
+        Ok(Reading::Unavailable(crate::counters::not_supported(
+            "this source has no counter binding",
+        )))
+    }
 }
 
 impl QpSource for RdmaNetlink {
@@ -37,6 +67,23 @@ impl QpSource for RdmaNetlink {
     }
     fn cm_ids(&mut self, dev_index: u32) -> Result<Vec<RdmaCmId>, RdmaError> {
         RdmaNetlink::cm_ids(self, dev_index)
+    }
+    fn qp_raw(&mut self, dev: u32, lqpn: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
+        RdmaNetlink::qp_raw(self, dev, lqpn)
+    }
+    fn counter_mode(&mut self, dev: u32, port: u32) -> Result<Reading<CounterMode>, RdmaError> {
+        self.qp_counter_mode(dev, port)
+    }
+    fn set_counter_auto(
+        &mut self,
+        dev: u32,
+        port: u32,
+        mask: u32,
+    ) -> Result<Reading<()>, RdmaError> {
+        self.set_qp_counter_auto(dev, port, mask)
+    }
+    fn counters(&mut self, dev: u32, port: u32) -> Result<Reading<Vec<QpCounter>>, RdmaError> {
+        self.qp_counters(dev, port)
     }
 }
 
@@ -124,6 +171,28 @@ pub struct SetUp {
     pub timeout: u8,
     pub retry_cnt: u8,
     pub rnr_retry: u8,
+    /// Where it was seen.
+    pub source: SetUpSource,
+}
+
+/// Where a QP's set-up was seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetUpSource {
+    /// The modify-QP probe, at the QP's modify to RTR.
+    #[default]
+    Probe,
+    /// mlx5's raw QP context (its primary address path), for a QP the probe did not see.
+    Mlx5Qpc,
+}
+
+impl SetUpSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SetUpSource::Probe => "probe",
+            SetUpSource::Mlx5Qpc => "mlx5_qpc",
+        }
+    }
 }
 
 impl SetUp {
@@ -179,6 +248,12 @@ pub struct Inventory {
     /// Sorted by device index and QP number.
     pub qps: Vec<QpRow>,
     pub excluded: Excluded,
+    /// Per-QP-group counters of the interval, when counter binding is on (`--qp-counters`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<crate::counters::CounterRead>,
+    /// Raw QP contexts read this interval (set-ups, acknowledgement waits), when tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<crate::raw::RawRead>,
 }
 
 fn now_ns() -> u64 {
@@ -295,6 +370,15 @@ pub(crate) mod tests {
         pub qps: HashMap<u32, Vec<RdmaQp>>,
         pub cm: HashMap<u32, Vec<RdmaCmId>>,
         pub fail: Option<u32>,
+        /// Counter binding: each port's mode (absent: unavailable), the mode changes asked
+        /// for, each port's counters, a port whose counter read fails.
+        pub modes: HashMap<(u32, u32), CounterMode>,
+        pub set_calls: Vec<(u32, u32, u32)>,
+        pub counters: HashMap<(u32, u32), Vec<QpCounter>>,
+        pub counter_fail: Option<(u32, u32)>,
+        /// Raw QP contexts by (device, QP); a device without any has none. The calls made.
+        pub raw: HashMap<(u32, u32), Vec<u8>>,
+        pub raw_calls: Vec<(u32, u32)>,
     }
 
     impl QpSource for Script {
@@ -309,6 +393,41 @@ pub(crate) mod tests {
         }
         fn cm_ids(&mut self, d: u32) -> Result<Vec<RdmaCmId>, RdmaError> {
             Ok(self.cm.get(&d).cloned().unwrap_or_default())
+        }
+        fn qp_raw(&mut self, d: u32, q: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
+            self.raw_calls.push((d, q));
+            if !self.raw.keys().any(|k| k.0 == d) {
+                return Ok(Reading::Unavailable(crate::counters::not_supported(
+                    "scripted: no raw QP context",
+                )));
+            }
+            Ok(match self.raw.get(&(d, q)) {
+                Some(r) => Reading::Read(r.clone()),
+                None => Reading::Unavailable(nic::Unavailable::new(
+                    nic::UnavailableReason::Absent,
+                    "scripted: QP gone".to_string(),
+                )),
+            })
+        }
+        fn counter_mode(&mut self, d: u32, p: u32) -> Result<Reading<CounterMode>, RdmaError> {
+            Ok(match self.modes.get(&(d, p)) {
+                Some(m) => Reading::Read(*m),
+                None => Reading::Unavailable(crate::counters::not_supported(
+                    "scripted: no counter binding",
+                )),
+            })
+        }
+        fn set_counter_auto(&mut self, d: u32, p: u32, m: u32) -> Result<Reading<()>, RdmaError> {
+            self.set_calls.push((d, p, m));
+            Ok(Reading::Read(()))
+        }
+        fn counters(&mut self, d: u32, p: u32) -> Result<Reading<Vec<QpCounter>>, RdmaError> {
+            if self.counter_fail == Some((d, p)) {
+                return Err(RdmaError::BadName("scripted counter failure".into()));
+            }
+            Ok(Reading::Read(
+                self.counters.get(&(d, p)).cloned().unwrap_or_default(),
+            ))
         }
     }
 

@@ -29,20 +29,23 @@ use serde::{Deserialize, Serialize};
 
 use super::super::netlink::{self, Attr, NetlinkError};
 use super::{ATTR_DEV_INDEX, ATTR_DEV_NAME, ATTR_PORT_INDEX, RdmaError, RdmaNetlink, missing};
+use crate::{Reading, Unavailable, UnavailableReason};
 
 const CMD_RES_QP_GET: u16 = 10;
 const CMD_RES_CM_ID_GET: u16 = 11;
-const ATTR_RES_QP: u16 = 19;
-const ATTR_RES_QP_ENTRY: u16 = 20;
-const ATTR_RES_LQPN: u16 = 21;
+const CMD_RES_QP_GET_RAW: u16 = 19;
+const ATTR_RES_RAW: u16 = 85;
+pub(crate) const ATTR_RES_QP: u16 = 19;
+pub(crate) const ATTR_RES_QP_ENTRY: u16 = 20;
+pub(crate) const ATTR_RES_LQPN: u16 = 21;
 const ATTR_RES_RQPN: u16 = 22;
 const ATTR_RES_RQ_PSN: u16 = 23;
 const ATTR_RES_SQ_PSN: u16 = 24;
 const ATTR_RES_PATH_MIG_STATE: u16 = 25;
-const ATTR_RES_TYPE: u16 = 26;
+pub(crate) const ATTR_RES_TYPE: u16 = 26;
 const ATTR_RES_STATE: u16 = 27;
-const ATTR_RES_PID: u16 = 28;
-const ATTR_RES_KERN_NAME: u16 = 29;
+pub(crate) const ATTR_RES_PID: u16 = 28;
+pub(crate) const ATTR_RES_KERN_NAME: u16 = 29;
 const ATTR_RES_CM_ID: u16 = 30;
 const ATTR_RES_CM_ID_ENTRY: u16 = 31;
 const ATTR_RES_PS: u16 = 32;
@@ -349,10 +352,73 @@ impl RdmaNetlink {
     }
 }
 
+/// Decodes a `RDMA_NLDEV_CMD_RES_QP_GET_RAW` reply to one QP (not a dump: the driver's
+/// `fill_res_qp_entry_raw` puts `RES_RAW` at the message's top level): the raw bytes, `None`
+/// when the message has none (a driver that dumped nothing).
+pub fn decode_qp_raw(payload: &[u8]) -> Result<Option<Vec<u8>>, NetlinkError> {
+    for a in netlink::attrs(payload, 0) {
+        let a = a?;
+        if a.kind == ATTR_RES_RAW {
+            return Ok(Some(a.data.to_vec()));
+        }
+    }
+    Ok(None)
+}
+
+impl RdmaNetlink {
+    /// The driver's raw context of one QP (`rdma res show qp link DEV lqpn N -r`): mlx5's
+    /// firmware resource dump of the QP (`drivers/infiniband/hw/mlx5/restrack.c`). Needs
+    /// `CAP_NET_ADMIN`; unavailable on drivers without it (`EOPNOTSUPP`/`EINVAL` from
+    /// `fill_res_qp_raw_entry`: rxe, bnxt_re, irdma), without permission, or for a QP gone
+    /// meanwhile (`ENOENT`).
+    pub fn qp_raw(&mut self, dev_index: u32, lqpn: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
+        let what = format!("RDMA_NLDEV_CMD_RES_QP_GET_RAW of QP {lqpn} of device {dev_index}");
+        match self.request(
+            "RES_QP_GET_RAW",
+            CMD_RES_QP_GET_RAW,
+            false,
+            &[(ATTR_DEV_INDEX, dev_index), (ATTR_RES_LQPN, lqpn)],
+            |m| decode_qp_raw(m.payload),
+        ) {
+            Ok(v) => match v.into_iter().flatten().next() {
+                Some(raw) => Ok(Reading::Read(raw)),
+                None => Ok(Reading::Unavailable(Unavailable::new(
+                    UnavailableReason::NotSupported,
+                    format!("{what}: no raw context in the reply"),
+                ))),
+            },
+            Err(e) => {
+                let unsupported = matches!(e.errno(), Some(libc::EINVAL));
+                match e.errno().and_then(|n| Unavailable::from_errno(n, &what)) {
+                    Some(u) => Ok(Reading::Unavailable(u)),
+                    None if unsupported => Ok(Reading::Unavailable(Unavailable::new(
+                        UnavailableReason::NotSupported,
+                        format!("{what}: the driver has no raw QP context (EINVAL)"),
+                    ))),
+                    None => Err(RdmaError::Netlink { what, source: e }),
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::testbytes::{nest, nla, nla_str};
     use super::*;
+
+    #[test]
+    fn decodes_a_raw_qp_reply() {
+        let mut p = nla(1, &4u32.to_ne_bytes());
+        p.extend(nla_str(2, "mlx5_0"));
+        p.extend(nla(85, &[0, 4, 0xff, 0xfe, 1, 2, 3, 4]));
+        assert_eq!(
+            decode_qp_raw(&p).unwrap(),
+            Some(vec![0, 4, 0xff, 0xfe, 1, 2, 3, 4])
+        );
+        assert_eq!(decode_qp_raw(&nla(1, &4u32.to_ne_bytes())).unwrap(), None);
+        assert!(decode_qp_raw(&p[..p.len() - 3]).is_err());
+    }
 
     /// A QP entry as `fill_res_qp_entry` lays it out for a user RC QP (6.1-7.2 order).
     fn rc_entry(lqpn: u32, rqpn: u32, sq: u32, rq: u32, state: u8, pid: u32) -> Vec<u8> {
