@@ -540,7 +540,49 @@ def qps_report(d, env, name):
     if rep.get("result") != "pass" or any(q.get("verdict") == "error" for q in mine):
         problems.append("qps: result %s with no QP in error expected" % rep.get("result"))
     ll, lp = live_qps_report(d, env, rc)
+    if name == "qps_write":
+        cl, cp = counters_report(d, env, rc)
+        ll, lp = ll + cl, lp + cp
     return lines + ll, problems + lp
+
+
+def counters_report(d, env, rc):
+    """--qp-counters type on a real kernel: the ports' auto mode turned on by the observer (as
+    rdma statistic says while it runs), off again after it exits, and what the device bound."""
+    lines, problems = [], []
+    summary = json.load(open(os.path.join(d, "live", "summary.json")))
+    c = (summary.get("host_qps") or {}).get("counters")
+    if not c:
+        return ["  counters: none in summary.json"], ["counters: summary.json host_qps.counters is %s" % c]
+    devs = env.get("devices", "").split()
+    ports = {(p["device"], p["port"]): p for p in c.get("ports", [])}
+
+    def text(f):
+        try:
+            return open(os.path.join(d, f)).read().strip()
+        except OSError as e:
+            return "unreadable: %s" % e
+    during, after = text("counter-mode-during.txt"), text("counter-mode-after.txt")
+    groups = c.get("groups", [])
+    mine = [g for g in groups if g["device"] in devs]
+    lines.append("  counters (--qp-counters %s): ports %s; during: %r; after exit: %r; %d groups on %s, bound QPs %s" % (
+        c.get("grouping"), {"%s/%s" % k: p["state"] for k, p in ports.items() if k[0] in devs},
+        during, after, len(mine), " ".join(devs), [g["qps"] for g in mine]))
+    if c.get("grouping") != "type":
+        problems.append("counters: grouping %s, expected type" % c.get("grouping"))
+    for dev in devs:
+        p = ports.get((dev, 1))
+        if p is None or p["state"] != "turned_on":
+            problems.append("counters: %s/1 is %s, expected turned_on" % (dev, p))
+    # iproute2 prints "link rxa1/1 mode qp auto type on", and "... auto off" once it is off.
+    if "auto type on" not in during:
+        problems.append("counters: the kernel did not report auto mode by type on rxa while the observer ran: %r" % during)
+    if "auto off" not in after:
+        problems.append("counters: auto mode not off after the observer exited: %r" % after)
+    for g in mine:
+        if g["qps"] < 0 or g["qp_type"] not in (None, "RC", "UD", "GSI", "UC"):
+            problems.append("counters: implausible group %s" % g)
+    return lines, problems
 
 
 def live_qps_report(d, env, rc):

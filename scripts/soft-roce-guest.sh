@@ -185,9 +185,11 @@ commands() {
 }
 
 start_observer() {
-  local c="$1" i="$2" d="$RES/$1"
+  local c="$1" i="$2" d="$RES/$1" extra=()
+  # qps_write also turns on counter binding by QP type (and off again at its exit).
+  [ "$c" = qps_write ] && extra=(--qp-counters type)
   ip netns exec "$NSA" "$BIN" --iface "va$i" --out "$d/live" --plain --interval 5s \
-    --max-qps 1024 >"$d/live.log" 2>&1 &
+    --max-qps 1024 "${extra[@]}" >"$d/live.log" 2>&1 &
   OBS[$c]=$!
   PIDS+=("$!")
 }
@@ -213,9 +215,17 @@ during_qps() {
   echo "qps_exit=$?" >>"$d/case.env"
   timeout 30 rdma -j res show cm_id >"$d/rdma-res-cm_id.json" 2>>"$d/rdma-res.log"
   timeout 30 rdma -j res show qp >"$d/rdma-res-qp-after.json" 2>>"$d/rdma-res.log"
+  # Counter binding as the kernel reports it while the observer runs, and its bound counters.
+  timeout 30 rdma statistic qp mode link "rxa$i/1" >"$d/counter-mode-during.txt" 2>&1
+  timeout 30 rdma statistic qp show link "rxa$i/1" >"$d/counter-show-during.txt" 2>&1
 }
 during_qps_write() { during_qps "$@"; }
 during_qps_cm() { during_qps "$1" "$2" 2; }
+
+# After qps_write's observer exited: the counter mode it turned on is off again.
+post_qps_write() {
+  timeout 30 rdma statistic qp mode link "rxa$2/1" >"$1/counter-mode-after.txt" 2>&1
+}
 
 pre_loss_write() { ip netns exec "$NSB" tc qdisc add dev "vb$2" root netem loss 2%; }
 post_loss_write() {

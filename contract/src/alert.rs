@@ -57,11 +57,14 @@ pub enum Rule {
     /// A QP of the host was set up with a marking the policy does not expect, or one that lands
     /// in a priority without PFC.
     QpMarking,
+    /// An RC QP of the host in RTS has packets sent and not acknowledged, and neither its send
+    /// PSN nor its acknowledged PSN moved for the policy's `qp_stall_s`.
+    QpStalled,
 }
 
 impl Rule {
     /// Every rule, in documentation order.
-    pub const ALL: [Rule; 30] = [
+    pub const ALL: [Rule; 31] = [
         Rule::DscpMismatch,
         Rule::PcpMismatch,
         Rule::NotEct,
@@ -92,6 +95,7 @@ impl Rule {
         Rule::ConfigRoceV2Gid,
         Rule::QpError,
         Rule::QpMarking,
+        Rule::QpStalled,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -126,6 +130,7 @@ impl Rule {
             Rule::ConfigRoceV2Gid => "config_roce_v2_gid",
             Rule::QpError => "qp_error",
             Rule::QpMarking => "qp_marking",
+            Rule::QpStalled => "qp_stalled",
         }
     }
 
@@ -151,7 +156,8 @@ impl Rule {
             | Rule::ConfigTrustMode
             | Rule::ConfigDataDscpPriority
             | Rule::QpError
-            | Rule::QpMarking => Severity::Critical,
+            | Rule::QpMarking
+            | Rule::QpStalled => Severity::Critical,
             Rule::EventsLost => Severity::Info,
             _ => Severity::Warning,
         }
@@ -170,7 +176,7 @@ impl Rule {
             Rule::OutputWriteFailed => "output (table or file)",
             Rule::IfaceGone => "interface",
             Rule::RdmaClassDrops | Rule::CnpIgnored => "interface (NIC counters)",
-            Rule::QpError | Rule::QpMarking => "RDMA device and QP number",
+            Rule::QpError | Rule::QpMarking | Rule::QpStalled => "RDMA device and QP number",
             _ => "interface (NIC configuration)",
         }
     }

@@ -20,6 +20,7 @@
 //! pfc_without_ecn_min_xoff = 1   # XOFF frames per interval with no CE at all
 //! hold_down_s = 10               # per (rule, key): one alert, then a summary after this
 //! resolve_after_s = 300          # Alertmanager: resolved this long after the last occurrence
+//! qp_stall_s = 10                # host QPs: unacknowledged packets and no progress this long
 //! qp_incarnation_idle_s = 10     # idle longer, then not the next PSN: a new QP (0: off)
 //! ```
 //!
@@ -50,6 +51,10 @@ pub struct Thresholds {
     /// Alertmanager: an alert is resolved once this long passed with no new occurrence of its
     /// rule and key, nanoseconds (minutes by default: a page must not vanish during a break).
     pub resolve_after_ns: u64,
+    /// Host QPs (mlx5's raw context): an RC QP in RTS with packets sent and not acknowledged,
+    /// whose send PSN and acknowledged PSN have not moved for this long, is stalled,
+    /// nanoseconds.
+    pub qp_stall_ns: u64,
 }
 
 impl Default for Thresholds {
@@ -60,6 +65,7 @@ impl Default for Thresholds {
             pfc_without_ecn_min_xoff: 1,
             hold_down_ns: 10_000_000_000,
             resolve_after_ns: 300_000_000_000,
+            qp_stall_ns: 10_000_000_000,
         }
     }
 }
@@ -189,6 +195,7 @@ impl PolicyConfig {
         );
         let _ = writeln!(s, "hold_down_s = {}", t.hold_down_ns as f64 / 1e9);
         let _ = writeln!(s, "resolve_after_s = {}", t.resolve_after_ns as f64 / 1e9);
+        let _ = writeln!(s, "qp_stall_s = {}", t.qp_stall_ns as f64 / 1e9);
         let _ = writeln!(
             s,
             "qp_incarnation_idle_s = {}",
@@ -353,6 +360,9 @@ fn apply_thresholds(
         th.resolve_after_ns =
             (seconds(v, "thresholds.resolve_after_s", invalid)?.min(1e9) * 1e9) as u64;
     }
+    if let Some(v) = &t.qp_stall_s {
+        th.qp_stall_ns = (seconds(v, "thresholds.qp_stall_s", invalid)?.min(1e9) * 1e9) as u64;
+    }
     Ok(())
 }
 
@@ -429,6 +439,7 @@ struct RawThresholds {
     pfc_without_ecn_min_xoff: Option<Spanned<toml::Value>>,
     hold_down_s: Option<Spanned<toml::Value>>,
     resolve_after_s: Option<Spanned<toml::Value>>,
+    qp_stall_s: Option<Spanned<toml::Value>>,
     qp_incarnation_idle_s: Option<Spanned<toml::Value>>,
 }
 
@@ -565,6 +576,7 @@ mod tests {
                 pfc_without_ecn_min_xoff: 3,
                 hold_down_ns: 0,
                 resolve_after_ns: 300_000_000_000,
+                qp_stall_ns: 10_000_000_000,
             }
         );
         let cases = [
@@ -615,6 +627,9 @@ mod tests {
         );
         let p = PolicyConfig::from_toml("[thresholds]\nresolve_after_s = 90\n", "p.toml").unwrap();
         assert_eq!(p.thresholds.resolve_after_ns, 90_000_000_000);
+        let p = PolicyConfig::from_toml("[thresholds]\nqp_stall_s = 2.5\n", "p.toml").unwrap();
+        assert_eq!(p.thresholds.qp_stall_ns, 2_500_000_000);
+        assert!(PolicyConfig::from_toml("[thresholds]\nqp_stall_s = \"x\"\n", "p.toml").is_err());
         assert_eq!(
             PolicyConfig::from_toml(&p.to_toml(), "again")
                 .unwrap()

@@ -1165,7 +1165,7 @@ fn qps_table() -> Table {
         "",
         "rdma_cm destination address `ip:port`",
     )));
-    c.push(nullable(col("traffic_class", Int64, "", "the GRH traffic class the QP was set up with (its modify to RTR, seen by the modify-QP probe; null: set up before the probe, or no probe)")));
+    c.push(nullable(col("traffic_class", Int64, "", "the GRH traffic class the QP was set up with (its modify to RTR as the modify-QP probe saw it, or its address path in mlx5's raw QP context; null: neither was seen)")));
     c.push(nullable(col(
         "dscp",
         Int64,
@@ -1189,6 +1189,12 @@ fn qps_table() -> Table {
         Utf8,
         "",
         "the destination GID it was set up with (IPv4 when v4-mapped)",
+    )));
+    c.push(nullable(col(
+        "setup_source",
+        Utf8,
+        "",
+        "where the set-up columns come from: `probe` (the modify-QP probe) or `mlx5_qpc` (mlx5's raw QP context, for a QP set up before the probe); null when neither saw it",
     )));
     c.push(nullable(col(
         "priority",

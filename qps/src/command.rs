@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 
 use contract::cli::{ExitStatus, parse_duration};
 use nic::Reading;
+use nic::rdma::RdmaNetlink;
 use serde::Serialize;
 
 use crate::inventory::{self, DEFAULT_MAX_QPS, DeviceRead, Excluded, Inventory, Procfs, QpRow};
 use crate::progress::{self, Fate};
+use crate::raw::RawReader;
 use crate::verdict;
 
 #[derive(Debug, clap::Args)]
@@ -100,8 +102,16 @@ pub fn build_report(a: Option<&Inventory>, b: &Inventory, sample_s: f64, root: b
                 ),
             )
         } else {
-            unknown += 1;
-            let c = verdict::check(None, &policy, &verdict::PortQos::default());
+            // The set-up from mlx5's raw QP context where there is one; the port's QoS
+            // configuration is not read here (the priority stays unknown: DSCP is checked).
+            let c = verdict::check(
+                q.setup.map(|s| s.marking()),
+                &policy,
+                &verdict::PortQos::default(),
+            );
+            if c.verdict == verdict::Verdict::Unknown {
+                unknown += 1;
+            }
             (c.verdict.as_str().to_string(), c.reason)
         };
         if q.pid.is_some() && q.comm.is_none() {
@@ -125,10 +135,22 @@ pub fn build_report(a: Option<&Inventory>, b: &Inventory, sample_s: f64, root: b
     }
     if unknown > 0 {
         notes.push(
-            "marking (traffic class, priority) is not in the kernel's QP listing: the live \
-             observer's modify-QP probe records it for QPs set up while it runs"
+            "marking (traffic class, priority) is not in the kernel's QP listing: mlx5's raw QP \
+             context gives it (as root), and the live observer's modify-QP probe records it for \
+             QPs set up while it runs"
                 .into(),
         );
+    }
+    if let Some(r) = &b.raw {
+        for (dev, why) in &r.unsupported {
+            notes.push(format!("device {dev}: no raw QP context ({why})"));
+        }
+        if r.errors > 0 {
+            notes.push(format!(
+                "{} raw QP contexts could not be used (malformed, or disagreeing with the QP listing; see --log-level debug)",
+                r.errors
+            ));
+        }
     }
     for d in &b.devices {
         if let Some(e) = &d.error {
@@ -263,13 +285,19 @@ fn keep_device(inv: &mut Inventory, dev: &str) {
 }
 
 fn read(args: &QpsArgs, proc: &Procfs) -> anyhow::Result<Inventory> {
-    let mut inv = match inventory::read_host(proc, args.max_qps).map_err(|e| {
+    let err = |e: nic::rdma::RdmaError| {
         anyhow::anyhow!(
             "reading the RDMA subsystem's QPs: {}",
             contract::error::chain(&e)
         )
-    })? {
-        Reading::Read(i) => i,
+    };
+    let mut inv = match RdmaNetlink::open().map_err(err)? {
+        Reading::Read(mut nl) => {
+            let mut inv = inventory::read(&mut nl, proc, args.max_qps).map_err(err)?;
+            // Set-ups from mlx5's raw QP context (no previous read: no stall is judged).
+            RawReader::default().apply(&mut nl, &mut inv, &Inventory::default());
+            inv
+        }
         Reading::Unavailable(u) => {
             return Err(ExitStatus {
                 code: 2,
@@ -406,5 +434,48 @@ mod tests {
             "{}",
             r.qps[1].reason
         );
+    }
+
+    /// On mlx5 the raw QP context gives each QP's set-up: traffic class 106 is `ok` on DSCP,
+    /// 0 is `off_policy`; a device without one is named in a note and its QPs stay unknown.
+    #[test]
+    fn the_report_checks_set_ups_from_the_raw_context() {
+        use crate::mlx5::{lay_out, tests::rts_rc};
+        let mut s = Script {
+            devices: vec![dev(1), dev(2)],
+            ..Script::default()
+        };
+        s.qps.insert(
+            1,
+            vec![
+                qp(1, 17, Some(1), 100, 10, qp_state::RTS),
+                qp(1, 18, Some(1), 5, 5, qp_state::RTS),
+            ],
+        );
+        s.qps
+            .insert(2, vec![qp(2, 19, Some(1), 5, 5, qp_state::RTS)]);
+        s.raw.insert((1, 17), lay_out(&rts_rc(17, 18), true));
+        let mut zero = rts_rc(18, 19);
+        zero.tclass = 0;
+        s.raw.insert((1, 18), lay_out(&zero, true));
+        let proc = Procfs {
+            root: "/nonexistent".into(),
+        };
+        let mut b = inventory::read(&mut s, &proc, 100).unwrap();
+        RawReader::default().apply(&mut s, &mut b, &Inventory::default());
+        let r = build_report(None, &b, 0.0, true);
+        let v: Vec<&str> = r.qps.iter().map(|q| q.verdict.as_str()).collect();
+        assert_eq!(v, ["ok", "off_policy", "unknown"]);
+        assert_eq!(r.marking_unknown, 1);
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.starts_with("device rxe2: no raw QP context")),
+            "{:?}",
+            r.notes
+        );
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(j["qps"][1]["setup"]["traffic_class"], 0);
+        assert_eq!(j["qps"][1]["setup"]["source"], "mlx5_qpc");
     }
 }

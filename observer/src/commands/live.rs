@@ -127,6 +127,12 @@ pub struct LiveArgs {
     /// every interval by default.
     #[arg(long)]
     pub no_host_qps: bool,
+    /// Per-QP-group hardware counters by counter binding, grouped by `type`, `pid` or
+    /// `type,pid`: turns the RDMA ports' counter auto mode on where it is off (and off again at
+    /// exit), so QPs set up from then on count out-of-sequence packets, sequence errors, local
+    /// ACK timeouts and RNR retries per group (mlx5; needs CAP_NET_ADMIN; docs/qps.md).
+    #[arg(long, value_name = "GROUPING", value_parser = qps::counters::parse_mask, conflicts_with = "no_host_qps")]
+    pub qp_counters: Option<u32>,
     /// Log level of roce-observe's own messages: error, warn, info, debug or trace (default:
     /// warn under the terminal view, else info; RUST_LOG, when set, wins). `debug` also turns
     /// on the eBPF programs' rare-path reports (table full, events lost, exclusions).
@@ -335,7 +341,9 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
     }
     // The host's QPs and the modify-QP probe first: QPs set up once an interface says it is
     // attached have their marking seen.
-    let host_qps = (!args.no_host_qps).then(|| host_qps_feed(json)).flatten();
+    let host_qps = (!args.no_host_qps)
+        .then(|| host_qps_feed(json, args.qp_counters))
+        .flatten();
     let mut ifaces = Vec::new();
     for d in &diags {
         let opts = LiveOptions {
@@ -370,7 +378,7 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
 
 /// The host's QPs read every interval, after one read that says what it sees; `None` (said at
 /// start-up) when the host has no RDMA subsystem.
-fn host_qps_feed(json: bool) -> Option<QpFeed> {
+fn host_qps_feed(json: bool, qp_counters: Option<u32>) -> Option<QpFeed> {
     let proc = qps::Procfs::default();
     let mut nl = match nic::rdma::RdmaNetlink::open() {
         Ok(nic::Reading::Read(nl)) => nl,
@@ -406,7 +414,12 @@ fn host_qps_feed(json: bool) -> Option<QpFeed> {
             ),
         ),
     }
-    let feed = QpFeed::new(Box::new(nl), proc, qps::inventory::DEFAULT_MAX_QPS);
+    let mut feed = QpFeed::new(Box::new(nl), proc, qps::inventory::DEFAULT_MAX_QPS);
+    if let Some(mask) = qp_counters {
+        for line in feed.enable_counters(mask) {
+            say(json, &format!("host QPs: counters {line}"));
+        }
+    }
     // Each QP's marking: the modify-QP probe sees every set-up from now on.
     Some(match QpProbe::attach() {
         Ok(p) => {

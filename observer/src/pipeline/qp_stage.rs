@@ -41,6 +41,92 @@ pub struct HostQpState {
     /// the interface bound to it: (device, port) -> DCB. Ports of interfaces the NIC source
     /// does not read are absent: their QPs' priority stays unknown.
     pub port_qos: BTreeMap<(String, u32), PortQos>,
+    /// Counter binding (`--qp-counters`): the last read's ports and grouping, and each group's
+    /// increments over the run.
+    pub counters: Option<CounterRun>,
+    /// The raw QP contexts' figures of the last read (mlx5), when tried.
+    pub raw: Option<qps::raw::RawRead>,
+    /// Stalls raised: each QP's stall by the time its acknowledged PSN stopped (one alert per
+    /// stall), and how many over the run.
+    stalled: std::collections::HashMap<(u32, u32), u64>,
+    pub stalls: u64,
+}
+
+/// A counter group: (device, port, counter id).
+pub type GroupKey = (String, u32, u32);
+
+/// The run's per-QP-group counters.
+#[derive(Default)]
+pub struct CounterRun {
+    pub last: qps::counters::CounterRead,
+    /// (device, port, counter id) -> the group as last read and its increments over the run.
+    pub groups: BTreeMap<GroupKey, (qps::counters::CounterGroup, BTreeMap<String, u64>)>,
+    /// Groups not kept over the run (beyond `qps::counters::MAX_GROUPS`).
+    pub groups_over_limit: u64,
+}
+
+impl CounterRun {
+    fn add(&mut self, read: &qps::counters::CounterRead) {
+        for g in &read.groups {
+            let key = (g.dev.clone(), g.port, g.id);
+            if !self.groups.contains_key(&key) && self.groups.len() >= qps::counters::MAX_GROUPS {
+                self.groups_over_limit += 1;
+                continue;
+            }
+            let e = self.groups.entry(key).or_default();
+            e.0 = g.clone();
+            e.0.delta.clear();
+            for (k, v) in &g.delta {
+                *e.1.entry(k.clone()).or_default() += v;
+            }
+        }
+        self.last = read.clone();
+        self.last.groups.clear();
+    }
+
+    fn json(&self) -> Value {
+        let groups: Vec<Value> = self
+            .groups
+            .values()
+            .map(|(g, inc)| {
+                json!({
+                    "device": g.dev,
+                    "port": g.port,
+                    "counter_id": g.id,
+                    "qp_type": g.qp_type,
+                    "pid": g.pid,
+                    "command": g.comm,
+                    "qps": g.lqpns.len(),
+                    "increments": inc,
+                })
+            })
+            .collect();
+        use qps::counters::PortState;
+        let ports: Vec<Value> = self
+            .last
+            .ports
+            .iter()
+            .map(|p| {
+                let (state, detail) = match &p.state {
+                    PortState::TurnedOn => ("turned_on", None),
+                    PortState::AlreadyAuto(m) => ("already_auto", Some(m)),
+                    PortState::Manual => ("manual", None),
+                    PortState::Unavailable(r) => ("unavailable", Some(r)),
+                    PortState::Failed(e) => ("failed", Some(e)),
+                };
+                json!({"device": p.dev, "port": p.port, "state": state, "detail": detail})
+            })
+            .collect();
+        json!({
+            "grouping": self.last.grouping,
+            "ports": ports,
+            "groups": groups,
+            "excluded": {
+                "over_limit": self.last.excluded_over_limit + self.groups_over_limit,
+            },
+            "read_errors": self.last.read_errors,
+        })
+    }
 }
 
 impl HostQpState {
@@ -94,6 +180,15 @@ impl HostQpState {
             },
             "device_errors": self.device_errors,
             "marking": self.marking,
+            "counters": self.counters.as_ref().map_or(Value::Null, CounterRun::json),
+            "stalls": self.stalls,
+            "raw_context": self.raw.as_ref().map_or(Value::Null, |r| json!({
+                "reads": r.reads,
+                "setups": r.setups,
+                "errors": r.errors,
+                "deferred": r.deferred,
+                "unsupported": r.unsupported,
+            })),
         })
     }
 }
@@ -164,6 +259,7 @@ pub fn qps_batch(
         ints(&|r| r.setup.map(|s| i64::from(s.traffic_class & 3))),
         ints(&|r| r.setup.map(|s| i64::from(s.sl))),
         strs(&|r| r.setup.map(|s| s.dgid_ip().to_string())),
+        strs(&|r| r.setup.map(|s| s.source.as_str().to_string())),
         Arc::new(Int64Array::from(
             (0..n)
                 .map(|i| checks.get(i).and_then(|c| c.priority).map(i64::from))
@@ -219,6 +315,14 @@ impl Collector {
         let t = inv.time_ns;
         let st = &mut self.host_qps;
         st.reads += 1;
+        if let Some(c) = &inv.counters {
+            st.counters.get_or_insert_with(CounterRun::default).add(c);
+        }
+        if let Some(r) = &inv.raw {
+            let mut keep = r.clone();
+            keep.waiting.clear();
+            st.raw = Some(keep);
+        }
         st.qps = inv.qps.len() as u64;
         st.by_state.clear();
         for r in &inv.qps {
@@ -251,8 +355,21 @@ impl Collector {
                         qp: Some(row.lqpn),
                         ..Default::default()
                     };
+                    let counters = inv
+                        .counters
+                        .as_ref()
+                        .and_then(|c| c.group_of(row.dev_index, row.lqpn))
+                        .map(|g| {
+                            format!(
+                                "; its counter group {} ({} QPs) in the interval: {}",
+                                g.id,
+                                g.lqpns.len(),
+                                g.describe_delta()
+                            )
+                        })
+                        .unwrap_or_default();
                     let observed = format!(
-                        "QP {} of {} ({} to peer QP {}) of {} moved from {from} to {}; send PSN {}, receive PSN {}{}",
+                        "QP {} of {} ({} to peer QP {}) of {} moved from {from} to {}; send PSN {}, receive PSN {}{}{counters}",
                         row.lqpn,
                         row.dev,
                         row.qp_type,
@@ -274,6 +391,66 @@ impl Collector {
                     ));
                 }
             }
+        }
+        // Stalls: packets not acknowledged and no progress for the policy's qp_stall_s.
+        let stall_ns = self.cfg.policy.thresholds.qp_stall_ns;
+        let st = &mut self.host_qps;
+        let waiting = inv
+            .raw
+            .as_ref()
+            .map(|r| r.waiting.as_slice())
+            .unwrap_or(&[]);
+        st.stalled.retain(|k, since| {
+            waiting
+                .iter()
+                .any(|w| (w.dev_index, w.lqpn) == *k && w.since_ns == *since)
+        });
+        for w in waiting {
+            let key = (w.dev_index, w.lqpn);
+            let stuck_ns = t.saturating_sub(w.since_ns);
+            if stuck_ns < stall_ns || st.stalled.get(&key) == Some(&w.since_ns) {
+                continue;
+            }
+            let Ok(i) = inv.qps.binary_search_by_key(&key, QpRow::key) else {
+                continue;
+            };
+            let row = &inv.qps[i];
+            st.stalled.insert(key, w.since_ns);
+            st.stalls += 1;
+            let counters = inv
+                .counters
+                .as_ref()
+                .and_then(|c| c.group_of(row.dev_index, row.lqpn))
+                .map(|g| format!("; its counter group {}: {}", g.id, g.describe_delta()))
+                .unwrap_or_default();
+            cands.push(Alert::candidate(
+                Rule::QpStalled,
+                AlertKey {
+                    iface: row.dev.clone(),
+                    qp: Some(row.lqpn),
+                    ..Default::default()
+                },
+                t,
+                format!(
+                    "QP {} of {} ({} to peer QP {}) of {}: {} packets sent and not acknowledged, no progress for {:.1} s (next send PSN {}, last acknowledged PSN {}){}{counters}",
+                    row.lqpn,
+                    row.dev,
+                    row.qp_type,
+                    row.rqpn.map_or("-".into(), |q| q.to_string()),
+                    owner(row),
+                    w.unacknowledged,
+                    stuck_ns as f64 / 1e9,
+                    w.next_send_psn,
+                    w.last_acked_psn,
+                    row.dst.map(|d| format!(", peer {d}")).unwrap_or_default(),
+                ),
+                format!(
+                    "acknowledgements within {} s of sending (policy qp_stall_s)",
+                    stall_ns as f64 / 1e9
+                ),
+                1,
+                "qps",
+            ));
         }
         // Each QP's marking against the policy and its port's QoS configuration (trust mode,
         // DSCP to priority, PFC-enabled priorities) as the NIC source last read it.
@@ -340,6 +517,9 @@ impl Collector {
             &checks,
         )?;
         self.each_sink(t, |k| k.qps(&batch, start_ns));
+        if let Some(c) = &inv.counters {
+            self.each_sink(t, |k| k.qp_counters(&c.groups, t));
+        }
         for a in cands {
             self.offer(a);
         }

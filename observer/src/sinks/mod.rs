@@ -62,6 +62,14 @@ pub trait Sink {
     fn qps(&mut self, _rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
         Ok(())
     }
+    /// One read's per-QP-group counter increments (`--qp-counters`), read at `t_ns`.
+    fn qp_counters(
+        &mut self,
+        _groups: &[qps::counters::CounterGroup],
+        _t_ns: u64,
+    ) -> Result<(), OutputError> {
+        Ok(())
+    }
     /// After a batch of events, at time `t_ns`: write what should not wait for the interval.
     fn flush(&mut self, _t_ns: u64) -> Result<(), OutputError> {
         Ok(())

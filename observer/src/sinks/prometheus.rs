@@ -159,6 +159,13 @@ struct DevDirection {
     direction: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DevCommandCounter {
+    device: String,
+    command: String,
+    counter: String,
+}
+
 /// The host's QPs (the RDMA subsystem's inventory): per device, never per QP.
 #[derive(Default)]
 struct HostQpMetrics {
@@ -168,6 +175,9 @@ struct HostQpMetrics {
     last_marking: HashSet<DevMarking>,
     errors: Family<DevOnly, Counter>,
     packets: Family<DevDirection, Counter>,
+    /// Per-QP-group counter increments (`--qp-counters`), added up per device, command and
+    /// counter name: never per QP or per process.
+    counters: Family<DevCommandCounter, Counter>,
     /// Label sets of `qps` set by the last read (set to 0 when a state empties).
     last: HashSet<DevState>,
 }
@@ -651,6 +661,15 @@ impl MetricsSink {
             None,
             h.packets.clone(),
         );
+        add(
+            reg,
+            n,
+            "host_",
+            "qp_counter_events",
+            "Increments of the per-QP-group hardware counters (counter binding, --qp-counters), added up per RDMA device, command of the group's process (\"-\" when grouped by QP type only) and counter name",
+            None,
+            h.counters.clone(),
+        );
     }
 
     fn on_qps(&mut self, b: &RecordBatch) -> Result<(), ColumnError> {
@@ -1131,6 +1150,23 @@ impl Sink for MetricsSink {
     }
     fn qps(&mut self, rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
         self.on_qps(rows)?;
+        Ok(())
+    }
+    fn qp_counters(
+        &mut self,
+        groups: &[qps::counters::CounterGroup],
+        _t_ns: u64,
+    ) -> Result<(), OutputError> {
+        for g in groups {
+            for (name, v) in g.delta.iter().filter(|(_, v)| **v > 0) {
+                let l = DevCommandCounter {
+                    device: g.dev.clone(),
+                    command: g.comm.clone().unwrap_or_else(|| "-".into()),
+                    counter: name.clone(),
+                };
+                self.host_qps.counters.get_or_create(&l).inc_by(*v);
+            }
+        }
         Ok(())
     }
     fn stats(&self) -> Option<serde_json::Value> {
@@ -1688,6 +1724,60 @@ mod tests {
             Some(0.0)
         );
         assert!(!text.contains("lqpn"), "no QP label: {text}");
+    }
+
+    /// Counter-group increments add up per device, command and counter: two processes of one
+    /// command are one series, a group by type only is command "-", zero increments make none.
+    #[test]
+    fn qp_counter_groups_are_series_per_command_never_per_qp_or_pid() {
+        let mut s = MetricsSink::new(ExporterConfig {
+            top_pairs: 3,
+            expected_dscp: [26, 26, 48],
+            max_qps: 100,
+        });
+        let g =
+            |id: u32, pid: Option<u32>, comm: Option<&str>, ooo: u64| qps::counters::CounterGroup {
+                dev: "mlx5_0".into(),
+                dev_index: 1,
+                port: 1,
+                id,
+                pid,
+                comm: comm.map(Into::into),
+                lqpns: vec![id + 10],
+                delta: [
+                    ("out_of_sequence".to_string(), ooo),
+                    ("rnr_nak_retry_err".to_string(), 0),
+                ]
+                .into_iter()
+                .collect(),
+                ..Default::default()
+            };
+        Sink::qp_counters(
+            &mut s,
+            &[
+                g(1, Some(10), Some("train.py"), 3),
+                g(2, Some(11), Some("train.py"), 4),
+                g(3, None, None, 5),
+            ],
+            0,
+        )
+        .unwrap();
+        let text = s.render();
+        let v = |k: &str| value(&text, k);
+        assert_eq!(
+            v(
+                r#"roce_host_qp_counter_events_total{device="mlx5_0",command="train.py",counter="out_of_sequence"}"#
+            ),
+            Some(7.0)
+        );
+        assert_eq!(
+            v(
+                r#"roce_host_qp_counter_events_total{device="mlx5_0",command="-",counter="out_of_sequence"}"#
+            ),
+            Some(5.0)
+        );
+        assert!(!text.contains("rnr_nak_retry_err"), "{text}");
+        assert!(!text.contains("pid="), "{text}");
     }
 
     #[test]

@@ -657,6 +657,8 @@ pub enum Ty {
     Str,
     /// A string or null.
     OptStr,
+    /// An integer or null.
+    OptInt,
     Bool,
     Obj,
     /// An object or null.
@@ -677,6 +679,7 @@ impl Ty {
             Ty::Num => "number",
             Ty::Str => "string",
             Ty::OptStr => "string or null",
+            Ty::OptInt => "integer or null",
             Ty::Bool => "boolean",
             Ty::Obj => "object",
             Ty::OptObj => "object or null",
@@ -698,6 +701,7 @@ impl Ty {
             Ty::Num => v.is_number(),
             Ty::Str => v.is_string(),
             Ty::OptStr => v.is_string() || v.is_null(),
+            Ty::OptInt => v.is_u64() || v.is_i64() || v.is_null(),
             Ty::Bool => v.is_boolean(),
             Ty::Obj => v.is_object(),
             Ty::OptObj => v.is_object() || v.is_null(),
@@ -866,6 +870,126 @@ const HEAD_FIELDS: &[Doc] = &[
         "host_qps.device_errors",
         Ty::Int,
         "RDMA device dumps that failed (each logged; the other devices were read)",
+    ),
+    (
+        "host_qps.stalls",
+        Ty::Int,
+        "`qp_stalled` stalls over the run (an RC QP with unacknowledged packets and no progress for `qp_stall_s`; [qps.md](qps.md#stalls))",
+    ),
+    (
+        "host_qps.raw_context",
+        Ty::OptObj,
+        "the drivers' raw QP contexts (mlx5), read for set-ups the probe did not see and for stalls; [qps.md](qps.md#raw-qp-context)",
+    ),
+    (
+        "host_qps.raw_context.reads",
+        Ty::Int,
+        "raw contexts read over the run",
+    ),
+    (
+        "host_qps.raw_context.setups",
+        Ty::Int,
+        "QP set-ups taken from them",
+    ),
+    (
+        "host_qps.raw_context.errors",
+        Ty::Int,
+        "raw contexts not used: unreadable, malformed, a firmware error, or disagreeing with the QP listing",
+    ),
+    (
+        "host_qps.raw_context.deferred",
+        Ty::Int,
+        "QPs left for a later read by the bound of 256 raw reads per interval",
+    ),
+    (
+        "host_qps.raw_context.unsupported",
+        Ty::Obj,
+        "devices without a raw QP context: device -> reason (rxe, bnxt_re, irdma; or no CAP_NET_ADMIN)",
+    ),
+    ("host_qps.raw_context.unsupported.{device}", Ty::Str, "why"),
+    (
+        "host_qps.counters",
+        Ty::OptObj,
+        "per-QP-group hardware counters by counter binding (`--qp-counters`, [qps.md](qps.md#counters)); null without it",
+    ),
+    (
+        "host_qps.counters.grouping",
+        Ty::Str,
+        "what auto mode groups QPs by: `type`, `pid` or `type,pid`",
+    ),
+    (
+        "host_qps.counters.ports",
+        Ty::Objs,
+        "one object per RDMA port: what the binding did there",
+    ),
+    ("host_qps.counters.ports[].device", Ty::Str, "RDMA device"),
+    ("host_qps.counters.ports[].port", Ty::Int, "port number"),
+    (
+        "host_qps.counters.ports[].state",
+        Ty::Str,
+        "`turned_on` (by this run; off again at exit), `already_auto`, `manual` (both read as they are), `unavailable` or `failed` (no per-QP counters there)",
+    ),
+    (
+        "host_qps.counters.ports[].detail",
+        Ty::OptStr,
+        "the existing grouping (`already_auto`) or the reason (`unavailable`, `failed`)",
+    ),
+    (
+        "host_qps.counters.groups",
+        Ty::Objs,
+        "one object per counter group seen over the run",
+    ),
+    ("host_qps.counters.groups[].device", Ty::Str, "RDMA device"),
+    ("host_qps.counters.groups[].port", Ty::Int, "port number"),
+    (
+        "host_qps.counters.groups[].counter_id",
+        Ty::Int,
+        "the kernel's counter id (`rdma statistic qp show`'s cntn)",
+    ),
+    (
+        "host_qps.counters.groups[].qp_type",
+        Ty::OptStr,
+        "the group's QP type when grouped by type",
+    ),
+    (
+        "host_qps.counters.groups[].pid",
+        Ty::OptInt,
+        "the group's process when grouped by process",
+    ),
+    (
+        "host_qps.counters.groups[].command",
+        Ty::OptStr,
+        "the process's command, or the kernel user's name",
+    ),
+    (
+        "host_qps.counters.groups[].qps",
+        Ty::Int,
+        "QPs bound to it at the last read",
+    ),
+    (
+        "host_qps.counters.groups[].increments",
+        Ty::Obj,
+        "each hardware counter's increments over the run (after the first read, the baseline)",
+    ),
+    (
+        "host_qps.counters.groups[].increments.{counter}",
+        Ty::Int,
+        "one counter, by the driver's name (`out_of_sequence`, `local_ack_timeout_err`, ...)",
+    ),
+    (
+        "host_qps.counters.excluded",
+        Ty::Obj,
+        "counter groups left out, counted",
+    ),
+    (
+        "host_qps.counters.excluded.over_limit",
+        Ty::Int,
+        "groups beyond the bound (16,384) of a read or of the run",
+    ),
+    (
+        "host_qps.counters.read_errors",
+        Ty::Int,
+        "port counter reads that failed (each logged)",
     ),
     (
         "output",

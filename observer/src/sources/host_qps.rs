@@ -1,10 +1,14 @@
 //! The host's QPs every interval, from the kernel's RDMA subsystem (the `qps` crate): read
 //! once per interval for the whole host (not per interface), joined with what the modify-QP
 //! probe saw of each QP's set-up (its address vector: traffic class, service level,
-//! destination GID), compared with the previous read, and handed to the consumer with each
-//! QP's progress and fate.
+//! destination GID), completed from the driver's raw QP context where it has one (mlx5: the
+//! set-up of QPs the probe did not see, the acknowledged PSN of QPs whose send PSN stood
+//! still), compared with the previous read, and handed to the consumer with each QP's progress
+//! and fate.
 
+use qps::counters::CounterBinding;
 use qps::inventory::{self, Inventory, Procfs, QpSource, SetUp};
+use qps::raw::RawReader;
 
 use super::kernel::qp_probe::QpProbe;
 use super::{Consumer, ConsumerError};
@@ -22,8 +26,22 @@ pub struct QpFeed {
     /// The modify-QP probe, when attached: each QP's set-up.
     probe: Option<QpProbe>,
     records: Vec<QpSetupRecord>,
+    /// Counter binding (`--qp-counters`), when asked for: turned off again on drop where
+    /// this run turned it on.
+    counters: Option<CounterBinding>,
+    /// The drivers' raw QP contexts (mlx5): set-ups the probe did not see, acknowledgement
+    /// waits for `qp_stalled`.
+    raw: RawReader,
     /// Reads that failed (logged, the next one spans both intervals).
     pub failed_reads: u64,
+}
+
+impl Drop for QpFeed {
+    fn drop(&mut self) {
+        if let Some(b) = &mut self.counters {
+            b.restore(&mut *self.source);
+        }
+    }
 }
 
 impl QpFeed {
@@ -36,8 +54,28 @@ impl QpFeed {
             prev_time: None,
             probe: None,
             records: Vec::new(),
+            counters: None,
+            raw: RawReader::default(),
             failed_reads: 0,
         }
+    }
+
+    /// Turns on counter binding grouped by `mask` (`qps::counters::mask`) on every port of
+    /// the host's RDMA devices where it is off; returns one start-up line per port.
+    pub fn enable_counters(&mut self, mask: u32) -> Vec<String> {
+        let devices = match self.source.devices() {
+            Ok(d) => d,
+            Err(e) => {
+                return vec![format!(
+                    "reduced: no per-QP counters (listing the RDMA devices failed: {})",
+                    contract::error::chain(&e)
+                )];
+            }
+        };
+        let b = CounterBinding::enable(&mut *self.source, &devices, mask);
+        let lines = b.describe();
+        self.counters = Some(b);
+        lines
     }
 
     /// Joins each QP with what `probe` saw of its set-up.
@@ -78,6 +116,10 @@ impl QpFeed {
                 p.forget(gone.dev_index, gone.lqpn);
             }
         }
+        self.raw.apply(&mut *self.source, &mut inv, &self.prev);
+        if let Some(b) = &mut self.counters {
+            inv.counters = Some(b.read_all(&mut *self.source, &self.proc));
+        }
         let (progress, fates) = qps::compare(&self.prev, &inv);
         let start = self.prev_time.replace(inv.time_ns).unwrap_or(inv.time_ns);
         out.qps(start, &inv, &progress, &fates)?;
@@ -109,5 +151,6 @@ fn set_up(s: &QpSetupRecord, pid: Option<u32>) -> Option<SetUp> {
         timeout: s.timeout,
         retry_cnt: s.retry_cnt,
         rnr_retry: s.rnr_retry,
+        source: qps::SetUpSource::Probe,
     })
 }

@@ -6,6 +6,8 @@
 
 use std::collections::VecDeque;
 
+use nic::Reading;
+use nic::rdma::qp_counters::{CounterMode, QpCounter};
 use nic::rdma::{RdmaCmId, RdmaDevice, RdmaError, RdmaQp};
 use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use observer::sinks::summary_json;
@@ -368,4 +370,311 @@ fn host_qps_land_in_the_priority_their_port_says() {
     );
     assert_eq!(summary["host_qps"]["marking"]["lossy"], 1);
     assert_eq!(summary["host_qps"]["marking"]["ok"], 2);
+}
+
+/// A device whose port has counter binding (its auto mode off at the start): the mode
+/// changes asked for are recorded, and each read gives the next counter values.
+struct CounterScript {
+    reads: VecDeque<(Vec<RdmaQp>, Vec<QpCounter>)>,
+    counters: Vec<QpCounter>,
+    set_calls: std::sync::Arc<std::sync::Mutex<Vec<(u32, u32, u32)>>>,
+}
+
+impl QpSource for CounterScript {
+    fn devices(&mut self) -> Result<Vec<RdmaDevice>, RdmaError> {
+        Ok(vec![RdmaDevice {
+            index: 3,
+            name: "mlx5_0".into(),
+            ports: Some(1),
+            ..RdmaDevice::default()
+        }])
+    }
+    fn qps(&mut self, _dev: u32) -> Result<Vec<RdmaQp>, RdmaError> {
+        let (q, c) = self.reads.pop_front().unwrap_or_default();
+        self.counters = c;
+        Ok(q)
+    }
+    fn cm_ids(&mut self, _dev: u32) -> Result<Vec<RdmaCmId>, RdmaError> {
+        Ok(Vec::new())
+    }
+    fn counter_mode(&mut self, _d: u32, _p: u32) -> Result<Reading<CounterMode>, RdmaError> {
+        Ok(Reading::Read(CounterMode::None))
+    }
+    fn set_counter_auto(&mut self, d: u32, p: u32, m: u32) -> Result<Reading<()>, RdmaError> {
+        self.set_calls.lock().unwrap().push((d, p, m));
+        Ok(Reading::Read(()))
+    }
+    fn counters(&mut self, _d: u32, _p: u32) -> Result<Reading<Vec<QpCounter>>, RdmaError> {
+        Ok(Reading::Read(self.counters.clone()))
+    }
+}
+
+/// `--qp-counters pid`: the port's auto mode is turned on at the start and off again when the
+/// feed ends; the QP that fails names its group's counters of the interval in its `qp_error`
+/// alert; summary.json has each group's increments over the run (the first read the
+/// baseline) and the port's state, as documented.
+#[test]
+fn qp_counter_groups_reach_the_error_alert_and_the_summary() {
+    let tmp = TempDir::new("host-qps-counters");
+    let out = tmp.path().join("out");
+    let (rts, err) = (3u8, 6u8);
+    let group = |id: u32, pid: u32, qps: &[u32], ooo: u64, timeouts: u64| QpCounter {
+        dev_index: 3,
+        port: 1,
+        id,
+        qp_type: None,
+        pid: Some(pid),
+        kern_name: None,
+        lqpns: qps.to_vec(),
+        hw: vec![
+            ("out_of_sequence".into(), ooo),
+            ("local_ack_timeout_err".into(), timeouts),
+        ],
+    };
+    let reads = VecDeque::from(vec![
+        (
+            vec![qp(0x11, rts, 1, 1), qp(0x12, rts, 1, 1)],
+            vec![group(1, 4242, &[0x11, 0x12], 10, 0)],
+        ),
+        (
+            vec![qp(0x11, rts, 9, 9), qp(0x12, err, 1, 1)],
+            vec![group(1, 4242, &[0x11, 0x12], 13, 7)],
+        ),
+        (
+            vec![qp(0x11, rts, 9, 9), qp(0x12, err, 1, 1)],
+            vec![group(1, 4242, &[0x11, 0x12], 14, 7)],
+        ),
+    ]);
+    let set_calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut cfg = CollectorConfig::new(
+        out.clone(),
+        "h",
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    );
+    cfg.policy.thresholds.hold_down_ns = 1;
+    let mut col = Collector::new(cfg).unwrap();
+    col.quiet_stderr();
+    let mut feed = QpFeed::new(
+        Box::new(CounterScript {
+            reads,
+            counters: Vec::new(),
+            set_calls: set_calls.clone(),
+        }),
+        Procfs {
+            root: tmp.path().join("root"),
+        },
+        100,
+    );
+    let lines = feed.enable_counters(qps::counters::parse_mask("pid").unwrap());
+    assert_eq!(
+        lines,
+        [
+            "mlx5_0/1: auto mode by pid turned on (off again at exit); QPs set up from now on are counted per group"
+        ]
+    );
+    assert_eq!(*set_calls.lock().unwrap(), [(3, 1, 2)]);
+    feed.begin(1);
+    for _ in 0..3 {
+        feed.read_into(&mut col).unwrap();
+    }
+    drop(feed);
+    assert_eq!(
+        *set_calls.lock().unwrap(),
+        [(3, 1, 2), (3, 1, 0)],
+        "auto mode turned off again at the end"
+    );
+    let summary = col.finish().unwrap();
+    let errors: Vec<Value> = alerts_jsonl(&out)
+        .into_iter()
+        .filter(|a| a["rule"] == "qp_error")
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let obs = errors[0]["observed"].as_str().unwrap();
+    assert!(
+        obs.contains(
+            "its counter group 1 (2 QPs) in the interval: local_ack_timeout_err +7, out_of_sequence +3"
+        ),
+        "{obs}"
+    );
+    let c = &summary["host_qps"]["counters"];
+    assert_eq!(c["grouping"], "pid", "{c}");
+    assert_eq!(c["ports"][0]["state"], "turned_on", "{c}");
+    let g = &c["groups"][0];
+    assert_eq!(g["pid"], 4242, "{g}");
+    assert_eq!(g["qps"], 2);
+    assert_eq!(g["increments"]["out_of_sequence"], 4, "{g}");
+    assert_eq!(g["increments"]["local_ack_timeout_err"], 7, "{g}");
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let check = summary_json::check(&written);
+    assert!(check.problems.is_empty(), "{:?}", check.problems);
+    assert!(
+        check
+            .seen
+            .contains("host_qps.counters.groups[].increments.{counter}"),
+        "{:?}",
+        check.seen
+    );
+}
+
+/// An mlx5 device: each read the next QP listing and raw contexts (`RES_QP_GET_RAW`).
+struct RawScript {
+    reads: VecDeque<(Vec<RdmaQp>, Vec<qps::mlx5::Mlx5Qp>)>,
+    raw: Vec<qps::mlx5::Mlx5Qp>,
+}
+
+impl QpSource for RawScript {
+    fn devices(&mut self) -> Result<Vec<RdmaDevice>, RdmaError> {
+        Ok(vec![RdmaDevice {
+            index: 3,
+            name: "mlx5_0".into(),
+            ..RdmaDevice::default()
+        }])
+    }
+    fn qps(&mut self, _dev: u32) -> Result<Vec<RdmaQp>, RdmaError> {
+        let (q, r) = self.reads.pop_front().unwrap_or_default();
+        self.raw = r;
+        Ok(q)
+    }
+    fn cm_ids(&mut self, _dev: u32) -> Result<Vec<RdmaCmId>, RdmaError> {
+        Ok(Vec::new())
+    }
+    fn qp_raw(&mut self, _dev: u32, lqpn: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
+        let m = self
+            .raw
+            .iter()
+            .find(|m| m.qpn == lqpn)
+            .expect("raw of a listed QP");
+        Ok(Reading::Read(qps::mlx5::lay_out(m, true)))
+    }
+}
+
+/// A QP set up before the observer (no probe record) on mlx5: its traffic class comes from
+/// the raw QP context (0: NCCL_IB_TC unset, one `qp_marking` alert, `setup_source`
+/// `mlx5_qpc`); a requester whose send PSN stands still with 40 packets unacknowledged raises
+/// one `qp_stalled` once `qp_stall_s` passes, and again only after it made progress and stalled
+/// anew; summary.json counts the raw reads and the stalls.
+#[test]
+fn raw_qp_context_gives_set_ups_and_stalls() {
+    let tmp = TempDir::new("host-qps-raw");
+    let out = tmp.path().join("out");
+    let rts = 3u8;
+    let ctx = |qpn: u32, tclass: u8, next: u32, acked: u32| qps::mlx5::Mlx5Qp {
+        qpn,
+        state: 3,
+        st: 0,
+        mtu: 5,
+        remote_qpn: qpn + 0x100,
+        tclass,
+        eth_prio: 0,
+        rgid: std::net::Ipv4Addr::new(10, 0, 4, 2)
+            .to_ipv6_mapped()
+            .octets(),
+        next_send_psn: next,
+        last_acked_psn: acked,
+        next_rcv_psn: 1,
+        qpc_offset: 24,
+    };
+    // QP 0x11: traffic class 0, sending; QP 0x12: stalls at read 2 (PSN 0x40 sent, 0x17
+    // acknowledged; its send PSN moved since read 1), stands still at reads 3 and 4, moves at
+    // read 5, stands still at 6 and 7.
+    let reads = VecDeque::from(vec![
+        (
+            vec![qp(0x11, rts, 1, 1), qp(0x12, rts, 0x10, 1)],
+            vec![ctx(0x11, 0, 1, 0), ctx(0x12, 106, 0x10, 0x0f)],
+        ),
+        (
+            vec![qp(0x11, rts, 9, 1), qp(0x12, rts, 0x40, 1)],
+            vec![ctx(0x11, 0, 9, 8), ctx(0x12, 106, 0x40, 0x17)],
+        ),
+        (
+            vec![qp(0x11, rts, 19, 1), qp(0x12, rts, 0x40, 1)],
+            vec![ctx(0x11, 0, 19, 18), ctx(0x12, 106, 0x40, 0x17)],
+        ),
+        (
+            vec![qp(0x11, rts, 29, 1), qp(0x12, rts, 0x40, 1)],
+            vec![ctx(0x11, 0, 29, 28), ctx(0x12, 106, 0x40, 0x17)],
+        ),
+        (
+            vec![qp(0x11, rts, 39, 1), qp(0x12, rts, 0x80, 1)],
+            vec![ctx(0x11, 0, 39, 38), ctx(0x12, 106, 0x80, 0x3f)],
+        ),
+        (
+            vec![qp(0x11, rts, 49, 1), qp(0x12, rts, 0x80, 1)],
+            vec![ctx(0x11, 0, 49, 48), ctx(0x12, 106, 0x80, 0x3f)],
+        ),
+        (
+            vec![qp(0x11, rts, 59, 1), qp(0x12, rts, 0x80, 1)],
+            vec![ctx(0x11, 0, 59, 58), ctx(0x12, 106, 0x80, 0x3f)],
+        ),
+    ]);
+    let mut cfg = CollectorConfig::new(
+        out.clone(),
+        "h",
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    );
+    cfg.policy.thresholds.hold_down_ns = 1;
+    cfg.policy.thresholds.qp_stall_ns = 5_000_000;
+    let mut col = Collector::new(cfg).unwrap();
+    col.quiet_stderr();
+    let mut feed = QpFeed::new(
+        Box::new(RawScript {
+            reads,
+            raw: Vec::new(),
+        }),
+        Procfs {
+            root: tmp.path().join("root"),
+        },
+        100,
+    );
+    feed.begin(1);
+    for _ in 0..7 {
+        feed.read_into(&mut col).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    drop(feed);
+    let summary = col.finish().unwrap();
+    let alerts = alerts_jsonl(&out);
+    let of = |rule: &str| -> Vec<&Value> { alerts.iter().filter(|a| a["rule"] == rule).collect() };
+    let marking = of("qp_marking");
+    assert_eq!(marking.len(), 1, "{marking:?}");
+    assert_eq!(marking[0]["qp"], 0x11, "{}", marking[0]);
+    assert!(
+        marking[0]["observed"]
+            .as_str()
+            .unwrap()
+            .contains("DSCP 0, ECN 0"),
+        "{}",
+        marking[0]
+    );
+    let stalls = of("qp_stalled");
+    assert_eq!(stalls.len(), 2, "one per stall: {stalls:?}");
+    let obs = stalls[0]["observed"].as_str().unwrap();
+    for want in [
+        "QP 18 of mlx5_0",
+        "peer QP 274",
+        "40 packets sent and not acknowledged",
+        "next send PSN 64, last acknowledged PSN 23",
+    ] {
+        assert!(obs.contains(want), "{want:?} not in {obs}");
+    }
+    assert_eq!(stalls[0]["severity"], "critical");
+    let t = pyarrow_read(&out, "qps", &[], true);
+    let sources: std::collections::BTreeSet<String> = t["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["setup_source"].as_str().unwrap_or("null").to_string())
+        .collect();
+    assert_eq!(sources.into_iter().collect::<Vec<_>>(), ["mlx5_qpc"], "{t}");
+    let h = &summary["host_qps"];
+    assert_eq!(h["stalls"], 2, "{h}");
+    assert_eq!(h["raw_context"]["setups"], 2, "{h}");
+    assert_eq!(h["raw_context"]["errors"], 0, "{h}");
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let check = summary_json::check(&written);
+    assert!(check.problems.is_empty(), "{:?}", check.problems);
 }
