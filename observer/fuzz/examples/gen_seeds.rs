@@ -390,6 +390,85 @@ fn parquet_files(tmp: &Path) -> (Vec<u8>, Vec<u8>) {
     (find("flows"), find("interfaces"))
 }
 
+/// `struct nlattr` + payload, padded to 4 bytes.
+fn nla(ty: u16, payload: &[u8]) -> Vec<u8> {
+    let mut v = ((4 + payload.len()) as u16).to_ne_bytes().to_vec();
+    v.extend(ty.to_ne_bytes());
+    v.extend(payload);
+    while v.len() % 4 != 0 {
+        v.push(0);
+    }
+    v
+}
+
+fn nest(ty: u16, children: &[Vec<u8>]) -> Vec<u8> {
+    nla(ty | 0x8000, &children.concat())
+}
+
+/// mlx5 raw QP contexts (both payload layouts) of QP 0x1a2 whose remote QP is the number the
+/// target reads from the first three bytes, and RDMA netlink replies: a QP dump message and a
+/// counter dump message as the kernel lays them out (docs/qps.md).
+fn rdma_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let m = qps::mlx5::Mlx5Qp {
+        qpn: 0x1a2,
+        state: 3,
+        st: 0,
+        mtu: 5,
+        // The dump's first bytes: the info segment's header 00 04 ff fe.
+        remote_qpn: 0x0004ff,
+        tclass: 106,
+        eth_prio: 3,
+        rgid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 4, 2],
+        next_send_psn: 0x100,
+        last_acked_psn: 0xf0,
+        next_rcv_psn: 7,
+        qpc_offset: 24,
+    };
+    let u32a = |k: u16, v: u32| nla(k, &v.to_ne_bytes());
+    let qp_entry = nest(
+        20,
+        &[
+            u32a(3, 1),
+            u32a(21, 0x1a2),
+            u32a(28, 4242),
+            u32a(22, 0x4ff),
+            u32a(23, 7),
+            u32a(24, 0x100),
+            nla(26, &[2]),
+            nla(27, &[3]),
+        ],
+    );
+    let mut qp_msg = u32a(1, 3);
+    qp_msg.extend(nla(2, b"mlx5_0\0"));
+    qp_msg.extend(nest(19, &[qp_entry]));
+    let hw = |n: &str, v: u64| {
+        let mut name = n.as_bytes().to_vec();
+        name.push(0);
+        nest(81, &[nla(82, &name), nla(83, &v.to_ne_bytes())])
+    };
+    let counter = nest(
+        78,
+        &[
+            u32a(3, 1),
+            u32a(79, 7),
+            u32a(74, 1),
+            nla(26, &[2]),
+            u32a(28, 4242),
+            nest(19, &[nest(20, &[u32a(21, 0x1a2)])]),
+            nest(80, &[hw("out_of_sequence", 3), hw("local_ack_timeout_err", 1)]),
+        ],
+    );
+    let mut counter_msg = u32a(1, 3);
+    counter_msg.extend(nla(2, b"mlx5_0\0"));
+    counter_msg.extend(nest(77, &[counter]));
+    vec![
+        ("mlx5_query_qp_out.bin", qps::mlx5::lay_out(&m, true)),
+        ("mlx5_qpc.bin", qps::mlx5::lay_out(&m, false)),
+        ("nl_qp_dump.bin", qp_msg),
+        ("nl_counter_dump.bin", counter_msg),
+    ]
+}
+
 fn main() {
     let root = PathBuf::from("corpus");
     let dir = |t: &str| {
@@ -418,11 +497,16 @@ fn main() {
     write(&load, "interfaces_as_flows.parquet", &ifaces);
     write(&load, "flows_cut.parquet", &flows[..flows.len() / 2]);
     write(&load, "flows_no_footer.parquet", &flows[..flows.len() - 8]);
+    let rdma = dir("rdma_decode");
+    for (name, data) in rdma_seeds() {
+        write(&rdma, name, &data);
+    }
     for t in [
         "pcap_slice",
         "pcap_stream",
         "replay",
         "policy",
+        "rdma_decode",
         "analyze_load",
     ] {
         let (n, bytes) = fs::read_dir(root.join(t))
