@@ -27,6 +27,11 @@ pub trait QpSource {
     fn devices(&mut self) -> Result<Vec<RdmaDevice>, RdmaError>;
     fn qps(&mut self, dev_index: u32) -> Result<Vec<RdmaQp>, RdmaError>;
     fn cm_ids(&mut self, dev_index: u32) -> Result<Vec<RdmaCmId>, RdmaError>;
+    /// The kernel driver of an RDMA device's parent (`mlx5_core`, `bnxt_en`, `rdma_rxe`, ...),
+    /// when known: whose raw QP context layout applies.
+    fn driver(&mut self, _dev: &str) -> Option<String> {
+        None
+    }
     /// The driver's raw context of one QP (mlx5); unavailable by default.
     fn qp_raw(&mut self, _dev: u32, _lqpn: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
         Ok(Reading::Unavailable(crate::counters::not_supported(
@@ -67,6 +72,12 @@ impl QpSource for RdmaNetlink {
     }
     fn cm_ids(&mut self, dev_index: u32) -> Result<Vec<RdmaCmId>, RdmaError> {
         RdmaNetlink::cm_ids(self, dev_index)
+    }
+    fn driver(&mut self, dev: &str) -> Option<String> {
+        match nic::rdma::RdmaSysfs::new("/").parent_driver(dev) {
+            Ok(Reading::Read(d)) => Some(d),
+            _ => None,
+        }
     }
     fn qp_raw(&mut self, dev: u32, lqpn: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
         RdmaNetlink::qp_raw(self, dev, lqpn)
@@ -379,6 +390,8 @@ pub(crate) mod tests {
         /// Raw QP contexts by (device, QP); a device without any has none. The calls made.
         pub raw: HashMap<(u32, u32), Vec<u8>>,
         pub raw_calls: Vec<(u32, u32)>,
+        /// Device name -> driver (absent: not known).
+        pub drivers: HashMap<String, String>,
     }
 
     impl QpSource for Script {
@@ -393,6 +406,9 @@ pub(crate) mod tests {
         }
         fn cm_ids(&mut self, d: u32) -> Result<Vec<RdmaCmId>, RdmaError> {
             Ok(self.cm.get(&d).cloned().unwrap_or_default())
+        }
+        fn driver(&mut self, dev: &str) -> Option<String> {
+            self.drivers.get(dev).cloned()
         }
         fn qp_raw(&mut self, d: u32, q: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
             self.raw_calls.push((d, q));

@@ -10,8 +10,9 @@
 //!
 //! Bounded: at most [`MAX_RAW_PER_READ`] raw reads per interval (each is a firmware command on
 //! mlx5); QPs beyond wait for the next read and are counted. A device whose driver has no raw
-//! context (rxe, bnxt_re, irdma), or without `CAP_NET_ADMIN`, is asked once, then named and
-//! skipped.
+//! context (rxe, irdma), or without `CAP_NET_ADMIN`, is asked once, then named and
+//! skipped; a device of another driver with a raw context of its own layout (bnxt_re, hns) is
+//! never asked.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -73,7 +74,12 @@ pub struct RawReader {
     deferred: u64,
     /// Where the next turn of still QPs starts.
     turn: usize,
+    /// Devices whose driver was looked at.
+    drivers_checked: std::collections::HashSet<u32>,
 }
+
+/// The driver of the devices whose raw QP context [`mlx5`] decodes (the PCI function's).
+pub const MLX5_DRIVER: &str = "mlx5_core";
 
 fn connected_with_path(r: &QpRow) -> bool {
     matches!(r.qp_type.as_str(), "RC" | "UC")
@@ -119,6 +125,22 @@ impl RawReader {
                     .is_some_and(|b| b.is_some() && *b == r.sq_psn);
             if !still {
                 self.waits.remove(&key);
+            }
+            if !self.drivers_checked.contains(&r.dev_index) {
+                self.drivers_checked.insert(r.dev_index);
+                // Other drivers (bnxt_re, hns) have raw contexts of their own layouts.
+                if let Some(d) = src.driver(&r.dev)
+                    && d != MLX5_DRIVER
+                {
+                    tracing::info!(device = %r.dev, driver = %d, "raw QP context not decoded for this driver: QPs set up before the probe stay marking unknown, qp_stalled is not judged");
+                    self.unsupported.insert(
+                        r.dev_index,
+                        (
+                            r.dev.clone(),
+                            format!("driver {d}: only mlx5's raw QP context is decoded"),
+                        ),
+                    );
+                }
             }
             if self.unsupported.contains_key(&r.dev_index) {
                 continue;
@@ -276,10 +298,17 @@ mod tests {
     #[test]
     fn set_ups_from_the_raw_context_and_acknowledgement_waits() {
         let mut s = Script {
-            devices: vec![dev(1), dev(2)],
+            devices: vec![dev(1), dev(2), dev(3)],
+            drivers: [("rxe1", MLX5_DRIVER), ("rxe3", "bnxt_en")]
+                .into_iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
             ..Script::default()
         };
-        // Device 1 has raw contexts; device 2 does not (rxe).
+        // Device 1 has raw contexts; device 2 does not (rxe); device 3 is another driver's,
+        // never asked.
+        s.qps
+            .insert(3, vec![qp(3, 0x30, Some(7), 9, 5, qp_state::RTS)]);
         let rts = qp_state::RTS;
         s.qps.insert(1, vec![qp(1, 0x10, Some(7), 0x100, 5, rts)]);
         s.qps.insert(2, vec![qp(2, 0x20, Some(7), 9, 5, rts)]);
@@ -303,8 +332,12 @@ mod tests {
         );
         let raw = inv.raw.clone().unwrap();
         assert_eq!((raw.reads, raw.setups), (1, 1));
-        assert_eq!(raw.unsupported.len(), 1);
+        assert_eq!(raw.unsupported.len(), 2);
         assert!(raw.unsupported.contains_key("rxe2"), "{raw:?}");
+        assert_eq!(
+            raw.unsupported["rxe3"],
+            "driver bnxt_en: only mlx5's raw QP context is decoded"
+        );
         assert!(raw.waiting.is_empty(), "first read: no PSN to compare");
         assert_eq!(s.raw_calls, vec![(1, 0x10), (2, 0x20)]);
 

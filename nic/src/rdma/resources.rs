@@ -369,7 +369,7 @@ impl RdmaNetlink {
     /// The driver's raw context of one QP (`rdma res show qp link DEV lqpn N -r`): mlx5's
     /// firmware resource dump of the QP (`drivers/infiniband/hw/mlx5/restrack.c`). Needs
     /// `CAP_NET_ADMIN`; unavailable on drivers without it (`EOPNOTSUPP`/`EINVAL` from
-    /// `fill_res_qp_raw_entry`: rxe, bnxt_re, irdma), without permission, or for a QP gone
+    /// `fill_res_qp_raw_entry`: rxe, irdma), without permission, or for a QP gone
     /// meanwhile (`ENOENT`).
     pub fn qp_raw(&mut self, dev_index: u32, lqpn: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
         let what = format!("RDMA_NLDEV_CMD_RES_QP_GET_RAW of QP {lqpn} of device {dev_index}");

@@ -904,7 +904,7 @@ const HEAD_FIELDS: &[Doc] = &[
     (
         "host_qps.raw_context.unsupported",
         Ty::Obj,
-        "devices without a raw QP context: device -> reason (rxe, bnxt_re, irdma; or no CAP_NET_ADMIN)",
+        "devices without a raw QP context decoded here: device -> reason (rxe, irdma: none; bnxt_re, hns: another layout; or no CAP_NET_ADMIN)",
     ),
     ("host_qps.raw_context.unsupported.{device}", Ty::Str, "why"),
     (
