@@ -114,7 +114,8 @@ impl Default for Procfs {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Process {
     pub comm: Option<String>,
-    pub workload: Option<Workload>,
+    /// Shared by every QP of the process (one allocation per process and read).
+    pub workload: Option<std::sync::Arc<Workload>>,
 }
 
 impl Procfs {
@@ -131,7 +132,8 @@ impl Procfs {
         };
         let workload = sysfs::read_small(&dir.join("cgroup"))
             .ok()
-            .and_then(|t| cgroup::parse(&t));
+            .and_then(|t| cgroup::parse(&t))
+            .map(std::sync::Arc::new);
         Process { comm, workload }
     }
 }
@@ -157,7 +159,7 @@ pub struct QpRow {
     pub comm: Option<String>,
     /// True for QPs of the kernel (ULPs, the GSI QP).
     pub kernel: bool,
-    pub workload: Option<Workload>,
+    pub workload: Option<std::sync::Arc<Workload>>,
     /// rdma_cm endpoints, when the QP was created through rdma_cm.
     pub src: Option<SocketAddr>,
     pub dst: Option<SocketAddr>,
@@ -287,7 +289,7 @@ pub fn read(
         time_ns: now_ns(),
         ..Inventory::default()
     };
-    let mut seen: HashMap<QpKey, usize> = HashMap::new();
+    let mut seen: HashMap<QpKey, usize, foldhash::fast::RandomState> = HashMap::default();
     let mut procs: HashMap<u32, Process> = HashMap::new();
     for d in src.devices()? {
         let mut dr = DeviceRead {

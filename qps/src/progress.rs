@@ -12,8 +12,6 @@
 //! A QP number re-used by a new QP (another creator, or a QP back in RESET or INIT) is a new
 //! incarnation: no delta is taken across it.
 
-use std::collections::HashMap;
-
 use nic::rdma::resources::qp_state;
 use serde::{Deserialize, Serialize};
 
@@ -49,15 +47,32 @@ pub enum Fate {
     Gone { row: QpRow },
 }
 
-/// Progress of every QP present in both reads, and the fates.
+/// The rows of `inv` in key order, by reference: the inventory's own order when it is sorted
+/// (as [`crate::read`] leaves it), else sorted here.
+pub(crate) fn by_key(inv: &Inventory) -> Vec<&QpRow> {
+    let mut v: Vec<&QpRow> = inv.qps.iter().collect();
+    if !v.is_sorted_by_key(|r| r.key()) {
+        v.sort_by_key(|r| r.key());
+    }
+    v
+}
+
+pub(crate) fn find<'a>(sorted: &[&'a QpRow], key: QpKey) -> Option<&'a QpRow> {
+    sorted
+        .binary_search_by_key(&key, |r| r.key())
+        .ok()
+        .map(|i| sorted[i])
+}
+
+/// Progress of every QP present in both reads, and the fates. The reads are matched by key in
+/// key order (binary search over the sorted rows: no per-read hash tables at 100,000 QPs).
 pub fn compare(before: &Inventory, now: &Inventory) -> (Vec<Progress>, Vec<Fate>) {
-    let prev: HashMap<QpKey, &QpRow> = before.qps.iter().map(|r| (r.key(), r)).collect();
+    let prev = by_key(before);
+    let cur = by_key(now);
     let mut progress = Vec::with_capacity(now.qps.len());
     let mut fates = Vec::new();
-    let mut present = std::collections::HashSet::with_capacity(now.qps.len());
     for r in &now.qps {
-        present.insert(r.key());
-        let Some(p) = prev.get(&r.key()).filter(|p| same_incarnation(p, r)) else {
+        let Some(p) = find(&prev, r.key()).filter(|p| same_incarnation(p, r)) else {
             fates.push(Fate::Appeared { row: r.clone() });
             if is_error(r.state_code) {
                 fates.push(Fate::Error {
@@ -87,7 +102,7 @@ pub fn compare(before: &Inventory, now: &Inventory) -> (Vec<Progress>, Vec<Fate>
         }
     }
     for p in &before.qps {
-        if !present.contains(&p.key()) {
+        if find(&cur, p.key()).is_none() {
             fates.push(Fate::Gone { row: p.clone() });
         }
     }

@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 use crate::inventory::{Inventory, QpKey, QpRow, QpSource, SetUp, SetUpSource};
 use crate::mlx5::{self, Listed};
 
+type FastHash = foldhash::fast::RandomState;
+
 /// Raw reads per interval, at most.
 pub const MAX_RAW_PER_READ: usize = 256;
 
@@ -65,8 +67,8 @@ struct Known {
 /// Raw reads over a run.
 #[derive(Debug, Default)]
 pub struct RawReader {
-    known: HashMap<QpKey, Known>,
-    waits: HashMap<QpKey, AckWait>,
+    known: HashMap<QpKey, Known, FastHash>,
+    waits: HashMap<QpKey, AckWait, FastHash>,
     unsupported: BTreeMap<u32, (String, String)>,
     reads: u64,
     setups: u64,
@@ -94,10 +96,8 @@ impl RawReader {
     /// probe did not see, and the acknowledgement state of RC QPs whose send PSN stood still
     /// since `prev`.
     pub fn apply(&mut self, src: &mut dyn QpSource, inv: &mut Inventory, prev: &Inventory) {
-        let before: HashMap<QpKey, Option<u32>> =
-            prev.qps.iter().map(|r| (r.key(), r.sq_psn)).collect();
+        let before = crate::progress::by_key(prev);
         let now_ns = inv.time_ns;
-        let mut seen = std::collections::HashSet::with_capacity(inv.qps.len());
         // What each QP needs, in order of urgency: set-ups, QPs already waiting, then the
         // other QPs whose send PSN stood still, in turns from one read to the next.
         let (mut setups, mut waiting_again, mut still_others) =
@@ -105,7 +105,6 @@ impl RawReader {
         let mut still_of = vec![false; inv.qps.len()];
         for (i, r) in inv.qps.iter_mut().enumerate() {
             let key = r.key();
-            seen.insert(key);
             // A QP number re-used (another creator, another peer) is another QP.
             if let Some(k) = self.known.get(&key)
                 && (k.pid != r.pid || k.rqpn != r.rqpn)
@@ -120,9 +119,8 @@ impl RawReader {
             }
             let still = r.qp_type == "RC"
                 && r.state_code == Some(qp_state::RTS)
-                && before
-                    .get(&key)
-                    .is_some_and(|b| b.is_some() && *b == r.sq_psn);
+                && crate::progress::find(&before, key)
+                    .is_some_and(|b| b.sq_psn.is_some() && b.sq_psn == r.sq_psn);
             if !still {
                 self.waits.remove(&key);
             }
@@ -181,8 +179,11 @@ impl RawReader {
             .filter_map(|r| self.waits.get(&r.key()).copied())
             .collect();
         waiting.sort_by_key(|w| (w.dev_index, w.lqpn));
-        self.known.retain(|k, _| seen.contains(k));
-        self.waits.retain(|k, _| seen.contains(k));
+        let now = crate::progress::by_key(inv);
+        self.known
+            .retain(|k, _| crate::progress::find(&now, *k).is_some());
+        self.waits
+            .retain(|k, _| crate::progress::find(&now, *k).is_some());
         inv.raw = Some(RawRead {
             waiting,
             reads: self.reads,

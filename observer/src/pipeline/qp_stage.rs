@@ -36,7 +36,7 @@ pub struct HostQpState {
     /// The last read's QPs by marking verdict.
     pub marking: BTreeMap<&'static str, u64>,
     /// Each QP's last marking verdict (a `qp_marking` alert when it becomes off the policy).
-    verdicts: std::collections::HashMap<(u32, u32), Verdict>,
+    verdicts: std::collections::HashMap<(u32, u32), Verdict, crate::sources::datapath::FastHash>,
     /// The QoS configuration of each RDMA device's port, from the NIC source's last sample of
     /// the interface bound to it: (device, port) -> DCB. Ports of interfaces the NIC source
     /// does not read are absent: their QPs' priority stays unknown.
@@ -210,8 +210,12 @@ pub fn qps_batch(
         .enumerate()
         .map(|(i, r)| progress.get(i).filter(|p| (p.dev_index, p.lqpn) == r.key()))
         .collect();
-    let strs = |f: &dyn Fn(&QpRow) -> Option<String>| -> ArrayRef {
-        Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
+    // Columns of borrowed strings are built straight from the rows (no String per cell).
+    let strs = |f: &dyn for<'a> Fn(&'a QpRow) -> Option<&'a str>| -> ArrayRef {
+        Arc::new(rows.iter().map(f).collect::<StringArray>())
+    };
+    let owned = |f: &dyn Fn(&QpRow) -> Option<String>| -> ArrayRef {
+        Arc::new(rows.iter().map(f).collect::<StringArray>())
     };
     let ints = |f: &dyn Fn(&QpRow) -> Option<i64>| -> ArrayRef {
         Arc::new(Int64Array::from(rows.iter().map(f).collect::<Vec<_>>()))
@@ -226,40 +230,40 @@ pub fn qps_batch(
                 .collect::<Vec<_>>(),
         ))
     };
-    let workload = |f: &dyn Fn(&qps::cgroup::Workload) -> Option<String>| -> ArrayRef {
-        strs(&|r| r.workload.as_ref().and_then(f))
+    let workload = |f: &dyn for<'a> Fn(&'a qps::cgroup::Workload) -> Option<&'a str>| -> ArrayRef {
+        strs(&|r| r.workload.as_deref().and_then(f))
     };
     let cols: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![host; n])),
         Arc::new(StringArray::from(vec![source; n])),
         ts(start_ns),
         ts(inv.time_ns),
-        strs(&|r| Some(r.dev.clone())),
+        strs(&|r| Some(r.dev.as_str())),
         ints(&|r| r.port.map(i64::from)),
         ints(&|r| Some(i64::from(r.lqpn))),
         ints(&|r| r.rqpn.map(i64::from)),
-        strs(&|r| Some(r.qp_type.clone())),
-        strs(&|r| Some(r.state.clone())),
+        strs(&|r| Some(r.qp_type.as_str())),
+        strs(&|r| Some(r.state.as_str())),
         ints(&|r| r.sq_psn.map(i64::from)),
         ints(&|r| r.rq_psn.map(i64::from)),
         progress_col(&|p| p.sent),
         progress_col(&|p| p.received),
         ints(&|r| r.pid.map(i64::from)),
-        strs(&|r| r.comm.clone()),
+        strs(&|r| r.comm.as_deref()),
         Arc::new(BooleanArray::from(
             rows.iter().map(|r| r.kernel).collect::<Vec<_>>(),
         )),
-        workload(&|w| Some(w.cgroup.clone())),
-        workload(&|w| w.container_id.clone()),
-        workload(&|w| w.pod_uid.clone()),
-        strs(&|r| r.src.map(|a| a.to_string())),
-        strs(&|r| r.dst.map(|a| a.to_string())),
+        workload(&|w| Some(w.cgroup.as_str())),
+        workload(&|w| w.container_id.as_deref()),
+        workload(&|w| w.pod_uid.as_deref()),
+        owned(&|r| r.src.map(|a| a.to_string())),
+        owned(&|r| r.dst.map(|a| a.to_string())),
         ints(&|r| r.setup.map(|s| i64::from(s.traffic_class))),
         ints(&|r| r.setup.map(|s| i64::from(s.traffic_class >> 2))),
         ints(&|r| r.setup.map(|s| i64::from(s.traffic_class & 3))),
         ints(&|r| r.setup.map(|s| i64::from(s.sl))),
-        strs(&|r| r.setup.map(|s| s.dgid_ip().to_string())),
-        strs(&|r| r.setup.map(|s| s.source.as_str().to_string())),
+        owned(&|r| r.setup.map(|s| s.dgid_ip().to_string())),
+        strs(&|r| r.setup.map(|s| s.source.as_str())),
         Arc::new(Int64Array::from(
             (0..n)
                 .map(|i| checks.get(i).and_then(|c| c.priority).map(i64::from))
@@ -326,11 +330,17 @@ impl Collector {
         st.qps = inv.qps.len() as u64;
         st.by_state.clear();
         for r in &inv.qps {
-            *st.by_state
-                .entry(r.dev.clone())
-                .or_default()
-                .entry(r.state.clone())
-                .or_default() += 1;
+            // Looked up by reference: a key is allocated once per device and state, not per QP.
+            let dev = match st.by_state.get_mut(r.dev.as_str()) {
+                Some(m) => m,
+                None => st.by_state.entry(r.dev.clone()).or_default(),
+            };
+            match dev.get_mut(r.state.as_str()) {
+                Some(c) => *c += 1,
+                None => {
+                    dev.insert(r.state.clone(), 1);
+                }
+            }
         }
         st.excluded_duplicates += inv.excluded.duplicates;
         st.excluded_over_limit += inv.excluded.over_limit;
@@ -459,17 +469,25 @@ impl Collector {
             .nic_policy
             .clone()
             .unwrap_or_else(|| nic::command::check_policy(&self.cfg.policy).0);
+        // One port QoS per (device, port) of the read, not one copy per QP.
+        let mut qos_of: std::collections::HashMap<(&str, Option<u32>), PortQos> =
+            std::collections::HashMap::new();
         let checks: Vec<MarkingCheck> = inv
             .qps
             .iter()
             .map(|r| {
-                let qos = self.host_qps.qos_of(&r.dev, r.port);
-                verdict::check(r.setup.map(|s| s.marking()), &policy, &qos)
+                let qos = qos_of
+                    .entry((r.dev.as_str(), r.port))
+                    .or_insert_with(|| self.host_qps.qos_of(&r.dev, r.port));
+                verdict::check(r.setup.map(|s| s.marking()), &policy, qos)
             })
             .collect();
         let st = &mut self.host_qps;
         st.marking.clear();
-        let mut seen = std::collections::HashMap::with_capacity(inv.qps.len());
+        let mut seen = std::collections::HashMap::with_capacity_and_hasher(
+            inv.qps.len(),
+            crate::sources::datapath::FastHash::default(),
+        );
         for (r, c) in inv.qps.iter().zip(&checks) {
             *st.marking.entry(c.verdict.as_str()).or_default() += 1;
             let before = st.verdicts.get(&r.key()).copied();

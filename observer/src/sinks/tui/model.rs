@@ -654,10 +654,10 @@ mod tests {
             sq_psn: Some(sq),
             pid: Some(4242),
             comm: Some("python3".into()),
-            workload: Some(qps::cgroup::Workload {
+            workload: Some(std::sync::Arc::new(qps::cgroup::Workload {
                 pod_uid: Some("0f1e2d3c-aaaa-bbbb-cccc-111122223333".into()),
                 ..Default::default()
-            }),
+            })),
             setup: Some(qps::SetUp {
                 traffic_class: tc,
                 ..qps::SetUp::default()

@@ -209,7 +209,7 @@ pub struct QpProbe {
     ring: RingBuf<MapData>,
     point: AttachPoint,
     offsets: QpSetupOffsets,
-    table: HashMap<QpSetupKey, QpSetupRecord>,
+    table: HashMap<QpSetupKey, QpSetupRecord, crate::sources::datapath::FastHash>,
     failed: u64,
 }
 
@@ -262,7 +262,7 @@ impl QpProbe {
             ring,
             point,
             offsets,
-            table: HashMap::new(),
+            table: HashMap::default(),
             failed: 0,
         })
     }
@@ -309,7 +309,7 @@ impl QpProbe {
     }
 
     /// Every QP seen through the ring buffer, with its merged state.
-    pub fn table(&self) -> &HashMap<QpSetupKey, QpSetupRecord> {
+    pub fn table(&self) -> &HashMap<QpSetupKey, QpSetupRecord, crate::sources::datapath::FastHash> {
         &self.table
     }
 
