@@ -485,6 +485,42 @@ impl RdmaSysfs {
     }
 
     /// rdma_cm default RoCE ToS (configfs). Absent unless the `<dev>` group was created.
+    /// mlx5's device traffic-class override (`/sys/class/infiniband/DEV/tc/PORT/traffic_class`,
+    /// MLNX_OFED's mlx5_ib): `Some(tclass)` when a global one is set (`Global tclass=N`, its
+    /// first line; per-destination rules on further lines are not read), `None` when the file is
+    /// empty (no override); unavailable where the driver has no such file (upstream kernels,
+    /// other drivers). The driver applies it at every kernel modify-QP, over what the QP asked.
+    pub fn traffic_class_override(
+        &self,
+        dev: &str,
+        port: u32,
+    ) -> Result<Reading<Option<u8>>, RdmaError> {
+        let d = component(dev).ok_or_else(|| RdmaError::BadName(dev.into()))?;
+        let p = under(&self.root, "sys/class/infiniband")
+            .join(d)
+            .join("tc")
+            .join(port.to_string())
+            .join("traffic_class");
+        let text = match sysfs::read_small(&p) {
+            Ok(t) => t,
+            Err(e) => return Ok(Reading::Unavailable(sysfs::io_unavailable(&e, &p))),
+        };
+        let Some(first) = text.lines().next().map(str::trim) else {
+            return Ok(Reading::Read(None));
+        };
+        let Some(v) = first.strip_prefix("Global tclass=") else {
+            // Only per-destination rules, or nothing: no global override.
+            return Ok(Reading::Read(None));
+        };
+        match v.trim().parse::<u8>() {
+            Ok(t) => Ok(Reading::Read(Some(t))),
+            Err(_) => Ok(Reading::unavailable(
+                UnavailableReason::NotSupported,
+                format!("{}: {first:?} is not a traffic class", p.display()),
+            )),
+        }
+    }
+
     pub fn default_roce_tos(&self, dev: &str, port: u32) -> Result<Reading<u8>, RdmaError> {
         let p = self.cma_file(dev, port, "default_roce_tos")?;
         Ok(match sysfs::read_u64_setting(&p) {
@@ -648,6 +684,33 @@ mod tests {
         fs::write(cma.join("default_roce_tos"), "106\n").unwrap();
         fs::write(cma.join("default_roce_mode"), "RoCE v2\n").unwrap();
         root
+    }
+
+    #[test]
+    fn traffic_class_override_of_mlx5() {
+        let root = std::env::temp_dir().join(format!("ro-tc-{}", std::process::id()));
+        let tc = |dev: &str, text: Option<&str>| {
+            let d = root.join(format!("sys/class/infiniband/{dev}/tc/1"));
+            fs::create_dir_all(&d).unwrap();
+            if let Some(t) = text {
+                fs::write(d.join("traffic_class"), t).unwrap();
+            }
+        };
+        tc("mlx5_0", Some("Global tclass=106\n"));
+        tc("mlx5_1", Some(""));
+        tc("mlx5_2", Some("tclass=96,dst_ip=10.0.0.0/8\n"));
+        tc("mlx5_3", Some("Global tclass=x\n"));
+        let s = RdmaSysfs::new(&root);
+        let v = |d: &str| s.traffic_class_override(d, 1).unwrap();
+        assert_eq!(v("mlx5_0"), Reading::Read(Some(106)));
+        assert_eq!(v("mlx5_1"), Reading::Read(None));
+        assert_eq!(v("mlx5_2"), Reading::Read(None));
+        assert!(
+            matches!(v("mlx5_3"), Reading::Unavailable(u) if u.detail.contains("not a traffic class"))
+        );
+        assert!(matches!(v("rxe0"), Reading::Unavailable(_)));
+        assert!(s.traffic_class_override("../x", 1).is_err());
+        let _ = fs::remove_dir_all(&root);
     }
 
     #[test]

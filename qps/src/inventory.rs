@@ -32,6 +32,10 @@ pub trait QpSource {
     fn driver(&mut self, _dev: &str) -> Option<String> {
         None
     }
+    /// A port's device traffic-class override (mlx5), when one is set.
+    fn tc_override(&mut self, _dev: &str, _port: u32) -> Option<u8> {
+        None
+    }
     /// The driver's raw context of one QP (mlx5); unavailable by default.
     fn qp_raw(&mut self, _dev: u32, _lqpn: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
         Ok(Reading::Unavailable(crate::counters::not_supported(
@@ -81,6 +85,19 @@ impl QpSource for RdmaNetlink {
     }
     fn qp_raw(&mut self, dev: u32, lqpn: u32) -> Result<Reading<Vec<u8>>, RdmaError> {
         RdmaNetlink::qp_raw(self, dev, lqpn)
+    }
+    fn tc_override(&mut self, dev: &str, port: u32) -> Option<u8> {
+        match nic::rdma::RdmaSysfs::new("/").traffic_class_override(dev, port) {
+            Ok(Reading::Read(t)) => t,
+            Ok(Reading::Unavailable(u)) => {
+                tracing::trace!(device = dev, port, reason = %u, "no traffic-class override file");
+                None
+            }
+            Err(e) => {
+                tracing::debug!(device = dev, port, error = %contract::error::chain(&e), "traffic-class override unreadable");
+                None
+            }
+        }
     }
     fn counter_mode(&mut self, dev: u32, port: u32) -> Result<Reading<CounterMode>, RdmaError> {
         self.qp_counter_mode(dev, port)
@@ -188,6 +205,48 @@ pub struct SetUp {
     pub source: SetUpSource,
 }
 
+/// A port's device traffic-class override: the driver sends this traffic class for every QP
+/// set up through the kernel's modify-QP, whatever the QP asked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcOverride {
+    pub dev: String,
+    pub port: u32,
+    pub traffic_class: u8,
+}
+
+impl Inventory {
+    /// The override of a device's port, if set.
+    pub fn tc_override_of(&self, dev: &str, port: Option<u32>) -> Option<u8> {
+        let port = port?;
+        self.tc_override
+            .iter()
+            .find(|o| o.dev == dev && o.port == port)
+            .map(|o| o.traffic_class)
+    }
+
+    /// Reads the traffic-class override of every (device, port) its QPs are on.
+    pub fn read_tc_overrides(&mut self, src: &mut dyn QpSource) {
+        let mut ports: Vec<(&str, u32)> = self
+            .qps
+            .iter()
+            .filter_map(|r| Some((r.dev.as_str(), r.port?)))
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        let found: Vec<TcOverride> = ports
+            .into_iter()
+            .filter_map(|(dev, port)| {
+                src.tc_override(dev, port).map(|t| TcOverride {
+                    dev: dev.to_string(),
+                    port,
+                    traffic_class: t,
+                })
+            })
+            .collect();
+        self.tc_override = found;
+    }
+}
+
 /// Where a QP's set-up was seen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -264,6 +323,9 @@ pub struct Inventory {
     /// Per-QP-group counters of the interval, when counter binding is on (`--qp-counters`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<crate::counters::CounterRead>,
+    /// The ports' device traffic-class overrides (mlx5 `tc/PORT/traffic_class`), where set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tc_override: Vec<TcOverride>,
     /// Raw QP contexts read this interval (set-ups, acknowledgement waits), when tried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<crate::raw::RawRead>,

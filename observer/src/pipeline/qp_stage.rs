@@ -50,6 +50,8 @@ pub struct HostQpState {
     /// stall), and how many over the run.
     stalled: std::collections::HashMap<(u32, u32), u64>,
     pub stalls: u64,
+    /// The last read's device traffic-class overrides: `DEV/PORT` -> traffic class.
+    pub tc_override: BTreeMap<String, u8>,
 }
 
 /// A counter group: (device, port, counter id).
@@ -182,6 +184,7 @@ impl HostQpState {
             "marking": self.marking,
             "counters": self.counters.as_ref().map_or(Value::Null, CounterRun::json),
             "stalls": self.stalls,
+            "tc_override": self.tc_override,
             "raw_context": self.raw.as_ref().map_or(Value::Null, |r| json!({
                 "reads": r.reads,
                 "setups": r.setups,
@@ -322,6 +325,11 @@ impl Collector {
         if let Some(c) = &inv.counters {
             st.counters.get_or_insert_with(CounterRun::default).add(c);
         }
+        st.tc_override = inv
+            .tc_override
+            .iter()
+            .map(|o| (format!("{}/{}", o.dev, o.port), o.traffic_class))
+            .collect();
         if let Some(r) = &inv.raw {
             let mut keep = r.clone();
             keep.waiting.clear();
@@ -479,7 +487,31 @@ impl Collector {
                 let qos = qos_of
                     .entry((r.dev.as_str(), r.port))
                     .or_insert_with(|| self.host_qps.qos_of(&r.dev, r.port));
-                verdict::check(r.setup.map(|s| s.marking()), &policy, qos)
+                // The device's traffic-class override replaces what a QP set up through the
+                // kernel asked for (the probe's record); mlx5's raw context already holds what
+                // the device applied.
+                let over = inv
+                    .tc_override_of(&r.dev, r.port)
+                    .filter(|_| r.setup.is_some_and(|s| s.source == qps::SetUpSource::Probe));
+                let marking = r.setup.map(|s| {
+                    let mut m = s.marking();
+                    if let Some(t) = over {
+                        m.traffic_class = t;
+                    }
+                    m
+                });
+                let mut c = verdict::check(marking, &policy, qos);
+                if let (Some(t), Some(s)) = (over, r.setup)
+                    && t != s.traffic_class
+                {
+                    c.reason = format!(
+                        "{} (the device's override tc/{}/traffic_class = {t} replaces the traffic class {} the QP asked for)",
+                        c.reason,
+                        r.port.unwrap_or(0),
+                        s.traffic_class
+                    );
+                }
+                c
             })
             .collect();
         let st = &mut self.host_qps;

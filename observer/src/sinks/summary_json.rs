@@ -877,6 +877,16 @@ const HEAD_FIELDS: &[Doc] = &[
         "`qp_stalled` stalls over the run (an RC QP with unacknowledged packets and no progress for `qp_stall_s`; [qps.md](qps.md#stalls))",
     ),
     (
+        "host_qps.tc_override",
+        Ty::Obj,
+        "the last read's device traffic-class overrides (mlx5 `tc/PORT/traffic_class`, set on the device): `DEV/PORT` -> the traffic class the device sends for every QP set up through the kernel ([qps.md](qps.md#marking))",
+    ),
+    (
+        "host_qps.tc_override.{port}",
+        Ty::Int,
+        "one port's override",
+    ),
+    (
         "host_qps.raw_context",
         Ty::OptObj,
         "the drivers' raw QP contexts (mlx5), read for set-ups the probe did not see and for stalls; [qps.md](qps.md#raw-qp-context)",

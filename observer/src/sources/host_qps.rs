@@ -117,6 +117,7 @@ impl QpFeed {
             }
         }
         self.raw.apply(&mut *self.source, &mut inv, &self.prev);
+        inv.read_tc_overrides(&mut *self.source);
         if let Some(b) = &mut self.counters {
             inv.counters = Some(b.read_all(&mut *self.source, &self.proc));
         }

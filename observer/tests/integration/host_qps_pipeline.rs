@@ -678,3 +678,71 @@ fn raw_qp_context_gives_set_ups_and_stalls() {
     let check = summary_json::check(&written);
     assert!(check.problems.is_empty(), "{:?}", check.problems);
 }
+
+/// The device's traffic-class override (mlx5 `tc/1/traffic_class = 0`) replaces what a QP set
+/// up through the kernel asked for: the probe saw 106, the device sends 0, `off_policy` with the
+/// override named; a QP whose set-up comes from the raw context (what the device applied) is
+/// judged on it as it is; summary.json lists the override.
+#[test]
+fn the_device_traffic_class_override_decides_the_marking() {
+    let tmp = TempDir::new("host-qps-tc-override");
+    let out = tmp.path().join("out");
+    let mut cfg = CollectorConfig::new(
+        out.clone(),
+        "h",
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    );
+    cfg.policy.thresholds.hold_down_ns = 1;
+    let mut col = Collector::new(cfg).unwrap();
+    col.quiet_stderr();
+    let row = |lqpn: u32, source: qps::SetUpSource| qps::QpRow {
+        dev: "mlx5_0".into(),
+        dev_index: 3,
+        port: Some(1),
+        lqpn,
+        qp_type: "RC".into(),
+        state: "RTS".into(),
+        pid: Some(77),
+        comm: Some("train.py".into()),
+        setup: Some(qps::SetUp {
+            traffic_class: 106,
+            source,
+            ..qps::SetUp::default()
+        }),
+        ..qps::QpRow::default()
+    };
+    let inv = qps::Inventory {
+        time_ns: 1_795_000_000_000_000_000,
+        qps: vec![
+            row(0x40, qps::SetUpSource::Probe),
+            row(0x41, qps::SetUpSource::Mlx5Qpc),
+        ],
+        tc_override: vec![qps::inventory::TcOverride {
+            dev: "mlx5_0".into(),
+            port: 1,
+            traffic_class: 0,
+        }],
+        ..qps::Inventory::default()
+    };
+    let (p, f) = qps::compare(&qps::Inventory::default(), &inv);
+    col.on_qps(inv.time_ns - 1_000_000_000, &inv, &p, &f)
+        .unwrap();
+    let summary = col.finish().unwrap();
+    let marking: Vec<Value> = alerts_jsonl(&out)
+        .into_iter()
+        .filter(|a| a["rule"] == "qp_marking")
+        .collect();
+    assert_eq!(marking.len(), 1, "{marking:?}");
+    assert_eq!(marking[0]["qp"], 0x40);
+    let obs = marking[0]["observed"].as_str().unwrap();
+    assert!(
+        obs.contains("override tc/1/traffic_class = 0 replaces the traffic class 106"),
+        "{obs}"
+    );
+    assert_eq!(summary["host_qps"]["tc_override"]["mlx5_0/1"], 0);
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let check = summary_json::check(&written);
+    assert!(check.problems.is_empty(), "{:?}", check.problems);
+}
