@@ -104,8 +104,9 @@ enum Cmd {
         slack: f64,
     },
     /// Did the marking (DSCP, PCP, ECN) survive every point between sender and receiver? The
-    /// trees of several hosts, mirror ports or captures, compared QP key by QP key; exit 1 when
-    /// a marking changed against the policy, 2 on errors.
+    /// trees of several hosts, mirror ports or captures, compared QP key by QP key, and with the
+    /// host QPs of live trees (`qps`) what each key's sending QP asked for; exit 1 when a marking
+    /// changed against the policy, 2 on errors.
     Path {
         /// Output directories (`--out` of roce-observe or roce-observe replay), in the order
         /// that breaks ties between points.
@@ -445,8 +446,9 @@ fn print_rows(batches: &[arrow::array::RecordBatch], format: &str) -> anyhow::Re
     Ok(())
 }
 
-/// `path`: exit 1 when a marking changed against the policy, 2 when a tree cannot be read
-/// (so that 1 means only that).
+/// `path`: exit 1 when a marking changed against the policy (along a path, or between a host
+/// QP's request and the key's first point), 2 when a tree cannot be read (so that 1 means only
+/// that).
 fn path(
     dirs: &[PathBuf],
     filters: &Filters,
@@ -475,7 +477,7 @@ fn path(
     } else {
         print!("{}", analysis::path::render(&r));
     }
-    if r.totals.violations > 0 {
+    if r.fails() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -6,6 +6,11 @@
 //! with rows: the time range of every key at every point, then the sums of the rows inside
 //! the range all points cover, then (only when needed) those sums again over the range narrowed
 //! to where every point's compared rows lie.
+//!
+//! When the trees hold the host's QPs (the `qps` table), each key is also joined to the host QPs
+//! that send it, and what they asked for (their traffic class) is compared with the key's first
+//! point (docs/analysis.md#requested-at-the-host): one more query over the keys and the QPs (the
+//! join), and for keys at one point that a QP sends their sums over all their rows (two more).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -157,6 +162,9 @@ const SCAN_SQL: &str = include_str!("../sql/path/scan.sql");
 const RANGES_SQL: &str = include_str!("../sql/path/ranges.sql");
 const COUNTS_SQL: &str = include_str!("../sql/path/counts.sql");
 const HISTS_SQL: &str = include_str!("../sql/path/hists.sql");
+const SENT_SQL: &str = include_str!("../sql/path/sent.sql");
+const REQUESTED_SQL: &str = include_str!("../sql/path/requested.sql");
+const REQUESTED_RANGES_SQL: &str = include_str!("../sql/path/requested_ranges.sql");
 
 fn s(r: &Row, k: &str) -> String {
     crate::report::col_str(r, k).unwrap_or_default().to_string()
@@ -244,11 +252,17 @@ type Tallies = BTreeMap<Key, BTreeMap<usize, Tally>>;
 /// The second pass ([`COUNTS_SQL`], [`HISTS_SQL`]): each compared key's range ([`RANGES_SQL`])
 /// and, per point, the sums over its rows inside it and the rows left out.
 fn tally(eng: &Engine, scan: &Scan) -> Result<(Ranges, Tallies), EngineError> {
-    let mut prm = BTreeMap::new();
-    prm.insert(
-        "ranges",
+    tally_over(
+        eng,
+        scan,
         engine::render("ranges", RANGES_SQL, &BTreeMap::new())?,
-    );
+    )
+}
+
+/// [`tally`] over the keys and ranges of `ranges`: a CTE `ranges (src, dst, qp, lo, hi, tol)`.
+fn tally_over(eng: &Engine, scan: &Scan, ranges: String) -> Result<(Ranges, Tallies), EngineError> {
+    let mut prm = BTreeMap::new();
+    prm.insert("ranges", ranges);
     let point = |r: &Row| -> Result<usize, EngineError> {
         scan.index.get(&point_of(r)).copied().ok_or_else(|| {
             EngineError::Changed(format!(
@@ -299,6 +313,224 @@ fn tally(eng: &Engine, scan: &Scan) -> Result<(Ranges, Tallies), EngineError> {
     Ok((ranges, out))
 }
 
+/// A host QP that sends a key ([`REQUESTED_SQL`]): its set-up as its latest `qps` rows with
+/// one give it, and who owns it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Asked {
+    host: String,
+    device: String,
+    lqpn: i64,
+    traffic_class: i64,
+    sl: Option<i64>,
+    setup_source: Option<String>,
+    pid: Option<i64>,
+    comm: Option<String>,
+    pod_uid: Option<String>,
+    container_id: Option<String>,
+    seen_us: i64,
+}
+
+/// The host QPs that send each key ([`REQUESTED_SQL`]), in a stable order; none (and no query)
+/// when the trees have no `qps` file.
+fn asked(eng: &Engine) -> Result<BTreeMap<Key, Vec<Asked>>, EngineError> {
+    let mut out: BTreeMap<Key, Vec<Asked>> = BTreeMap::new();
+    if eng.files.get("qps").is_none_or(Vec::is_empty) {
+        return Ok(out);
+    }
+    let mut prm = BTreeMap::new();
+    prm.insert("sent", engine::render("sent", SENT_SQL, &BTreeMap::new())?);
+    for b in eng.run(&engine::render("requested", REQUESTED_SQL, &prm)?)? {
+        for r in report::rows(std::slice::from_ref(&b)) {
+            let opt = |k: &str| crate::report::col_str(&r, k).map(String::from);
+            out.entry(key_of(&r)).or_default().push(Asked {
+                host: s(&r, "host"),
+                device: s(&r, "device"),
+                lqpn: i(&r, "lqpn"),
+                traffic_class: i(&r, "traffic_class").clamp(0, 255),
+                sl: crate::report::col_int(&r, "sl"),
+                setup_source: opt("setup_source"),
+                pid: crate::report::col_int(&r, "pid"),
+                comm: opt("comm"),
+                pod_uid: opt("pod_uid"),
+                container_id: opt("container_id"),
+                seen_us: i(&r, "seen_us"),
+            });
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+        v.dedup();
+    }
+    Ok(out)
+}
+
+/// The sums of the keys at one point that a host QP sends, over all their rows
+/// ([`REQUESTED_RANGES_SQL`]): what their requests are compared with. No query when no such key.
+fn alone(
+    eng: &Engine,
+    scan: &Scan,
+    asked: &BTreeMap<Key, Vec<Asked>>,
+) -> Result<Tallies, EngineError> {
+    let one_point = |k: &Key| scan.keys.get(k).is_some_and(|ps| ps.len() == 1);
+    if !asked.keys().any(one_point) {
+        return Ok(Tallies::new());
+    }
+    let mut prm = BTreeMap::new();
+    prm.insert("sent", engine::render("sent", SENT_SQL, &BTreeMap::new())?);
+    let ranges = engine::render("requested_ranges", REQUESTED_RANGES_SQL, &prm)?;
+    Ok(tally_over(eng, scan, ranges)?.1)
+}
+
+/// The data class's index ([`CLASSES`]).
+const DATA: usize = 0;
+
+/// What a host QP asked its packets to carry (its set-up in the `qps` table), compared with the
+/// data packets of the key's first point (docs/analysis.md#requested-at-the-host).
+#[derive(Clone, Debug, Serialize)]
+pub struct Requested {
+    pub host: String,
+    pub device: String,
+    /// The QP's local number (the key's `qp` is its remote one).
+    pub lqpn: i64,
+    pub pid: Option<i64>,
+    pub comm: Option<String>,
+    pub pod_uid: Option<String>,
+    pub container_id: Option<String>,
+    /// The GRH traffic class it was set up with: DSCP << 2 | ECN.
+    pub traffic_class: i64,
+    pub dscp: i16,
+    pub ecn: i16,
+    pub sl: Option<i64>,
+    /// `probe` or `mlx5_qpc` (docs/qps.md).
+    pub setup_source: Option<String>,
+    /// The end of the last interval whose row has this set-up (µs since the epoch).
+    pub seen_us: i64,
+    /// The point compared with: the key's first in path order.
+    pub point: String,
+    /// The data packets there (its compared rows; every row of a key at one point).
+    pub data_pkts: i64,
+    /// The request itself is not what the policy expects of data (its DSCP or ECN).
+    pub off_policy: bool,
+    /// What the policy expects that the request is not (`DSCP 26`), for the text.
+    #[serde(skip)]
+    off_what: Vec<String>,
+    /// The data packets at the point at other values than requested, as hop changes are: from
+    /// the requested value to each other one (ECN: CE in place of a requested ECT is no change).
+    pub changes: Vec<Change>,
+    /// A change to a value the policy does not allow, from a requested value it allows.
+    pub violates: bool,
+    /// The line shown before the key's points.
+    pub line: String,
+}
+
+/// `requested at h1 mlx5_0 QP 0x11 by pid 4242 (python3, pod p): traffic class 106 = DSCP 26
+/// ECN 2, SL 3 (probe)`.
+fn request_line(q: &Requested) -> String {
+    let mut l = format!("requested at {} {} QP {:#x}", q.host, q.device, q.lqpn);
+    let mut about: Vec<String> = Vec::new();
+    let by = match (q.pid, &q.comm) {
+        (Some(p), c) => {
+            about.extend(c.clone());
+            Some(format!("pid {p}"))
+        }
+        (None, Some(c)) => Some(c.clone()),
+        (None, None) => None,
+    };
+    if let Some(p) = &q.pod_uid {
+        about.push(format!("pod {p}"));
+    } else if let Some(c) = &q.container_id {
+        about.push(format!("container {c}"));
+    }
+    match (by, about.is_empty()) {
+        (Some(b), true) => l += &format!(" by {b}"),
+        (Some(b), false) => l += &format!(" by {b} ({})", about.join(", ")),
+        (None, false) => l += &format!(" by {}", about.join(", ")),
+        (None, true) => {}
+    }
+    l += &format!(
+        ": traffic class {} = DSCP {} ECN {}",
+        q.traffic_class, q.dscp, q.ecn
+    );
+    if let Some(sl) = q.sl {
+        l += &format!(", SL {sl}");
+    }
+    if let Some(src) = &q.setup_source {
+        l += &format!(" ({src})");
+    }
+    l
+}
+
+/// The request of `a` compared with the data packets of `point` (the key's first), `t` its sums.
+/// Per field (DSCP, ECN): the packets at other values than requested, as a hop from the request
+/// to the point; CE in place of a requested ECT(0) or ECT(1) is a mark, not a change. A change
+/// fails when the policy allows the requested value and not the point's (the NIC or driver
+/// overrode the marking); a request the policy does not allow fails nothing here (`qp_marking`
+/// judges it).
+fn request(a: &Asked, point: &str, t: &Tally, expect: &Expect) -> Requested {
+    let m = &expect.marking;
+    let tc = a.traffic_class.clamp(0, 255);
+    let (dscp, ecn) = ((tc >> 2) as i16, (tc & 3) as i16);
+    let of = t.count(CLASS_PKTS[DATA]);
+    let mut changes = Vec::new();
+    let mut off_what = Vec::new();
+    for (f, asked) in [(0, dscp), (2, ecn)] {
+        let want = m.want(f, DATA);
+        if !want.allows(asked) {
+            off_what.push(format!("{} {want}", FIELDS[f].1));
+        }
+        if of <= 0 {
+            continue;
+        }
+        let b: Vec<(i16, i64)> = t.hist(f, DATA).into_iter().collect();
+        let a: Vec<(i16, i64)> = if f == 2 && (asked == 1 || asked == 2) {
+            let ce = at(&t.hist(f, DATA), CE).clamp(0, of);
+            [(asked, of - ce), (CE, ce)]
+                .into_iter()
+                .filter(|x| x.1 > 0)
+                .collect()
+        } else {
+            vec![(asked, of)]
+        };
+        for mut change in marking::changes_of(m, f, DATA, &a, &b, of) {
+            change.violates &= want.allows(asked);
+            let shown: Vec<String> = change.from.iter().map(|v| show_value(*v)).collect();
+            let line = format!(
+                "{} {} {} → {} between the request and {point}: {} of {of} packets",
+                CLASSES[DATA],
+                change.field,
+                shown.join(","),
+                show_value(change.to),
+                change.pkts
+            );
+            changes.push(Change { change, line });
+        }
+    }
+    let mut q = Requested {
+        host: a.host.clone(),
+        device: a.device.clone(),
+        lqpn: a.lqpn,
+        pid: a.pid,
+        comm: a.comm.clone(),
+        pod_uid: a.pod_uid.clone(),
+        container_id: a.container_id.clone(),
+        traffic_class: tc,
+        dscp,
+        ecn,
+        sl: a.sl,
+        setup_source: a.setup_source.clone(),
+        seen_us: a.seen_us,
+        point: point.to_string(),
+        data_pkts: of,
+        off_policy: !off_what.is_empty(),
+        off_what,
+        violates: changes.iter().any(|c| c.change.violates),
+        changes,
+        line: String::new(),
+    };
+    q.line = request_line(&q);
+    q
+}
+
 /// One point of a key's path, with its sums over the compared rows.
 #[derive(Clone, Debug, Serialize)]
 pub struct PointAt {
@@ -343,6 +575,10 @@ pub struct KeyPath {
     /// The compared range, µs.
     pub start_us: i64,
     pub end_us: i64,
+    /// The host QPs that send the key, each compared with its first point (none without a
+    /// `qps` table: then left out of the JSON).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requested: Vec<Requested>,
     /// The points in path order (docs/analysis.md#path), each with its compared rows.
     pub points: Vec<PointAt>,
     /// Points with rows of the key, none of them inside the compared range.
@@ -481,6 +717,7 @@ fn key_path(
             .find(|p| p.tally.count("psn_gaps") > 0)
             .map(|p| p.point.clone()),
         spans_differ: spans.len() > 1,
+        requested: Vec::new(),
         not_compared: named(idle),
         points,
         hops,
@@ -520,6 +757,10 @@ pub struct Uncompared {
     #[serde(flatten)]
     pub key: Key,
     pub qp_hex: String,
+    /// Keys at one point: the host QPs that send the key, each compared with that point (as
+    /// [`KeyPath::requested`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requested: Vec<Requested>,
     pub points: Vec<Span>,
 }
 
@@ -535,6 +776,21 @@ pub struct Totals {
     /// Changes whose later value is not the expected one (or, when the data did not decide
     /// which point is upstream, whose earlier value is not).
     pub violations: usize,
+    /// The host QPs' requests joined to keys (none without a `qps` table: then left out).
+    #[serde(flatten)]
+    pub requested: Option<RequestTotals>,
+}
+
+/// Totals of the requests ([`Requested`]) over the compared keys and the keys at one point.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RequestTotals {
+    /// Host QPs' set-ups joined to keys.
+    pub requests: usize,
+    /// Keys with one or more.
+    pub keys_requested: usize,
+    /// Requests whose first point's data packets are against the policy where the request is
+    /// not.
+    pub request_violations: usize,
 }
 
 /// The result of `roce-analyze path`.
@@ -551,6 +807,19 @@ pub struct PathReport {
     pub totals: Totals,
 }
 
+impl PathReport {
+    /// The run fails (exit 1): a change along a path against the policy, or a first point's
+    /// data against the policy where its host QP's request was not.
+    pub fn fails(&self) -> bool {
+        self.totals.violations > 0
+            || self
+                .totals
+                .requested
+                .as_ref()
+                .is_some_and(|r| r.request_violations > 0)
+    }
+}
+
 /// `roce-analyze path`: the trees of `dirs`, compared key by key along their points.
 pub fn path(dirs: &[PathBuf], expect: &Expect) -> Result<PathReport, PathError> {
     let eng = Engine::open(dirs, &Filters::default(), &Options::default())?;
@@ -561,13 +830,76 @@ pub fn path(dirs: &[PathBuf], expect: &Expect) -> Result<PathReport, PathError> 
 pub fn path_on(eng: &Engine, expect: &Expect) -> Result<PathReport, PathError> {
     let scan = scan(eng)?;
     let (ranges, tallies) = tally(eng, &scan)?;
-    Ok(assemble(&eng.dirs, &scan, &ranges, tallies, expect))
+    let asked = asked(eng)?;
+    let alone = alone(eng, &scan, &asked)?;
+    let mut r = assemble(&eng.dirs, &scan, &ranges, tallies, expect);
+    add_requests(&mut r, &scan, &asked, &alone, expect);
+    Ok(r)
+}
+
+/// Each compared key's and each key at one point's requests ([`request`]: compared with its
+/// first point), and their totals (none without requests).
+fn add_requests(
+    r: &mut PathReport,
+    scan: &Scan,
+    asked: &BTreeMap<Key, Vec<Asked>>,
+    alone: &Tallies,
+    expect: &Expect,
+) {
+    if asked.is_empty() {
+        return;
+    }
+    for k in &mut r.keys {
+        let (Some(a), Some(first)) = (asked.get(&k.key), k.points.first()) else {
+            continue;
+        };
+        k.requested = a
+            .iter()
+            .map(|a| request(a, &first.point, &first.tally, expect))
+            .collect();
+    }
+    for u in &mut r.one_point {
+        let (Some(a), Some(&p)) = (
+            asked.get(&u.key),
+            scan.keys.get(&u.key).and_then(|ps| ps.keys().next()),
+        ) else {
+            continue;
+        };
+        let t = alone
+            .get(&u.key)
+            .and_then(|ps| ps.get(&p))
+            .cloned()
+            .unwrap_or_default();
+        u.requested = a
+            .iter()
+            .map(|a| request(a, &scan.points[p].name, &t, expect))
+            .collect();
+    }
+    let all: Vec<&Vec<Requested>> = r
+        .keys
+        .iter()
+        .map(|k| &k.requested)
+        .chain(r.one_point.iter().map(|u| &u.requested))
+        .filter(|q| !q.is_empty())
+        .collect();
+    if !all.is_empty() {
+        r.totals.requested = Some(RequestTotals {
+            requests: all.iter().map(|q| q.len()).sum(),
+            keys_requested: all.len(),
+            request_violations: all
+                .iter()
+                .flat_map(|q| q.iter())
+                .filter(|q| q.violates)
+                .count(),
+        });
+    }
 }
 
 fn uncompared(key: &Key, ps: &BTreeMap<usize, Seen>, scan: &Scan) -> Uncompared {
     Uncompared {
         key: key.clone(),
         qp_hex: qp_hex(key.qp),
+        requested: Vec::new(),
         points: ps
             .iter()
             .map(|(p, s)| Span {
@@ -745,6 +1077,46 @@ fn render_hop(out: &mut String, h: &Hop) {
     }
 }
 
+/// A request and its comparison with the key's first point, indented by `indent`.
+fn render_request(out: &mut String, q: &Requested, indent: &str) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "{indent}{}", q.line);
+    if q.off_policy {
+        let why = if q.off_what.iter().any(|w| w.starts_with(FIELDS[0].1)) {
+            "the qp_marking alert's domain"
+        } else {
+            "as the host asked, not changed on the way"
+        };
+        let _ = writeln!(
+            out,
+            "{indent}  requested off the policy (expected {}): {why}",
+            q.off_what.join(", ")
+        );
+    }
+    if q.data_pkts <= 0 {
+        let _ = writeln!(
+            out,
+            "{indent}  no data packets at {} to compare with",
+            q.point
+        );
+    } else if q.changes.is_empty() {
+        let _ = writeln!(
+            out,
+            "{indent}  ok   data at {} as requested: {} packets",
+            q.point, q.data_pkts
+        );
+    }
+    for c in &q.changes {
+        let _ = writeln!(
+            out,
+            "{indent}  {} {} (expected {})",
+            if c.change.violates { "FAIL" } else { "ok  " },
+            c.line,
+            c.change.expected
+        );
+    }
+}
+
 fn render_key(out: &mut String, k: &KeyPath) {
     use std::fmt::Write;
     let _ = writeln!(
@@ -754,6 +1126,9 @@ fn render_key(out: &mut String, k: &KeyPath) {
         time(k.start_us),
         time(k.end_us)
     );
+    for q in &k.requested {
+        render_request(out, q, "  ");
+    }
     for (i, p) in k.points.iter().enumerate() {
         render_point(out, i, p);
     }
@@ -824,6 +1199,9 @@ fn render_uncompared(out: &mut String, title: &str, keys: &[Uncompared]) {
                 time(s.end_us)
             );
         }
+        for q in &k.requested {
+            render_request(out, q, "    ");
+        }
     }
 }
 
@@ -865,6 +1243,17 @@ pub fn render(r: &PathReport) -> String {
         "total: {} keys, {} packets ({} data; each key counted once, at its first point), {} data packets lost, {} changes, {} against the policy",
         t.keys, t.pkts, t.data_pkts, t.lost_data, t.changes, t.violations
     );
+    if let Some(q) = &t.requested {
+        let _ = writeln!(
+            out,
+            "requested at the hosts: {} host QP set-up{} joined to {} key{}, {} against the policy at the first point",
+            q.requests,
+            if q.requests == 1 { "" } else { "s" },
+            q.keys_requested,
+            if q.keys_requested == 1 { "" } else { "s" },
+            q.request_violations
+        );
+    }
     out
 }
 
@@ -889,5 +1278,105 @@ mod tests {
             qp: 0x12,
         };
         assert_eq!(k.name(), "10.0.0.1 > 10.0.0.2 qp 0x000012");
+    }
+
+    /// A point's data packets: `n` of them, with these DSCP and ECN histograms.
+    fn data(n: i64, dscp: &[(i16, i64)], ecn: &[(i16, i64)]) -> Tally {
+        let mut t = Tally::default();
+        t.counts.insert("data_pkts", n);
+        t.hists.insert("dscp_data", dscp.iter().copied().collect());
+        t.hists.insert("ecn_data", ecn.iter().copied().collect());
+        t
+    }
+
+    fn asked(tc: i64) -> Asked {
+        Asked {
+            host: "h1".into(),
+            device: "mlx5_0".into(),
+            lqpn: 0x2a,
+            traffic_class: tc,
+            sl: None,
+            setup_source: Some("mlx5_qpc".into()),
+            pid: None,
+            comm: Some("ib_core".into()),
+            pod_uid: None,
+            container_id: Some("c0ffee".into()),
+            seen_us: 0,
+        }
+    }
+
+    fn lines(q: &Requested) -> Vec<(String, bool)> {
+        q.changes
+            .iter()
+            .map(|c| (c.line.clone(), c.change.violates))
+            .collect()
+    }
+
+    /// The request against the first point's data: CE in place of the ECT asked for is a mark,
+    /// ECT(1) for ECT(0) a change the policy allows, Not-ECT one it does not; a request off the
+    /// policy fails nothing; without data there is nothing to compare.
+    #[test]
+    fn requests_are_compared_with_the_first_points_data() {
+        let expect = Expect::of(&PolicyConfig::profile("nvidia").unwrap());
+        let p = "h1/eth0/egress";
+        let t = data(100, &[(26, 100)], &[(0, 5), (1, 10), (2, 80), (3, 5)]);
+        let q = request(&asked(106), p, &t, &expect);
+        assert_eq!(
+            lines(&q),
+            [
+                (
+                    format!("data ECN 2 → 1 between the request and {p}: 10 of 100 packets"),
+                    false
+                ),
+                (
+                    format!("data ECN 2 → 0 between the request and {p}: 5 of 100 packets"),
+                    true
+                ),
+            ]
+        );
+        assert!(q.violates && !q.off_policy);
+        assert_eq!(
+            q.line,
+            "requested at h1 mlx5_0 QP 0x2a by ib_core (container c0ffee): traffic class 106 = \
+             DSCP 26 ECN 2 (mlx5_qpc)"
+        );
+        // ECN 0 asked (104): off the policy, the wire's ECT a change it allows, nothing fails
+        let q = request(
+            &asked(104),
+            p,
+            &data(100, &[(26, 100)], &[(2, 100)]),
+            &expect,
+        );
+        assert!(q.off_policy && !q.violates, "{q:?}");
+        assert_eq!(q.off_what, ["ECN ECT"]);
+        assert_eq!(lines(&q).len(), 1);
+        let mut out = String::new();
+        render_request(&mut out, &q, "");
+        assert!(
+            out.contains("requested off the policy (expected ECN ECT): as the host asked"),
+            "{out}"
+        );
+        // DSCP 0 asked, 26 on the wire: toward the policy, ok
+        let q = request(&asked(2), p, &data(100, &[(26, 100)], &[(2, 100)]), &expect);
+        assert!(q.off_policy && !q.violates && q.changes.len() == 1, "{q:?}");
+        assert_eq!(q.off_what, ["DSCP 26"]);
+        // DSCP 0 asked and 24 on the wire: both off the policy, the change is not the NIC's fault
+        let q = request(&asked(0), p, &data(100, &[(24, 100)], &[(0, 100)]), &expect);
+        assert_eq!(
+            lines(&q),
+            [(
+                format!("data DSCP 0 → 24 between the request and {p}: 100 of 100 packets"),
+                false
+            )]
+        );
+        assert!(q.off_policy && !q.violates);
+        // no data packets: nothing compared, nothing fails
+        let q = request(&asked(106), p, &Tally::default(), &expect);
+        assert!(q.changes.is_empty() && !q.violates);
+        let mut out = String::new();
+        render_request(&mut out, &q, "  ");
+        assert!(out.contains("  no data packets at h1/eth0/egress"), "{out}");
+        // a traffic class out of range (a foreign file) is clamped, not a panic
+        assert_eq!(request(&asked(4096), p, &t, &expect).traffic_class, 255);
     }
 }

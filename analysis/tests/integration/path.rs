@@ -1130,3 +1130,406 @@ fn intervals_not_aligned_are_flagged() {
         text.stdout
     );
 }
+
+/// A host QP that [`write_qps`] writes: RC, in RTS, of `all_reduce_perf[4242]` in pod `pod-1`,
+/// set up towards `dgid` and remote QP `rqpn` with SL 3 and, at read i, traffic class `tc[i]`.
+struct HostQp {
+    dev: &'static str,
+    lqpn: u32,
+    rqpn: u32,
+    dgid: [u8; 4],
+    tc: [u8; 2],
+}
+
+/// Two reads (1 s apart, in the captures' first seconds) of host `host`'s QPs into `out`'s
+/// `qps` table, as the live command writes them.
+fn write_qps(out: &Path, host: &str, qps: &[HostQp]) {
+    use observer::pipeline::{Collector, CollectorConfig, PolicyConfig};
+    let mut col = Collector::new(CollectorConfig::new(
+        out.to_path_buf(),
+        host,
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    ))
+    .unwrap();
+    col.quiet_stderr();
+    let row = |q: &HostQp, read: usize| qps::QpRow {
+        dev: q.dev.into(),
+        dev_index: if q.dev == "mlx5_0" { 1 } else { 2 },
+        port: Some(1),
+        lqpn: q.lqpn,
+        rqpn: Some(q.rqpn),
+        qp_type: "RC".into(),
+        state: "RTS".into(),
+        sq_psn: Some(1000 + 500 * read as u32),
+        rq_psn: Some(1000),
+        pid: Some(4242),
+        comm: Some("all_reduce_perf".into()),
+        workload: Some(
+            qps::cgroup::Workload {
+                pod_uid: Some("pod-1".into()),
+                ..Default::default()
+            }
+            .into(),
+        ),
+        setup: Some(qps::SetUp {
+            traffic_class: q.tc[read],
+            sl: 3,
+            dgid: std::net::Ipv4Addr::from(q.dgid).to_ipv6_mapped().octets(),
+            ..qps::SetUp::default()
+        }),
+        ..qps::QpRow::default()
+    };
+    let mut prev = qps::Inventory::default();
+    for read in 0..2 {
+        let inv = qps::Inventory {
+            time_ns: T0 + (read as u64 + 1) * 1_000_000_000,
+            qps: qps.iter().map(|q| row(q, read)).collect(),
+            ..qps::Inventory::default()
+        };
+        let (p, f) = qps::compare(&prev, &inv);
+        col.on_qps(T0 + read as u64 * 1_000_000_000, &inv, &p, &f)
+            .unwrap();
+        prev = inv;
+    }
+    col.finish().unwrap();
+}
+
+/// The request of `k` (a key of `keys` or `one_point`) with local QP number `lqpn`.
+fn request(k: &Value, lqpn: i64) -> &Value {
+    k["requested"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no request: {k:#}"))
+        .iter()
+        .find(|q| q["lqpn"] == lqpn)
+        .unwrap_or_else(|| panic!("no request of QP {lqpn:#x}: {k:#}"))
+}
+
+/// (line, violates) of every change of a request.
+fn request_changes(q: &Value) -> Vec<(String, bool)> {
+    q["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["line"].as_str().unwrap().to_string(),
+                c["violates"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Trees without a `qps` table: no request anywhere, the totals as they were. With the sender
+/// host's QPs: the QP that sends key 0x11 (remote QP 0x11, destination 10.77.1.2) asked for
+/// traffic class 106 at its latest set-up (0 before), the first point carries DSCP 26 ECN 2 and
+/// some CE (a mark, not a change): shown before the points, ok, exit 0. A second QP sending the
+/// same key (another device) is listed too, never chosen between; a QP towards another peer
+/// joins no key, and key 0x12, which no QP sends, is as it was.
+#[test]
+fn a_host_qps_request_is_compared_with_the_first_point() {
+    let (_root, root) = tmp("path-host-qp-ok");
+    let sent = |k, i| {
+        Some(match k {
+            1 if i % 25 == 7 => base(k, i).mark(26, 3),
+            _ => base(k, i),
+        })
+    };
+    let h1 = tree(&root, "h1", "h1", &capture(&[1, 2], true, sent), true);
+    let h2 = tree(&root, "h2", "h2-eth0", &capture(&[1, 2], true, sent), false);
+    let (pa, pb) = ("h1/h1:eth0/egress", "h2/h2-eth0/ingress");
+
+    // without a qps table
+    let (code, before) = path_json(&[&h1, &h2]);
+    assert_eq!(code, Some(0), "{before:#}");
+    let text_before = path_text(&[&h1, &h2]);
+    assert!(
+        !text_before.stdout.contains("requested"),
+        "{}",
+        text_before.stdout
+    );
+    let plain = serde_json::to_string(&before).unwrap();
+    assert!(
+        !plain.contains("requested") && !plain.contains("requests"),
+        "{before:#}"
+    );
+    let totals: Vec<&String> = before["totals"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        totals,
+        [
+            "changes",
+            "data_pkts",
+            "keys",
+            "lost_data",
+            "pkts",
+            "violations"
+        ]
+    );
+
+    write_qps(
+        &h1,
+        "h1",
+        &[
+            HostQp {
+                dev: "mlx5_0",
+                lqpn: 0x2a,
+                rqpn: 0x11,
+                dgid: [10, 77, 1, 2],
+                tc: [0, 106],
+            },
+            HostQp {
+                dev: "mlx5_1",
+                lqpn: 0x2b,
+                rqpn: 0x11,
+                dgid: [10, 77, 1, 2],
+                tc: [106, 106],
+            },
+            HostQp {
+                dev: "mlx5_0",
+                lqpn: 0x2c,
+                rqpn: 0x12,
+                dgid: [10, 0, 9, 9],
+                tc: [106, 106],
+            },
+        ],
+    );
+    let (code, j) = path_json(&[&h1, &h2]);
+    assert_eq!(code, Some(0), "{j:#}");
+    let k = key(&j, 0x11);
+    assert_eq!(names(k), [pa, pb]);
+    let asked = k["requested"].as_array().unwrap();
+    assert_eq!(asked.len(), 2, "both QPs that send the key: {k:#}");
+    let q = request(k, 0x2a);
+    for (field, want) in [
+        ("host", Value::from("h1")),
+        ("device", "mlx5_0".into()),
+        ("pid", 4242.into()),
+        ("comm", "all_reduce_perf".into()),
+        ("pod_uid", "pod-1".into()),
+        ("traffic_class", 106.into()),
+        ("dscp", 26.into()),
+        ("ecn", 2.into()),
+        ("sl", 3.into()),
+        ("setup_source", "probe".into()),
+        ("point", pa.into()),
+        ("data_pkts", (N as i64).into()),
+        ("off_policy", false.into()),
+        ("violates", false.into()),
+    ] {
+        assert_eq!(q[field], want, "{field}: {q:#}");
+    }
+    assert!(request_changes(q).is_empty(), "CE is no change: {q:#}");
+    assert_eq!(request(k, 0x2b)["device"], "mlx5_1");
+    assert_eq!(
+        before["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["qp"] == 0x12),
+        Some(key(&j, 0x12)),
+        "a key no QP sends is as it was"
+    );
+    let t = &j["totals"];
+    assert_eq!(
+        (
+            &t["requests"],
+            &t["keys_requested"],
+            &t["request_violations"]
+        ),
+        (&2.into(), &1.into(), &0.into()),
+        "{t:#}"
+    );
+    assert_eq!(t["violations"], 0);
+
+    let text = path_text(&[&h1, &h2]);
+    assert_eq!(text.code, Some(0), "{}", text.stdout);
+    let line = "  requested at h1 mlx5_0 QP 0x2a by pid 4242 (all_reduce_perf, pod pod-1): \
+                traffic class 106 = DSCP 26 ECN 2, SL 3 (probe)\n";
+    let at = text
+        .stdout
+        .find(line)
+        .unwrap_or_else(|| panic!("{}", text.stdout));
+    let ok = format!("    ok   data at {pa} as requested: {N} packets\n");
+    assert_eq!(
+        text.stdout[at + line.len()..].find(&ok),
+        Some(0),
+        "{}",
+        text.stdout
+    );
+    let points = text.stdout.find(&format!("  1. {pa}:")).unwrap();
+    assert!(at < points, "before the points: {}", text.stdout);
+    assert!(
+        text.stdout.contains(
+            "requested at the hosts: 2 host QP set-ups joined to 1 key, 0 against the policy"
+        ),
+        "{}",
+        text.stdout
+    );
+    assert!(!text.stdout.contains("QP 0x2c"), "{}", text.stdout);
+}
+
+/// The QP asked for traffic class 106 (DSCP 26, ECN 2) but its packets leave the host at DSCP
+/// 0, a tenth of them Not-ECT (the NIC's traffic-class override): the request's comparison
+/// with the first point fails, exit 1, though nothing changes between the points. A tree of
+/// the sender alone (the key at one point) fails the same way.
+#[test]
+fn a_marking_the_host_did_not_ask_for_fails_at_the_first_point() {
+    let (_root, root) = tmp("path-host-qp-override");
+    let wire = |k, i: u32| {
+        Some(if i.is_multiple_of(10) {
+            base(k, i).mark(0, 0)
+        } else {
+            base(k, i).mark(0, 2)
+        })
+    };
+    let h1 = tree(&root, "h1", "h1", &capture(&[1], true, wire), true);
+    let h2 = tree(&root, "h2", "h2-eth0", &capture(&[1], true, wire), false);
+    let qp = HostQp {
+        dev: "mlx5_0",
+        lqpn: 0x2a,
+        rqpn: 0x11,
+        dgid: [10, 77, 1, 2],
+        tc: [106, 106],
+    };
+    write_qps(&h1, "h1", &[qp]);
+    let pa = "h1/h1:eth0/egress";
+    let want = [
+        (
+            format!("data DSCP 26 → 0 between the request and {pa}: 300 of 300 packets"),
+            true,
+        ),
+        (
+            format!("data ECN 2 → 0 between the request and {pa}: 30 of 300 packets"),
+            true,
+        ),
+    ];
+
+    let (code, j) = path_json(&[&h1, &h2]);
+    assert_eq!(code, Some(1), "{j:#}");
+    let k = key(&j, 0x11);
+    assert!(
+        changes(k, 0).is_empty(),
+        "nothing changes on the way: {k:#}"
+    );
+    let q = &k["requested"][0];
+    assert_eq!(q["violates"], true, "{q:#}");
+    assert_eq!(q["off_policy"], false);
+    assert_eq!(request_changes(q), want);
+    assert_eq!(q["changes"][0]["from"], serde_json::json!([26]));
+    assert_eq!(q["changes"][0]["to"], 0);
+    assert_eq!(q["changes"][0]["expected"], "26");
+    let t = &j["totals"];
+    assert_eq!(
+        (&t["violations"], &t["request_violations"]),
+        (&0.into(), &1.into())
+    );
+
+    let text = path_text(&[&h1, &h2]);
+    assert_eq!(text.code, Some(1));
+    assert!(
+        text.stdout.contains(&format!(
+            "    FAIL data DSCP 26 → 0 between the request and {pa}: 300 of 300 packets (expected 26)\n"
+        )) && text.stdout.contains(&format!(
+            "    FAIL data ECN 2 → 0 between the request and {pa}: 30 of 300 packets (expected ECT)\n"
+        )),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("0 changes, 0 against the policy")
+            && text
+                .stdout
+                .contains("joined to 1 key, 1 against the policy"),
+        "{}",
+        text.stdout
+    );
+
+    // the sender's tree alone: the key is at one point, compared with it all the same
+    let (code, j) = path_json(&[&h1]);
+    assert_eq!(code, Some(1), "{j:#}");
+    assert_eq!(j["totals"]["keys"], 0);
+    let one = &j["one_point"][0];
+    assert_eq!(one["qp"], 0x11, "{j:#}");
+    assert_eq!(one["requested"][0]["violates"], true, "{one:#}");
+    assert_eq!(request_changes(&one["requested"][0]), want);
+    let text = path_text(&[&h1]);
+    assert!(
+        text.stdout.contains(
+            "\n    requested at h1 mlx5_0 QP 0x2a by pid 4242 (all_reduce_perf, pod pod-1): traffic class 106"
+        ) && text.stdout.contains(&format!(
+            "\n      FAIL data DSCP 26 → 0 between the request and {pa}: 300 of 300 packets"
+        )),
+        "{}",
+        text.stdout
+    );
+}
+
+/// A QP set up with traffic class 0 (off the policy: `qp_marking`'s domain) whose packets carry
+/// DSCP 0 ECN 0 as asked: shown as off the policy, no failure from the request; the points
+/// decide the exit status (0 when nothing changes on the way, 1 when a hop re-marks against
+/// the policy).
+#[test]
+fn a_request_off_the_policy_is_shown_not_failed() {
+    let (_root, root) = tmp("path-host-qp-off");
+    let zero = |k, i| Some(base(k, i).mark(0, 0));
+    let h1 = tree(&root, "h1", "h1", &capture(&[1], true, zero), true);
+    let h2 = tree(&root, "h2", "h2-eth0", &capture(&[1], true, zero), false);
+    let bad = |k, i: u32| {
+        Some(if i.is_multiple_of(10) {
+            base(k, i).mark(24, 0)
+        } else {
+            base(k, i).mark(0, 0)
+        })
+    };
+    let h3 = tree(&root, "h3", "h3-eth0", &capture(&[1], true, bad), false);
+    let qp = HostQp {
+        dev: "mlx5_0",
+        lqpn: 0x2a,
+        rqpn: 0x11,
+        dgid: [10, 77, 1, 2],
+        tc: [0, 0],
+    };
+    write_qps(&h1, "h1", &[qp]);
+    let pa = "h1/h1:eth0/egress";
+
+    let (code, j) = path_json(&[&h1, &h2]);
+    assert_eq!(code, Some(0), "{j:#}");
+    let q = &key(&j, 0x11)["requested"][0];
+    assert_eq!(
+        (&q["traffic_class"], &q["dscp"], &q["ecn"]),
+        (&0.into(), &0.into(), &0.into())
+    );
+    assert_eq!(q["off_policy"], true, "{q:#}");
+    assert_eq!(q["violates"], false);
+    assert!(request_changes(q).is_empty(), "{q:#}");
+    assert_eq!(j["totals"]["request_violations"], 0);
+    let text = path_text(&[&h1, &h2]);
+    assert_eq!(text.code, Some(0));
+    assert!(
+        text.stdout.contains(
+            "traffic class 0 = DSCP 0 ECN 0, SL 3 (probe)\n    requested off the policy (expected DSCP 26, ECN ECT): the qp_marking alert's domain\n"
+        ) && text
+            .stdout
+            .contains(&format!("    ok   data at {pa} as requested: {N} packets\n")),
+        "{}",
+        text.stdout
+    );
+
+    // a hop that re-marks against the policy fails the run, the request still does not
+    let (code, j) = path_json(&[&h1, &h3]);
+    assert_eq!(code, Some(1), "{j:#}");
+    let k = key(&j, 0x11);
+    assert_eq!(k["requested"][0]["violates"], false, "{k:#}");
+    assert_eq!(
+        changes(k, 0),
+        [(
+            format!("data DSCP 0 → 24 between {pa} and h3/h3-eth0/ingress: 30 of 300 packets"),
+            true
+        )]
+    );
+    let t = &j["totals"];
+    assert_eq!(
+        (&t["violations"], &t["request_violations"]),
+        (&1.into(), &0.into())
+    );
+}

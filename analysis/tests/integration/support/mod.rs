@@ -132,7 +132,7 @@ pub fn write_host_qps(out: &Path, host: &str) {
             rq_psn: Some(sq),
             pid: Some(pid),
             comm: Some(comm.into()),
-            workload: Some(workload),
+            workload: Some(workload.into()),
             setup: Some(qps::SetUp {
                 traffic_class: tc,
                 dgid: std::net::Ipv4Addr::new(10, 0, 4, 2)
