@@ -34,6 +34,7 @@ case failed, naming the first mismatch.
 import argparse
 import glob
 import json
+import re
 import math
 import os
 import subprocess
@@ -579,6 +580,20 @@ def counters_report(d, env, rc):
         problems.append("counters: the kernel did not report auto mode by type on rxa while the observer ran: %r" % during)
     if "auto off" not in after:
         problems.append("counters: auto mode not off after the observer exited: %r" % after)
+    # rxe has no raw QP context: named at start-up and in summary.json, never asked.
+    raw = (summary.get("host_qps") or {}).get("raw_context") or {}
+    try:
+        log = open(os.path.join(d, "live.log")).read()
+    except OSError:
+        log = ""
+    lines.append("  raw QP context: reads %s, unsupported %s" % (raw.get("reads"), sorted(raw.get("unsupported", {}))))
+    for dev in devs:
+        if "rdma_rxe" not in raw.get("unsupported", {}).get(dev, ""):
+            problems.append("raw: %s not named as a device without a decoded raw QP context: %s" % (dev, raw))
+    if raw.get("reads"):
+        problems.append("raw: %s raw QP contexts read on rxe devices" % raw.get("reads"))
+    if not re.search(r"host QPs: reduced on .*%s \(rdma_rxe\)" % re.escape(devs[0]), log):
+        problems.append("raw: the start-up does not name %s as reduced (no raw QP context)" % devs[0])
     for g in mine:
         if g["qps"] < 0 or g["qp_type"] not in (None, "RC", "UD", "GSI", "UC"):
             problems.append("counters: implausible group %s" % g)

@@ -199,14 +199,15 @@ start_observer() {
 # starts under TCG), the kernel's own listing of the QPs and their rdma_cm ids (iproute2) and
 # roce-observe's (the host's whole inventory, rates over 1 s), read one after the other while the
 # traffic runs; the host's check compares them.
-# during_qps D I N: N RC QPs on each end (rdma_cm perftest sets up its own exchange QP first,
-# then the data QP).
+# during_qps D I N: N connected RC QPs on each end (rdma_cm perftest sets up its own exchange QP
+# first, then the data QP).
 during_qps() {
   local d="$1" i="$2" n="${3:-1}" k a b
   for ((k = 0; k < 60; k++)); do
     timeout 30 rdma -j res show qp >"$d/rdma-res-qp.json" 2>"$d/rdma-res.log"
-    a=$(grep -o "\"ifname\":\"rxa$i\",[^}]*\"type\":\"RC\"" "$d/rdma-res-qp.json" | wc -l)
-    b=$(grep -o "\"ifname\":\"rxb$i\",[^}]*\"type\":\"RC\"" "$d/rdma-res-qp.json" | wc -l)
+    # Connected: past INIT (its remote QP and PSNs set), RTR on a responder, RTS on a requester.
+    a=$(grep -o "\"ifname\":\"rxa$i\",[^}]*\"type\":\"RC\",\"state\":\"RT[RS]\"" "$d/rdma-res-qp.json" | wc -l)
+    b=$(grep -o "\"ifname\":\"rxb$i\",[^}]*\"type\":\"RC\",\"state\":\"RT[RS]\"" "$d/rdma-res-qp.json" | wc -l)
     [ "$a" -ge "$n" ] && [ "$b" -ge "$n" ] && break
     sleep 1
   done

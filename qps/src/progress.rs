@@ -88,11 +88,15 @@ pub fn compare(before: &Inventory, now: &Inventory) -> (Vec<Progress>, Vec<Fate>
             continue;
         };
         let d = |a: Option<u32>, b: Option<u32>| Some(psn_delta(a?, b?));
+        // A PSN counts from the read after it was set: the receive PSN at the move to RTR, the
+        // send PSN at the move to RTS (the application picks the start, often at random: a QP
+        // read in INIT with PSN 0, then in RTS at 1,647,981, sent nothing yet).
+        let (sq_set, rq_set) = psns_set(p.state_code);
         progress.push(Progress {
             dev_index: r.dev_index,
             lqpn: r.lqpn,
-            sent: d(p.sq_psn, r.sq_psn),
-            received: d(p.rq_psn, r.rq_psn),
+            sent: d(p.sq_psn, r.sq_psn).filter(|_| sq_set),
+            received: d(p.rq_psn, r.rq_psn).filter(|_| rq_set),
         });
         if is_error(r.state_code) && !is_error(p.state_code) {
             fates.push(Fate::Error {
@@ -114,6 +118,16 @@ fn is_error(s: Option<u8>) -> bool {
 }
 
 /// The same QP, not a new one under a re-used number.
+/// Whether a QP in this state has its send PSN and its receive PSN set (an unknown state: both
+/// taken as set).
+fn psns_set(state: Option<u8>) -> (bool, bool) {
+    match state {
+        Some(qp_state::RESET | qp_state::INIT) => (false, false),
+        Some(qp_state::RTR) => (false, true),
+        _ => (true, true),
+    }
+}
+
 fn same_incarnation(p: &QpRow, r: &QpRow) -> bool {
     let rewound = matches!(r.state_code, Some(qp_state::RESET | qp_state::INIT))
         && !matches!(p.state_code, Some(qp_state::RESET | qp_state::INIT));
@@ -182,6 +196,19 @@ mod tests {
             })
             .collect();
         assert_eq!(errors, vec![(18, "RTS"), (22, "new")]);
+        // PSNs count from the read after they were set: INIT (0, 0) to RTS at a random start
+        // is no packet; RTR to RTS counts received packets only.
+        let a = inv(vec![
+            row(30, 1, 0, 0, qp_state::INIT),
+            row(31, 1, 0, 1_000, qp_state::RTR),
+        ]);
+        let b = inv(vec![
+            row(30, 1, 1_647_981, 16_588_542, qp_state::RTS),
+            row(31, 1, 1_647_981, 1_010, qp_state::RTS),
+        ]);
+        let (p2, _) = compare(&a, &b);
+        assert_eq!((p2[0].sent, p2[0].received), (None, None));
+        assert_eq!((p2[1].sent, p2[1].received), (None, Some(10)));
         let gone: Vec<u32> = f
             .iter()
             .filter_map(|f| match f {

@@ -398,14 +398,36 @@ fn host_qps_feed(json: bool, qp_counters: Option<u32>) -> Option<QpFeed> {
         }
     };
     match qps::read(&mut nl, &proc, qps::inventory::DEFAULT_MAX_QPS) {
-        Ok(inv) => say(
-            json,
-            &format!(
-                "host QPs: {} on {} RDMA device(s), read every interval from the RDMA subsystem (qps table)",
-                inv.qps.len(),
-                inv.devices.len()
-            ),
-        ),
+        Ok(inv) => {
+            say(
+                json,
+                &format!(
+                    "host QPs: {} on {} RDMA device(s), read every interval from the RDMA subsystem (qps table)",
+                    inv.qps.len(),
+                    inv.devices.len()
+                ),
+            );
+            // Stalls and the set-ups of QPs the probe cannot see need mlx5's raw QP context.
+            let sysfs = nic::rdma::RdmaSysfs::new("/");
+            let mut others: Vec<String> = Vec::new();
+            for d in &inv.devices {
+                match sysfs.parent_driver(&d.name) {
+                    Ok(nic::Reading::Read(drv)) if drv == qps::raw::MLX5_DRIVER => {}
+                    Ok(nic::Reading::Read(drv)) => others.push(format!("{} ({drv})", d.name)),
+                    // Unknown: its raw context is tried, and used only if it decodes.
+                    _ => {}
+                }
+            }
+            if !others.is_empty() {
+                say(
+                    json,
+                    &format!(
+                        "host QPs: reduced on {}: no raw QP context decoded (mlx5 only): qp_stalled is not judged there, and QPs set up before the probe stay marking unknown",
+                        others.join(", ")
+                    ),
+                );
+            }
+        }
         Err(e) => say(
             json,
             &format!(
