@@ -83,6 +83,13 @@ pub struct RawReader {
 /// The driver of the devices whose raw QP context [`mlx5`] decodes (the PCI function's).
 pub const MLX5_DRIVER: &str = "mlx5_core";
 
+/// Whether the raw QP context of a device with this driver is asked for: mlx5's, or a driver
+/// not known (its context is tried, and used only where it decodes). Other drivers (bnxt_re,
+/// hns) have raw contexts of their own layouts; rxe and irdma have none.
+pub fn decodes_raw_context(driver: Option<&str>) -> bool {
+    driver.is_none_or(|d| d == MLX5_DRIVER)
+}
+
 fn connected_with_path(r: &QpRow) -> bool {
     matches!(r.qp_type.as_str(), "RC" | "UC")
         && matches!(
@@ -126,9 +133,8 @@ impl RawReader {
             }
             if !self.drivers_checked.contains(&r.dev_index) {
                 self.drivers_checked.insert(r.dev_index);
-                // Other drivers (bnxt_re, hns) have raw contexts of their own layouts.
                 if let Some(d) = src.driver(&r.dev)
-                    && d != MLX5_DRIVER
+                    && !decodes_raw_context(Some(&d))
                 {
                     tracing::info!(device = %r.dev, driver = %d, "raw QP context not decoded for this driver: QPs set up before the probe stay marking unknown, qp_stalled is not judged");
                     self.unsupported.insert(
@@ -282,6 +288,15 @@ mod tests {
     use super::*;
     use crate::inventory::tests::{Script, dev, qp};
     use crate::mlx5::tests::{dump, rts_rc};
+
+    #[test]
+    fn raw_context_asked_of_mlx5_and_unknown_drivers_only() {
+        assert!(decodes_raw_context(Some(MLX5_DRIVER)));
+        assert!(decodes_raw_context(None));
+        for d in ["rdma_rxe", "bnxt_en", "hns3", "ice"] {
+            assert!(!decodes_raw_context(Some(d)), "{d}");
+        }
+    }
 
     fn read(s: &mut Script, t: u64) -> Inventory {
         let mut inv = crate::read(

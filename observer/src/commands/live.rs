@@ -411,11 +411,11 @@ fn host_qps_feed(json: bool, qp_counters: Option<u32>) -> Option<QpFeed> {
             let sysfs = nic::rdma::RdmaSysfs::new("/");
             let mut others: Vec<String> = Vec::new();
             for d in &inv.devices {
-                match sysfs.parent_driver(&d.name) {
-                    Ok(nic::Reading::Read(drv)) if drv == qps::raw::MLX5_DRIVER => {}
-                    Ok(nic::Reading::Read(drv)) => others.push(format!("{} ({drv})", d.name)),
-                    // Unknown: its raw context is tried, and used only if it decodes.
-                    _ => {}
+                // A driver not known: its raw context is tried, and used only if it decodes.
+                if let Ok(nic::Reading::Read(drv)) = sysfs.parent_driver(&d.name)
+                    && !qps::raw::decodes_raw_context(Some(&drv))
+                {
+                    others.push(format!("{} ({drv})", d.name));
                 }
             }
             if !others.is_empty() {
