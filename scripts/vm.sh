@@ -19,7 +19,8 @@
 # each). The guest runs COMMAND with `bash -c` in the current directory; its stdout and stderr
 # come back as they are, the kernel console goes to $ROCE_VM_CACHE/console-KERNEL-PID.log (kept,
 # and its tail printed, when the command fails or the VM does not come back; removed otherwise),
-# and the exit status is COMMAND's: 124 when the time ran out, 125 when the VM never ran it.
+# and the exit status is COMMAND's: 124 when the time ran out, 125 when the VM never ran it
+# (after 3 boots: a boot that dies or hangs before the command starts is retried).
 # KVM is used when the CPU offers it and ROCE_VM_KVM is not 0 (this project's build machines
 # expose a /dev/kvm that QEMU cannot use: it is probed, not trusted), else QEMU's TCG.
 set -euo pipefail
@@ -177,6 +178,7 @@ run_vm() {
   cat >"$io/run" <<'EOF'
 #!/bin/bash
 io="$(dirname "$0")"
+: >"$io/started"
 mapfile -d '' -t argv <"$io/argv"
 cd "$ROCE_VM_CWD" 2>/dev/null || cd /
 "${argv[@]}" >"$io/stdout" 2>"$io/stderr" </dev/null
@@ -187,11 +189,36 @@ EOF
   local accel=(--disable-kvm)
   kvm_usable && accel=()
   # The console of this run (kept when the command fails or the VM does not come back).
-  local console="$CACHE/console-$(basename "$k")-$$.log" rc=0 start=$SECONDS
+  local console="$CACHE/console-$(basename "$k")-$$.log" rc=0 start=$SECONDS attempt pid waited
   mkdir -p "$CACHE"
-  PATH="$CACHE/venv/bin:$PATH" timeout --kill-after=15 "$timeout" \
-    vng --run "$vmlinuz" "${accel[@]}" --verbose -m "$mem" -p "$cpus" --rwdir="$io" "${rw[@]}" \
-    --exec "ROCE_VM_CWD='$PWD' $io/run" >"$console" 2>&1 </dev/null || rc=$?
+  # A guest that never starts the command (under TCG a boot now and then dies early, e.g. an
+  # int3 oops in text patching, or hangs) is booted again, at most 3 times; each boot has its
+  # own --timeout, and BOOT_S (ROCE_VM_BOOT_TIMEOUT, default 300) to start the command.
+  local boot_s="${ROCE_VM_BOOT_TIMEOUT:-300}"
+  for attempt in 1 2 3; do
+    rm -f "$io/started" "$io/rc" "$io/stdout" "$io/stderr"
+    rc=0 start=$SECONDS waited=0
+    PATH="$CACHE/venv/bin:$PATH" timeout --kill-after=15 "$timeout" \
+      vng --run "$vmlinuz" "${accel[@]}" --verbose -m "$mem" -p "$cpus" --rwdir="$io" "${rw[@]}" \
+      --exec "ROCE_VM_CWD='$PWD' $io/run" >"$console" 2>&1 </dev/null &
+    pid=$!
+    while [ ! -f "$io/started" ] && kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$boot_s" ]; do
+      sleep 1
+      waited=$((waited + 1))
+    done
+    if [ ! -f "$io/started" ] && kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null
+      pkill -TERM -f -- "$io" 2>/dev/null || true # QEMU itself (its command line names $io)
+      wait "$pid" 2>/dev/null || true
+      log "kernel $k: boot $attempt did not start the command within ${boot_s} s; console tail:"
+      tail -n 15 "$console" >&2
+      continue
+    fi
+    wait "$pid" || rc=$?
+    [ -f "$io/started" ] && break
+    log "kernel $k: boot $attempt ended ($rc) before the command started; console tail:"
+    tail -n 15 "$console" >&2
+  done
   local secs=$((SECONDS - start))
   [ -f "$io/stdout" ] && cat "$io/stdout"
   [ -f "$io/stderr" ] && cat "$io/stderr" >&2
@@ -211,7 +238,7 @@ EOF
     tail -n 40 "$console" >&2
     return 124
   fi
-  log "kernel $k: the VM exited ($rc) without running the command (console: $console)"
+  log "kernel $k: the VM never ran the command ($attempt boots, the last exited $rc; console: $console)"
   tail -n 40 "$console" >&2
   return 125
 }
