@@ -27,7 +27,7 @@ set -uo pipefail
 BIN="${1:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
 RES="${2:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
 shift 2
-ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write delay_write remark_write qps_write qps_cm)
+ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write delay_write remark_write qps_write qps_cm qps_err)
 [ $# -gt 0 ] && CASES=("$@") || CASES=("${ALL_CASES[@]}")
 
 NSA=rxo-a NSB=rxo-b
@@ -173,6 +173,14 @@ commands() {
       SRV="ib_write_bw -d rxa$i -R -T 106 -p $((18515 + i)) -D $QPS_D -s 1024 -F $QPS_RATE"
       CLI="ib_write_bw -d rxb$i -R -T 106 -p $((18515 + i)) -D $QPS_D -s 1024 -F $QPS_RATE 10.77.$i.1"
       return 0 ;;
+    # QPs set up before the observer started, then one driven into ERR (see during_qps_err),
+    # through rdma_cm for its retry count: rxe retries for ever with a retry count of 7 (which
+    # perftest sets without rdma_cm), 2 gives up after 3 timeouts. The traffic runs until the
+    # case stops the client.
+    qps_err)
+      SRV="ib_write_bw -d rxa$i -R -T 106 --retry_count=2 -p $((18515 + i)) -D $((T_ATTACH + 120)) -s 1024 -F $QPS_RATE"
+      CLI="ib_write_bw -d rxb$i -R -T 106 --retry_count=2 -p $((18515 + i)) -D $((T_ATTACH + 120)) -s 1024 -F $QPS_RATE 10.77.$i.1"
+      return 0 ;;
     rc_pingpong)
       SRV="ibv_rc_pingpong -d rxa$i -g $GA -n $N -s 1024"
       CLI="ibv_rc_pingpong -d rxb$i -g $GB -n $N -s 1024 10.77.$i.1"
@@ -194,6 +202,18 @@ start_observer() {
   PIDS+=("$!")
 }
 
+# The cases whose observer starts once their QPs are set up (from their during_ step, in a
+# subshell: its pid goes to RESULTS/CASE/observer.pid, its exit status to live.rc).
+LATE=(qps_err)
+is_late() { [[ " ${LATE[*]} " == *" $1 "* ]]; }
+start_late_observer() {
+  local c="$1" i="$2" d="$RES/$1"
+  bash -c 'ip netns exec "$1" "$2" --iface "$3" --out "$4/live" --plain --interval 5s \
+      --max-qps 1024 >"$4/live.log" 2>&1 & echo $! >"$4/observer.pid"; wait $!; echo $? >"$4/live.rc"' \
+    _ "$NSA" "$BIN" "va$i" "$d" &
+  wait_for "$d/observer.pid" . 10
+}
+
 # Fault cases: the sender's side (rxo-b) drops or re-marks before the wire.
 # The qps_* cases: once both ends' RC QPs exist (the client connects a few seconds after it
 # starts under TCG), the kernel's own listing of the QPs and their rdma_cm ids (iproute2) and
@@ -201,17 +221,25 @@ start_observer() {
 # traffic runs; the host's check compares them.
 # during_qps D I N: N connected RC QPs on each end (rdma_cm perftest sets up its own exchange QP
 # first, then the data QP).
-during_qps() {
-  local d="$1" i="$2" n="${3:-1}" k a b
+# wait_connected D I N: polls the kernel's QP listing (into D/rdma-res-qp.json) until both ends
+# have N RC QPs past INIT (their remote QP and PSNs set): RTR on a responder, RTS on a
+# requester; at most 60 polls.
+wait_connected() {
+  local d="$1" i="$2" n="$3" k a b
   for ((k = 0; k < 60; k++)); do
     timeout 30 rdma -j res show qp >"$d/rdma-res-qp.json" 2>"$d/rdma-res.log"
-    # Connected: past INIT (its remote QP and PSNs set), RTR on a responder, RTS on a requester.
     a=$(grep -o "\"ifname\":\"rxa$i\",[^}]*\"type\":\"RC\",\"state\":\"RT[RS]\"" "$d/rdma-res-qp.json" | wc -l)
     b=$(grep -o "\"ifname\":\"rxb$i\",[^}]*\"type\":\"RC\",\"state\":\"RT[RS]\"" "$d/rdma-res-qp.json" | wc -l)
     [ "$a" -ge "$n" ] && [ "$b" -ge "$n" ] && break
     sleep 1
   done
   echo "qps_wait_polls=$k" >>"$d/case.env"
+  [ "$k" -lt 60 ]
+}
+
+during_qps() {
+  local d="$1" i="$2" n="${3:-1}"
+  wait_connected "$d" "$i" "$n"
   timeout 60 "$BIN" qps --json --sample 1s >"$d/qps.json" 2>"$d/qps.log"
   echo "qps_exit=$?" >>"$d/case.env"
   timeout 30 rdma -j res show cm_id >"$d/rdma-res-cm_id.json" 2>>"$d/rdma-res.log"
@@ -222,6 +250,58 @@ during_qps() {
 }
 during_qps_write() { during_qps "$@"; }
 during_qps_cm() { during_qps "$1" "$2" 2; }
+
+# qps_err: the QPs are set up, then its observer starts (so that the probe never sees their
+# set-up), reads them in RTS, and then the requester's traffic is dropped (netem loss 100 % on
+# vb<i>) and the client stopped (SIGSTOP) so that it cannot destroy its QP when the error
+# completes: the kernel moves the requester's data QP to ERR once its retries are spent, and the
+# observer reads it there. The client is then let go (it reads its error completion and exits
+# non-zero) and the server, left waiting, is stopped.
+during_qps_err() {
+  local rc=0
+  qps_err_steps "$@" || rc=$?
+  # Whatever happened: nothing of the case's traffic outlives it.
+  pkill -CONT -f "^ib_write_bw -d rxb$2 "
+  pkill -KILL -f "^ib_write_bw -d rxb$2 "
+  pkill -INT -f "^ib_write_bw -d rxa$2 "
+  return "$rc"
+}
+qps_err_steps() {
+  local d="$1" i="$2" k cpid t
+  # rdma_cm: perftest's exchange QP and the data QP on each end.
+  wait_connected "$d" "$i" 2 || return 1
+  t=$SECONDS
+  start_late_observer qps_err "$i" || return 1
+  wait_for "$d/live.log" "attached ingress" "$T_ATTACH" || { log "case qps_err: the observer did not attach"; return 1; }
+  echo "observer_attach_s=$((SECONDS - t))" >>"$d/case.env"
+  # Two reads of the inventory (5 s intervals) with the QPs in RTS.
+  sleep 11
+  cpid=$(pgrep -f "^ib_write_bw -d rxb$i ")
+  [ -n "$cpid" ] || { log "case qps_err: no client to stop"; return 1; }
+  echo "client_pid=$cpid" >>"$d/case.env"
+  # The client is stopped a moment after the loss starts: what it posted in between is dropped
+  # and retried by the kernel (stopped at once, it has nothing outstanding and its QP never
+  # fails); its 3 timeouts take longer than that moment.
+  ip netns exec "$NSB" tc qdisc add dev "vb$i" root netem loss 100% || return 1
+  sleep 0.3
+  kill -STOP "$cpid" || { log "case qps_err: the client could not be stopped"; return 1; }
+  echo "loss_at_s=$SECONDS" >>"$d/case.env"
+  for ((k = 0; k < 60; k++)); do
+    timeout 30 rdma -j res show qp >"$d/rdma-res-qp-err.json" 2>>"$d/rdma-res.log"
+    grep -q "\"ifname\":\"rxb$i\",[^}]*\"type\":\"RC\",\"state\":\"ERR\"" "$d/rdma-res-qp-err.json" && break
+    sleep 1
+  done
+  echo "err_polls=$k" >>"$d/case.env"
+  [ "$k" -lt 60 ] || { log "case qps_err: the requester's QP never reached ERR"; return 1; }
+  # Two reads with the QP in ERR.
+  sleep 11
+  kill -CONT "$cpid"
+  wait_pid "$cpid" 30 || log "case qps_err: the client did not exit after its error"
+}
+post_qps_err() {
+  ip netns exec "$NSB" tc -s qdisc show dev "vb$2" >"$1/netem.txt" 2>&1
+  ip netns exec "$NSB" tc qdisc del dev "vb$2" root
+}
 
 # After qps_write's observer exited: the counter mode it turned on is off again.
 post_qps_write() {
@@ -253,17 +333,22 @@ post_remark_write() {
   ip netns exec "$NSB" nft delete table ip remark
 }
 
-# run_case C I: the traffic of case C on pair I, its observer already attached.
+# run_case C I: the traffic of case C on pair I, its observer already attached (a late case's
+# observer is started by its during_ step).
 run_case() {
-  local name="$1" i="$2" d="$RES/$1" t0=$SECONDS st=ok
-  local obs="${OBS[$1]}" server="$SRV" client="$CLI"
+  local name="$1" i="$2" d="$RES/$1" t0=$SECONDS st=ok late=0 tt=$T_TOOL
+  local obs="${OBS[$1]:-}" server="$SRV" client="$CLI"
   fail() { [ "$st" = ok ] && st="$1"; return 0; }
-  printf 'server=%s\nclient=%s\nipa=10.77.%s.1\nipb=10.77.%s.2\nobserved=va%s\ndevices=rxa%s rxb%s\n' \
-    "$server" "$client" "$i" "$i" "$i" "$i" "$i" >>"$d/case.env"
+  # A late case's tools run until its observer has attached and its fault is read.
+  is_late "$name" && late=1 tt=$((T_ATTACH + 180))
+  printf 'server=%s\nclient=%s\nipa=10.77.%s.1\nipb=10.77.%s.2\nobserved=va%s\ndevices=rxa%s rxb%s\nlate_observer=%s\n' \
+    "$server" "$client" "$i" "$i" "$i" "$i" "$i" "$late" >>"$d/case.env"
   log "case $name: start"
-  # Its observer was started with the others; the cases run while the later ones still load.
-  wait_for "$d/live.log" "attached ingress" "$T_ATTACH" || fail "roce-observe did not attach"
-  log "case $name: observer attached"
+  if [ "$late" = 0 ]; then
+    # Its observer was started with the others; the cases run while the later ones still load.
+    wait_for "$d/live.log" "attached ingress" "$T_ATTACH" || fail "roce-observe did not attach"
+    log "case $name: observer attached"
+  fi
   if declare -F "pre_$name" >/dev/null; then "pre_$name" "$d" "$i" || fail "pre failed"; fi
   counters "$d/counters-before.txt" "rxa$i" "rxb$i"
 
@@ -275,7 +360,7 @@ run_case() {
   if [ "$st" = ok ]; then
     local ts=$SECONDS
     # shellcheck disable=SC2086
-    timeout "$T_TOOL" ip netns exec "$NSA" $server >"$d/server.log" 2>&1 &
+    timeout "$tt" ip netns exec "$NSA" $server >"$d/server.log" 2>&1 &
     local srv=$!
     sleep 2
     local during=""
@@ -284,21 +369,37 @@ run_case() {
       during=$!
     fi
     # shellcheck disable=SC2086
-    timeout "$T_TOOL" ip netns exec "$NSB" $client >"$d/client.log" 2>&1
+    timeout "$tt" ip netns exec "$NSB" $client >"$d/client.log" 2>&1
     local crc=$?
     if [ -n "$during" ]; then wait "$during" || fail "during_$name failed"; fi
     wait "$srv"
     local src=$?
     echo "traffic_s=$((SECONDS - ts))" >>"$d/case.env"
-    [ "$crc" = 0 ] || fail "client exit $crc"
-    [ "$src" = 0 ] || fail "server exit $src"
+    echo "client_exit=$crc" >>"$d/case.env"
+    echo "server_exit=$src" >>"$d/case.env"
+    # A late case's client fails by design (its QP in ERR): the host's check reads its exit.
+    if [ "$late" = 0 ]; then
+      [ "$crc" = 0 ] || fail "client exit $crc"
+      [ "$src" = 0 ] || fail "server exit $src"
+    fi
+  fi
+  if [ "$late" = 1 ]; then
+    obs=$(cat "$d/observer.pid" 2>/dev/null)
+    [ -n "$obs" ] && PIDS+=("$obs") || fail "roce-observe was not started"
   fi
 
   # Stop the observer cleanly, then the capture once its file stops growing.
-  kill -INT "$obs" 2>/dev/null
-  wait_pid "$obs" 60 || { fail "roce-observe did not stop"; kill -KILL "$obs" 2>/dev/null; }
-  wait "$obs" 2>/dev/null
-  echo "live_exit=$?" >>"$d/case.env"
+  if [ -n "$obs" ]; then
+    kill -INT "$obs" 2>/dev/null
+    wait_pid "$obs" 60 || { fail "roce-observe did not stop"; kill -KILL "$obs" 2>/dev/null; }
+    if [ "$late" = 1 ]; then
+      wait_for "$d/live.rc" . 10
+      echo "live_exit=$(cat "$d/live.rc" 2>/dev/null)" >>"$d/case.env"
+    else
+      wait "$obs" 2>/dev/null
+      echo "live_exit=$?" >>"$d/case.env"
+    fi
+  fi
   wait_stable "$d/capture.pcap" 2 60 || log "case $name: capture still growing after 60 s"
   kill -INT "$tcpd" 2>/dev/null
   wait_pid "$tcpd" 30 || kill -KILL "$tcpd" 2>/dev/null
@@ -333,7 +434,7 @@ main() {
     fi
     NUM[$c]=$i SRVS[$c]="$SRV" CLIS[$c]="$CLI"
     echo "gid_a=$GA gid_b=$GB" >"$RES/$c/case.env"
-    start_observer "$c" "$i"
+    is_late "$c" || start_observer "$c" "$i"
   done
   {
     echo "## rdma link"; rdma link show 2>&1

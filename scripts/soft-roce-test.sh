@@ -18,7 +18,7 @@ usage() { sed -n '6,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 BIN="${1:-}"
 [ -n "$BIN" ] && [ "${BIN#-}" = "$BIN" ] || usage
 shift
-RES="" TIMEOUT=1500 CASES=()
+RES="" TIMEOUT=1800 CASES=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --results) RES="$2"; shift 2 ;;

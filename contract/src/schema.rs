@@ -1115,8 +1115,8 @@ fn qps_table() -> Table {
         "",
         "next PSN expected (RC and UC), at the interval's end",
     )));
-    c.push(nullable(col("tx_pkts", Int64, "packets", "packets sent for the first time in the interval: the send PSN's advance mod 2^24 (null: the QP is new, or a new QP under a re-used number)")));
-    c.push(nullable(col("rx_pkts", Int64, "packets", "packets received in sequence in the interval: the receive PSN's advance mod 2^24 (null as for tx_pkts, and for types without a receive PSN)")));
+    c.push(nullable(col("tx_pkts", Int64, "packets", "packets sent in the interval: the send PSN's advance as a 24-bit serial number, 0 when it moved backward (a go-back-N rewind; docs/qps.md) (null: the QP is new, or a new QP under a re-used number)")));
+    c.push(nullable(col("rx_pkts", Int64, "packets", "packets received in sequence in the interval: the receive PSN's advance as a 24-bit serial number, 0 when it moved backward (null as for tx_pkts, and for types without a receive PSN)")));
     c.push(nullable(col(
         "pid",
         Int64,

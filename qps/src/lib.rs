@@ -22,4 +22,4 @@ pub mod raw;
 pub mod verdict;
 
 pub use inventory::{Inventory, Procfs, QpRow, SetUp, SetUpSource, read, read_host};
-pub use progress::{Fate, Progress, compare, psn_delta};
+pub use progress::{Fate, Progress, compare, psn_advance, psn_delta};
