@@ -483,7 +483,7 @@ EXPECT = {
     "qps_write": ("data DSCP 26 ECT(0) (traffic class 106)", lambda q: all_data(q, lambda x: x["dscp"]["data"] == {"26": x["data_pkts"]} and x["ecn"]["data"] == {"2": x["data_pkts"]})),
     # rdma_cm: the WRITE QP carries the ToS; perftest's own SEND exchange and the CM's MADs (QP 1)
     # are other keys, partly set up before the ToS.
-    "qps_cm": ("WRITE data DSCP 26 ECT(0) (rdma_cm ToS 106)", lambda q: bool([x for x in data_keys(q) if x["opcodes"].get("0x0a")]) and all(x["dscp"]["data"] == {"26": x["data_pkts"]} and x["ecn"]["data"] == {"2": x["data_pkts"]} for x in data_keys(q) if x["opcodes"].get("0x0a"))),
+    "qps_cm": ("WRITE data DSCP 24 Not-ECT (rdma_cm ToS 96)", lambda q: bool([x for x in data_keys(q) if x["opcodes"].get("0x0a")]) and all(x["dscp"]["data"] == {"24": x["data_pkts"]} and x["not_ect_data"] == x["data_pkts"] for x in data_keys(q) if x["opcodes"].get("0x0a"))),
     "remark_write": ("data re-marked DSCP 34 CE by nftables", lambda q: all_data(q, lambda x: x["dscp"]["data"] == {"34": x["data_pkts"]} and x["ce"] == x["data_pkts"])),
 }
 

@@ -166,12 +166,13 @@ commands() {
     delay_write) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
     remark_write) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
     # The QP inventory while traffic runs (see during_qps): for a duration, not a count, so that
-    # the QPs live while it is read; one case out of band (GID exchange over TCP), one through
-    # rdma_cm (-R, ToS by -T).
+    # the QPs live while it is read; one case out of band (GID exchange over TCP, traffic class
+    # 106: DSCP 26 ECT(0), the policy's), one through rdma_cm (-R, ToS 96 by -T: DSCP 24
+    # Not-ECT, off the policy).
     qps_write) tool=ib_write_bw args="-D $QPS_D -s 1024 --tclass=106 -F $QPS_RATE" ;;
     qps_cm)
-      SRV="ib_write_bw -d rxa$i -R -T 106 -p $((18515 + i)) -D $QPS_D -s 1024 -F $QPS_RATE"
-      CLI="ib_write_bw -d rxb$i -R -T 106 -p $((18515 + i)) -D $QPS_D -s 1024 -F $QPS_RATE 10.77.$i.1"
+      SRV="ib_write_bw -d rxa$i -R -T 96 -p $((18515 + i)) -D $QPS_D -s 1024 -F $QPS_RATE"
+      CLI="ib_write_bw -d rxb$i -R -T 96 -p $((18515 + i)) -D $QPS_D -s 1024 -F $QPS_RATE 10.77.$i.1"
       return 0 ;;
     # QPs set up before the observer started, then one driven into ERR (see during_qps_err),
     # through rdma_cm for its retry count: rxe retries for ever with a retry count of 7 (which
