@@ -69,6 +69,18 @@ wait_for() {
   return 1
 }
 
+# wait_intervals LOG N SECS: waits until roce-observe's LOG has N more interval lines than now;
+# at most SECS seconds.
+wait_intervals() {
+  local file="$1" n="$2" secs="$3" base i
+  base=$(grep -c 'observer::pipeline: interval ' "$file" 2>/dev/null)
+  for ((i = 0; i < secs * 5; i++)); do
+    [ "$(grep -c 'observer::pipeline: interval ' "$file" 2>/dev/null)" -ge $((base + n)) ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
 # Waits until PID exits; at most SECS seconds. 0 when it exited.
 wait_pid() {
   local pid="$1" secs="$2" i
@@ -176,11 +188,11 @@ commands() {
       return 0 ;;
     # QPs set up before the observer started, then one driven into ERR (see during_qps_err),
     # through rdma_cm for its retry count: rxe retries for ever with a retry count of 7 (which
-    # perftest sets without rdma_cm), 2 gives up after 3 timeouts. The traffic runs until the
+    # perftest sets without rdma_cm), 6 gives up after 7 timeouts. The traffic runs until the
     # case stops the client.
     qps_err)
-      SRV="ib_write_bw -d rxa$i -R -T 106 --retry_count=2 -p $((18515 + i)) -D $((T_ATTACH + 120)) -s 1024 -F $QPS_RATE"
-      CLI="ib_write_bw -d rxb$i -R -T 106 --retry_count=2 -p $((18515 + i)) -D $((T_ATTACH + 120)) -s 1024 -F $QPS_RATE 10.77.$i.1"
+      SRV="ib_write_bw -d rxa$i -R -T 106 --retry_count=6 -p $((18515 + i)) -D $((T_ATTACH + 120)) -s 1024 -F $QPS_RATE"
+      CLI="ib_write_bw -d rxb$i -R -T 106 --retry_count=6 -p $((18515 + i)) -D $((T_ATTACH + 120)) -s 1024 -F $QPS_RATE 10.77.$i.1"
       return 0 ;;
     rc_pingpong)
       SRV="ibv_rc_pingpong -d rxa$i -g $GA -n $N -s 1024"
@@ -275,17 +287,19 @@ qps_err_steps() {
   start_late_observer qps_err "$i" || return 1
   wait_for "$d/live.log" "attached ingress" "$T_ATTACH" || { log "case qps_err: the observer did not attach"; return 1; }
   echo "observer_attach_s=$((SECONDS - t))" >>"$d/case.env"
-  # Two reads of the inventory (5 s intervals) with the QPs in RTS.
-  sleep 11
+  # Reads of the inventory with the QPs in RTS (one per interval; under a busy TCG an
+  # interval's end can come late, so its log line is waited for, not a time).
+  wait_intervals "$d/live.log" 3 120 || { log "case qps_err: the observer logged no intervals"; return 1; }
   cpid=$(pgrep -f "^ib_write_bw -d rxb$i ")
   [ -n "$cpid" ] || { log "case qps_err: no client to stop"; return 1; }
   echo "client_pid=$cpid" >>"$d/case.env"
-  # The client is stopped a moment after the loss starts: what it posted in between is dropped
-  # and retried by the kernel (stopped at once, it has nothing outstanding and its QP never
-  # fails); its 3 timeouts take longer than that moment.
+  # The client is stopped, the loss starts, and the client runs for 50 ms more: what it posts
+  # then is dropped and retried by the kernel, and it is stopped again long before its 7
+  # timeouts are spent. (Stopped with nothing outstanding, its QP never fails; let run for
+  # 0.3 s once, it read its error and destroyed its QP first.)
+  kill -STOP "$cpid" || { log "case qps_err: the client is gone before the loss"; return 1; }
   ip netns exec "$NSB" tc qdisc add dev "vb$i" root netem loss 100% || return 1
-  sleep 0.3
-  kill -STOP "$cpid" || { log "case qps_err: the client could not be stopped"; return 1; }
+  kill -CONT "$cpid"; sleep 0.05; kill -STOP "$cpid" || { log "case qps_err: the client could not be stopped"; return 1; }
   echo "loss_at_s=$SECONDS" >>"$d/case.env"
   for ((k = 0; k < 60; k++)); do
     timeout 30 rdma -j res show qp >"$d/rdma-res-qp-err.json" 2>>"$d/rdma-res.log"
@@ -295,7 +309,7 @@ qps_err_steps() {
   echo "err_polls=$k" >>"$d/case.env"
   [ "$k" -lt 60 ] || { log "case qps_err: the requester's QP never reached ERR"; return 1; }
   # Two reads with the QP in ERR.
-  sleep 11
+  wait_intervals "$d/live.log" 2 120 || { log "case qps_err: the observer logged no intervals"; return 1; }
   kill -CONT "$cpid"
   wait_pid "$cpid" 30 || log "case qps_err: the client did not exit after its error"
 }
