@@ -396,7 +396,7 @@ struct CheckDef {
     fires: Verdict,
 }
 
-const CHECKS: [CheckDef; 13] = [
+const CHECKS: [CheckDef; 14] = [
     CheckDef {
         name: "data marking",
         query: "marking",
@@ -432,6 +432,12 @@ const CHECKS: [CheckDef; 13] = [
         query: "go_back_n",
         parts: &["psn_gap", "go_back_n"],
         fires: Verdict::Fail,
+    },
+    CheckDef {
+        name: "ICRC intact",
+        query: "go_back_n",
+        parts: &["icrc_bad"],
+        fires: Verdict::Warn,
     },
     CheckDef {
         name: "PFC only on the RDMA priority",
@@ -489,6 +495,7 @@ fn part_words(part: &str) -> String {
         "ecn_data" | "ecn_ack" | "ecn_cnp" => format!("Not-ECT {} packets", &part[4..]),
         "psn_gap" => "PSN gaps".into(),
         "go_back_n" => "retransmitted PSNs".into(),
+        "icrc_bad" => "packets with a bad ICRC".into(),
         "ce_without_cnp" => "CE-marked data packets without a CNP back".into(),
         "pause_802_3x" => "802.3x PAUSE frames".into(),
         "pfc_without_ecn" => "XOFF frames with no CE mark".into(),
@@ -733,6 +740,10 @@ fn judge(mut c: Check, d: &CheckDef, f: &Figures, p: &PolicyConfig) -> Check {
             "{} NAKs, {} RNR NAKs, no PSN gap or retransmission",
             f.naks, f.rnr_naks
         ),
+        "ICRC intact" => {
+            "no packet with a bad ICRC (replay verifies ICRCs; the live kernel programs do not)"
+                .into()
+        }
         "PFC only on the RDMA priority" => format!(
             "XOFF per priority {:?} (RDMA priority {})",
             f.pfc_xoff, e.rdma_priority

@@ -21,6 +21,10 @@ pub enum Rule {
     PfcStorm,
     PsnGap,
     GoBackN,
+    /// Packets whose invariant CRC (ICRC) does not verify: corrupted on the way, or rewritten
+    /// in a field the ICRC covers (the receiving NIC drops them). Replay only: the kernel does
+    /// not compute the ICRC.
+    IcrcBad,
     CeWithoutCnp,
     PfcWithoutEcn,
     MtuBelowExpected,
@@ -64,7 +68,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in documentation order.
-    pub const ALL: [Rule; 31] = [
+    pub const ALL: [Rule; 32] = [
         Rule::DscpMismatch,
         Rule::PcpMismatch,
         Rule::NotEct,
@@ -73,6 +77,7 @@ impl Rule {
         Rule::PfcStorm,
         Rule::PsnGap,
         Rule::GoBackN,
+        Rule::IcrcBad,
         Rule::CeWithoutCnp,
         Rule::PfcWithoutEcn,
         Rule::MtuBelowExpected,
@@ -108,6 +113,7 @@ impl Rule {
             Rule::PfcStorm => "pfc_storm",
             Rule::PsnGap => "psn_gap",
             Rule::GoBackN => "go_back_n",
+            Rule::IcrcBad => "icrc_bad",
             Rule::CeWithoutCnp => "ce_without_cnp",
             Rule::PfcWithoutEcn => "pfc_without_ecn",
             Rule::MtuBelowExpected => "mtu_below_expected",
@@ -167,7 +173,9 @@ impl Rule {
     pub const fn key(self) -> &'static str {
         match self {
             Rule::DscpMismatch | Rule::PcpMismatch | Rule::NotEct => "QP key and class",
-            Rule::PsnGap | Rule::GoBackN | Rule::MtuBelowExpected => "QP key",
+            Rule::PsnGap | Rule::GoBackN | Rule::IcrcBad | Rule::MtuBelowExpected => {
+                "QP key"
+            }
             Rule::MarkingChanged => "QP key, class, field and the two points",
             Rule::PfcWrongPriority | Rule::PfcStorm => "interface, direction and priority",
             Rule::Pause8023x | Rule::QpMapFull | Rule::EventsLost => "interface and direction",

@@ -8,3 +8,6 @@ FROM v_flows WHERE psn_gaps > 0
 UNION ALL
 SELECT 'go_back_n' AS part, host, iface, dir, src, dst, qp, t0, t1, psn_retrans AS figure, psn_behind AS context
 FROM v_flows WHERE psn_retrans > 0
+UNION ALL
+SELECT 'icrc_bad' AS part, host, iface, dir, src, dst, qp, t0, t1, icrc_bad AS figure, icrc_ok AS context
+FROM v_flows WHERE icrc_bad > 0

@@ -39,7 +39,9 @@ fn verdicts_count_what_the_alert_rules_fire() {
         "test",
     )
     .unwrap();
-    write_logs_with(&dir, &FAULTS, policy.clone(), "t");
+    let mut cases = FAULTS.to_vec();
+    cases.push("bad_icrc");
+    write_logs_with(&dir, &cases, policy.clone(), "t");
     let eng = engine(std::slice::from_ref(&dir), &Filters::default());
     let r = report(&eng, &policy, "test", 100, None).unwrap();
     let mut from_report: BTreeMap<String, i64> = BTreeMap::new();
@@ -97,6 +99,7 @@ fn verdicts_count_what_the_alert_rules_fire() {
         "pcp_mismatch",
         "psn_gap",
         "go_back_n",
+        "icrc_bad",
         "pfc_wrong_priority",
         "pause_802_3x",
     ] {
@@ -108,12 +111,13 @@ fn verdicts_count_what_the_alert_rules_fire() {
 }
 
 /// The alert rules the report counts.
-const RULES: [&str; 13] = [
+const RULES: [&str; 14] = [
     "dscp_mismatch",
     "pcp_mismatch",
     "not_ect",
     "psn_gap",
     "go_back_n",
+    "icrc_bad",
     "ce_without_cnp",
     "pfc_wrong_priority",
     "pfc_storm",

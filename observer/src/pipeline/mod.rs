@@ -50,6 +50,7 @@ pub mod rule {
     pub const PFC_STORM: &str = Rule::PfcStorm.name();
     pub const PSN_GAP: &str = Rule::PsnGap.name();
     pub const GO_BACK_N: &str = Rule::GoBackN.name();
+    pub const ICRC_BAD: &str = Rule::IcrcBad.name();
     pub const CE_WITHOUT_CNP: &str = Rule::CeWithoutCnp.name();
     pub const PFC_WITHOUT_ECN: &str = Rule::PfcWithoutEcn.name();
     pub const MTU_BELOW_EXPECTED: &str = Rule::MtuBelowExpected.name();
@@ -60,10 +61,10 @@ pub mod rule {
     pub const IFACE_GONE: &str = Rule::IfaceGone.name();
     /// Every packet rule's name, in documentation order (the NIC and configuration rules
     /// follow in `Rule::ALL`).
-    pub const ALL: [&str; 15] = {
-        let mut a = [""; 15];
+    pub const ALL: [&str; 16] = {
+        let mut a = [""; 16];
         let mut i = 0;
-        while i < 15 {
+        while i < 16 {
             a[i] = Rule::ALL[i].name();
             i += 1;
         }
@@ -521,7 +522,7 @@ fn vanish(st: &mut IfaceState, kp: &mut KeyPass, k: &QpKey) {
 fn src_macs(
     mac_delta: &[(MacKey, PfcCounters)],
     d: usize,
-    frames: fn(&PfcCounters) -> u64,
+    frames: impl Fn(&PfcCounters) -> u64,
 ) -> Option<String> {
     let macs: Vec<String> = mac_delta
         .iter()
@@ -574,6 +575,9 @@ fn account_iface(
         let macs = src_macs(&mac_delta, d, |c| c.pfc_frames + c.pause);
         // the 802.3x alert names the senders of PAUSE only, with their PAUSE frames
         let pause_macs = src_macs(&mac_delta, d, |c| c.pause);
+        // and the PFC alerts the senders of each priority's XOFF and XON frames, with theirs
+        let pfc_macs: [Option<String>; 8] =
+            std::array::from_fn(|p| src_macs(&mac_delta, d, |c| c.xoff[p] + c.xon[p]));
         let pf = st.pause.take(d, end);
         let x = IfaceInterval {
             iface,
@@ -582,6 +586,7 @@ fn account_iface(
             secs,
             end_ns: end,
             pause_src_macs: pause_macs.as_deref(),
+            pfc_src_macs: &pfc_macs,
             xoff_peak_1s: pf.xoff_peak_1s,
         };
         let rates = rules::iface_interval(

@@ -148,7 +148,19 @@ fn any_qp_rule(d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32) -> bool {
             _ => {}
         }
     }
-    expected_mtu > 0 && (d.max_udp_payload as u32) < expected_mtu + 16 && has_full_mtu_packets(d)
+    d.icrc_bad > 0 || path_mtu_below(d, expected_mtu).is_some()
+}
+
+/// The key's path MTU when it is below `expected_mtu` (`mtu_below_expected`): only a key with
+/// FIRST or MIDDLE packets (whose payload is the path MTU) tells its path MTU, as its largest
+/// UDP payload; a payload below the smallest RoCE MTU's (256 + 16) is no path MTU (a malformed
+/// or cut sender) and is not reported as MTU 0.
+fn path_mtu_below(d: &QpValue, expected_mtu: u32) -> Option<u32> {
+    if expected_mtu == 0 || d.pkts == 0 || !has_full_mtu_packets(d) {
+        return None;
+    }
+    let mtu = mtu_of_payload(d.max_udp_payload as u32);
+    (mtu > 0 && (d.max_udp_payload as u32) < expected_mtu + 16).then_some(mtu)
 }
 
 /// [`qp_interval`] with `d`'s non-zero buckets already listed. Long by design: the per-key
@@ -236,18 +248,25 @@ pub fn qp_interval_nz(
             d.psn_retrans,
         ));
     }
-    if expected_mtu > 0
-        && d.pkts > 0
-        && has_full_mtu_packets(d)
-        && (d.max_udp_payload as u32) < expected_mtu + 16
-    {
+    if d.icrc_bad > 0 {
+        out.push(mk(
+            Rule::IcrcBad,
+            key.clone(),
+            format!(
+                "{} packets with a bad ICRC ({} verified good, {} not verifiable)",
+                d.icrc_bad, d.icrc_ok, d.icrc_unverifiable
+            ),
+            "every ICRC intact (the receiving NIC drops a packet whose ICRC fails)".into(),
+            d.icrc_bad,
+        ));
+    }
+    if let Some(mtu) = path_mtu_below(d, expected_mtu) {
         out.push(mk(
             Rule::MtuBelowExpected,
             key,
             format!(
-                "largest UDP payload {} (RoCE MTU {})",
-                d.max_udp_payload,
-                mtu_of_payload(d.max_udp_payload as u32)
+                "largest UDP payload {} (RoCE MTU {mtu})",
+                d.max_udp_payload
             ),
             format!(
                 "RoCE MTU {expected_mtu} (UDP payload >= {})",
@@ -269,6 +288,8 @@ pub struct IfaceInterval<'a> {
     pub end_ns: u64,
     /// `mac=frames,...` senders of 802.3x PAUSE in the interval (PFC senders left out).
     pub pause_src_macs: Option<&'a str>,
+    /// Per priority, the same of the senders of that priority's XOFF and XON frames.
+    pub pfc_src_macs: &'a [Option<String>; 8],
     /// Largest XOFF count per priority in a one-second window ending in the interval.
     pub xoff_peak_1s: [u64; 8],
 }
@@ -315,11 +336,12 @@ pub fn iface_interval(
     let mut rates = [0f64; 8];
     for (prio, rate_out) in rates.iter_mut().enumerate() {
         let (xoff, xon) = (di.pfc.xoff[prio], di.pfc.xon[prio]);
+        let pfc_from = senders(x.pfc_src_macs[prio].as_deref());
         if prio as u8 != p.rdma_priority && xoff + xon > 0 {
             out.push(mk(
                 Rule::PfcWrongPriority,
                 prio_key(prio),
-                format!("PFC on priority {prio}: {xoff} XOFF, {xon} XON"),
+                format!("PFC on priority {prio}: {xoff} XOFF, {xon} XON{pfc_from}"),
                 format!("PFC only on priority {}", p.rdma_priority),
                 xoff + xon,
             ));
@@ -331,7 +353,7 @@ pub fn iface_interval(
                 Rule::PfcStorm,
                 prio_key(prio),
                 format!(
-                    "{peak} XOFF/s on priority {prio} (densest second; {xoff} XOFF in the {:.3} s interval)",
+                    "{peak} XOFF/s on priority {prio} (densest second; {xoff} XOFF in the {:.3} s interval){pfc_from}",
                     x.secs
                 ),
                 format!("<= {} XOFF/s", th.pfc_storm_xoff_per_s),
@@ -372,6 +394,32 @@ pub fn iface_interval(
     }
     rates
 }
+
+/// ` from MAC=frames, ...` for an alert's text: the [`SENDERS_NAMED`] senders with the most
+/// frames, and how many more (the interfaces table lists them all), or nothing when none.
+fn senders(macs: Option<&str>) -> String {
+    let Some(m) = macs else {
+        return String::new();
+    };
+    let mut v: Vec<(&str, u64)> = m
+        .split(',')
+        .map(|e| {
+            let n = e.rsplit_once('=').and_then(|(_, n)| n.parse().ok());
+            (e, n.unwrap_or(0))
+        })
+        .collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let named: Vec<&str> = v.iter().take(SENDERS_NAMED).map(|e| e.0).collect();
+    let more = v.len().saturating_sub(SENDERS_NAMED);
+    if more > 0 {
+        format!(" from {} and {more} more senders", named.join(", "))
+    } else {
+        format!(" from {}", named.join(", "))
+    }
+}
+
+/// Senders of PFC frames an alert names (the largest first).
+const SENDERS_NAMED: usize = 4;
 
 /// `pfc_without_ecn`: PFC paused RoCE traffic in an interval with no CE mark at all (ECN should
 /// act before PFC).
@@ -726,6 +774,117 @@ mod tests {
         assert_eq!(mtu_of_payload(4111), 2048);
     }
 
+    /// `mtu_below_expected` reads the path MTU off FIRST / MIDDLE packets only, and a payload
+    /// below the smallest RoCE MTU's is no path MTU (never "RoCE MTU 0"); `icrc_bad` counts the
+    /// key's packets whose ICRC failed.
+    #[test]
+    fn path_mtu_only_from_full_packets_and_bad_icrc_per_key() {
+        let p = Policy::NONE;
+        let k = QpKey::default();
+        let fire = |d: &QpValue| {
+            let mut out = Vec::new();
+            qp_interval("e", &k, d, &p, 4096, 5, &mut out);
+            out.iter()
+                .map(|a| (a.rule, a.count, a.observed.clone()))
+                .collect::<Vec<_>>()
+        };
+        let mut d = QpValue::ZERO;
+        d.pkts = 4;
+        // WRITE ONLY at 1040 bytes: the messages fit one packet, the path MTU is not known
+        d.opcode_hist[opcode_bucket(0x0a)] = 4;
+        d.max_udp_payload = 1024 + 16;
+        assert!(fire(&d).is_empty());
+        // WRITE FIRST at 80 bytes: no RoCE MTU is that small
+        d.opcode_hist[opcode_bucket(0x06)] = 2;
+        d.max_udp_payload = 80;
+        assert!(fire(&d).is_empty());
+        d.max_udp_payload = 256 + 16;
+        assert_eq!(
+            fire(&d),
+            vec![(
+                Rule::MtuBelowExpected,
+                1,
+                "largest UDP payload 272 (RoCE MTU 256)".to_string()
+            )]
+        );
+        d.opcode_hist[opcode_bucket(0x06)] = 0;
+        d.icrc_bad = 20;
+        d.icrc_ok = 3;
+        assert_eq!(
+            fire(&d),
+            vec![(
+                Rule::IcrcBad,
+                20,
+                "20 packets with a bad ICRC (3 verified good, 0 not verifiable)".to_string()
+            )]
+        );
+    }
+
+    /// The PFC alerts name the senders of their priority's frames, the largest first, at most
+    /// four and how many more.
+    #[test]
+    fn pfc_alerts_name_their_priority_senders() {
+        let mut delta = IfaceStats::default();
+        delta.pfc.xoff[5] = 1500;
+        delta.pfc.xoff[3] = 40;
+        let mut macs: [Option<String>; 8] = Default::default();
+        macs[5] = Some("02:00:00:00:00:0a=100,02:00:00:00:00:0b=800".into());
+        macs[3] = Some(
+            (1..=6)
+                .map(|i| format!("02:00:00:00:00:0{i}={}", i * 2))
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+        let mut peak = [0; 8];
+        peak[5] = 1500;
+        let x = IfaceInterval {
+            iface: "e",
+            dir: 0,
+            delta: &delta,
+            secs: 1.0,
+            end_ns: 5,
+            pause_src_macs: None,
+            pfc_src_macs: &macs,
+            xoff_peak_1s: peak,
+        };
+        let p = Policy {
+            rdma_priority: 3,
+            ..Policy::NONE
+        };
+        let mut out = Vec::new();
+        iface_interval(&x, &p, &Thresholds::default(), &mut out);
+        let obs: Vec<(Rule, &str)> = out.iter().map(|a| (a.rule, a.observed.as_str())).collect();
+        assert_eq!(
+            obs,
+            vec![
+                (
+                    Rule::PfcWrongPriority,
+                    "PFC on priority 5: 1500 XOFF, 0 XON from 02:00:00:00:00:0b=800, 02:00:00:00:00:0a=100"
+                ),
+                (
+                    Rule::PfcStorm,
+                    "1500 XOFF/s on priority 5 (densest second; 1500 XOFF in the 1.000 s interval) from 02:00:00:00:00:0b=800, 02:00:00:00:00:0a=100"
+                ),
+            ]
+        );
+        let mut peak3 = [0; 8];
+        peak3[3] = 1200;
+        let x = IfaceInterval {
+            xoff_peak_1s: peak3,
+            ..x
+        };
+        out.clear();
+        iface_interval(&x, &p, &Thresholds::default(), &mut out);
+        let storm = out.iter().find(|a| a.rule == Rule::PfcStorm).unwrap();
+        assert!(
+            storm.observed.ends_with(
+                " from 02:00:00:00:00:06=12, 02:00:00:00:00:05=10, 02:00:00:00:00:04=8, 02:00:00:00:00:03=6 and 2 more senders"
+            ),
+            "{}",
+            storm.observed
+        );
+    }
+
     /// A full per-QP map, for new keys or for the histogram overflow map, is one `qp_map_full`
     /// alert per interval and direction naming what was not counted.
     #[test]
@@ -738,6 +897,7 @@ mod tests {
                 secs: 1.0,
                 end_ns: 5,
                 pause_src_macs: None,
+                pfc_src_macs: &Default::default(),
                 xoff_peak_1s: [0; 8],
             };
             let mut out = Vec::new();

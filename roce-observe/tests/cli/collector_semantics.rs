@@ -150,9 +150,8 @@ fn times_after_2262_do_not_wrap() {
     assert_eq!(col.value(0), (t / 1000) as i64);
 }
 
-/// A pcap of RDMA WRITE FIRST packets of 1024 bytes: a path MTU of 1024 where nvidia expects
-/// 4096 (`mtu_below_expected`, a warning), marking otherwise as expected.
-fn mtu_1024_capture(path: &std::path::Path) {
+/// A classic pcap (microseconds) of `frames`, one per microsecond from a fixed second.
+fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) {
     let mut h = Vec::new();
     h.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     h.extend_from_slice(&2u16.to_le_bytes());
@@ -160,16 +159,26 @@ fn mtu_1024_capture(path: &std::path::Path) {
     h.extend_from_slice(&[0; 8]);
     h.extend_from_slice(&65535u32.to_le_bytes());
     h.extend_from_slice(&1u32.to_le_bytes());
-    for psn in 0..20u32 {
-        let mut r = Roce::data([10, 77, 0, 1], [10, 77, 0, 2], 0x21, psn);
-        r.opcode = 0x06; // RDMA WRITE FIRST: its payload is the path MTU
-        let f = r.frame();
-        for w in [1_795_000_000u32, psn, f.len() as u32, f.len() as u32] {
+    for (i, f) in frames.iter().enumerate() {
+        for w in [1_795_000_000u32, i as u32, f.len() as u32, f.len() as u32] {
             h.extend_from_slice(&w.to_le_bytes());
         }
-        h.extend_from_slice(&f);
+        h.extend_from_slice(f);
     }
     std::fs::write(path, h).unwrap();
+}
+
+/// A pcap of RDMA WRITE FIRST packets of 1024 bytes: a path MTU of 1024 where nvidia expects
+/// 4096 (`mtu_below_expected`, a warning), marking otherwise as expected.
+fn mtu_1024_capture(path: &std::path::Path) {
+    let frames: Vec<_> = (0..20u32)
+        .map(|psn| {
+            let mut r = Roce::data([10, 77, 0, 1], [10, 77, 0, 2], 0x21, psn);
+            r.opcode = 0x06; // RDMA WRITE FIRST: its payload is the path MTU
+            r.frame()
+        })
+        .collect();
+    write_pcap(path, &frames);
 }
 
 fn replay(args: &[&str], file: &std::path::Path, out: &std::path::Path) -> (i32, Value, String) {
@@ -187,6 +196,51 @@ fn replay(args: &[&str], file: &std::path::Path, out: &std::path::Path) -> (i32,
         v,
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
+}
+
+/// 20 packets of a QP whose ICRC fails are one `icrc_bad` alert counting them (a warning, so
+/// `--fail-on warning` fails); WRITE FIRST packets of 64 bytes, below the smallest RoCE MTU,
+/// are no path MTU and raise no `mtu_below_expected` ("RoCE MTU 0" before).
+#[test]
+fn bad_icrc_is_an_alert_and_no_path_mtu_reads_zero() {
+    let tmp = TempDir::new("sem-icrc");
+    let dir = tmp.path();
+    let mut frames = Vec::new();
+    for psn in 0..30u32 {
+        let mut f = Roce::data([10, 77, 0, 1], [10, 77, 0, 2], 0x22, psn).frame();
+        if (5..25).contains(&psn) {
+            *f.last_mut().unwrap() ^= 0x5a; // the ICRC's last byte
+        }
+        frames.push(f);
+    }
+    for psn in 0..10u32 {
+        let mut r = Roce::data([10, 77, 0, 1], [10, 77, 0, 2], 0x23, psn);
+        r.opcode = 0x06;
+        r.payload = 64;
+        frames.push(r.frame());
+    }
+    let pcap = dir.join("icrc.pcap");
+    write_pcap(&pcap, &frames);
+    let out = dir.join("out");
+    let (code, v, err) = replay(&["--fail-on", "warning"], &pcap, &out);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(v["alerts"]["icrc_bad"], 1, "{v}");
+    assert!(v["alerts"].get("mtu_below_expected").is_none(), "{v}");
+    let lines: Vec<Value> = std::fs::read_to_string(out.join("alerts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let icrc: Vec<_> = lines.iter().filter(|a| a["rule"] == "icrc_bad").collect();
+    assert_eq!(icrc.len(), 1, "{lines:?}");
+    assert_eq!(icrc[0]["count"], 20);
+    assert_eq!(icrc[0]["qp"], 0x22);
+    assert_eq!(icrc[0]["severity"], "warning");
+    assert!(err.contains("icrc_bad"), "{err}");
+    // --no-icrc: nothing verified, nothing raised
+    let (code, v, err) = replay(&["--fail-on", "warning", "--no-icrc"], &pcap, &dir.join("n"));
+    assert_eq!(code, 0, "{err}");
+    assert!(v["alerts"].get("icrc_bad").is_none(), "{v}");
 }
 
 #[test]
