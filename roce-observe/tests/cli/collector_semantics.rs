@@ -42,8 +42,10 @@ fn collector(name: &str) -> (Collector, TempDir) {
     (col, out)
 }
 
+/// The 802.3x alert names the senders of PAUSE only; a PFC alert the senders of its priority's
+/// frames only.
 #[test]
-fn pause_alert_names_pause_senders_only() {
+fn pause_and_pfc_alerts_name_their_own_senders() {
     let (mut col, tmp) = collector("sem-pause");
     let out = tmp.path();
     let mut dp = Datapath::new(Policy::NONE, 1024);
@@ -57,6 +59,12 @@ fn pause_alert_names_pause_senders_only() {
         let f = pause_frame(pause_sender, 50);
         dp.process(&f, f.len() as u32, T0 + 2, 0);
     }
+    // priority 5, not the RDMA priority (3): pfc_wrong_priority
+    let wrong_sender = [2, 0, 0, 0, 0, 0x0c];
+    for _ in 0..4 {
+        let f = pfc_frame(wrong_sender, 1 << 5, [0, 0, 0, 0, 0, 100, 0, 0]);
+        dp.process(&f, f.len() as u32, T0 + 3, 0);
+    }
     col.on_snapshot(&dp.snapshot("e0", T0 + S, None)).unwrap();
     col.finish().unwrap();
     let a = alerts(out);
@@ -69,6 +77,14 @@ fn pause_alert_names_pause_senders_only() {
     assert!(
         !obs.contains("02:00:00:00:00:0a"),
         "a PFC sender in the PAUSE list: {obs}"
+    );
+    let wrong = a
+        .iter()
+        .find(|a| a["rule"] == "pfc_wrong_priority")
+        .expect("a pfc_wrong_priority alert");
+    assert_eq!(
+        wrong["observed"], "PFC on priority 5: 4 XOFF, 0 XON from 02:00:00:00:00:0c=4",
+        "{wrong}"
     );
 }
 
