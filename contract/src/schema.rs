@@ -843,7 +843,7 @@ fn interfaces_table() -> Table {
         "xoff_peak_1s",
         Int64,
         "frames",
-        "largest XOFF count in any one-second window ending in the interval, 1 ms resolution (the storm figure)",
+        "largest XOFF count in a one-second window ending at one of the interval's XOFF frames, 1 ms resolution (the storm figure)",
     );
     c.push(col("pause_frames", Int64, "frames", "802.3x PAUSE frames"));
     c.push(col(

@@ -7,9 +7,11 @@
 //!   it). The paused time of an interval is the union of those windows clipped to the interval,
 //!   so it never exceeds the interval's length, unlike the requested quanta's sum. It needs the
 //!   link speed (a quantum is 512 bit times); without one it is unknown.
-//! - **XOFF peak**: the largest number of XOFF frames of a priority in any one-second window
-//!   ending in the interval, at 1 ms resolution (a ring of 1,000 one-millisecond buckets): a
-//!   5,000/s storm lasting half a second reads 2,500, whatever the interval's length.
+//! - **XOFF peak**: the largest number of XOFF frames of a priority in a one-second window
+//!   ending at one of the interval's XOFF frames, at 1 ms resolution (a ring of 1,000
+//!   one-millisecond buckets): a 5,000/s storm lasting half a second reads 2,500, whatever the
+//!   interval's length; one across an interval boundary reads all of its densest second in the
+//!   later interval; an interval without XOFF reads 0.
 //!
 //! Memory per interface direction is fixed: 9 pause clocks and, for a priority once it saw an
 //! XOFF, one ring of 4 KB.
@@ -112,11 +114,12 @@ impl XoffWindow {
         self.peak = self.peak.max(self.sum);
     }
 
-    /// The peak since the last take; the next interval starts from the window ending at `t`
-    /// (its frames belong to windows that end in the next interval too).
+    /// The peak since the last take. The ring keeps the frames (they belong to windows that
+    /// end at the next interval's frames too), the peak starts again: only a window ending at
+    /// one of an interval's own XOFF frames counts for it, so an interval without XOFF reads 0.
     fn take_peak(&mut self, t: u64) -> u64 {
         self.advance(t / BUCKET_NS);
-        std::mem::replace(&mut self.peak, self.sum)
+        std::mem::take(&mut self.peak)
     }
 }
 
@@ -304,7 +307,7 @@ mod tests {
     }
 
     #[test]
-    fn a_window_spanning_two_intervals_counts_in_both() {
+    fn a_window_spanning_two_intervals_counts_in_the_later_one_and_only_at_its_frames() {
         let mut t = PauseTracker::new(None);
         let at = |i: u64| S - 50 * MS + i * MS; // 0.95 s .. 1.049 s
         for i in 0..50 {
@@ -317,8 +320,12 @@ mod tests {
         }
         // windows ending in the second interval hold all 100
         assert_eq!(t.take(0, 2 * S).xoff_peak_1s[3], 100);
-        // the window ending at 2 s (the third interval's first) still holds 1.001-1.049 s
-        assert_eq!(t.take(0, 3 * S).xoff_peak_1s[3], 49);
+        // one frame at 2.01 s: its window reaches back into the second interval and holds the
+        // 39 frames of 1.011-1.049 s and itself
+        t.frame(&pfc(2 * S + 10 * MS, 3, 100));
+        assert_eq!(t.take(0, 3 * S).xoff_peak_1s[3], 40);
+        // the fourth interval has no XOFF of its own: no storm in it, although a window ending
+        // at its start still holds the frame of 2.01 s
         assert_eq!(t.take(0, 4 * S).xoff_peak_1s[3], 0);
     }
 

@@ -357,7 +357,8 @@ pub fn iface_interval(
                     x.secs
                 ),
                 format!("<= {} XOFF/s", th.pfc_storm_xoff_per_s),
-                peak,
+                // one interval in storm (a hold-down summary counts the intervals it held)
+                1,
             ));
         }
     }

@@ -257,8 +257,9 @@ fn faults_give_exact_alerts_and_parquet_sums_match() {
             false,
             2,
         ),
-        (rule::PFC_STORM.to_string(), None, None, Some(3), false, 3),
-        (rule::PFC_STORM.to_string(), None, None, Some(3), true, 4),
+        // a storm's count is intervals in storm: the first, then the one held
+        (rule::PFC_STORM.to_string(), None, None, Some(3), false, 1),
+        (rule::PFC_STORM.to_string(), None, None, Some(3), true, 1),
         (rule::PAUSE_802_3X.to_string(), None, None, None, false, 1),
         (
             rule::PFC_WITHOUT_ECN.to_string(),
@@ -601,4 +602,60 @@ fn an_unfinished_output_keeps_the_summary_and_its_alerts() {
     // the first occurrence and its summary at the stop
     assert_eq!(summary["alerts"][rule::DSCP_MISMATCH], 2, "{summary}");
     assert_eq!(summary["alert_occurrences"][rule::DSCP_MISMATCH], 4);
+}
+
+/// A 5,000/s PFC storm from 0.5 s to 1.5 s straddles the interval boundary at 1 s: the first
+/// interval reads the 2,500 XOFF of its half, the second the whole storm's densest second (the
+/// window spans the boundary), never two halves. A storm's alert counts intervals in storm,
+/// one each, and a hold-down summary the intervals it held, not XOFF frames.
+#[test]
+fn a_storm_across_an_interval_boundary_reads_its_densest_second() {
+    let run = |hold_down_s: u64, storm_ms: (u64, u64), intervals: u64| {
+        let tmp = TempDir::new("dp-storm");
+        let out = tmp.path().to_path_buf();
+        let policy = PolicyConfig::from_toml(
+            &format!("profile = \"nvidia\"\n[thresholds]\nhold_down_s = {hold_down_s}\n"),
+            "inline",
+        )
+        .unwrap();
+        let mut rig = Rig {
+            dp: Datapath::new(policy.expected, 1000),
+            col: Collector::new(CollectorConfig::new(out.clone(), "h", "replay", policy)).unwrap(),
+            sent_roce: 0,
+            sent_frames: 0,
+        };
+        rig.col.quiet_stderr();
+        rig.col.begin("veth0", T0, Some(100_000_000_000));
+        let xoff = pfc_frame(MAC, 1 << 3, [0, 0, 0, 0xffff, 0, 0, 0, 0]);
+        let (mut t, end) = (T0 + storm_ms.0 * 1_000_000, T0 + storm_ms.1 * 1_000_000);
+        for i in 1..=intervals {
+            while t < T0 + i * S && t < end {
+                rig.send_raw(xoff.clone(), t);
+                t += 200_000; // 5,000 per second
+            }
+            rig.snapshot(T0 + i * S);
+        }
+        rig.col.finish().unwrap();
+        alerts_jsonl(&out)
+            .into_iter()
+            .filter(|a| a["rule"] == rule::PFC_STORM)
+            .map(|a| {
+                (
+                    a["observed"].as_str().unwrap().to_string(),
+                    a["count"].as_u64().unwrap(),
+                    a["summary"].as_bool().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let storms = run(0, (500, 1500), 3);
+    assert_eq!(storms.len(), 2, "{storms:?}");
+    assert!(storms[0].0.starts_with("2500 XOFF/s on priority 3"), "{storms:?}");
+    assert!(storms[1].0.starts_with("5000 XOFF/s on priority 3"), "{storms:?}");
+    assert!(storms.iter().all(|s| s.1 == 1 && !s.2), "{storms:?}");
+    // 4 s of storm under a 10 s hold-down: one alert, then one summary of the 3 held intervals
+    let storms = run(10, (0, 4000), 5);
+    assert_eq!(storms.len(), 2, "{storms:?}");
+    assert_eq!((storms[0].1, storms[0].2), (1, false), "{storms:?}");
+    assert_eq!((storms[1].1, storms[1].2), (3, true), "{storms:?}");
 }
