@@ -173,9 +173,7 @@ impl Rule {
     pub const fn key(self) -> &'static str {
         match self {
             Rule::DscpMismatch | Rule::PcpMismatch | Rule::NotEct => "QP key and class",
-            Rule::PsnGap | Rule::GoBackN | Rule::IcrcBad | Rule::MtuBelowExpected => {
-                "QP key"
-            }
+            Rule::PsnGap | Rule::GoBackN | Rule::IcrcBad | Rule::MtuBelowExpected => "QP key",
             Rule::MarkingChanged => "QP key, class, field and the two points",
             Rule::PfcWrongPriority | Rule::PfcStorm => "interface, direction and priority",
             Rule::Pause8023x | Rule::QpMapFull | Rule::EventsLost => "interface and direction",

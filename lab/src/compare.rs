@@ -12,6 +12,8 @@ use super::rc::{RcConfig, ReqStats, RespStats};
 use super::report::{AlertCheck, Row, ScenarioReport, SelfCheck, Summaries};
 use super::topo::{H1_IF, H1_IP, H2_IF, H2_IP, ip_str};
 use super::{DATA_DSCP, LabArgs, ScenarioSpec, Truth};
+use std::time::Duration;
+
 use contract::marking::Marking;
 use observer::pipeline::PolicyConfig;
 
@@ -326,6 +328,21 @@ fn pause_rows(t: &Truth, o: &Readings) -> Vec<Row> {
         o.h2_iface(&["pause", "frames"]),
         &pfc_at,
     ));
+    // A storm shorter than a second is whole in one one-second window, wherever the observer's
+    // interval boundaries fall: its densest second is every XOFF sent (never two halves).
+    let storm = t.pfc.rdma_storm;
+    if t.pfc.xoff[3] > 0 && storm < Duration::from_millis(900) {
+        rows.push(row(
+            &format!(
+                "densest second of PFC XOFF on priority 3 (a {} ms storm)",
+                storm.as_millis()
+            ),
+            t.pfc.xoff[3],
+            from,
+            o.s.storm_peak(H2_IF, "ingress", 3),
+            &format!("{pfc_at}, summary.json pfc_storm_figures"),
+        ));
+    }
     rows
 }
 

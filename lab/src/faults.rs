@@ -253,6 +253,8 @@ pub struct PfcSent {
     pub pfc_frames: u64,
     pub pause: u64,
     pub pause_xon: u64,
+    /// From the first to the last XOFF frame of the RDMA priority (the storm's length).
+    pub rdma_storm: Duration,
 }
 
 /// Sends the plan from `sw-p2`; runs on its own thread in the switch namespace.
@@ -276,6 +278,7 @@ pub fn send_pfc(sw: &Netns, plan: PfcPlan) -> Result<PfcSent, LabError> {
         Ok(())
     };
     let start = Instant::now();
+    let mut last_rdma_xoff = None;
     let total = plan.rdma_xoff.max(plan.other_xoff).max(plan.pause);
     for i in 0..total {
         if stop_requested() {
@@ -283,6 +286,7 @@ pub fn send_pfc(sw: &Netns, plan: PfcPlan) -> Result<PfcSent, LabError> {
         }
         if i < plan.rdma_xoff {
             pfc(&s, &mut sent, plan.rdma_priority, 0xffff)?;
+            last_rdma_xoff = Some(Instant::now());
         }
         if i < plan.other_xoff {
             pfc(&s, &mut sent, plan.other_priority, 0x8000)?;
@@ -298,6 +302,7 @@ pub fn send_pfc(sw: &Netns, plan: PfcPlan) -> Result<PfcSent, LabError> {
         }
     }
     if plan.rdma_xoff > 0 {
+        sent.rdma_storm = last_rdma_xoff.map_or(Duration::ZERO, |t| t - start);
         pfc(&s, &mut sent, plan.rdma_priority, 0)?;
     }
     if plan.other_xoff > 0 {

@@ -250,6 +250,16 @@ impl Summaries<'_> {
         Some(n)
     }
 
+    /// The densest second of XOFF frames of `priority` on an interface direction over the run
+    /// (summary.json `pfc_storm_figures`), the largest over the summaries.
+    pub fn storm_peak(&self, iface: &str, dir: &str, priority: usize) -> Option<u64> {
+        self.docs
+            .iter()
+            .filter_map(|d| d["pfc_storm_figures"][iface]["max_xoff_per_s"][dir][priority].as_f64())
+            .map(|v| v as u64)
+            .max()
+    }
+
     /// An interface counter: `path` like ["pfc", "xoff", "3"] or ["pause", "frames"].
     pub fn iface(&self, iface: &str, dir: &str, path: &[&str]) -> Option<u64> {
         for d in self.docs {

@@ -264,10 +264,7 @@ pub fn qp_interval_nz(
         out.push(mk(
             Rule::MtuBelowExpected,
             key,
-            format!(
-                "largest UDP payload {} (RoCE MTU {mtu})",
-                d.max_udp_payload
-            ),
+            format!("largest UDP payload {} (RoCE MTU {mtu})", d.max_udp_payload),
             format!(
                 "RoCE MTU {expected_mtu} (UDP payload >= {})",
                 expected_mtu + 16

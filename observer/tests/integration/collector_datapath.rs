@@ -650,8 +650,14 @@ fn a_storm_across_an_interval_boundary_reads_its_densest_second() {
     };
     let storms = run(0, (500, 1500), 3);
     assert_eq!(storms.len(), 2, "{storms:?}");
-    assert!(storms[0].0.starts_with("2500 XOFF/s on priority 3"), "{storms:?}");
-    assert!(storms[1].0.starts_with("5000 XOFF/s on priority 3"), "{storms:?}");
+    assert!(
+        storms[0].0.starts_with("2500 XOFF/s on priority 3"),
+        "{storms:?}"
+    );
+    assert!(
+        storms[1].0.starts_with("5000 XOFF/s on priority 3"),
+        "{storms:?}"
+    );
     assert!(storms.iter().all(|s| s.1 == 1 && !s.2), "{storms:?}");
     // 4 s of storm under a 10 s hold-down: one alert, then one summary of the 3 held intervals
     let storms = run(10, (0, 4000), 5);

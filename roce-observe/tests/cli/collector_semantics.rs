@@ -254,7 +254,11 @@ fn bad_icrc_is_an_alert_and_no_path_mtu_reads_zero() {
     assert_eq!(icrc[0]["severity"], "warning");
     assert!(err.contains("icrc_bad"), "{err}");
     // --no-icrc: nothing verified, nothing raised
-    let (code, v, err) = replay(&["--fail-on", "warning", "--no-icrc"], &pcap, &dir.join("n"));
+    let (code, v, err) = replay(
+        &["--fail-on", "warning", "--no-icrc"],
+        &pcap,
+        &dir.join("n"),
+    );
     assert_eq!(code, 0, "{err}");
     assert!(v["alerts"].get("icrc_bad").is_none(), "{v}");
 }
