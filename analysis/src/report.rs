@@ -14,7 +14,7 @@ use arrow::array::{Array, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
 use contract::policy::PolicyConfig;
-use observer_common::maps::{ANY, class};
+use observer_common::maps::{ANY, PCP_IF_TAGGED, class};
 use observer_common::parse::PCP_NONE;
 use serde::{Deserialize, Serialize};
 
@@ -63,13 +63,15 @@ pub fn marking_off(p: &PolicyConfig) -> String {
         if e.dscp[c] != ANY {
             terms.push(format!("(hist = 'dscp_{name}' AND value <> {})", e.dscp[c]));
         }
-        if e.pcp[c] != ANY {
-            let want = if e.pcp[c] >= PCP_NONE {
-                -1
-            } else {
-                e.pcp[c] as i32
-            };
-            terms.push(format!("(hist = 'pcp_{name}' AND value <> {want})"));
+        match e.pcp[c] {
+            ANY => {}
+            PCP_NONE => terms.push(format!("(hist = 'pcp_{name}' AND value <> -1)")),
+            // untagged (-1) passes
+            v if v & PCP_IF_TAGGED != 0 => terms.push(format!(
+                "(hist = 'pcp_{name}' AND value <> {} AND value <> -1)",
+                v & 7
+            )),
+            v => terms.push(format!("(hist = 'pcp_{name}' AND value <> {v})")),
         }
         if e.ecn_capable[c] != 0 {
             terms.push(format!("(hist = 'ecn_{name}' AND value = 0)"));

@@ -19,6 +19,8 @@ pub enum Want {
     Any,
     /// This value (PCP -1: untagged).
     Value(i16),
+    /// PCP: this value on tagged frames; untagged frames (-1) pass.
+    IfTagged(i16),
     /// ECN: ECN-capable transport or CE; Not-ECT (0) is a violation.
     Ect,
 }
@@ -29,6 +31,7 @@ impl Want {
         match self {
             Want::Any => true,
             Want::Value(x) => v == x,
+            Want::IfTagged(x) => v == x || v == -1,
             Want::Ect => v != 0,
         }
     }
@@ -39,6 +42,7 @@ impl std::fmt::Display for Want {
         match self {
             Want::Any => f.write_str("any"),
             Want::Value(v) => f.write_str(&show_value(*v)),
+            Want::IfTagged(v) => write!(f, "{v} when tagged"),
             Want::Ect => f.write_str("ECT"),
         }
     }
@@ -62,7 +66,7 @@ pub struct Marking {
 impl Marking {
     /// The marking of a policy in the kernel's form (`ANY`, `PCP_NONE`, ECN-capable flags).
     pub fn of(p: &Policy) -> Marking {
-        use observer_common::maps::ANY;
+        use observer_common::maps::{ANY, PCP_IF_TAGGED};
         use observer_common::parse::PCP_NONE;
         Marking {
             dscp: p.dscp.map(|d| match d {
@@ -72,6 +76,7 @@ impl Marking {
             pcp: p.pcp.map(|v| match v {
                 ANY => Want::Any,
                 PCP_NONE => Want::Value(-1),
+                v if v & PCP_IF_TAGGED != 0 => Want::IfTagged((v & 7).into()),
                 v => Want::Value(v.into()),
             }),
             ecn: p

@@ -9,7 +9,9 @@
 //!
 //! [data]                    # RoCE data (every opcode but ACKs and CNPs)
 //! dscp = 26                 # 0-63 or "any"
-//! pcp = 3                   # 0-7, "untagged" or "any"
+//! pcp = 3                   # 0-7, "untagged" or "any" (profiles: the class's priority)
+//! tags = "optional"         # "optional": untagged frames pass the PCP check;
+//!                           # "required": every frame tagged with that PCP
 //! ecn = "ect"               # "ect": Not-ECT is a violation; "any": not checked
 //! [ack]                     # opcodes 0x11, 0x12, 0x51, 0x52
 //! [cnp]                     # opcode 0x81
@@ -28,7 +30,7 @@
 
 use std::path::Path;
 
-use observer_common::maps::{ANY, Policy, class, policy_flags};
+use observer_common::maps::{ANY, PCP_IF_TAGGED, Policy, class, policy_flags};
 use observer_common::parse::PCP_NONE;
 use serde::Deserialize;
 use toml::Spanned;
@@ -115,8 +117,9 @@ pub const MAX_POLICY_BYTES: u64 = 1 << 20;
 
 impl PolicyConfig {
     /// A vendor profile of [`crate::vendor`]: the DSCPs of data, ACKs and CNPs, ECT on data,
-    /// PFC on the RDMA priority, the path MTU. PCP is not checked by the profiles (hosts behind
-    /// DSCP-trust ports send untagged frames); set it in a file.
+    /// PFC on the RDMA priority, the path MTU, and the PCP of tagged frames: data and ACKs on
+    /// the RDMA priority, CNPs on the profile's CNP priority. Untagged frames pass the PCP
+    /// check (hosts behind DSCP-trust ports send untagged); a file can require tags.
     pub fn profile(name: &str) -> Result<PolicyConfig, PolicyError> {
         let v =
             Vendor::from_name(name).ok_or_else(|| PolicyError::UnknownProfile(name.to_string()))?;
@@ -128,7 +131,11 @@ impl PolicyConfig {
         let v = vendor.profile();
         let mut p = Policy::NONE;
         p.dscp = [v.data_dscp, v.ack_dscp, v.cnp_dscp];
-        p.pcp = [ANY, ANY, ANY];
+        p.pcp = [
+            PCP_IF_TAGGED | v.rdma_priority,
+            PCP_IF_TAGGED | v.rdma_priority,
+            PCP_IF_TAGGED | v.cnp_priority,
+        ];
         p.ecn_capable = [(v.data_ecn != 0) as u8, 0, 0];
         p.rdma_priority = v.rdma_priority;
         p.flags = policy_flags::ENABLED;
@@ -179,7 +186,10 @@ impl PolicyConfig {
             let _ = match e.pcp[c] {
                 ANY => writeln!(s, "pcp = \"any\""),
                 PCP_NONE => writeln!(s, "pcp = \"untagged\""),
-                v => writeln!(s, "pcp = {v}"),
+                v if v & PCP_IF_TAGGED != 0 => {
+                    writeln!(s, "pcp = {}\ntags = \"optional\"", v & 7)
+                }
+                v => writeln!(s, "pcp = {v}\ntags = \"required\""),
             };
             let ecn = if e.ecn_capable[c] != 0 { "ect" } else { "any" };
             let _ = writeln!(s, "ecn = \"{ecn}\"");
@@ -281,7 +291,14 @@ fn apply_top_level(
     invalid: &Invalid,
 ) -> Result<(), PolicyError> {
     if let Some(v) = &raw.rdma_priority {
-        cfg.expected.rdma_priority = int_in(v, "rdma_priority", 0, 7, invalid)? as u8;
+        let prio = int_in(v, "rdma_priority", 0, 7, invalid)? as u8;
+        cfg.expected.rdma_priority = prio;
+        // tagged data and ACKs go on the RDMA priority (unless a class section says otherwise)
+        for c in [class::DATA, class::ACK] {
+            if cfg.expected.pcp[c] & PCP_IF_TAGGED != 0 && cfg.expected.pcp[c] != ANY {
+                cfg.expected.pcp[c] = PCP_IF_TAGGED | prio;
+            }
+        }
     }
     if let Some(v) = &raw.expected_mtu {
         let m = int_in(v, "expected_mtu", 256, 4096, invalid)?;
@@ -297,7 +314,7 @@ fn apply_top_level(
     Ok(())
 }
 
-/// One traffic class's section (`[data]`, `[ack]`, `[cnp]`): `dscp`, `pcp`, `ecn`.
+/// One traffic class's section (`[data]`, `[ack]`, `[cnp]`): `dscp`, `pcp`, `tags`, `ecn`.
 fn apply_class(
     c: usize,
     sec: &RawClass,
@@ -317,7 +334,32 @@ fn apply_class(
         expected.pcp[c] = match v.get_ref() {
             toml::Value::String(s) if s == "any" => ANY,
             toml::Value::String(s) if s == "untagged" => PCP_NONE,
-            _ => int_in(v, &key, 0, 7, invalid)? as u8,
+            _ => PCP_IF_TAGGED | int_in(v, &key, 0, 7, invalid)? as u8,
+        };
+    }
+    if let Some(v) = &sec.tags {
+        let key = format!("{name}.tags");
+        let want = expected.pcp[c];
+        let pcp = want & 7;
+        expected.pcp[c] = match v.get_ref() {
+            toml::Value::String(s) if s == "optional" && (want == ANY || want == PCP_NONE) => want,
+            toml::Value::String(s) if s == "optional" => PCP_IF_TAGGED | pcp,
+            toml::Value::String(s) if s == "required" && (want == ANY || want == PCP_NONE) => {
+                return Err(invalid(
+                    &key,
+                    v.span(),
+                    "\"required\" needs a pcp of 0-7 in the section (the PCP tagged frames carry)"
+                        .into(),
+                ));
+            }
+            toml::Value::String(s) if s == "required" => pcp,
+            v2 => {
+                return Err(invalid(
+                    &key,
+                    v.span(),
+                    format!("expected \"optional\" or \"required\", found {}", show(v2)),
+                ));
+            }
         };
     }
     if let Some(v) = &sec.ecn {
@@ -428,6 +470,7 @@ struct RawPolicy {
 struct RawClass {
     dscp: Option<Spanned<toml::Value>>,
     pcp: Option<Spanned<toml::Value>>,
+    tags: Option<Spanned<toml::Value>>,
     ecn: Option<Spanned<toml::Value>>,
 }
 
@@ -503,6 +546,68 @@ mod tests {
         ));
     }
 
+    /// Profiles check the PCP of tagged frames only (data and ACKs on the RDMA priority, CNPs
+    /// on the CNP priority); `tags = "required"` makes untagged frames violations too; the
+    /// recorded policy reads back the same.
+    #[test]
+    fn pcp_of_tagged_frames_and_required_tags() {
+        let nv = PolicyConfig::profile("nvidia").unwrap();
+        assert_eq!(
+            nv.expected.pcp,
+            [PCP_IF_TAGGED | 3, PCP_IF_TAGGED | 3, PCP_IF_TAGGED | 6]
+        );
+        let p = PolicyConfig::from_toml(
+            "rdma_priority = 5
+",
+            "p.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            p.expected.pcp,
+            [PCP_IF_TAGGED | 5, PCP_IF_TAGGED | 5, PCP_IF_TAGGED | 6]
+        );
+        let p = PolicyConfig::from_toml(
+            "[data]
+tags = \"required\"
+[ack]
+pcp = 2
+tags = \"required\"
+[cnp]
+pcp = \"any\"
+",
+            "p.toml",
+        )
+        .unwrap();
+        assert_eq!(p.expected.pcp, [3, 2, ANY]);
+        assert_eq!(PolicyConfig::from_toml(&p.to_toml(), "r").unwrap(), p);
+        assert_eq!(PolicyConfig::from_toml(&nv.to_toml(), "r").unwrap(), nv);
+        let e = PolicyConfig::from_toml(
+            "[cnp]
+pcp = \"untagged\"
+tags = \"required\"
+",
+            "p.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("p.toml:3: cnp.tags: \"required\" needs a pcp of 0-7"),
+            "{e}"
+        );
+        let e = PolicyConfig::from_toml(
+            "[data]
+tags = true
+",
+            "p.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("data.tags: expected \"optional\" or \"required\""),
+            "{e}"
+        );
+    }
+
     #[test]
     fn full_file() {
         let p = PolicyConfig::from_toml(
@@ -513,7 +618,11 @@ mod tests {
         assert_eq!(p.expected.rdma_priority, 4);
         assert_eq!(p.expected_mtu, 1024);
         assert_eq!(p.expected.dscp, [24, 26, ANY]);
-        assert_eq!(p.expected.pcp, [4, ANY, PCP_NONE]);
+        // [data] pcp = 4: tagged data on 4; ACKs follow rdma_priority 4; CNPs untagged
+        assert_eq!(
+            p.expected.pcp,
+            [PCP_IF_TAGGED | 4, PCP_IF_TAGGED | 4, PCP_NONE]
+        );
         assert_eq!(p.thresholds.hold_down_ns, 2_500_000_000);
         assert_eq!(p.thresholds.pfc_storm_xoff_per_s, 50);
     }
@@ -566,7 +675,7 @@ mod tests {
         assert_eq!(p.expected.rdma_priority, 0);
         assert_eq!(p.expected_mtu, 4096);
         assert_eq!(p.expected.dscp, [0, 63, 48]);
-        assert_eq!(p.expected.pcp, [ANY, 7, 0]);
+        assert_eq!(p.expected.pcp, [ANY, PCP_IF_TAGGED | 7, PCP_IF_TAGGED]);
         assert_eq!(p.expected.ecn_capable, [0, 1, 0]);
         assert_eq!(
             p.thresholds,
@@ -663,7 +772,7 @@ mod tests {
 "[cnp]\necn = true\n" => p.toml:2: cnp.ecn: expected "ect" or "any", found true
 "[cnp]\necn = [1]\n" => p.toml:2: cnp.ecn: expected "ect" or "any", found array
 "[data]\necn = { a = 1 }\n" => p.toml:2: data.ecn: expected "ect" or "any", found table
-"[data]\nflow = 1\n" => p.toml:2: unknown field `flow`, expected one of `dscp`, `pcp`, `ecn`
+"[data]\nflow = 1\n" => p.toml:2: unknown field `flow`, expected one of `dscp`, `pcp`, `tags`, `ecn`
 "[thresholds]\npfc_storm_xoff_per_s = 0\n" => p.toml:2: thresholds.pfc_storm_xoff_per_s: 0 is out of range 1..=9223372036854775807
 "[thresholds]\nce_without_cnp_min_ce = \"ten\"\n" => p.toml:2: thresholds.ce_without_cnp_min_ce: expected an integer, found "ten"
 "[thresholds]\npfc_without_ecn_min_xoff = 0\n" => p.toml:2: thresholds.pfc_without_ecn_min_xoff: 0 is out of range 1..=9223372036854775807

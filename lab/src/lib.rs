@@ -245,8 +245,10 @@ pub struct ScenarioSpec {
     pub name: String,
     /// The emulated NICs' tag.
     pub tagging: Tagging,
-    /// The observers expect the profile's priorities (PCP) of tagged frames: the policy's
-    /// `pcp` of data, ACKs and CNPs (a PCP-trust fabric); otherwise PCP is not checked.
+    /// The observers expect every frame tagged with the profile's priorities (a PCP-trust
+    /// fabric: the policy's `pcp` of data, ACKs and CNPs with `tags = "required"`); otherwise
+    /// the profile's own check (tagged frames on those priorities, untagged pass), or none
+    /// where the NICs tag at priority 0 for a DSCP-trust switch ([`Tagging::Zero`]).
     pub expect_pcp: bool,
     pub nft: NftFaults,
     pub pfc: Option<PfcPlan>,
@@ -459,8 +461,10 @@ fn profile(args: &LabArgs) -> Result<&'static contract::vendor::Profile, LabErro
     Ok(args.profile.profile())
 }
 
-/// The observers' policy: the profile's, plus the profile's priorities of tagged frames where
-/// the scenario expects them, written to `dir/policy.toml` (both observers read that file).
+/// The observers' policy: the profile's; with every frame required to carry the profile's
+/// priorities where the scenario expects them; with PCP unchecked where the NICs tag at
+/// priority 0 (a DSCP-trust fabric). Written to `dir/policy.toml` (both observers read that
+/// file) unless it is the profile's.
 fn scenario_policy(
     args: &LabArgs,
     spec: &ScenarioSpec,
@@ -470,15 +474,23 @@ fn scenario_policy(
         profile: args.profile,
         source,
     };
-    if !spec.expect_pcp {
-        return Ok((PolicyConfig::of(args.profile), None));
-    }
     let v = profile(args)?;
-    let (d, c) = (v.rdma_priority, v.cnp_priority);
-    let text = format!(
-        "profile = \"{}\"\n[data]\npcp = {d}\n[ack]\npcp = {d}\n[cnp]\npcp = {c}\n",
-        v.name
-    );
+    let text = if spec.expect_pcp {
+        let (d, c) = (v.rdma_priority, v.cnp_priority);
+        let req = "tags = \"required\"";
+        format!(
+            "profile = \"{}\"\n[data]\npcp = {d}\n{req}\n[ack]\npcp = {d}\n{req}\n[cnp]\npcp = {c}\n{req}\n",
+            v.name
+        )
+    } else if spec.tagging == Tagging::Zero {
+        let any = "pcp = \"any\"";
+        format!(
+            "profile = \"{}\"\n[data]\n{any}\n[ack]\n{any}\n[cnp]\n{any}\n",
+            v.name
+        )
+    } else {
+        return Ok((PolicyConfig::of(args.profile), None));
+    };
     let path = dir.join("policy.toml");
     std::fs::create_dir_all(dir)
         .and_then(|_| std::fs::write(&path, text))

@@ -76,11 +76,10 @@ pub fn check_policy(cfg: &PolicyConfig) -> (checks::Policy, Vec<String>) {
     };
     let data_dscp = dscp(class::DATA, base.data_dscp);
     let cnp_dscp = dscp(class::CNP, base.cnp_dscp);
-    let cnp_priority = match e.pcp[class::CNP] {
-        p if p <= 7 => p,
-        _ => base.cnp_priority,
-    };
-    let trust = if e.dscp[class::DATA] == ANY && e.pcp[class::DATA] <= 7 {
+    // a PCP of tagged frames (PCP_IF_TAGGED | p) or of every frame (p); not "any" or untagged
+    let pcp_of = |v: u8| (v != ANY && v & 0x0f <= 7).then_some(v & 7);
+    let cnp_priority = pcp_of(e.pcp[class::CNP]).unwrap_or(base.cnp_priority);
+    let trust = if e.dscp[class::DATA] == ANY && pcp_of(e.pcp[class::DATA]).is_some() {
         Trust::Pcp
     } else {
         Trust::Dscp

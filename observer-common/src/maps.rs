@@ -272,13 +272,32 @@ pub const DEFAULT_INCARNATION_IDLE_MS: u32 = 10_000;
 /// Policy value meaning "any value is fine".
 pub const ANY: u8 = 0xff;
 
+/// Bit of an expected PCP ([`Policy::pcp`]): tagged frames must carry the PCP in the low three
+/// bits, untagged frames are not checked (a host behind a DSCP-trust port sends untagged).
+pub const PCP_IF_TAGGED: u8 = 0x10;
+
+/// Whether a frame whose outermost PCP is `pcp` (0..7, or [`crate::parse::PCP_NONE`] untagged)
+/// meets the expected PCP `want`: [`ANY`]; a PCP 0..7 (tagged with it); `PCP_NONE` (untagged);
+/// [`PCP_IF_TAGGED`] | p (p when tagged, untagged fine).
+#[inline(always)]
+pub const fn pcp_meets(want: u8, pcp: u8) -> bool {
+    if want == ANY {
+        true
+    } else if want & PCP_IF_TAGGED != 0 {
+        pcp == crate::parse::PCP_NONE || pcp == want & 7
+    } else {
+        pcp == want
+    }
+}
+
 /// Expected marking, written by userspace into a one-element array map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// Expected DSCP per [`class`], or [`ANY`].
     pub dscp: [u8; class::COUNT],
-    /// Expected PCP per class (0..7, [`crate::parse::PCP_NONE`] for untagged), or [`ANY`].
+    /// Expected PCP per class (0..7: tagged with it; [`crate::parse::PCP_NONE`]: untagged;
+    /// [`PCP_IF_TAGGED`] | p: p when tagged), or [`ANY`] ([`pcp_meets`]).
     pub pcp: [u8; class::COUNT],
     /// Per class: 1 when Not-ECT (ECN 0b00) is a violation.
     pub ecn_capable: [u8; class::COUNT],
@@ -433,6 +452,18 @@ mod pod {
 
 #[cfg(test)]
 mod tests {
+    /// The PCP policy's forms: strict, untagged, when tagged, any.
+    #[test]
+    fn pcp_meets_each_form() {
+        use crate::parse::PCP_NONE;
+        assert!(pcp_meets(3, 3) && !pcp_meets(3, 0) && !pcp_meets(3, PCP_NONE));
+        assert!(pcp_meets(PCP_NONE, PCP_NONE) && !pcp_meets(PCP_NONE, 3));
+        let t = PCP_IF_TAGGED | 3;
+        assert!(pcp_meets(t, 3) && pcp_meets(t, PCP_NONE) && !pcp_meets(t, 0));
+        assert!(!pcp_meets(PCP_IF_TAGGED, 3) && pcp_meets(PCP_IF_TAGGED, 0));
+        assert!((0..=PCP_NONE).all(|p| pcp_meets(ANY, p)));
+    }
+
     use super::*;
     use core::mem::size_of;
 

@@ -634,7 +634,7 @@ fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep, gap: u32) -> 
         if d != ANY && d != f.dscp {
             bits |= 1 << (ev::DSCP + c as u32);
         }
-        if p != ANY && p != f.pcp {
+        if !crate::maps::pcp_meets(p, f.pcp) {
             bits |= 1 << (ev::PCP + c as u32);
         }
         if e != 0 && f.ecn == 0 {

@@ -268,8 +268,9 @@ fn remarked_and_lossy_copy_reports_exactly_what_was_done() {
         changes(k2, 0),
         [
             (
+                // the profile checks the PCP of tagged frames (3 for data); untagged passes
                 format!("data PCP 3 → 5 between {pa} and {pb}: 15 of 300 packets"),
-                false
+                true
             ),
             (
                 format!("data PCP 3 → untagged between {pa} and {pb}: 8 of 300 packets"),
@@ -325,7 +326,10 @@ fn remarked_and_lossy_copy_reports_exactly_what_was_done() {
     assert_eq!(t["data_pkts"], 3 * N as i64);
     assert_eq!(t["lost_data"], 10, "keys at one point are not losses");
     assert_eq!(t["changes"], 7);
-    assert_eq!(t["violations"], 3);
+    assert_eq!(
+        t["violations"], 4,
+        "DSCP, ECN, ACK DSCP and the tagged PCP 3 -> 5"
+    );
     assert_eq!(j["expected"]["dscp"], serde_json::json!(["26", "26", "48"]));
 
     let text = path_text(&[&a, &b]);
@@ -338,11 +342,18 @@ fn remarked_and_lossy_copy_reports_exactly_what_was_done() {
         text.stdout
     );
     assert!(
+        text.stdout.contains(&format!(
+            "FAIL data PCP 3 → 5 between {pa} and {pb}: 15 of 300 packets (expected 3 when tagged)"
+        )),
+        "{}",
+        text.stdout
+    );
+    assert!(
         text.stdout
             .contains("PSN gaps first at b/h2-eth0/ingress: 6 gaps, 6 PSNs missing")
     );
     assert!(
-        text.stdout.contains("7 changes, 3 against the policy"),
+        text.stdout.contains("7 changes, 4 against the policy"),
         "{}",
         text.stdout
     );
@@ -998,6 +1009,7 @@ fn marking_changed_in_replay_agrees_with_path() {
     }
     let want: std::collections::BTreeMap<_, _> = [
         ((0x11, "data".to_string(), "DSCP".to_string()), 30),
+        ((0x12, "data".to_string(), "PCP".to_string()), 15),
         ((0x12, "data".to_string(), "ECN".to_string()), 10),
         ((0x21, "ack".to_string(), "DSCP".to_string()), 20),
     ]

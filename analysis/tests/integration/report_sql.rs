@@ -171,8 +171,13 @@ fn the_worst_subjects_are_named_worst_first() {
 fn the_runs_policy_is_the_default() {
     let (_a, a) = tmp("sql-policy-a");
     let (_b, b) = tmp("sql-policy-b");
-    // a site that marks RDMA data with DSCP 0 (an rxe lab, say): its run raises no DSCP alert
-    let site = PolicyConfig::from_toml("[data]\ndscp = 0\n[ack]\ndscp = 0\n", "site").unwrap();
+    // a site that marks RDMA data with DSCP 0 and does not care for PCP (an rxe lab, say): its
+    // run raises no marking alert
+    let site = PolicyConfig::from_toml(
+        "[data]\ndscp = 0\npcp = \"any\"\n[ack]\ndscp = 0\npcp = \"any\"\n",
+        "site",
+    )
+    .unwrap();
     write_logs_with(&a, &["bleached"], site, "ha");
     write_logs_with(
         &b,

@@ -594,7 +594,11 @@ mod tests {
         );
         assert_eq!(m.want(0, 0), Want::Value(26));
         assert_eq!(m.want(0, 2), Want::Value(48));
-        assert_eq!(m.want(1, 0), Want::Any);
+        assert_eq!(m.want(1, 0), Want::IfTagged(3));
+        assert_eq!(m.want(1, 2), Want::IfTagged(6));
+        let t = Want::IfTagged(3);
+        assert!(t.allows(3) && t.allows(-1) && !t.allows(0));
+        assert_eq!(t.to_string(), "3 when tagged");
         assert_eq!(m.want(2, 0), Want::Ect);
         assert!(Want::Ect.allows(3) && !Want::Ect.allows(0));
         assert_eq!(Want::Value(-1).to_string(), "untagged");

@@ -3,7 +3,9 @@
 //! per-interface interval deltas into alert candidates. The hold-down that decides which
 //! candidates are emitted is [`super::alerts::Dedup`].
 
-use observer_common::maps::{ANY, Event, IfaceStats, Policy, QpKey, QpValue, class};
+use observer_common::maps::{
+    ANY, Event, IfaceStats, PCP_IF_TAGGED, Policy, QpKey, QpValue, class, pcp_meets,
+};
 use observer_common::parse::PCP_NONE;
 use observer_common::qp::{ev, opcode_bucket};
 
@@ -25,6 +27,15 @@ fn pcp_str(v: u8) -> String {
         "untagged".into()
     } else {
         v.to_string()
+    }
+}
+
+/// The policy's expected PCP `v` in words.
+fn pcp_want_str(v: u8) -> String {
+    if v != ANY && v & PCP_IF_TAGGED != 0 {
+        format!("{} when tagged (untagged not checked)", v & 7)
+    } else {
+        pcp_str(v)
     }
 }
 
@@ -50,7 +61,7 @@ pub fn from_event(iface: &str, e: &Event, p: &Policy) -> Option<Alert> {
                 Rule::PcpMismatch,
                 key.with_class(c),
                 format!("pcp {}", pcp_str(e.pcp)),
-                format!("pcp {}", pcp_str(p.pcp[c])),
+                format!("pcp {}", pcp_want_str(p.pcp[c])),
             )
         }
         k if (ev::NOT_ECT..ev::NOT_ECT + 3).contains(&k) => {
@@ -78,16 +89,16 @@ pub fn from_event(iface: &str, e: &Event, p: &Policy) -> Option<Alert> {
     }
 }
 
-/// Sparse "value:count" list of a histogram's buckets other than `skip`.
+/// Sparse "value:count" list of a histogram's buckets that `ok` does not accept.
 fn others<const N: usize>(
     h: &[u32; N],
-    skip: Option<usize>,
+    ok: impl Fn(usize) -> bool,
     name: impl Fn(usize) -> String,
 ) -> (u64, String) {
     let mut n = 0u64;
     let mut parts = Vec::new();
     for (i, &c) in h.iter().enumerate() {
-        if c != 0 && Some(i) != skip {
+        if c != 0 && !ok(i) {
             n += c as u64;
             parts.push(format!("{} x{}", name(i), c));
         }
@@ -135,16 +146,7 @@ fn any_qp_rule(d: &QpValue, nz: &[u16], p: &Policy, expected_mtu: u32) -> bool {
         match col {
             1..=3 if p.dscp[col - 1] != ANY && p.dscp[col - 1] as usize != i => return true,
             4..=6 if i == 0 && p.ecn_capable[col - 4] != 0 => return true,
-            7..=9
-                if p.pcp[col - 7] != ANY
-                    && (if p.pcp[col - 7] >= PCP_NONE {
-                        8
-                    } else {
-                        p.pcp[col - 7] as usize
-                    }) != i =>
-            {
-                return true;
-            }
+            7..=9 if !pcp_meets(p.pcp[col - 7], i as u8) => return true,
             _ => {}
         }
     }
@@ -184,9 +186,11 @@ pub fn qp_interval_nz(
         |r, key: AlertKey, obs, exp, n| Alert::candidate(r, key, t_ns, obs, exp, n, "interval");
     for c in 0..class::COUNT {
         if p.dscp[c] != ANY {
-            let (n, s) = others(&d.dscp_hist[c], Some(p.dscp[c] as usize), |i| {
-                format!("dscp {i}")
-            });
+            let (n, s) = others(
+                &d.dscp_hist[c],
+                |i| i == p.dscp[c] as usize,
+                |i| format!("dscp {i}"),
+            );
             if n > 0 {
                 out.push(mk(
                     Rule::DscpMismatch,
@@ -198,20 +202,17 @@ pub fn qp_interval_nz(
             }
         }
         if p.pcp[c] != ANY {
-            let exp = if p.pcp[c] >= PCP_NONE {
-                8
-            } else {
-                p.pcp[c] as usize
-            };
-            let (n, s) = others(&d.pcp_hist[c], Some(exp), |i| {
-                format!("pcp {}", pcp_str(i as u8))
-            });
+            let (n, s) = others(
+                &d.pcp_hist[c],
+                |i| pcp_meets(p.pcp[c], i as u8),
+                |i| format!("pcp {}", pcp_str(i as u8)),
+            );
             if n > 0 {
                 out.push(mk(
                     Rule::PcpMismatch,
                     key.clone().with_class(c),
                     s,
-                    format!("pcp {}", pcp_str(p.pcp[c])),
+                    format!("pcp {}", pcp_want_str(p.pcp[c])),
                     n,
                 ));
             }

@@ -263,6 +263,52 @@ fn bad_icrc_is_an_alert_and_no_path_mtu_reads_zero() {
     assert!(v["alerts"].get("icrc_bad").is_none(), "{v}");
 }
 
+/// The default profile checks the PCP of tagged frames: a QP whose data is re-marked from
+/// priority 3 to 0 is a `pcp_mismatch`, a QP on 3 and an untagged QP are not; with
+/// `tags = "required"` the untagged QP is one too.
+#[test]
+fn tagged_frames_carry_the_rdma_priority_untagged_pass_unless_required() {
+    let tmp = TempDir::new("sem-pcp");
+    let dir = tmp.path();
+    let mut frames = Vec::new();
+    for psn in 0..10u32 {
+        for (qp, pcp) in [
+            (0x31, Some(3)),
+            (0x32, Some(if psn < 6 { 3 } else { 0 })),
+            (0x33, None),
+        ] {
+            let mut r = Roce::data([10, 77, 0, 1], [10, 77, 0, 2], qp, psn);
+            r.pcp = pcp;
+            frames.push(r.frame());
+        }
+    }
+    let pcap = dir.join("pcp.pcap");
+    write_pcap(&pcap, &frames);
+    let out = dir.join("out");
+    let (code, v, err) = replay(&[], &pcap, &out);
+    assert_eq!(code, 0, "{err}");
+    // the 4 re-marked packets of QP 0x32 (its first as an event, the rest by the interval)
+    assert_eq!(v["alert_occurrences"]["pcp_mismatch"], 4, "{v}");
+    let a: Vec<Value> = std::fs::read_to_string(out.join("alerts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|a: &Value| a["rule"] == "pcp_mismatch")
+        .collect();
+    assert!(!a.is_empty() && a.iter().all(|a| a["qp"] == 0x32), "{a:?}");
+    assert_eq!(a[0]["observed"], "pcp 0", "{a:?}");
+    assert_eq!(a[0]["expected"], "pcp 3 when tagged (untagged not checked)");
+    let policy = dir.join("req.toml");
+    std::fs::write(&policy, "[data]\ntags = \"required\"\n").unwrap();
+    let (_, v, err) = replay(
+        &["--policy", policy.to_str().unwrap()],
+        &pcap,
+        &dir.join("req"),
+    );
+    // and the untagged QP 0x33's 10 packets
+    assert_eq!(v["alert_occurrences"]["pcp_mismatch"], 14, "{v} {err}");
+}
+
 #[test]
 fn profile_none_checks_nothing_and_fail_on_gates_on_severity() {
     let tmp = TempDir::new("sem-replay");
