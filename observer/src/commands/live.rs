@@ -173,6 +173,10 @@ fn init_logs(args: &LiveArgs, terminal: bool) {
         LogFormat::Json => b.json().try_init(),
         LogFormat::Text => b.try_init(),
     };
+    // without the terminal view the log is the output: start-up lines join it (at info); the
+    // view keeps them as plain lines (its log shows warnings only)
+    let in_log = !terminal && tracing::enabled!(target: "roce_observe", tracing::Level::INFO);
+    SAY_IN_LOG.store(in_log, std::sync::atomic::Ordering::Relaxed);
 }
 
 pub fn load_policy(args: &LiveArgs) -> anyhow::Result<PolicyConfig> {
@@ -211,6 +215,7 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     if args.iface.is_empty() && args.synthetic_qps.is_none() {
         anyhow::bail!("give at least one interface: roce-observe --iface IFACE (see --help)");
     }
+    check_out_dir(&args.out)?;
     let host = args.host.clone().unwrap_or_else(pipeline::host_name);
     let mut cfg = CollectorConfig::new(args.out.clone(), &host, "live", policy.clone());
     cfg.rotate_secs = args.rotate.as_secs().max(1);
@@ -469,8 +474,57 @@ fn host_qps_feed(json: bool, qp_counters: Option<u32>) -> Option<QpFeed> {
 
 /// A start-up line for a person: on stderr as it is, or with `--log-format json` as a log
 /// event (stderr then carries JSON lines only).
+/// Fails before anything is attached when `--out` can never be written: it cannot be created
+/// or is not a writable directory (a missing parent on a pseudo file system, a file in the way,
+/// no permission, a read-only file system). A full disk or quota is not refused: counting
+/// starts, writing is retried every interval and `output_write_failed` says so.
+fn check_out_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::ErrorKind as K;
+    let never = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            K::NotFound
+                | K::NotADirectory
+                | K::PermissionDenied
+                | K::ReadOnlyFilesystem
+                | K::AlreadyExists
+                | K::InvalidInput
+                | K::InvalidFilename
+        )
+    };
+    let refuse = |what: &str, e: std::io::Error| {
+        anyhow::Error::new(e).context(format!(
+            "--out {}: {what}; give a writable directory",
+            contract::error::visible(&dir.display().to_string())
+        ))
+    };
+    match std::fs::create_dir_all(dir) {
+        Err(e) if never(&e) => return Err(refuse("the output directory cannot be created", e)),
+        Err(_) => return Ok(()), // the collector reports it and retries
+        Ok(()) => {}
+    }
+    let probe = dir.join(format!(".roce-observe-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == K::AlreadyExists => Ok(()),
+        Err(e) if never(&e) => Err(refuse("no file can be created in it", e)),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Whether start-up lines go to the log (plain or JSON, no terminal view): then in the log's
+/// one format, not as bare lines between its records.
+static SAY_IN_LOG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn say(json: bool, line: &str) {
-    if json {
+    if json || SAY_IN_LOG.load(std::sync::atomic::Ordering::Relaxed) {
         tracing::info!(target: "roce_observe", "{line}");
     } else {
         eprintln!("{}", contract::error::visible(line));

@@ -1146,6 +1146,10 @@ pub struct JsonlWriter {
     unreported_lost: u64,
     /// A write from `push` failed: `push` waits for the next `flush` to try again.
     push_failed: bool,
+    /// The last write or open failed: until one succeeds, a flush with nothing pending opens the
+    /// file again instead of reporting success (else a failing output would read "working
+    /// again" at every flush in between).
+    failed: bool,
 }
 
 impl JsonlWriter {
@@ -1157,6 +1161,7 @@ impl JsonlWriter {
             lines_lost: 0,
             unreported_lost: 0,
             push_failed: false,
+            failed: false,
         }
     }
 
@@ -1197,7 +1202,13 @@ impl JsonlWriter {
     }
 
     fn write_pending(&mut self) -> Result<(), OutputError> {
-        if self.pending.is_empty() {
+        let r = self.write_pending_once();
+        self.failed = r.is_err();
+        r
+    }
+
+    fn write_pending_once(&mut self) -> Result<(), OutputError> {
+        if self.pending.is_empty() && !self.failed {
             return Ok(());
         }
         let io = |err| OutputError::Io {
@@ -1225,6 +1236,9 @@ impl JsonlWriter {
                     .open(&self.path)
                     .map_err(io)?,
             );
+        }
+        if self.pending.is_empty() {
+            return Ok(()); // the file opens again: the output works
         }
         let mut buf = String::new();
         for l in &self.pending {
@@ -1736,6 +1750,38 @@ mod tests {
         let text = fs::read_to_string(blocker.join("alerts.jsonl")).unwrap();
         assert_eq!(text.lines().count(), JSONL_PENDING_MAX);
         assert_eq!(text.lines().next(), Some("5"));
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// A failing alerts.jsonl stays failing at a flush with nothing pending (it once read as
+    /// working again at every such flush, and the pipeline logged "working again" between its
+    /// errors); it works again when the file can be opened.
+    #[test]
+    fn an_unwritable_jsonl_is_not_working_again_until_it_opens() {
+        let root = tmpdir("jsonl-flap");
+        fs::create_dir_all(&root).unwrap();
+        let blocker = root.join("out");
+        fs::write(&blocker, b"").unwrap();
+        let mut w = JsonlWriter::new(blocker.join("alerts.jsonl"));
+        assert!(w.flush().is_ok(), "nothing pending, nothing failed yet");
+        w.push("a".into());
+        assert!(w.flush().is_err());
+        w.push("b".into());
+        assert!(w.flush().is_err());
+        fs::remove_file(&blocker).unwrap();
+        w.flush().unwrap();
+        assert!(w.flush().is_ok());
+        let text = fs::read_to_string(blocker.join("alerts.jsonl")).unwrap();
+        assert_eq!(text, "a\nb\n");
+        // nothing pending after a failure: the open is tried again, and fails
+        let blocker2 = root.join("out2");
+        fs::write(&blocker2, b"").unwrap();
+        let mut w = JsonlWriter::new(blocker2.join("alerts.jsonl"));
+        w.push("c".into());
+        assert!(w.flush().is_err());
+        let mut lost = w;
+        lost.pending.clear();
+        assert!(lost.flush().is_err(), "still unwritable: not working again");
         let _ = fs::remove_dir_all(&root);
     }
 

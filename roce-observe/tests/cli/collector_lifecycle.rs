@@ -112,6 +112,49 @@ fn sighup_stops_like_sigterm() {
     stops_cleanly_on(libc::SIGHUP, "SIGHUP");
 }
 
+/// An `--out` that can never be written (its parent cannot exist, or a file is in the way)
+/// stops the live command at start, before anything is attached, naming `--out`: it used to run
+/// on with an error every interval.
+#[test]
+fn an_out_that_can_never_be_written_fails_at_start() {
+    let tmp = TempDir::new("out-never");
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    for out in [
+        std::path::PathBuf::from("/proc/roce-observe-nope/out"),
+        file.join("out"),
+    ] {
+        let t = std::time::Instant::now();
+        let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+            .args([
+                "--synthetic-qps",
+                "5",
+                "--plain",
+                "--duration",
+                "5s",
+                "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "{:?}: {err}",
+            t.elapsed()
+        );
+        assert!(
+            err.contains(&format!(
+                "--out {}: the output directory cannot be created",
+                out.display()
+            )),
+            "{err}"
+        );
+        assert!(!err.contains(" interval "), "{err}");
+    }
+}
+
 /// A SIGKILL (an OOM kill, a power loss) in the middle of a 300 s rotation window: every
 /// interval the run logged is journaled durably, and the next start writes them into the
 /// Parquet file the window would have become. At most the interval being read is lost (before,
@@ -297,32 +340,44 @@ fn sigkill_leaves_only_readable_final_files() {
     );
 }
 
+/// An output directory that becomes unwritable during the run (here: replaced by a file; the
+/// files rotate every second, so a write fails mid-run) is alerted and retried while counting
+/// goes on; the exit says the last files were not written.
+/// (One that can never be written is refused at start: the test above.)
 #[test]
 fn unwritable_output_directory_alerts_and_counting_continues() {
     let tmp = TempDir::new("unwritable");
-    let dir = tmp.path().to_path_buf();
-    let blocker = dir.join("file");
-    std::fs::write(&blocker, b"not a directory").unwrap();
-    let out = blocker.join("flows-here");
-    let o = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
+    let out = tmp.path().join("flows-here");
+    let c = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
         .args([
             "--synthetic-qps",
             "10",
             "--interval",
             "200ms",
             "--plain",
-            "--duration",
+            "--rotate",
             "1s",
+            "--duration",
+            "3s",
             "--out",
         ])
         .arg(&out)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::write(&out, b"not a directory").unwrap();
+    let o = c.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     // counting ran (interval log lines), the failure was alerted, and the end says what was lost
     assert!(err.contains("active_qps=10"), "{err}");
     assert!(err.contains("CRITICAL output_write_failed"), "{err}");
-    assert!(err.contains("Not a directory"), "{err}");
+    assert!(
+        err.contains("Not a directory") || err.contains("File exists"),
+        "{err}"
+    );
     assert!(
         !o.status.success(),
         "the last files could not be written: a failing exit"

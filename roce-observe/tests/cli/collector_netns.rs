@@ -205,6 +205,22 @@ fn live_observer_alerts_and_logs_what_was_sent() {
         err.contains("no RDMA device is bound"),
         "start-up diagnosis missing:\n{err}"
     );
+    // --plain: the start-up lines are log records like the rest (one format), and the attach
+    // is said once (it was said twice, once bare and once as a log record)
+    let attached: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("attached ingress"))
+        .collect();
+    assert_eq!(attached.len(), 1, "{err}");
+    for l in err
+        .lines()
+        .filter(|l| l.contains("attached ingress") || l.contains("no RDMA device is bound"))
+    {
+        assert!(
+            l.starts_with("20") && l.contains(" INFO "),
+            "not a log record: {l}"
+        );
+    }
     nothing_attached(&pair.b, &pair.b_if).unwrap();
 
     // exact alerts: one alert per (rule, key), totals of occurrences over alert + summary

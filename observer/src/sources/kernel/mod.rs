@@ -915,7 +915,8 @@ impl LiveIface {
             None
         };
         let xdp_len = ingress.starts_with("xdp").then(|| loaded.xdp_len.clone());
-        tracing::info!(iface = %opts.iface, ifindex, ingress = %ingress,
+        // the command says it once, in words (`attached_line`); the fields for debugging
+        tracing::debug!(iface = %opts.iface, ifindex, ingress = %ingress,
             egress = egress.as_deref().unwrap_or("none"), max_qps = opts.max_qps,
             xdp_len = %xdp_len.as_ref().map_or("n/a".to_string(), |x| x.to_string()),
             "attached");
