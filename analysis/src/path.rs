@@ -426,7 +426,7 @@ pub struct Requested {
 /// `requested at h1 mlx5_0 QP 0x11 by pid 4242 (python3, pod p): traffic class 106 = DSCP 26
 /// ECN 2, SL 3 (probe)`.
 fn request_line(q: &Requested) -> String {
-    let mut l = format!("requested at {} {} QP {:#x}", q.host, q.device, q.lqpn);
+    let mut l = format!("requested at {} {} QP {:#08x}", q.host, q.device, q.lqpn);
     let mut about: Vec<String> = Vec::new();
     let by = match (q.pid, &q.comm) {
         (Some(p), c) => {

@@ -1355,7 +1355,7 @@ fn a_host_qps_request_is_compared_with_the_first_point() {
 
     let text = path_text(&[&h1, &h2]);
     assert_eq!(text.code, Some(0), "{}", text.stdout);
-    let line = "  requested at h1 mlx5_0 QP 0x2a by pid 4242 (all_reduce_perf, pod pod-1): \
+    let line = "  requested at h1 mlx5_0 QP 0x00002a by pid 4242 (all_reduce_perf, pod pod-1): \
                 traffic class 106 = DSCP 26 ECN 2, SL 3 (probe)\n";
     let at = text
         .stdout
@@ -1377,7 +1377,7 @@ fn a_host_qps_request_is_compared_with_the_first_point() {
         "{}",
         text.stdout
     );
-    assert!(!text.stdout.contains("QP 0x2c"), "{}", text.stdout);
+    assert!(!text.stdout.contains("QP 0x00002c"), "{}", text.stdout);
 }
 
 /// The QP asked for traffic class 106 (DSCP 26, ECN 2) but its packets leave the host at DSCP
@@ -1467,7 +1467,7 @@ fn a_marking_the_host_did_not_ask_for_fails_at_the_first_point() {
     let text = path_text(&[&h1]);
     assert!(
         text.stdout.contains(
-            "\n    requested at h1 mlx5_0 QP 0x2a by pid 4242 (all_reduce_perf, pod pod-1): traffic class 106"
+            "\n    requested at h1 mlx5_0 QP 0x00002a by pid 4242 (all_reduce_perf, pod pod-1): traffic class 106"
         ) && text.stdout.contains(&format!(
             "\n      FAIL data DSCP 26 → 0 between the request and {pa}: 300 of 300 packets"
         )),

@@ -605,7 +605,7 @@ fn cli_table_summary() {
     let t = String::from_utf8_lossy(&out.stdout);
     assert!(t.contains("== QPs (2)"), "{t}");
     assert!(
-        t.contains("192.168.70.6") && t.contains("0x45") && t.contains("68/0/0"),
+        t.contains("192.168.70.6") && t.contains("0x000045") && t.contains("68/0/0"),
         "{t}"
     );
 }
