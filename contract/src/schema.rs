@@ -900,7 +900,7 @@ fn interfaces_table() -> Table {
     )));
     Table::new(
         "interfaces",
-        "One row per interface and direction per interval (ingress always, egress when it saw frames). Counts are interval deltas.",
+        "One row per interface and direction per interval (ingress always, egress when it saw frames; replay writes no row for an interface without a frame in the interval). Counts are interval deltas.",
         c,
     )
 }

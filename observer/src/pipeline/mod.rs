@@ -1219,6 +1219,11 @@ impl crate::sources::Consumer for Collector {
     fn begin(&mut self, iface: &str, start_ns: u64, link_speed_bps: Option<u64>) {
         Collector::begin(self, iface, start_ns, link_speed_bps);
     }
+    fn quiet(&mut self, iface: &str, t_ns: u64) {
+        if let Some(st) = self.ifaces.get_mut(iface) {
+            st.prev_time = Some(st.prev_time.map_or(t_ns, |p| p.max(t_ns)));
+        }
+    }
     fn events(
         &mut self,
         iface: &str,

@@ -48,6 +48,9 @@ pub trait Consumer {
     fn idle_keys(&self, _iface: &str, _now_ns: u64, _idle_ns: u64, _max: usize) -> Vec<QpKey> {
         Vec::new()
     }
+    /// `iface` had nothing new in the interval ending at `t_ns` (replay: no frame since its
+    /// last snapshot): no snapshot, no row; its next interval starts at `t_ns`.
+    fn quiet(&mut self, _iface: &str, _t_ns: u64) {}
     /// Every interface's snapshot of the interval at `t_ns` was handed over.
     fn interval_done(&mut self, _t_ns: u64) {}
     /// The observed interface disappeared at about `t_ns` (deleted): no snapshot of it until

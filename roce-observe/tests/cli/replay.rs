@@ -965,3 +965,64 @@ print(json.dumps([t.column(c).to_pylist() for c in sys.argv[2].split(',')]))
     let want = 0.4998 + 65535.0 * quantum_s;
     assert!((f(4) - want).abs() < 1e-8, "paused {} want {want}", f(4));
 }
+
+/// Cost follows packets and active interfaces: a pcapng of 300 interfaces, each with one
+/// packet in its own second, writes one interfaces row and one flows row per interface (it
+/// once snapshotted every interface that had a packet at every later interval: 45,150 rows),
+/// with the same totals; an interface's row covers its own interval, not the quiet ones before.
+#[test]
+fn one_packet_per_interface_writes_a_row_per_interface_not_per_interval() {
+    const N: u32 = 300;
+    let tmp = TempDir::new("replay-many-ifaces");
+    let dir = tmp.path();
+    let names: Vec<String> = (0..N).map(|i| format!("e{i}")).collect();
+    let ifaces: Vec<(u32, &str, u8)> = names
+        .iter()
+        .map(|n| (corpus::LINKTYPE_ETHERNET, n.as_str(), 9))
+        .collect();
+    let recs: Vec<corpus::Rec> = (0..N)
+        .map(|i| corpus::Rec {
+            ts_ns: i as u64 * 1_000_000_000 + 500_000_000,
+            data: corpus::Roce::v4([10, 77, 0, 1], [10, 77, 0, 2], 0x100 + i, 0).frame(),
+            iface: i,
+            epb_flags: 0,
+        })
+        .collect();
+    let file = dir.join("many.pcapng");
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&file).unwrap());
+    corpus::write_pcapng(&mut w, &ifaces, &recs).unwrap();
+    w.flush().unwrap();
+    drop(w);
+    let out = dir.join("out");
+    let o = Command::new(bin())
+        .args(["replay", "--json", "--out"])
+        .arg(&out)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["qps"].as_array().unwrap().len(), N as usize);
+    let ifs = test_support::collector::pyarrow_read(&out, "interfaces", &["roce"], false);
+    assert_eq!(ifs["rows"], N as u64, "one row per interface");
+    assert_eq!(ifs["sums"]["roce"], N as u64);
+    let script = r#"
+import sys, glob, pyarrow.parquet as pq, pyarrow as pa
+t = pa.concat_tables([pq.read_table(f) for f in glob.glob(sys.argv[1] + '/interfaces/*/*/*.parquet')])
+print(max((e - s).total_seconds() for s, e in zip(t['interval_start'].to_pylist(), t['interval_end'].to_pylist())))
+"#;
+    let o = Command::new("python3")
+        .args(["-c", script])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let longest: f64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert!(
+        longest <= 1.0,
+        "a row spans more than its interval: {longest} s"
+    );
+    let flows = test_support::collector::pyarrow_read(&out, "flows", &["pkts"], false);
+    assert_eq!(flows["rows"], N as u64);
+    assert_eq!(flows["sums"]["pkts"], N as u64);
+}
