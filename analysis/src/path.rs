@@ -1337,7 +1337,7 @@ mod tests {
         assert!(q.violates && !q.off_policy);
         assert_eq!(
             q.line,
-            "requested at h1 mlx5_0 QP 0x2a by ib_core (container c0ffee): traffic class 106 = \
+            "requested at h1 mlx5_0 QP 0x00002a by ib_core (container c0ffee): traffic class 106 = \
              DSCP 26 ECN 2 (mlx5_qpc)"
         );
         // ECN 0 asked (104): off the policy, the wire's ECT a change it allows, nothing fails
