@@ -227,12 +227,14 @@ fn check_metadata(path: &Path, f: &mut File) -> Result<ParquetMetaData, LoadErro
             let start = c.dictionary_page_offset().unwrap_or(c.data_page_offset());
             let size = c.compressed_size();
             let end = start.checked_add(size);
-            if start < 4 || size < 0 || end.is_none_or(|e| e as u64 > data_end) {
+            // An empty row group has no page to decode: other writers (pyarrow, for a zero-row
+            // file) leave its chunks' offsets at 0, or write no bytes at all.
+            if n > 0 && (start < 4 || size < 0 || end.is_none_or(|e| e as u64 > data_end)) {
                 return Err(bad(format!(
                     "bytes {start}..+{size} outside the data (4..{data_end})"
                 )));
             }
-            if c.data_page_offset() < start || c.data_page_offset() >= start + size {
+            if n > 0 && (c.data_page_offset() < start || c.data_page_offset() >= start + size) {
                 return Err(bad(format!(
                     "data pages at {} outside the chunk {start}..+{size}",
                     c.data_page_offset()

@@ -190,7 +190,18 @@ fn parse_qp(s: &str) -> Result<i64, String> {
     Ok(v)
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+fn main() -> ExitCode {
+    match run() {
+        Ok(c) => c,
+        Err(e) => {
+            // its causes once each, never a backtrace (as roce-observe)
+            eprintln!("{}", contract::error::cli_text(e.as_ref()));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     quiet_decoder_panics();
     let f = &cli.filters;

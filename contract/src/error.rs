@@ -18,6 +18,24 @@ pub fn chain(e: &dyn Error) -> String {
     s
 }
 
+/// How a command line reports the error it ends on: `Error: {e}`, then its causes once each
+/// (`Caused by:` and numbered lines), control characters made visible; never a backtrace,
+/// whatever RUST_BACKTRACE says (a usage or environment error is not a crash).
+pub fn cli_text(e: &dyn Error) -> String {
+    let mut text = format!("Error: {e}");
+    let mut cur = e.source();
+    let mut i = 0;
+    while let Some(c) = cur {
+        if i == 0 {
+            text.push_str("\n\nCaused by:");
+        }
+        text.push_str(&format!("\n    {i}: {c}"));
+        i += 1;
+        cur = c.source();
+    }
+    visible(&text).into_owned()
+}
+
 /// `s` safe for a terminal or a log file: every control character but newline and tab (C0,
 /// DEL and the C1 range U+0080..U+009F, which a terminal may read as escape sequences) written
 /// as `\u{..}`. Interface names, file names and other text from outside reach logs and error

@@ -49,17 +49,8 @@ fn main() -> anyhow::Result<()> {
                 std::process::exit(x.code);
             }
             // The error and its causes, once each, with control characters made visible (an
-            // interface name may hold an escape sequence); never a backtrace, whatever
-            // RUST_BACKTRACE says: a usage or environment error is not a crash.
-            let mut text = format!("Error: {e}");
-            let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
-            if !causes.is_empty() {
-                text.push_str("\n\nCaused by:");
-                for (i, c) in causes.iter().enumerate() {
-                    text.push_str(&format!("\n    {i}: {c}"));
-                }
-            }
-            eprintln!("{}", contract::error::visible(&text));
+            // interface name may hold an escape sequence); never a backtrace.
+            eprintln!("{}", contract::error::cli_text(e.as_ref()));
             std::process::exit(1);
         }
     }

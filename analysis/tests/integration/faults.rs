@@ -392,3 +392,48 @@ fn command_line_errors() {
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(stderr(&o).contains(&*f.to_string_lossy()), "{}", stderr(&o));
 }
+
+/// A valid zero-row flows file from another writer (pyarrow: an empty row group whose chunks'
+/// offsets are 0) is read as no rows, not refused as corrupt (which stopped the whole report);
+/// an error is printed as its causes, without a backtrace even with RUST_BACKTRACE=1.
+#[test]
+fn a_zero_row_file_of_another_writer_reads_as_no_rows_and_errors_have_no_backtrace() {
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let (_t, dir) = tmp("zero-row-pyarrow");
+    write_logs(&dir, &["clean"]);
+    let before = run(&["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
+    assert!(before.status.success(), "{}", stderr(&before));
+    let f = parquet_below(&dir.join("flows"))[0].clone();
+    let script = r#"
+import sys, os, pyarrow.parquet as pq
+t = pq.read_table(sys.argv[1])
+pq.write_table(t.slice(0, 0), os.path.join(os.path.dirname(sys.argv[1]), 'flows-pyarrow-zero.parquet'))
+"#;
+    let o = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let after = run(&["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
+    assert!(after.status.success(), "{}", stderr(&after));
+    let j = |o: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let (b, a) = (j(&before), j(&after));
+    assert_eq!(a["files"], b["files"].as_u64().unwrap() + 1);
+    assert_eq!(a["flow_rows"], b["flow_rows"]);
+    // errors: the causes once, never a backtrace
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
+        .env("RUST_BACKTRACE", "1")
+        .args(["report".as_ref(), dir.join("missing").as_os_str()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.starts_with("Error: ") && e.contains("does not exist"),
+        "{e}"
+    );
+    assert!(!e.contains("backtrace") && !e.contains("Stack"), "{e}");
+}
