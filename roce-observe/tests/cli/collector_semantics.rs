@@ -242,11 +242,7 @@ fn bad_icrc_is_an_alert_and_no_path_mtu_reads_zero() {
     assert_eq!(code, 1, "{err}");
     assert_eq!(v["alerts"]["icrc_bad"], 1, "{v}");
     assert!(v["alerts"].get("mtu_below_expected").is_none(), "{v}");
-    let lines: Vec<Value> = std::fs::read_to_string(out.join("alerts.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = alerts(&out);
     let icrc: Vec<_> = lines.iter().filter(|a| a["rule"] == "icrc_bad").collect();
     assert_eq!(icrc.len(), 1, "{lines:?}");
     assert_eq!(icrc[0]["count"], 20);
@@ -289,11 +285,9 @@ fn tagged_frames_carry_the_rdma_priority_untagged_pass_unless_required() {
     assert_eq!(code, 0, "{err}");
     // the 4 re-marked packets of QP 0x32 (its first as an event, the rest by the interval)
     assert_eq!(v["alert_occurrences"]["pcp_mismatch"], 4, "{v}");
-    let a: Vec<Value> = std::fs::read_to_string(out.join("alerts.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|a: &Value| a["rule"] == "pcp_mismatch")
+    let a: Vec<Value> = alerts(&out)
+        .into_iter()
+        .filter(|a| a["rule"] == "pcp_mismatch")
         .collect();
     assert!(!a.is_empty() && a.iter().all(|a| a["qp"] == 0x32), "{a:?}");
     assert_eq!(a[0]["observed"], "pcp 0", "{a:?}");
