@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use contract::schema;
 use datafusion::catalog::Session;
 use datafusion::common::ScalarValue;
@@ -145,6 +145,10 @@ pub struct Options {
     pub memory_limit: usize,
     /// Threads executing a query.
     pub threads: usize,
+    /// Files of at most this many rows are decoded once at open and kept in memory, while they
+    /// fit in a quarter of `memory_limit` ([`RESIDENT_MAX_ROWS`]; 0: every file is scanned by
+    /// every query).
+    pub resident_max_rows: u64,
 }
 
 impl Default for Options {
@@ -152,6 +156,7 @@ impl Default for Options {
         Options {
             memory_limit: 512 << 20,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(8)),
+            resident_max_rows: RESIDENT_MAX_ROWS,
         }
     }
 }
@@ -164,6 +169,13 @@ pub struct Engine {
     rt: tokio::runtime::Runtime,
     /// The files registered per table, with the position of their tree in [`Engine::dirs`].
     pub files: BTreeMap<&'static str, Vec<(usize, PathBuf)>>,
+    /// Of [`Engine::files`], those the queries scan (the others are [`Engine::resident`]).
+    scanned: BTreeMap<&'static str, Vec<(usize, PathBuf)>>,
+    /// The rows of the small files, decoded at open, per table and tree, in the table's
+    /// (nullable) schema.
+    resident: BTreeMap<(&'static str, usize), Vec<RecordBatch>>,
+    /// Bytes the resident rows take (counted against `--memory-limit`).
+    pub resident_bytes: usize,
     /// Files left out because their partition lies outside the time filter.
     pub pruned_files: usize,
     pub dirs: Vec<PathBuf>,
@@ -254,15 +266,35 @@ fn filter_of(table: &str, f: &Filters) -> Option<Expr> {
     parts.into_iter().reduce(|a, b| a.and(b))
 }
 
-/// Every field nullable: columns added later are absent (null) in older files.
+/// Every field nullable, at every depth: columns added later are absent (null) in older files,
+/// and other writers (DuckDB, Spark, pyarrow) write list items and struct fields nullable.
 fn nullable(s: &Schema) -> SchemaRef {
     Arc::new(Schema::new(
         s.fields()
             .iter()
-            .map(|f| Field::new(f.name(), f.data_type().clone(), true))
+            .map(|f| nullable_field(f))
             .collect::<Vec<_>>(),
     ))
 }
+
+fn nullable_field(f: &Field) -> Field {
+    let ty = match f.data_type() {
+        DataType::List(i) => DataType::List(Arc::new(nullable_field(i))),
+        DataType::LargeList(i) => DataType::LargeList(Arc::new(nullable_field(i))),
+        DataType::Struct(fs) => {
+            DataType::Struct(fs.iter().map(|f| Arc::new(nullable_field(f))).collect())
+        }
+        t => t.clone(),
+    };
+    Field::new(f.name(), ty, true)
+}
+
+/// Files of at most this many rows are decoded once when the engine opens and kept in memory
+/// (the default of [`Options::resident_max_rows`]): scanning a file costs its footer, its schema and a reader per query
+/// however few rows it has, and a fleet's tree has tens of thousands of small files.
+pub const RESIDENT_MAX_ROWS: u64 = 16_384;
+/// Rows per batch of the tables kept in memory.
+const RESIDENT_BATCH_ROWS: usize = 8_192;
 
 impl Engine {
     /// Registers the tables of `dirs` (each the `--out` directory of a run) with `filters`.
@@ -281,9 +313,21 @@ impl Engine {
             }
         }
         let mut files: BTreeMap<&'static str, Vec<(usize, PathBuf)>> = BTreeMap::new();
+        let mut scanned: BTreeMap<&'static str, Vec<(usize, PathBuf)>> = BTreeMap::new();
+        let mut resident: BTreeMap<(&'static str, usize), Vec<RecordBatch>> = BTreeMap::new();
+        // Small files are decoded once here, up to a quarter of the memory limit (taken from the
+        // queries' pool); the rest are scanned by each query.
+        let budget = opts.memory_limit / 4;
+        let schemas: BTreeMap<&str, SchemaRef> = tables()
+            .into_iter()
+            .map(|(n, t)| (n, nullable(&t.arrow_schema())))
+            .collect();
+        let mut used = 0usize;
         let mut pruned = 0;
         for (name, table) in tables() {
+            let schema = &schemas[name];
             let list = files.entry(name).or_default();
+            let scan = scanned.entry(name).or_default();
             for (ti, d) in uniq.iter().enumerate() {
                 let root = d.join(name);
                 let all = load::parquet_files(&root)?;
@@ -291,14 +335,42 @@ impl Engine {
                     // every tree must have flow logs: a wrong directory is an error, not nothing
                     return Err(LoadError::Empty(d.clone()).into());
                 }
-                for p in all {
-                    let rel = p.strip_prefix(&root).unwrap_or(&p);
-                    if !partition_wanted(rel, filters) {
-                        pruned += 1;
-                        continue;
+                let wanted: Vec<PathBuf> = all
+                    .into_iter()
+                    .filter(|p| {
+                        let keep = partition_wanted(p.strip_prefix(&root).unwrap_or(p), filters);
+                        pruned += usize::from(!keep);
+                        keep
+                    })
+                    .collect();
+                let mut small: Vec<RecordBatch> = Vec::new();
+                let mut small_bytes = 0usize;
+                for (p, batches) in
+                    open_files(&wanted, table, schema, opts, budget.saturating_sub(used))?
+                {
+                    match batches {
+                        Some(batches) => {
+                            for b in batches {
+                                small_bytes += b.get_array_memory_size();
+                                used += b.get_array_memory_size();
+                                small.push(b);
+                            }
+                        }
+                        None => scan.push((ti, p.clone())),
                     }
-                    load::check_file(&p, table)?;
                     list.push((ti, p));
+                }
+                if !small.is_empty() {
+                    let merged = merge(schema, small).map_err(|err| EngineError::Query {
+                        what: format!("{name}: merging the rows of small files"),
+                        err: err.into(),
+                    })?;
+                    used = used - small_bytes
+                        + merged
+                            .iter()
+                            .map(RecordBatch::get_array_memory_size)
+                            .sum::<usize>();
+                    resident.insert((name, ti), merged);
                 }
             }
         }
@@ -309,7 +381,7 @@ impl Engine {
             .build()
             .map_err(EngineError::Runtime)?;
         let runtime = RuntimeEnvBuilder::new()
-            .with_memory_limit(opts.memory_limit, 1.0)
+            .with_memory_limit(opts.memory_limit.saturating_sub(used).max(16 << 20), 1.0)
             .build_arc()
             .map_err(|err| EngineError::Query {
                 what: "memory pool".into(),
@@ -327,6 +399,9 @@ impl Engine {
             ctx,
             rt,
             files,
+            scanned,
+            resident,
+            resident_bytes: used,
             pruned_files: pruned,
             dirs: uniq,
         };
@@ -344,23 +419,59 @@ impl Engine {
             // one table per tree, then their union with the tree's position as column `tree`
             let mut union: Option<datafusion::dataframe::DataFrame> = None;
             for ti in 0..self.dirs.len().max(1) {
-                let paths: Vec<&PathBuf> = self.files[name]
+                let paths: Vec<&PathBuf> = self.scanned[name]
                     .iter()
                     .filter(|(t, _)| *t == ti)
                     .map(|(_, p)| p)
                     .collect();
                 let part = format!("{name}_tree{ti}");
-                if paths.is_empty() {
-                    let t = MemTable::try_new(schema.clone(), vec![vec![]]).map_err(q(name))?;
-                    self.ctx
-                        .register_table(&part, Arc::new(t))
-                        .map_err(q(name))?;
-                } else {
-                    let t = FileTable::new(schema.clone(), &paths).map_err(q(name))?;
-                    self.ctx
-                        .register_table(&part, Arc::new(t))
-                        .map_err(q(name))?;
-                }
+                let mem = self.resident.get(&(name, ti));
+                // the small files' rows, in as many partitions as the query has threads
+                let parts = |b: &[RecordBatch]| {
+                    let n = self.ctx.copied_config().target_partitions().max(1);
+                    let mut p: Vec<Vec<RecordBatch>> = vec![Vec::new(); n.min(b.len()).max(1)];
+                    let k = p.len();
+                    for (i, b) in b.iter().enumerate() {
+                        p[i % k].push(b.clone());
+                    }
+                    p
+                };
+                let provider: Arc<dyn TableProvider> = match (paths.is_empty(), mem) {
+                    (true, None) => {
+                        Arc::new(MemTable::try_new(schema.clone(), vec![vec![]]).map_err(q(name))?)
+                    }
+                    (true, Some(b)) => {
+                        Arc::new(MemTable::try_new(schema.clone(), parts(b)).map_err(q(name))?)
+                    }
+                    (false, None) => {
+                        Arc::new(FileTable::new(schema.clone(), &paths).map_err(q(name))?)
+                    }
+                    (false, Some(b)) => {
+                        // both: the files' table and the resident rows' table, as one
+                        let files = format!("{part}_files");
+                        let rows = format!("{part}_rows");
+                        self.ctx
+                            .register_table(
+                                &files,
+                                Arc::new(FileTable::new(schema.clone(), &paths).map_err(q(name))?),
+                            )
+                            .map_err(q(name))?;
+                        self.ctx
+                            .register_table(
+                                &rows,
+                                Arc::new(
+                                    MemTable::try_new(schema.clone(), parts(b)).map_err(q(name))?,
+                                ),
+                            )
+                            .map_err(q(name))?;
+                        let a = self
+                            .block(self.ctx.table(files.as_str()))
+                            .map_err(q(name))?;
+                        let b = self.block(self.ctx.table(rows.as_str())).map_err(q(name))?;
+                        a.union(b).map_err(q(name))?.into_view()
+                    }
+                };
+                self.ctx.register_table(&part, provider).map_err(q(name))?;
                 let mut cols: Vec<Expr> = schema.fields().iter().map(|f| col(f.name())).collect();
                 cols.push(lit(ti as i32).alias("tree"));
                 let df = self
@@ -566,6 +677,110 @@ impl Engine {
     pub fn file_count(&self) -> usize {
         self.files.values().map(Vec::len).sum()
     }
+
+    /// Of the files registered, those each query scans (the others were read at open).
+    pub fn scanned_count(&self) -> usize {
+        self.scanned.values().map(Vec::len).sum()
+    }
+}
+
+/// The files `paths` of `table` checked ([`load::open_file`]) on `opts.threads` threads, each
+/// with a contiguous share of the files and of `budget`; each small file's rows decoded and
+/// conformed to `schema` while its thread's share of `budget` lasts. In the order of `paths`;
+/// the first file (in that order) that fails is the error.
+#[allow(clippy::type_complexity)]
+fn open_files(
+    paths: &[PathBuf],
+    table: &'static schema::Table,
+    schema: &SchemaRef,
+    opts: &Options,
+    budget: usize,
+) -> Result<Vec<(PathBuf, Option<Vec<RecordBatch>>)>, EngineError> {
+    if paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let workers = opts.threads.clamp(1, paths.len());
+    let per = paths.len().div_ceil(workers);
+    let share = budget / paths.len().div_ceil(per);
+    let chunk = |files: &[PathBuf]| -> Result<Vec<_>, LoadError> {
+        let mut used = 0usize;
+        let mut out = Vec::with_capacity(files.len());
+        for p in files {
+            let (_, batches) = load::open_file(p, table, |i| {
+                i.rows <= opts.resident_max_rows && used.saturating_add(i.bytes as usize) <= share
+            })?;
+            let batches = match batches {
+                Some(b) => {
+                    let b = b
+                        .iter()
+                        .map(|b| load::conform(b, schema, p))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    used += b
+                        .iter()
+                        .map(RecordBatch::get_array_memory_size)
+                        .sum::<usize>();
+                    Some(b)
+                }
+                None => None,
+            };
+            out.push((p.clone(), batches));
+        }
+        Ok(out)
+    };
+    let parts: Vec<std::thread::Result<Result<Vec<_>, LoadError>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = paths
+            .chunks(per)
+            .map(|c| {
+                // a thread that cannot be started: its files on this one
+                std::thread::Builder::new()
+                    .name("roce-analyze-open".into())
+                    .spawn_scoped(s, move || chunk(c))
+                    .map_err(|_| chunk(c))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h.join(),
+                Err(done) => Ok(done),
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(paths.len());
+    for p in parts {
+        match p {
+            Ok(Ok(v)) => out.extend(v),
+            Ok(Err(e)) => return Err(e.into()),
+            Err(payload) => return Err(EngineError::Panicked(panic_message(&payload))),
+        }
+    }
+    Ok(out)
+}
+
+/// `batches` (each in `schema`) as batches of about [`RESIDENT_BATCH_ROWS`] rows.
+fn merge(
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<Vec<RecordBatch>, arrow::error::ArrowError> {
+    let mut out = Vec::new();
+    let mut pending: Vec<RecordBatch> = Vec::new();
+    let mut rows = 0;
+    for b in batches {
+        if b.num_rows() == 0 {
+            continue;
+        }
+        rows += b.num_rows();
+        pending.push(b);
+        if rows >= RESIDENT_BATCH_ROWS {
+            out.push(arrow::compute::concat_batches(schema, &pending)?);
+            pending.clear();
+            rows = 0;
+        }
+    }
+    if !pending.is_empty() {
+        out.push(arrow::compute::concat_batches(schema, &pending)?);
+    }
+    Ok(out)
 }
 
 /// Whether a DataFusion error comes from reading data (not from the query's text or plan).

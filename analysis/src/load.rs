@@ -48,6 +48,14 @@ pub enum LoadError {
     Corrupt { path: PathBuf, what: String },
     #[error("{path}: column {column:?} missing or of an unexpected type")]
     Column { path: PathBuf, column: String },
+    #[error("{path}: column {column:?} cannot be read as {to}")]
+    Cast {
+        path: PathBuf,
+        column: String,
+        to: String,
+        #[source]
+        err: arrow::error::ArrowError,
+    },
     #[error("{0}: no flow logs (expected {0}/flows/date=.../hour=.../*.parquet)")]
     Empty(PathBuf),
     #[error("{0} does not exist (expected the --out directory of roce-observe)")]
@@ -262,33 +270,92 @@ fn check_metadata(path: &Path, f: &mut File) -> Result<ParquetMetaData, LoadErro
     Ok(md)
 }
 
-/// Every batch of one file, after checking its metadata ([`check_metadata`]) and its columns
-/// against `table`'s definition.
-fn batches(path: &Path, table: &schema::Table) -> Result<Vec<RecordBatch>, LoadError> {
-    let mut f = File::open(path).map_err(|err| LoadError::Io {
-        path: path.into(),
-        err,
-    })?;
-    let perr = |err| LoadError::Parquet {
-        path: path.into(),
-        err,
-    };
-    let md = check_metadata(path, &mut f)?;
-    let md = ArrowReaderMetadata::try_new(Arc::new(md), ArrowReaderOptions::new()).map_err(perr)?;
-    table.check(md.schema()).map_err(|err| LoadError::Schema {
-        path: path.into(),
-        err,
-    })?;
-    let r = ParquetRecordBatchReaderBuilder::new_with_metadata(f, md)
-        .build()
-        .map_err(perr)?;
-    r.map(|b| {
-        b.map_err(|err| LoadError::Arrow {
+/// What the footer of one checked file declares.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FileInfo {
+    pub rows: u64,
+    /// The uncompressed size of its column chunks: about what its rows take decoded.
+    pub bytes: u64,
+}
+
+/// One file's footer ([`check_metadata`]) and columns against `table`'s definition; then, when
+/// `decode` says so given what the footer declares, every batch of it (`None` otherwise).
+/// Panics of the decoder are caught ([`guarded`]).
+pub fn open_file(
+    path: &Path,
+    table: &schema::Table,
+    decode: impl FnOnce(&FileInfo) -> bool,
+) -> Result<(FileInfo, Option<Vec<RecordBatch>>), LoadError> {
+    guarded(path, || {
+        let mut f = File::open(path).map_err(|err| LoadError::Io {
             path: path.into(),
             err,
-        })
+        })?;
+        let perr = |err| LoadError::Parquet {
+            path: path.into(),
+            err,
+        };
+        let md = check_metadata(path, &mut f)?;
+        let info = FileInfo {
+            rows: md.file_metadata().num_rows().max(0) as u64,
+            bytes: md
+                .row_groups()
+                .iter()
+                .flat_map(|g| g.columns())
+                .map(|c| c.uncompressed_size().max(0) as u64)
+                .sum(),
+        };
+        let md =
+            ArrowReaderMetadata::try_new(Arc::new(md), ArrowReaderOptions::new()).map_err(perr)?;
+        table.check(md.schema()).map_err(|err| LoadError::Schema {
+            path: path.into(),
+            err,
+        })?;
+        if !decode(&info) {
+            return Ok((info, None));
+        }
+        let r = ParquetRecordBatchReaderBuilder::new_with_metadata(f, md)
+            .build()
+            .map_err(perr)?;
+        let batches = r
+            .map(|b| {
+                b.map_err(|err| LoadError::Arrow {
+                    path: path.into(),
+                    err,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((info, Some(batches)))
     })
-    .collect()
+}
+
+/// `batch` (decoded from `path`) with the columns of `schema`, by name: a column of another
+/// writer's equivalent type (list items named `element`, nullable items, a timestamp without a
+/// time zone) cast to the table's, a column the file does not have (added later) null.
+pub fn conform(
+    batch: &RecordBatch,
+    schema: &arrow::datatypes::SchemaRef,
+    path: &Path,
+) -> Result<RecordBatch, LoadError> {
+    let n = batch.num_rows();
+    let cols = schema
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
+            Some(c) => arrow::compute::cast(c, f.data_type()).map_err(|err| LoadError::Cast {
+                path: path.into(),
+                column: f.name().clone(),
+                to: f.data_type().to_string(),
+                err,
+            }),
+            None => Ok(arrow::array::new_null_array(f.data_type(), n)),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(Arc::clone(schema), cols).map_err(|err| LoadError::Arrow {
+        path: path.into(),
+        err,
+    })
 }
 
 /// The flows files of the output tree `dir`, sorted: an error when `dir` is missing, not a
@@ -322,24 +389,8 @@ pub fn check_dir(dir: &Path) -> Result<(), LoadError> {
 
 /// One file's footer ([`check_metadata`]) and columns against `table`'s definition, before the
 /// query engine reads it.
-pub fn check_file(path: &Path, table: &schema::Table) -> Result<(), LoadError> {
-    guarded(path, || {
-        let mut f = File::open(path).map_err(|err| LoadError::Io {
-            path: path.into(),
-            err,
-        })?;
-        let md = check_metadata(path, &mut f)?;
-        let md = ArrowReaderMetadata::try_new(Arc::new(md), ArrowReaderOptions::new()).map_err(
-            |err| LoadError::Parquet {
-                path: path.into(),
-                err,
-            },
-        )?;
-        table.check(md.schema()).map_err(|err| LoadError::Schema {
-            path: path.into(),
-            err,
-        })
-    })
+pub fn check_file(path: &Path, table: &schema::Table) -> Result<FileInfo, LoadError> {
+    open_file(path, table, |_| false).map(|(info, _)| info)
 }
 
 /// The rows one file's footer declares (after checking its metadata; panics caught).
@@ -357,7 +408,7 @@ pub fn row_count(path: &Path) -> Result<u64, LoadError> {
 /// Decodes every row of one file (panics caught): how the engine finds the file a failed query
 /// could not read.
 pub fn read_all(path: &Path, table: &schema::Table) -> Result<(), LoadError> {
-    guarded(path, || batches(path, table).map(drop))
+    open_file(path, table, |_| true).map(drop)
 }
 
 /// Every file of every table below `dir` checked and decoded completely, each on its own (what
@@ -368,7 +419,6 @@ pub fn read_tree(dir: &Path) -> Result<usize, LoadError> {
     let mut n = 0;
     for table in schema::tables() {
         for p in parquet_files(&dir.join(table.name))? {
-            check_file(&p, table)?;
             read_all(&p, table)?;
             n += 1;
         }

@@ -27,7 +27,8 @@ struct Cli {
     policy: Option<PathBuf>,
     #[command(flatten)]
     filters: FilterArgs,
-    /// Memory the query engine may use, MiB (sorts and aggregations spill to disk beyond it).
+    /// Memory the query engine may use, MiB: the rows of small files, read once at start (up to
+    /// a quarter), and the queries' sorts and aggregations (which spill to disk beyond it).
     #[arg(long, global = true, default_value_t = 512, value_name = "MIB")]
     memory_limit: usize,
 }

@@ -5,6 +5,7 @@
 //! partitions, `policy-<host>.toml`), one collector per host, hosts spread over the cores.
 //!
 //! Usage: fleet_tree --out DIR [--hosts 100] [--keys 1000] [--minutes 60] [--interval 10]
+//! [--rotate 300] (seconds per Parquet file, the observer's default)
 //!
 //! Each host sends `keys / 4` flows to other hosts: a flow is a data key (sender egress,
 //! receiver ingress) and its reverse ACK / CNP key (receiver egress, sender ingress), so every
@@ -31,6 +32,7 @@ struct Args {
     keys: usize,
     minutes: u64,
     interval: u64,
+    rotate: u64,
 }
 
 fn args() -> Args {
@@ -40,6 +42,7 @@ fn args() -> Args {
         keys: 1000,
         minutes: 60,
         interval: 10,
+        rotate: 300,
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -55,6 +58,7 @@ fn args() -> Args {
             "--keys" => a.keys = num() as usize,
             "--minutes" => a.minutes = num(),
             "--interval" => a.interval = num(),
+            "--rotate" => a.rotate = num(),
             o => panic!("unknown option {o}"),
         }
         i += 2;
@@ -246,7 +250,9 @@ fn host_tree(a: &Args, all: &[Flow], h: usize, t0: u64) -> anyhow::Result<u64> {
     let host = format!("gpu{h:03}");
     let policy = PolicyConfig::profile("nvidia").map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut cfg = CollectorConfig::new(a.out.clone(), &host, "live", policy);
-    // the observer's defaults (300 s or 128 MiB per file), no crash journal (a benchmark input)
+    // the observer's defaults (300 s, or --rotate, or 128 MiB per file), no crash journal (a
+    // benchmark input)
+    cfg.rotate_secs = a.rotate;
     cfg.journal = false;
     let mut col = Collector::new(cfg)?;
     col.quiet_stderr();

@@ -16,7 +16,15 @@
 //!   (which tree a row came from), so they have no DuckDB form and no DuckDB baseline.
 //!
 //! Prints a table and the ratio roce-analyze / DuckDB. `--tree DIR` measures an existing tree
-//! (not generated, not deleted); `--keep` keeps the generated one.
+//! (not generated, not deleted); `--keep` keeps the generated one. `--rotate S` closes each
+//! Parquet file after S seconds (default 300, the observer's); `--debug` measures debug builds
+//! (faster to build, slower to run: for ratios, not rates).
+//!
+//! `--small-files`: what a file costs. Generates the same fleet twice, once with one file per
+//! interval (`--rotate` = `--interval`) and once with the observer's rotation, and times
+//! `roce-analyze report` on both: the ratio many files / few files, same rows (defaults 2 hosts
+//! x 4 keys x 42 min at 1 s: about 5,000 flows files of 4 rows each, and as many interface
+//! files).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -131,6 +139,9 @@ struct Opts {
     path_limit_gib: u64,
     keep: bool,
     tree: Option<PathBuf>,
+    rotate: u64,
+    debug: bool,
+    small_files: bool,
 }
 
 fn opts(args: &[String]) -> anyhow::Result<Opts> {
@@ -144,9 +155,14 @@ fn opts(args: &[String]) -> anyhow::Result<Opts> {
         path_limit_gib: 8,
         keep: false,
         tree: None,
+        rotate: 300,
+        debug: false,
+        small_files: false,
     };
+    let mut given = std::collections::HashSet::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        given.insert(a.clone());
         let mut num = |what: &str| -> anyhow::Result<u64> {
             it.next()
                 .with_context(|| format!("{what} N"))?
@@ -161,12 +177,28 @@ fn opts(args: &[String]) -> anyhow::Result<Opts> {
             "--runs" => o.runs = num("--runs")?.max(1) as usize,
             "--path-timeout" => o.path_timeout = num("--path-timeout")?,
             "--path-limit-gib" => o.path_limit_gib = num("--path-limit-gib")?,
+            "--rotate" => o.rotate = num("--rotate")?.max(1),
+            "--debug" => o.debug = true,
+            "--small-files" => o.small_files = true,
             "--keep" => o.keep = true,
             "--tree" => o.tree = Some(PathBuf::from(it.next().context("--tree DIR")?)),
             other => bail!(
                 "unknown option {other} (options: --hosts N, --keys N, --minutes N, --interval S, \
-                 --runs N, --path-timeout S, --path-limit-gib N, --keep, --tree DIR)"
+                 --runs N, --path-timeout S, --path-limit-gib N, --keep, --tree DIR, --rotate S, \
+                 --debug, --small-files)"
             ),
+        }
+    }
+    if o.small_files {
+        for (flag, v, d) in [
+            ("--hosts", &mut o.hosts, 2),
+            ("--keys", &mut o.keys, 4),
+            ("--minutes", &mut o.minutes, 42),
+            ("--interval", &mut o.interval, 1),
+        ] {
+            if !given.contains(flag) {
+                *v = d;
+            }
         }
     }
     Ok(o)
@@ -176,18 +208,20 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Release builds of `roce-analyze` and the `fleet_tree` example, copied into `dir` (the target
-/// directory may be shared with other builds).
-fn build(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+/// Release (or with `debug`, debug) builds of `roce-analyze` and the `fleet_tree` example,
+/// copied into `dir` (the target directory may be shared with other builds).
+fn build(dir: &Path, debug: bool) -> anyhow::Result<(PathBuf, PathBuf)> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("building roce-analyze and the fleet_tree example (release)...");
+    let profile = if debug { "debug" } else { "release" };
+    eprintln!("building roce-analyze and the fleet_tree example ({profile})...");
     for args in [
         &[
             "build",
-            "--release",
+            "--profile",
+            if debug { "dev" } else { "release" },
             "-p",
             "analysis",
             "--bin",
@@ -195,7 +229,8 @@ fn build(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
         ][..],
         &[
             "build",
-            "--release",
+            "--profile",
+            if debug { "dev" } else { "release" },
             "-p",
             "observer",
             "--example",
@@ -211,8 +246,8 @@ fn build(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
         }
     }
     let (a, g) = (dir.join("roce-analyze"), dir.join("fleet_tree"));
-    std::fs::copy(target.join("release/roce-analyze"), &a)?;
-    std::fs::copy(target.join("release/examples/fleet_tree"), &g)?;
+    std::fs::copy(target.join(profile).join("roce-analyze"), &a)?;
+    std::fs::copy(target.join(profile).join("examples/fleet_tree"), &g)?;
     Ok((a, g))
 }
 
@@ -279,8 +314,122 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     r
 }
 
+/// Runs the `fleet_tree` generator into `tree` with `o`'s fleet and `rotate` seconds per file;
+/// its wall seconds.
+fn generate(gen_bin: &Path, o: &Opts, tree: &Path, rotate: u64) -> anyhow::Result<f64> {
+    let w = Instant::now();
+    let st = Command::new(gen_bin)
+        .arg("--out")
+        .arg(tree)
+        .args(["--hosts", &o.hosts.to_string()])
+        .args(["--keys", &o.keys.to_string()])
+        .args(["--minutes", &o.minutes.to_string()])
+        .args(["--interval", &o.interval.to_string()])
+        .args(["--rotate", &rotate.to_string()])
+        .status()?;
+    if !st.success() {
+        bail!("fleet_tree failed");
+    }
+    Ok(w.elapsed().as_secs_f64())
+}
+
+/// Files below `p`.
+fn file_count(p: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(p) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => file_count(&e.path()),
+            Ok(_) => 1,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// `roce-analyze report TREE`, `runs` times: the median (exit 0 or 1: pass or checks failed).
+fn time_report(bin: &Path, tree: &Path, out: &Path, runs: usize) -> anyhow::Result<Run> {
+    let mut v = Vec::new();
+    for i in 0..runs {
+        eprintln!("roce-analyze report {}, run {}...", tree.display(), i + 1);
+        let r = timed(Command::new(bin).arg("report").arg(tree), out, None, None)?;
+        if !matches!(r.code, Some(0 | 1)) {
+            bail!("roce-analyze report failed ({:?})", r.code);
+        }
+        v.push(r);
+    }
+    Ok(median(&v))
+}
+
+/// `--small-files`: the report over one file per interval against the same rows in the
+/// observer's rotation.
+fn measure_small_files(o: &Opts, dir: &Path) -> anyhow::Result<()> {
+    let (bin, gen_bin) = build(dir, o.debug)?;
+    let (many, few) = (dir.join("many"), dir.join("few"));
+    eprintln!(
+        "generating {} hosts x {} keys x {} min at {} s, twice...",
+        o.hosts, o.keys, o.minutes, o.interval
+    );
+    generate(&gen_bin, o, &many, o.interval)?;
+    generate(&gen_bin, o, &few, o.rotate)?;
+    let out = dir.join("stdout.txt");
+    // warm the page cache, then alternate nothing: each tree's runs in a row
+    let _ = time_report(&bin, &many, &out, 1)?;
+    let m = time_report(&bin, &many, &out, o.runs)?;
+    let many_line = std::fs::read_to_string(&out)?
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let _ = time_report(&bin, &few, &out, 1)?;
+    let f = time_report(&bin, &few, &out, o.runs)?;
+    let few_line = std::fs::read_to_string(&out)?
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    println!();
+    println!(
+        "small-files benchmark ({} build): {} hosts x {} QP keys x {} min at {} s; median of {} runs, largest RSS; {} cores",
+        if o.debug { "debug" } else { "release" },
+        o.hosts,
+        o.keys,
+        o.minutes,
+        o.interval,
+        o.runs,
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+    );
+    println!(
+        "| tree | files | report | wall s | cpu s | peak RSS MiB |\n|---|---:|---|---:|---:|---:|"
+    );
+    for (name, tree, line, r) in [
+        ("one file per interval", &many, &many_line, &m),
+        (&*format!("{} s per file", o.rotate), &few, &few_line, &f),
+    ] {
+        println!(
+            "| {name} | {} | {} | {:.2} | {:.2} | {:.0} |",
+            file_count(tree),
+            line.trim(),
+            r.wall,
+            r.cpu,
+            r.rss_kib as f64 / 1024.0
+        );
+    }
+    println!(
+        "many files / few files: {:.2}x wall, {:.2}x peak RSS",
+        m.wall / f.wall.max(1e-9),
+        m.rss_kib as f64 / f.rss_kib.max(1) as f64
+    );
+    Ok(())
+}
+
 fn measure(o: &Opts, dir: &Path) -> anyhow::Result<()> {
-    let (bin, gen_bin) = build(dir)?;
+    if o.small_files {
+        return measure_small_files(o, dir);
+    }
+    let (bin, gen_bin) = build(dir, o.debug)?;
     let rows = o.hosts * o.keys * (o.minutes * 60 / o.interval.max(1));
     let (tree, gen_secs) = match &o.tree {
         Some(t) => (t.clone(), None),
@@ -306,19 +455,8 @@ fn measure(o: &Opts, dir: &Path) -> anyhow::Result<()> {
                 o.interval,
                 need as f64 / 1e9
             );
-            let w = Instant::now();
-            let st = Command::new(&gen_bin)
-                .arg("--out")
-                .arg(&tree)
-                .args(["--hosts", &o.hosts.to_string()])
-                .args(["--keys", &o.keys.to_string()])
-                .args(["--minutes", &o.minutes.to_string()])
-                .args(["--interval", &o.interval.to_string()])
-                .status()?;
-            if !st.success() {
-                bail!("fleet_tree failed");
-            }
-            (tree, Some(w.elapsed().as_secs_f64()))
+            let secs = generate(&gen_bin, o, &tree, o.rotate)?;
+            (tree, Some(secs))
         }
     };
     let tree_bytes = du(&tree);

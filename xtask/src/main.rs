@@ -20,9 +20,11 @@
 //! - `bench-host-qps [--intervals N] [--qps 10000,100000]`: the host-QP inventory's CPU per
 //!   interval (dump decoding, joins, PSN deltas, `qps` rows) at N QPs beside the collector's
 //!   interval cost, and peak RSS.
-//! - `bench-analyze [--hosts N --keys N --minutes N --interval S --runs N --keep --tree DIR]`:
-//!   `roce-analyze report` and `path` over a generated fleet tree (default 36 million flow
-//!   rows) beside DuckDB running the report's queries: wall time, peak RSS, ratio.
+//! - `bench-analyze [--hosts N --keys N --minutes N --interval S --runs N --keep --tree DIR
+//!   --rotate S --debug]`: `roce-analyze report` and `path` over a generated fleet tree (default
+//!   36 million flow rows) beside DuckDB running the report's queries: wall time, peak RSS,
+//!   ratio. `--small-files`: the report over one file per interval against the same rows in
+//!   300 s files.
 //! - `schema-doc`: writes docs/schema.md from the output schema's one definition
 //!   (`contract::schema`).
 //! - `summary-doc`: writes docs/summary-json.md from summary.json's field definitions

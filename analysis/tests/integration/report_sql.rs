@@ -714,3 +714,155 @@ fn errors_say_what_is_wrong() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The report of a tree whose small files are read once at open (the default), whose files
+/// are all scanned by every query, and half and half, is one report: where a row is read from
+/// changes the cost, never a figure.
+#[test]
+fn small_files_read_once_or_scanned_give_one_report() {
+    let (_dir, dir) = tmp("sql-resident");
+    let policy = PolicyConfig::profile("nvidia").unwrap();
+    write_logs(&dir, &FAULTS);
+    let dirs = std::slice::from_ref(&dir);
+    let open = |resident_max_rows: u64| {
+        let opts = Options {
+            resident_max_rows,
+            ..Options::default()
+        };
+        Engine::open(dirs, &Filters::default(), &opts).unwrap()
+    };
+    let json = |eng: &Engine| {
+        let r = report(eng, &policy, "test", 100, None).unwrap();
+        serde_json::to_value(&r).unwrap()
+    };
+    let resident = open(Options::default().resident_max_rows);
+    assert!(resident.file_count() > 2, "{}", resident.file_count());
+    assert_eq!(
+        resident.scanned_count(),
+        0,
+        "every file of the tree is small"
+    );
+    assert!(resident.resident_bytes > 0);
+    let scanned = open(0);
+    assert_eq!(scanned.scanned_count(), scanned.file_count());
+    assert_eq!(scanned.resident_bytes, 0);
+    let want = json(&scanned);
+    assert_eq!(json(&resident), want);
+    // a threshold between the files' row counts: some read once, some scanned
+    let mut counts: Vec<u64> = resident
+        .files
+        .values()
+        .flatten()
+        .map(|(_, p)| analysis::load::row_count(p).unwrap())
+        .collect();
+    counts.sort();
+    let mid = counts[counts.len() / 2];
+    let mixed = open(mid);
+    assert!(
+        (1..mixed.file_count()).contains(&mixed.scanned_count()),
+        "{} of {} files scanned at {mid} rows ({counts:?})",
+        mixed.scanned_count(),
+        mixed.file_count()
+    );
+    assert_eq!(json(&mixed), want);
+}
+
+/// Rewrites every Parquet file of `from` into `to` with DuckDB (`COPY (SELECT * FROM
+/// read_parquet(f)) TO ...`: list items named `element`, every field nullable); other files
+/// copied as they are.
+fn rewrite_with_duckdb(from: &std::path::Path, to: &std::path::Path) {
+    let script = r#"
+import os, shutil, sys
+import duckdb
+src, dst = sys.argv[1], sys.argv[2]
+for root, _, files in os.walk(src):
+    for f in files:
+        s = os.path.join(root, f)
+        d = os.path.join(dst, os.path.relpath(s, src))
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        if f.endswith(".parquet"):
+            duckdb.sql(f"COPY (SELECT * FROM read_parquet('{s}')) TO '{d}' (FORMAT parquet)")
+        else:
+            shutil.copy(s, d)
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A tree whose files DuckDB rewrote (nullable list items named `element`) gives the report of
+/// the tree it was rewritten from, whether its files are read once or scanned (before, every
+/// query failed with a cast error that named no file); a file whose column cannot be read as
+/// the table's is an error naming the file and the column.
+#[test]
+fn a_tree_rewritten_by_duckdb_reads_as_the_original() {
+    const TEST: &str = "a_tree_rewritten_by_duckdb_reads_as_the_original";
+    let have = std::process::Command::new("python3")
+        .args(["-c", "import duckdb"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !crate::support::require(have, TEST, "python3 module duckdb (scripts/setup.sh)") {
+        return;
+    }
+    let (_dir, base) = tmp("sql-duckdb-rewrite");
+    let (orig, duck) = (base.join("orig"), base.join("duck"));
+    write_logs(&orig, &FAULTS);
+    rewrite_with_duckdb(&orig, &duck);
+    let policy = PolicyConfig::profile("nvidia").unwrap();
+    let json = |dir: &PathBuf, resident_max_rows: u64| {
+        let opts = Options {
+            resident_max_rows,
+            ..Options::default()
+        };
+        let eng = Engine::open(std::slice::from_ref(dir), &Filters::default(), &opts).unwrap();
+        let r = report(&eng, &policy, "test", 100, None).unwrap();
+        let mut v = serde_json::to_value(&r).unwrap();
+        v["policy_source"] = serde_json::Value::Null;
+        v
+    };
+    let want = json(&orig, 0);
+    assert_eq!(json(&duck, 0), want, "scanned");
+    assert_eq!(json(&duck, u64::MAX), want, "read once");
+    // pkts as text: no reading of it as a count
+    let bad = base.join("bad");
+    rewrite_with_duckdb(&orig, &bad);
+    let victim = walk(&bad.join("flows"))[0].clone();
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import duckdb, sys; f = sys.argv[1]; \
+             duckdb.sql(f\"COPY (SELECT * REPLACE (CAST(pkts AS VARCHAR) AS pkts) FROM read_parquet('{f}')) TO '{f}.new' (FORMAT parquet)\")",
+        ])
+        .arg(&victim)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::rename(victim.with_extension("parquet.new"), &victim).unwrap();
+    for resident_max_rows in [0, u64::MAX] {
+        let opts = Options {
+            resident_max_rows,
+            ..Options::default()
+        };
+        let e = match Engine::open(std::slice::from_ref(&bad), &Filters::default(), &opts) {
+            Ok(_) => panic!("a text pkts column was accepted"),
+            Err(e) => e,
+        };
+        let text = contract::error::cli_text(&e);
+        assert!(
+            text.contains(&victim.display().to_string()) && text.contains("pkts"),
+            "{text}"
+        );
+    }
+}
