@@ -222,6 +222,74 @@ fn truncated_file_is_processed_up_to_the_damage() {
     assert_eq!(last, 20 - 1, "the last cut loses only the last block");
 }
 
+/// A corrupt length field in the middle of a pcapng is named corrupt, a file cut inside a
+/// block truncated, each at the block's offset with everything before it processed (before,
+/// both read "truncated"). Likewise a pcap record longer than its frame.
+#[test]
+fn a_corrupt_block_is_not_called_truncated() {
+    let tmp = TempDir::new("replay-corrupt-block");
+    let d = tmp.path().to_path_buf();
+    let c = corpus::corpus()
+        .into_iter()
+        .find(|c| c.name == "pcapng_two_ifaces")
+        .unwrap();
+    let ng = std::fs::read(c.write(&d).unwrap()).unwrap();
+    // block starts (little-endian corpus file)
+    let mut starts = Vec::new();
+    let mut off = 0usize;
+    while off + 8 <= ng.len() {
+        starts.push(off);
+        off += u32::from_le_bytes(ng[off + 4..off + 8].try_into().unwrap()) as usize;
+    }
+    assert_eq!(off, ng.len());
+    let what = |errs: &[ReplayError]| match errs {
+        [ReplayError::Corrupt { offset, what, .. }] => (*offset as usize, what.clone()),
+        other => panic!("expected one Corrupt error, got {other:?}"),
+    };
+    // the sixth block says it runs 64 bytes past the end of the file
+    let at = starts[starts.len() - 6];
+    let mut bad = ng.clone();
+    let len = (ng.len() - at + 64) as u32;
+    bad[at + 4..at + 8].copy_from_slice(&len.to_le_bytes());
+    let p = d.join("badlen.pcapng");
+    std::fs::write(&p, &bad).unwrap();
+    let (s, errs) = replay(&[&p]);
+    let (offset, text) = what(&errs);
+    assert_eq!(offset, at);
+    assert!(text.starts_with("corrupt block length"), "{text}");
+    assert!(text.contains(&format!("says {len} bytes")), "{text}");
+    let frames: u64 = s["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| u(i, "frames"))
+        .sum();
+    assert!(frames > 0 && frames < 20, "{frames}");
+    // the same file cut 20 bytes into its sixth-last block
+    let p = d.join("cut.pcapng");
+    std::fs::write(&p, &ng[..at + 20]).unwrap();
+    let (_, errs) = replay(&[&p]);
+    let (offset, text) = what(&errs);
+    assert_eq!(offset, at);
+    assert!(text.starts_with("truncated"), "{text}");
+    // pcap: a record of 100 bytes captured of a 60-byte frame, at the end of the file
+    let data = std::fs::read(OFERBY).unwrap();
+    let mut off = 24usize;
+    for _ in 0..2 {
+        let cap = u32::from_le_bytes(data[off + 8..off + 12].try_into().unwrap()) as usize;
+        off += 16 + cap;
+    }
+    let mut bad = data[..off + 16 + 40].to_vec();
+    bad[off + 8..off + 12].copy_from_slice(&100u32.to_le_bytes());
+    bad[off + 12..off + 16].copy_from_slice(&60u32.to_le_bytes());
+    let p = d.join("badlen.pcap");
+    std::fs::write(&p, &bad).unwrap();
+    let (_, errs) = replay(&[&p]);
+    let (offset, text) = what(&errs);
+    assert_eq!(offset, off);
+    assert!(text.starts_with("corrupt record length"), "{text}");
+}
+
 #[test]
 fn cli_reports_damage_with_file_and_offset() {
     let data = std::fs::read(OFERBY).unwrap();

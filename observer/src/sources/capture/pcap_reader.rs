@@ -546,7 +546,6 @@ impl Driver<'_> {
         fault: Fault,
         r: &mut P,
     ) -> Result<(), ReplayError> {
-        let unit = if self.ng { "block" } else { "record" };
         match fault {
             Fault::Incomplete => {
                 let before = r.data().len();
@@ -574,14 +573,91 @@ impl Driver<'_> {
                 r.grow(self.capacity);
                 r.refill().map_err(|_| self.io_error())
             }
-            Fault::UnexpectedEof => {
-                let have = r.data().len();
-                Err(self.corrupt(format!(
-                    "truncated: the {unit} starting here is incomplete ({have} bytes left)"
-                )))
-            }
+            Fault::UnexpectedEof => Err(self.corrupt(self.incomplete(r.data()))),
             Fault::ReadError => Err(self.io_error()),
             Fault::Damage(what) => Err(self.corrupt(what)),
+        }
+    }
+}
+
+impl Driver<'_> {
+    /// Why the block (pcapng) or record (pcap) at the start of `rest`, the file's last bytes,
+    /// does not fit in them: the file ends inside it (cut short), or its length field is corrupt
+    /// (pcapng: a whole block, its trailing length copy included, ends earlier and a whole block
+    /// or the end of the file follows; pcap: a length above the snap length or the frame's own
+    /// length).
+    fn incomplete(&self, rest: &[u8]) -> String {
+        let have = rest.len();
+        if self.ng {
+            let be = if rest.get(..4) == Some(&PCAPNG_SHB[..]) {
+                rest.get(8..12) == Some(&[0x1a, 0x2b, 0x3c, 0x4d][..])
+            } else {
+                self.big_endian
+            };
+            let u32_at = |o: usize| -> Option<u32> {
+                let b: [u8; 4] = rest.get(o..o.checked_add(4)?)?.try_into().ok()?;
+                Some(if be {
+                    u32::from_be_bytes(b)
+                } else {
+                    u32::from_le_bytes(b)
+                })
+            };
+            let Some(len) = u32_at(4) else {
+                return format!(
+                    "truncated: the file ends inside a block header ({have} bytes left)"
+                );
+            };
+            // a whole block of `l` bytes at `at`: a plausible length and its trailing copy
+            let whole = |at: usize, l: u32| {
+                l >= 12
+                    && l.is_multiple_of(4)
+                    && at.checked_add(l as usize).is_some_and(|e| e <= have)
+                    && u32_at(at + l as usize - 4) == Some(l)
+            };
+            let mut end = 12;
+            while end <= have {
+                if u32_at(end - 4) == Some(end as u32)
+                    && (end == have || u32_at(end + 4).is_some_and(|l| whole(end, l)))
+                {
+                    return format!(
+                        "corrupt block length: the block starting here says {len} bytes, but a \
+                         block of {end} bytes ends with its length copy and {} follow",
+                        if end == have {
+                            "the end of the file".to_string()
+                        } else {
+                            format!("{} bytes of whole blocks", have - end)
+                        }
+                    );
+                }
+                end += 4;
+            }
+            return format!(
+                "truncated: the block starting here is {len} bytes, the file ends {have} bytes \
+                 into it"
+            );
+        }
+        let u32_at = |o: usize| -> Option<u32> {
+            let b: [u8; 4] = rest.get(o..o + 4)?.try_into().ok()?;
+            Some(if self.legacy_be {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            })
+        };
+        let snap = self.ifaces.first().map_or(0, |i| i.snaplen);
+        match (u32_at(8), u32_at(12)) {
+            (Some(incl), Some(orig)) if incl > orig => {
+                format!("corrupt record length: {incl} bytes captured of a {orig}-byte frame")
+            }
+            (Some(incl), _) if snap != 0 && incl > snap => format!(
+                "corrupt record length: {incl} bytes captured, above the snap length {snap}"
+            ),
+            (Some(incl), _) => format!(
+                "truncated: the record starting here is {} bytes, the file ends {have} bytes \
+                 into it",
+                16 + incl as u64
+            ),
+            _ => format!("truncated: the file ends inside a record header ({have} bytes left)"),
         }
     }
 }
