@@ -161,9 +161,19 @@ pub struct WriterStats {
     pub rows_lost: u64,
 }
 
+/// The end of the rotation window holding `t_ns`: windows are aligned to multiples of the
+/// rotation period since the epoch (300 s: 10:00-10:05, 10:05-10:10, ...), so every file of a
+/// run but its first and last spans one period whatever the intervals, and a period that
+/// divides an hour puts a window boundary on every hour's.
+fn window_end(t_ns: u64, rotate_ns: u64) -> u64 {
+    let r = rotate_ns.max(1);
+    (t_ns / r).saturating_add(1).saturating_mul(r)
+}
+
 struct OpenFile {
     writer: ArrowWriter<Spool>,
-    start_ns: u64,
+    /// The end of its rotation window ([`window_end`]).
+    end_ns: u64,
     date: String,
     hour: String,
     /// The final file's directory and name, chosen when the window opens (the journal is named
@@ -946,8 +956,7 @@ impl TableWriter {
     pub fn rotate_if_due(&mut self, t_ns: u64) -> Result<(), OutputError> {
         if let Some(o) = &self.open {
             let (date, hour, _) = utc_parts(t_ns);
-            if t_ns.saturating_sub(o.start_ns) >= self.rotate_ns || date != o.date || hour != o.hour
-            {
+            if t_ns >= o.end_ns || date != o.date || hour != o.hour {
                 self.close_open()?;
             }
         }
@@ -1012,7 +1021,7 @@ impl TableWriter {
         };
         Ok(OpenFile {
             writer,
-            start_ns: t_ns,
+            end_ns: window_end(t_ns, self.rotate_ns),
             date,
             hour,
             dir,
@@ -1794,17 +1803,18 @@ mod tests {
         for i in 0..5u64 {
             w.write(&b, t0 + i * 20_000_000_000).unwrap(); // every 20 s
         }
-        // 0, 20, 40 in the first file; 60 rotates; 80 (05:36:19) in the second
-        assert_eq!(w.stats.files, 1);
-        assert_eq!(w.open_rows(), 20);
-        // hour change closes the second file
-        w.write(&b, 1_795_240_800_000_000_000).unwrap(); // 06:00:00
+        // windows on the minute: 05:34:59 in the first file; 05:35:19, :39 and :59 in the
+        // second; 05:36:19 opens the third
         assert_eq!(w.stats.files, 2);
-        w.finish().unwrap();
+        assert_eq!(w.open_rows(), 10);
+        // hour change closes the third file
+        w.write(&b, 1_795_240_800_000_000_000).unwrap(); // 06:00:00
         assert_eq!(w.stats.files, 3);
+        w.finish().unwrap();
+        assert_eq!(w.stats.files, 4);
         assert_eq!(w.stats.rows, 60);
         let fs = files(&root);
-        assert_eq!(fs.len(), 3, "{fs:?}");
+        assert_eq!(fs.len(), 4, "{fs:?}");
         assert!(
             fs.iter().all(|p| p.extension().unwrap() == "parquet"),
             "no tmp left: {fs:?}"
@@ -1818,8 +1828,8 @@ mod tests {
             "flows/date=2026-11-21/hour=05/flows-h1-20261121T053459Z-0000.parquet"
         );
         assert_eq!(
-            s[2],
-            "flows/date=2026-11-21/hour=06/flows-h1-20261121T060000Z-0002.parquet"
+            s[3],
+            "flows/date=2026-11-21/hour=06/flows-h1-20261121T060000Z-0003.parquet"
         );
         // readable by the parquet reader
         let f = File::open(&fs[0]).unwrap();
@@ -1828,7 +1838,46 @@ mod tests {
             .build()
             .unwrap();
         let rows: usize = r.map(|b| b.unwrap().num_rows()).sum();
-        assert_eq!(rows, 30);
+        assert_eq!(rows, 10);
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// Around the hour, every file spans one rotation period: windows are aligned to the
+    /// period, not to the first row after the previous file. Before, an interval starting
+    /// 100 ms late after the hour (06:00:05.1) and one 100 ms early five minutes later
+    /// (06:05:04.9) put 31 intervals into the second file: spans varied by one interval.
+    #[test]
+    fn rotation_windows_are_aligned_to_the_period() {
+        let root = tmpdir("rot-aligned");
+        let b = batch(1);
+        let mut w = TableWriter::new(&root, "flows", "h1", b.schema(), 300, 1 << 30);
+        let t0 = 1_795_240_655_000_000_000u64; // 05:57:35
+        let mut closed = Vec::new();
+        for i in 0..(16 * 6) {
+            let before = w.stats.rows;
+            // every 10 s to 06:13:25, two of them off by 100 ms
+            let jitter = match i {
+                15 => 100_000_000,
+                45 => -100_000_000,
+                _ => 0i64,
+            };
+            let t = (t0 + i * 10_000_000_000).saturating_add_signed(jitter);
+            w.write(&b, t).unwrap();
+            if w.stats.rows > before {
+                closed.push(w.stats.rows - before);
+            }
+        }
+        w.finish().unwrap();
+        // 05:57:35-05:59:55 (15 rows), then 06:00:05.1-06:04:55, 06:05:04.9-06:09:55 (30 each)
+        assert_eq!(closed, vec![15, 30, 30], "rows per closed file");
+        let fs = files(&root);
+        let names: Vec<String> = fs
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert!(names[1].contains("T060005Z"), "{names:?}");
+        assert!(names[2].contains("T060504Z"), "{names:?}");
+        assert!(names[3].contains("T061005Z"), "{names:?}");
         let _ = fs::remove_dir_all(&root);
     }
 
