@@ -85,3 +85,77 @@ mod tests {
         }
     }
 }
+
+/// An interface name as the outputs, logs and `--iface` spell it: Linux names are bytes, not
+/// text, so a name that is not UTF-8 is written with each byte of it that is not as `\xNN`
+/// (`eth\xff0`); a UTF-8 name as it is.
+pub fn iface_name(os: &std::ffi::OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for chunk in os.as_bytes().utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// The bytes of the interface an [`iface_name`] spelling names, for the kernel: every `\xNN`
+/// turned back into its byte (`None` when the name has none, so the name is its own bytes).
+pub fn iface_bytes(name: &str) -> Option<Vec<u8>> {
+    if !name.contains("\\x") {
+        return None;
+    }
+    let b = name.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    while i < b.len() {
+        if b[i] == b'\\'
+            && b.get(i + 1) == Some(&b'x')
+            && let (Some(h), Some(l)) = (
+                b.get(i + 2).copied().and_then(hex),
+                b.get(i + 3).copied().and_then(hex),
+            )
+        {
+            out.push(h << 4 | l);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+/// The interface `name` ([`iface_name`]'s spelling) as the kernel knows it: the name itself
+/// when an interface of that name exists (a name may hold a literal `\x`), else its escapes
+/// decoded.
+pub fn iface_os(name: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    match iface_bytes(name) {
+        Some(bytes) if !std::path::Path::new("/sys/class/net").join(name).exists() => {
+            std::ffi::OsString::from_vec(bytes)
+        }
+        _ => name.into(),
+    }
+}
+
+#[cfg(test)]
+mod iface_tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn names_that_are_not_utf8_round_trip_through_their_escapes() {
+        let raw = std::ffi::OsStr::from_bytes(b"eth\xff0\xc3");
+        let name = iface_name(raw);
+        assert_eq!(name, "eth\\xff0\\xc3");
+        assert_eq!(iface_bytes(&name).unwrap(), b"eth\xff0\xc3");
+        assert_eq!(iface_name(std::ffi::OsStr::new("ens1f0")), "ens1f0");
+        assert_eq!(iface_bytes("ens1f0"), None);
+        // a backslash not followed by two hex digits stays
+        assert_eq!(iface_bytes("a\\xg1\\x4").unwrap(), b"a\\xg1\\x4");
+    }
+}

@@ -88,29 +88,37 @@ pub enum EthtoolError {
     },
 }
 
-/// Checks an interface name and returns it as the NUL-terminated `ifr_name` field.
+/// Checks an interface name (a name that is not UTF-8 spelled with `\xNN` escapes,
+/// [`contract::cli::iface_name`]) and returns its bytes as the NUL-terminated `ifr_name` field.
 pub fn ifname_field(name: &str) -> Result<[libc::c_char; libc::IFNAMSIZ], EthtoolError> {
     let bad = |why| EthtoolError::InvalidName {
         name: name.to_string(),
         why,
     };
-    if name.is_empty() {
+    let bytes = kernel_name(name);
+    if bytes.is_empty() {
         return Err(bad("empty"));
     }
-    if name.len() >= libc::IFNAMSIZ {
+    if bytes.len() >= libc::IFNAMSIZ {
         return Err(bad("longer than 15 bytes (IFNAMSIZ)"));
     }
-    if name
-        .bytes()
-        .any(|b| b == 0 || b == b'/' || b.is_ascii_whitespace())
+    if bytes
+        .iter()
+        .any(|&b| b == 0 || b == b'/' || b.is_ascii_whitespace())
     {
         return Err(bad("contains NUL, '/' or whitespace"));
     }
     let mut f = [0 as libc::c_char; libc::IFNAMSIZ];
-    for (d, s) in f.iter_mut().zip(name.bytes()) {
+    for (d, s) in f.iter_mut().zip(bytes) {
         *d = s as libc::c_char;
     }
     Ok(f)
+}
+
+/// The bytes of the interface `name` names ([`contract::cli::iface_os`]).
+pub fn kernel_name(name: &str) -> Vec<u8> {
+    use std::os::unix::ffi::OsStringExt;
+    contract::cli::iface_os(name).into_vec()
 }
 
 /// `struct ethtool_drvinfo`, the fields a RoCE tool needs.
@@ -494,7 +502,9 @@ fn request_pause(
     let flags = netlink::NLM_F_REQUEST | netlink::NLM_F_ACK;
     let mut b = MsgBuilder::new(family, flags, seq).header(&[ETHTOOL_MSG_PAUSE_GET, 1, 0, 0]);
     let h = b.nest_start(ETHTOOL_A_PAUSE_HEADER);
-    b.attr_str(ETHTOOL_A_HEADER_DEV_NAME, ifname);
+    let mut name = kernel_name(ifname);
+    name.push(0);
+    b.attr(ETHTOOL_A_HEADER_DEV_NAME, &name);
     b.attr_u32(ETHTOOL_A_HEADER_FLAGS, ETHTOOL_FLAG_STATS);
     b.nest_end(h);
     let mut out = None;

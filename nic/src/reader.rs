@@ -81,9 +81,11 @@ fn now_ns() -> u64 {
 }
 
 fn if_index(name: &str) -> Result<u32, NicError> {
-    let c = std::ffi::CString::new(name).map_err(|_| NicError::InvalidInterface {
-        name: name.into(),
-        why: "contains NUL",
+    let c = std::ffi::CString::new(crate::ethtool::kernel_name(name)).map_err(|_| {
+        NicError::InvalidInterface {
+            name: name.into(),
+            why: "contains NUL",
+        }
     })?;
     // SAFETY: c is a valid NUL-terminated string.
     let i = unsafe { libc::if_nametoindex(c.as_ptr()) };

@@ -485,6 +485,70 @@ fn control_characters_in_an_interface_name_are_shown_as_text() {
     assert!(err.contains("d\\u{1b}[31mx"), "{err}");
 }
 
+/// An interface whose name is not UTF-8 (Linux names are bytes) is observed, given as its
+/// bytes or spelled with `\xNN` escapes, and named with the escapes in the outputs (before,
+/// `--iface` refused it as invalid UTF-8).
+#[test]
+fn an_interface_name_that_is_not_utf8_is_observed() {
+    use std::os::unix::ffi::OsStrExt;
+    if !require_root("an_interface_name_that_is_not_utf8_is_observed") {
+        return;
+    }
+    let tmp = TempDir::new("cli-nonutf8");
+    let ns = netns::Netns::new("ronu8").unwrap();
+    let raw = std::ffi::OsStr::from_bytes(b"v\xff1");
+    let st = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "ip", "link", "add", "name"])
+        .arg(raw)
+        .args(["type", "veth", "peer", "name", "nu8-peer"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let st = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "ip", "link", "set"])
+        .arg(raw)
+        .arg("up")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for (i, arg) in [raw, std::ffi::OsStr::new("v\\xff1")]
+        .into_iter()
+        .enumerate()
+    {
+        let out = tmp.path().join(format!("live{i}"));
+        let o = Command::new("ip")
+            .args(["netns", "exec", &ns.name])
+            .arg(env!("CARGO_BIN_EXE_roce-observe"))
+            .arg("--iface")
+            .arg(arg)
+            .args([
+                "--plain",
+                "--no-nic",
+                "--no-host-qps",
+                "--interval",
+                "500ms",
+                "--duration",
+                "2s",
+                "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{arg:?}: {err}");
+        let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&summary).unwrap();
+        assert!(
+            j["interfaces"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["iface"] == "v\\xff1"),
+            "{arg:?}: {summary}"
+        );
+    }
+}
+
 #[test]
 fn unprivileged_run_says_what_is_needed() {
     if !require_root("unprivileged_run_says_what_is_needed") {

@@ -77,13 +77,13 @@ pub fn check_btf(sys: &Path) -> Result<(), DiagError> {
 /// Interface facts; `NoSuchInterface` when `sys/class/net/<iface>` does not exist.
 pub fn diagnose(sys: &Path, iface: &str) -> Result<Diagnosis, DiagError> {
     let net = sys.join("sys/class/net");
-    let dev = net.join(iface);
+    let dev = net.join(contract::cli::iface_os(iface));
     if iface.is_empty() || iface.contains('/') || !dev.exists() {
         let mut known: Vec<String> = fs::read_dir(&net)
             .into_iter()
             .flatten()
             .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .map(|e| contract::cli::iface_name(&e.file_name()))
             .collect();
         known.sort();
         return Err(DiagError::NoSuchInterface {

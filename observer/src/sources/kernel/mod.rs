@@ -835,7 +835,8 @@ fn drain_ring<T: aya::Pod>(
 
 /// Link speed from sysfs (Mbit/s there), when the driver reports one.
 fn link_speed(iface: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")).ok()?;
+    let dev = std::path::Path::new("/sys/class/net").join(contract::cli::iface_os(iface));
+    let s = std::fs::read_to_string(dev.join("speed")).ok()?;
     let mbit: i64 = s.trim().parse().ok()?;
     (mbit > 0).then_some(mbit as u64 * 1_000_000)
 }
@@ -846,7 +847,9 @@ pub fn current_ifindex(name: &str) -> Option<u32> {
 }
 
 fn ifindex(name: &str) -> Result<u32, LiveError> {
-    let c = std::ffi::CString::new(name).map_err(|_| LiveError::NoSuchInterface(name.into()))?;
+    use std::os::unix::ffi::OsStringExt;
+    let c = std::ffi::CString::new(contract::cli::iface_os(name).into_vec())
+        .map_err(|_| LiveError::NoSuchInterface(name.into()))?;
     // SAFETY: if_nametoindex reads a valid NUL-terminated string.
     let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
     if i == 0 {
