@@ -101,6 +101,12 @@ pub fn iface_name(os: &std::ffi::OsStr) -> String {
     out
 }
 
+/// The value parser of every `--iface`: any bytes, spelled as [`iface_name`] does.
+pub fn iface_arg() -> impl clap::builder::TypedValueParser<Value = String> {
+    use clap::builder::TypedValueParser;
+    clap::builder::OsStringValueParser::new().map(|s| iface_name(&s))
+}
+
 /// The bytes of the interface an [`iface_name`] spelling names, for the kernel: every `\xNN`
 /// turned back into its byte (`None` when the name has none, so the name is its own bytes).
 pub fn iface_bytes(name: &str) -> Option<Vec<u8>> {

@@ -31,7 +31,8 @@ use contract::vendor::Vendor;
 #[derive(Debug, clap::Args)]
 pub struct NicArgs {
     /// Interface to check (the netdev; its RDMA device is found through RDMA netlink or sysfs).
-    #[arg(long = "iface", value_name = "IFACE")]
+    /// A name that is not UTF-8: as its bytes, or with `\xNN` for each byte that is not.
+    #[arg(long = "iface", value_name = "IFACE", value_parser = contract::cli::iface_arg())]
     pub iface: String,
     /// Print one JSON document instead of the text report.
     #[arg(long)]

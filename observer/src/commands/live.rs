@@ -43,18 +43,12 @@ pub enum LogFormat {
     Json,
 }
 
-/// `--iface`: any bytes, spelled as [`contract::cli::iface_name`] does.
-fn iface_arg() -> impl clap::builder::TypedValueParser<Value = String> {
-    use clap::builder::TypedValueParser;
-    clap::builder::OsStringValueParser::new().map(|s| contract::cli::iface_name(&s))
-}
-
 #[derive(Debug, clap::Args)]
 pub struct LiveArgs {
     /// Interface to observe (repeatable: --iface ens1f0 --iface ens1f1). A name that is not
     /// UTF-8 is taken as it is and written with `\xNN` for each byte that is not (`eth\xff0`),
     /// which `--iface` also accepts.
-    #[arg(long = "iface", value_name = "IFACE", value_parser = iface_arg())]
+    #[arg(long = "iface", value_name = "IFACE", value_parser = contract::cli::iface_arg())]
     pub iface: Vec<String>,
     /// Output directory: Parquet tables flows/, interfaces/, alerts/ (Hive partitions
     /// date=YYYY-MM-DD/hour=HH), alerts.jsonl and summary.json.

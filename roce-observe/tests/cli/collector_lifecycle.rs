@@ -547,6 +547,20 @@ fn an_interface_name_that_is_not_utf8_is_observed() {
             "{arg:?}: {summary}"
         );
     }
+    // the NIC view reads it too (veth: its driver by ioctl)
+    let o = Command::new("ip")
+        .args(["netns", "exec", &ns.name])
+        .arg(env!("CARGO_BIN_EXE_roce-observe"))
+        .args(["nic", "--iface"])
+        .arg(raw)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("roce-observe nic: v\\xff1") && text.contains("driver veth"),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
