@@ -296,7 +296,7 @@ impl Table {
                     column: c.name.clone(),
                 });
             };
-            if !same_type(f.data_type(), &c.ty.arrow()) {
+            if !readable_as(f.data_type(), &c.ty.arrow()) {
                 return Err(SchemaMismatch::Type {
                     table: self.name,
                     column: c.name.clone(),
@@ -323,6 +323,35 @@ impl Table {
             );
         }
         s
+    }
+}
+
+/// A file's type `a` read as the table's `b` without loss: the same type ([`same_type`]), or a
+/// narrower integer or float (another writer's `INTEGER` for a count) widened, at any depth.
+fn readable_as(a: &DataType, b: &DataType) -> bool {
+    use DataType::*;
+    match (a, b) {
+        (List(x) | LargeList(x), List(y)) => readable_as(x.data_type(), y.data_type()),
+        (Struct(x), Struct(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y.iter())
+                    .all(|(p, q)| p.name() == q.name() && readable_as(p.data_type(), q.data_type()))
+        }
+        _ => {
+            same_type(a, b)
+                || matches!(
+                    (a, b),
+                    (Int8, Int16 | Int32 | Int64)
+                        | (Int16, Int32 | Int64)
+                        | (Int32, Int64)
+                        | (UInt8, Int16 | Int32 | Int64)
+                        | (UInt16, Int32 | Int64)
+                        | (UInt32, Int64)
+                        | (Float16, Float32 | Float64)
+                        | (Float32, Float64)
+                )
+        }
     }
 }
 
@@ -1306,10 +1335,21 @@ mod tests {
             })
         );
         let i = fields.iter().position(|x| x.name() == "pkts").unwrap();
+        fields[i] = Field::new("pkts", DataType::Utf8, false);
+        assert!(matches!(
+            f.check(&Schema::new(fields.clone())),
+            Err(SchemaMismatch::Type { column, .. }) if column == "pkts"
+        ));
+        // a narrower integer (another writer's INTEGER for a count) widens without loss; a
+        // wider one does not narrow
+        fields.push(Field::new("ce", DataType::Int64, false));
         fields[i] = Field::new("pkts", DataType::Int32, false);
+        assert_eq!(f.check(&Schema::new(fields.clone())), Ok(()));
+        let q = fields.iter().position(|x| x.name() == "qp").unwrap();
+        fields[q] = Field::new("qp", DataType::Int64, false);
         assert!(matches!(
             f.check(&Schema::new(fields)),
-            Err(SchemaMismatch::Type { column, .. }) if column == "pkts"
+            Err(SchemaMismatch::Type { column, .. }) if column == "qp"
         ));
     }
 

@@ -831,6 +831,28 @@ fn a_tree_rewritten_by_duckdb_reads_as_the_original() {
     let want = json(&orig, 0);
     assert_eq!(json(&duck, 0), want, "scanned");
     assert_eq!(json(&duck, u64::MAX), want, "read once");
+    // counts written narrower (INTEGER for BIGINT, SMALLINT for INTEGER) are widened
+    let narrow = base.join("narrow");
+    rewrite_with_duckdb(&orig, &narrow);
+    for f in walk(&narrow.join("flows")) {
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import duckdb, sys; f = sys.argv[1]; \
+                 duckdb.sql(f\"COPY (SELECT * REPLACE (CAST(pkts AS INTEGER) AS pkts, CAST(max_udp_payload AS SMALLINT) AS max_udp_payload) FROM read_parquet('{f}')) TO '{f}.new' (FORMAT parquet)\")",
+            ])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::rename(f.with_extension("parquet.new"), &f).unwrap();
+    }
+    assert_eq!(json(&narrow, 0), want, "narrow, scanned");
+    assert_eq!(json(&narrow, u64::MAX), want, "narrow, read once");
     // pkts as text: no reading of it as a count
     let bad = base.join("bad");
     rewrite_with_duckdb(&orig, &bad);
