@@ -376,11 +376,11 @@ fn checks(s: &mut String, r: &Report) {
             s.push_str("</table>\n");
         }
         if !c.worst.is_empty() {
-            s.push_str("<table class=\"worst\"><tr><th>part</th><th>subject</th><th>figure</th><th>in intervals</th><th>peak</th><th>first</th><th>last</th></tr>\n");
+            s.push_str("<table class=\"worst\"><tr><th>part</th><th>subject</th><th>figure</th><th>in intervals</th><th>peak</th><th>first</th><th>last</th><th>values off the policy</th></tr>\n");
             for w in &c.worst {
                 let _ = writeln!(
                     s,
-                    "<tr data-check=\"{}\" data-part=\"{}\" data-subject=\"{}\" data-figure=\"{}\" data-peak=\"{}\"><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
+                    "<tr data-check=\"{}\" data-part=\"{}\" data-subject=\"{}\" data-figure=\"{}\" data-peak=\"{}\"><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     esc(c.name),
                     esc(&w.part),
                     esc(&w.name()),
@@ -392,7 +392,8 @@ fn checks(s: &mut String, r: &Report) {
                     w.violations,
                     w.peak,
                     esc(&fmt_us(w.first_us)),
-                    esc(&fmt_us(w.last_us))
+                    esc(&fmt_us(w.last_us)),
+                    esc(w.values_text().trim_start_matches("; "))
                 );
             }
             s.push_str("</table>\n");

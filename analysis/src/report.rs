@@ -44,13 +44,14 @@ pub const CHECK_SQL: [(&str, &str); 10] = [
 ];
 pub const SUBJECTS_SQL: &str = include_str!("../sql/report/subjects.sql");
 pub const INTERVALS_SQL: &str = include_str!("../sql/report/intervals.sql");
-pub const REPORT_SQL: [(&str, &str); 6] = [
+pub const REPORT_SQL: [(&str, &str); 7] = [
     ("totals", include_str!("../sql/report/totals.sql")),
     ("ifaces", include_str!("../sql/report/ifaces.sql")),
     ("payloads", include_str!("../sql/report/payloads.sql")),
     ("alerts", include_str!("../sql/report/alerts.sql")),
     ("timeline", include_str!("../sql/report/timeline.sql")),
     ("host_qps", include_str!("../sql/report/host_qps.sql")),
+    ("off_values", include_str!("../sql/report/off_values.sql")),
 ];
 
 /// The policy's predicate over `v_hist` (hist, value) for packets whose marking it does not
@@ -283,9 +284,87 @@ pub struct Subject {
     pub context: i64,
     pub first_us: i64,
     pub last_us: i64,
+    /// Marking parts: the values off the policy its packets carried, most packets first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<OffValue>,
+}
+
+/// A marking value off the policy (a DSCP, a PCP with -1 untagged, an ECN codepoint): its
+/// packets and the start of the first interval with one.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OffValue {
+    pub value: i64,
+    pub pkts: i64,
+    pub first_us: i64,
+}
+
+impl OffValue {
+    /// `DSCP 0 (bleached) x375 from 2026-11-20T10:00:00Z`, the field's name taken from `part`.
+    pub fn text(&self, part: &str) -> String {
+        format!(
+            "{}{} x{} from {}",
+            value_words(part, self.value),
+            if self.value_note(part).is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", self.value_note(part))
+            },
+            self.pkts,
+            crate::time::fmt_us(self.first_us)
+        )
+    }
+
+    /// What a value usually means: who sets DSCP 0 or 46, an untagged frame, Not-ECT.
+    fn value_note(&self, part: &str) -> &'static str {
+        match (part.split('_').next(), self.value) {
+            (Some("dscp"), 0) => "bleached to best effort",
+            (Some("dscp"), 46) => "EF, a voice class",
+            (Some("dscp"), 8) => "CS1, scavenger",
+            (Some("dscp"), 24) => "CS3",
+            (Some("dscp"), 26) => "AF31",
+            (Some("dscp"), 48) => "CS6",
+            (Some("pcp"), -1) => "untagged",
+            (Some("pcp"), 0) => "best-effort priority",
+            (Some("ecn"), 0) => "Not-ECT",
+            _ => "",
+        }
+    }
+}
+
+/// `DSCP 0`, `PCP 3`, `ECN 0` for a value of `part`'s field.
+fn value_words(part: &str, v: i64) -> String {
+    match part.split('_').next() {
+        Some("pcp") if v < 0 => "PCP none".into(),
+        Some(f) => format!("{} {v}", f.to_uppercase()),
+        None => v.to_string(),
+    }
 }
 
 impl Subject {
+    /// `; DSCP 0 (bleached to best effort) x375 from ...`, the first three values; empty when
+    /// the subject has none.
+    pub fn values_text(&self) -> String {
+        if self.values.is_empty() {
+            return String::new();
+        }
+        let shown: Vec<String> = self
+            .values
+            .iter()
+            .take(3)
+            .map(|v| v.text(&self.part))
+            .collect();
+        let more = self.values.len().saturating_sub(3);
+        format!(
+            "; {}{}",
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        )
+    }
+
     /// `h1/eth0/egress 10.0.0.1 -> 10.0.0.2 qp 0x000201`, or the parts it has.
     pub fn name(&self) -> String {
         let mut s = [&self.host, &self.iface, &self.dir]
@@ -554,6 +633,7 @@ fn run_check(
             context: int(r, "context"),
             first_us: int(r, "first_t0"),
             last_us: int(r, "last_t1"),
+            values: Vec::new(),
         });
     }
     let mut intervals = Vec::new();
@@ -646,6 +726,7 @@ pub fn report(
         };
         checks.push(judge(c, d, &f, policy));
     }
+    attach_off_values(&mut checks, &one("off_values", &prm)?);
     let (_, worst_mf, _) = run_check(eng, "map_full", &mut prm)?;
     checks.push(qp_table_check(worst_mf, &f));
     f.data_off_dscp = part_figure(&checks, "dscp_data");
@@ -668,6 +749,98 @@ pub fn report(
         last_us: opt_int(&totals, "last_t1"),
         timeline,
     })
+}
+
+/// The off-policy values of the marking parts: onto each worst subject its own (most packets
+/// first), and onto each part's text the values over all its subjects.
+fn attach_off_values(checks: &mut [Check], rows: &[Row]) {
+    type Key = (
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    );
+    let mut per: BTreeMap<Key, Vec<OffValue>> = BTreeMap::new();
+    // part -> value -> (packets, first)
+    let mut totals: BTreeMap<String, BTreeMap<i64, (i64, i64)>> = BTreeMap::new();
+    for r in rows {
+        let part = string(r, "part").unwrap_or_default();
+        let v = OffValue {
+            value: int(r, "value"),
+            pkts: int(r, "pkts"),
+            first_us: int(r, "first_t0"),
+        };
+        let t = totals
+            .entry(part.clone())
+            .or_default()
+            .entry(v.value)
+            .or_insert((0, i64::MAX));
+        t.0 += v.pkts;
+        t.1 = t.1.min(v.first_us);
+        per.entry((
+            part,
+            string(r, "host"),
+            string(r, "iface"),
+            string(r, "dir"),
+            string(r, "src"),
+            string(r, "dst"),
+            opt_int(r, "qp"),
+        ))
+        .or_default()
+        .push(v);
+    }
+    for c in checks.iter_mut() {
+        for w in &mut c.worst {
+            let k = (
+                w.part.clone(),
+                w.host.clone(),
+                w.iface.clone(),
+                w.dir.clone(),
+                w.src.clone(),
+                w.dst.clone(),
+                w.qp,
+            );
+            if let Some(v) = per.get(&k) {
+                w.values = v.clone();
+            }
+        }
+        if c.verdict == Verdict::Pass {
+            continue;
+        }
+        let mut words = Vec::new();
+        for p in &c.parts {
+            let Some(t) = totals.get(&p.part) else {
+                continue;
+            };
+            let mut vals: Vec<OffValue> = t
+                .iter()
+                .map(|(&value, &(pkts, first_us))| OffValue {
+                    value,
+                    pkts,
+                    first_us,
+                })
+                .collect();
+            vals.sort_by(|a, b| b.pkts.cmp(&a.pkts).then(a.value.cmp(&b.value)));
+            let shown: Vec<String> = vals.iter().take(4).map(|v| v.text(&p.part)).collect();
+            let more = vals.len().saturating_sub(4);
+            words.push(format!(
+                "{} carried {}{}",
+                p.part,
+                shown.join(", "),
+                if more > 0 {
+                    format!(" and {more} more values")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if !words.is_empty() {
+            c.detail = format!("{}; {}", c.detail, words.join("; "));
+        }
+    }
 }
 
 /// `dirs` opened without filters (default engine options) and reported with `policy`, top 5.
@@ -858,14 +1031,15 @@ pub fn render_text(r: &Report, top: usize) -> String {
         for w in c.worst.iter().take(top) {
             let _ = writeln!(
                 s,
-                "        {:<20} {}: {} in {} interval(s) (peak {}), {} .. {}",
+                "        {:<20} {}: {} in {} interval(s) (peak {}), {} .. {}{}",
                 w.part,
                 w.name(),
                 w.figure,
                 w.violations,
                 w.peak,
                 fmt_us(w.first_us),
-                fmt_us(w.last_us)
+                fmt_us(w.last_us),
+                w.values_text()
             );
         }
         for i in c.intervals.iter().take(top) {

@@ -888,3 +888,68 @@ fn a_tree_rewritten_by_duckdb_reads_as_the_original() {
         );
     }
 }
+
+/// Which value, which class, since when: each marking subject carries the values off the
+/// policy with their packets and first interval, and the check's text names them (a bleach to
+/// DSCP 0 and a CNP on the data class's DSCP 26 read differently), in text and HTML.
+#[test]
+fn off_policy_marking_names_its_values_and_first_time() {
+    let (_dir, dir) = tmp("sql-offvalues");
+    write_logs(&dir, &FAULTS);
+    let eng = engine(std::slice::from_ref(&dir), &Filters::default());
+    let p = PolicyConfig::profile("nvidia").unwrap();
+    let r = report(&eng, &p, "test", 100, None).unwrap();
+    let subject = |check_name: &str, part: &str, iface: &str| {
+        check(&r, check_name)
+            .worst
+            .iter()
+            .find(|w| w.part == part && w.iface.as_deref() == Some(iface))
+            .unwrap_or_else(|| panic!("{part} on {iface}: {:?}", check(&r, check_name).worst))
+            .clone()
+    };
+    let data = subject("data marking", "dscp_data", "bleached");
+    assert_eq!(
+        data.values
+            .iter()
+            .map(|v| (v.value, v.pkts))
+            .collect::<Vec<_>>(),
+        vec![(0, 15)]
+    );
+    assert_eq!(data.values[0].first_us, data.first_us);
+    let pcp = subject("data marking", "pcp_data", "bleached");
+    // 10 tagged with priority 0; the 5 untagged pass (tags are optional by default)
+    assert_eq!(
+        pcp.values
+            .iter()
+            .map(|v| (v.value, v.pkts))
+            .collect::<Vec<_>>(),
+        vec![(0, 10)]
+    );
+    let cnp = subject("CNP marking", "dscp_cnp", "cnp_on_data_class");
+    assert_eq!(
+        cnp.values
+            .iter()
+            .map(|v| (v.value, v.pkts))
+            .collect::<Vec<_>>(),
+        vec![(26, 6)]
+    );
+    let d = &check(&r, "data marking").detail;
+    assert!(
+        d.contains("dscp_data carried DSCP 0 (bleached to best effort) x15"),
+        "{d}"
+    );
+    let d = &check(&r, "CNP marking").detail;
+    assert!(d.contains("dscp_cnp carried DSCP 26 (AF31) x6"), "{d}");
+    let text = analysis::report::render_text(&r, 100);
+    assert!(
+        text.contains("; DSCP 0 (bleached to best effort) x15 from "),
+        "{text}"
+    );
+    // subjects of other checks carry none
+    assert!(
+        check(&r, "no go-back-N")
+            .worst
+            .iter()
+            .all(|w| w.values.is_empty())
+    );
+}
