@@ -271,7 +271,7 @@ const fn col(
 
 /// Every column, in order (a table: one line each).
 #[rustfmt::skip]
-fn all_columns() -> [Col; 16] {
+fn all_columns() -> [Col; 18] {
     let (l, r) = (false, true);
     [
         col("iface", 2, [12; 3], l, |r, _, _| r.iface.to_string(), no_fault),
@@ -285,12 +285,31 @@ fn all_columns() -> [Col; 16] {
         col("ce", 0, [5, 7, 9], r, |r, _, w| compact(r.ce, w), |r| r.ce > 0 && r.cnp_back == 0),
         col("cnp←", 0, [5, 7, 9], r, |r, _, w| compact(r.cnp_back, w), no_fault),
         col("gaps", 0, [4, 6, 8], r, |r, _, w| compact(r.gaps, w), |r| r.gaps > 0),
-        col("dscp≠", 0, [5, 6, 8], r, |r, _, w| compact(r.off_dscp, w), |r| r.off_dscp > 0),
+        col("dscp≠", 0, [5, 7, 9], r, |r, _, w| off_values(r, w), |r| r.off_dscp > 0),
+        col("ect✗", 0, [4, 6, 8], r, |r, _, w| compact(r.not_ect, w), |r| r.not_ect > 0),
+        col("since", 1, [5; 3], r, |r, x, _| age(x.now, r.first_bad_ns), |r| r.first_bad_ns.is_some()),
         col("rtx", 0, [4, 6, 8], r, |r, _, w| compact(r.retrans, w), |r| r.retrans > 0),
         col("nak", 0, [4, 6, 8], r, |r, _, w| compact(r.naks, w), |r| r.naks > 0),
-        col("rnr", 0, [4, 6, 8], r, |r, _, w| compact(r.rnr_naks, w), |r| r.rnr_naks > 0),
+        col("rnr", 1, [4, 6, 8], r, |r, _, w| compact(r.rnr_naks, w), |r| r.rnr_naks > 0),
         col("age", 0, [4; 3], r, |r, x, _| age(x.now, r.last_pkt_ns), no_fault),
     ]
+}
+
+/// The packets off the policy's DSCP as `value:packets` of the value with most of them (`+`
+/// after it when there are other values), `0` when none: `0:375` is a bleach, `46:12` a remark.
+fn off_values(r: &QpRow, w: usize) -> String {
+    let Some(&(v, n)) = r.off_values.first() else {
+        return compact(r.off_dscp, w);
+    };
+    let more = if r.off_values.len() > 1 { "+" } else { "" };
+    let head = format!("{v}:");
+    let room = w.saturating_sub(head.len() + more.len());
+    let count = compact(n, room);
+    if room == 0 || count.len() > room || !count.starts_with(|c: char| c.is_ascii_digit()) {
+        // no room for the count: the value alone
+        return format!("{v}{more}");
+    }
+    format!("{head}{count}{more}")
 }
 
 /// The last interval's rate of a row active in it, else `-`.
@@ -637,11 +656,29 @@ mod tests {
         assert!(l[17].starts_with("10.77.0.39 "), "{l:#?}");
     }
 
+    /// The off-DSCP cell names the value with most packets (`+` when there are others): a
+    /// bleach (0) and a remark (46) read apart.
+    #[test]
+    fn the_off_dscp_cell_names_the_value() {
+        let mut r = crate::sinks::tui::screen::tests::row(1, 750, 0);
+        assert_eq!(off_values(&r, 5), "0");
+        r.off_dscp = 375;
+        r.off_values = vec![(0, 375)];
+        assert_eq!(off_values(&r, 5), "0:375");
+        r.off_dscp = 1400;
+        r.off_values = vec![(46, 1200), (0, 200)];
+        assert_eq!(off_values(&r, 8), "46:1200+");
+        assert_eq!(off_values(&r, 9), "46:1200+");
+        r.off_values[0].1 = 12_000;
+        assert_eq!(off_values(&r, 7), "46:12k+");
+        assert_eq!(off_values(&r, 4), "46+");
+    }
+
     #[test]
     fn wide_screens_add_columns_small_ones_say_so() {
         let mut s = screen(40, 0);
         let l = lines(&mut s, 200, 60);
-        for c in ["dir", "rate", "dscp", "cnp←", "dscp≠", "rnr", "age"] {
+        for c in ["dir", "rate", "dscp", "cnp←", "dscp≠", "ect✗", "since", "rnr", "age"] {
             assert!(l[4].contains(c), "{c}: {}", l[4]);
         }
         assert!(l[3].contains("QPs 1-40 of 40 |"), "{}", l[3]);

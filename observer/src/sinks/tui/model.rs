@@ -47,6 +47,13 @@ pub struct QpRow {
     pub retrans: u64,
     /// Packets whose DSCP is not the policy's for their class.
     pub off_dscp: u64,
+    /// The DSCP values of those packets with their packets, most first (at most 64 values).
+    pub off_values: Vec<(u8, u64)>,
+    /// Data packets not ECN-capable (Not-ECT).
+    pub not_ect: u64,
+    /// Start of the first interval with a packet off the policy's DSCP or Not-ECT (ns since
+    /// the epoch).
+    pub first_bad_ns: Option<u64>,
     pub naks: u64,
     pub rnr_naks: u64,
     /// Data DSCP most packets had in the key's last interval with packets.
@@ -370,6 +377,9 @@ impl QpRow {
             gaps: 0,
             retrans: 0,
             off_dscp: 0,
+            off_values: Vec::new(),
+            not_ect: 0,
+            first_bad_ns: None,
             naks: 0,
             rnr_naks: 0,
             dscp: None,
@@ -408,6 +418,8 @@ struct FlowCols<'a> {
     /// `dscp_<class>` per class.
     dscp: Vec<Option<&'a ListArray>>,
     last_pkt: Option<&'a TimestampMicrosecondArray>,
+    interval_start: Option<&'a TimestampMicrosecondArray>,
+    not_ect: Option<&'a Int64Array>,
 }
 
 /// The counts of a row the view adds up, in [`FlowCols::counts`] order.
@@ -444,6 +456,12 @@ impl<'a> FlowCols<'a> {
             last_pkt: b
                 .column_by_name("last_pkt")
                 .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
+            interval_start: b
+                .column_by_name("interval_start")
+                .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
+            not_ect: b
+                .column_by_name("not_ect_data")
+                .and_then(|c| c.as_primitive_opt::<Int64Type>()),
         })
     }
 
@@ -464,10 +482,22 @@ impl<'a> FlowCols<'a> {
         r.gaps += n[6];
         r.retrans += n[7];
         let mut top: Option<(i16, u64)> = None;
+        let mut bad = false;
+        if let Some(c) = self.not_ect.filter(|c| !c.is_null(i)) {
+            let n = c.value(i).max(0) as u64;
+            r.not_ect += n;
+            bad |= n > 0;
+        }
         for (c, col) in self.dscp.iter().enumerate() {
             for (v, n) in hist(*col, i) {
-                if expected[c] != ANY && v != expected[c] as i16 {
+                if expected[c] != ANY && v != expected[c] as i16 && n > 0 {
                     r.off_dscp += n;
+                    bad = true;
+                    let v = v.clamp(0, 63) as u8;
+                    match r.off_values.iter_mut().find(|(x, _)| *x == v) {
+                        Some(e) => e.1 += n,
+                        None => r.off_values.push((v, n)),
+                    }
                 }
                 if c == class::DATA && top.is_none_or(|(_, m)| n > m) {
                     top = Some((v, n));
@@ -476,6 +506,14 @@ impl<'a> FlowCols<'a> {
         }
         if let Some((v, _)) = top {
             r.dscp = u8::try_from(v).ok();
+        }
+        r.off_values
+            .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        if bad
+            && r.first_bad_ns.is_none()
+            && let Some(t) = self.interval_start.filter(|c| !c.is_null(i))
+        {
+            r.first_bad_ns = Some((t.value(i).max(0) as u64).saturating_mul(1000));
         }
         if let Some(t) = self.last_pkt.filter(|c| !c.is_null(i)) {
             r.last_pkt_ns = Some((t.value(i).max(0) as u64).saturating_mul(1000));
@@ -602,6 +640,10 @@ mod tests {
         assert_eq!((q1.ce, q1.cnp_back), (6, 6));
         assert_eq!((q6.ce, q6.cnp_back), (3, 0));
         assert_eq!((q3.off_dscp, q3.pkts, q3.dscp), (12, 12, Some(0)));
+        // which value, since when: DSCP 0 from the first interval on
+        assert_eq!(q3.off_values, vec![(0, 12)]);
+        assert_eq!(q3.first_bad_ns, Some(t0));
+        assert_eq!((q1.off_values.len(), q1.not_ect, q1.first_bad_ns), (0, 0, None));
         assert_eq!(row(&d, "10.77.0.2", 0x102).gaps, 3);
         let pfc = d.ifaces[0].pfc[0][3];
         assert_eq!((pfc.xoff, pfc.peak_1s), (6, 2));
