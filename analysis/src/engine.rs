@@ -343,34 +343,16 @@ impl Engine {
                         keep
                     })
                     .collect();
-                let mut small: Vec<RecordBatch> = Vec::new();
-                let mut small_bytes = 0usize;
-                for (p, batches) in
-                    open_files(&wanted, table, schema, opts, budget.saturating_sub(used))?
-                {
-                    match batches {
-                        Some(batches) => {
-                            for b in batches {
-                                small_bytes += b.get_array_memory_size();
-                                used += b.get_array_memory_size();
-                                small.push(b);
-                            }
-                        }
-                        None => scan.push((ti, p.clone())),
+                let o = open_files(&wanted, table, schema, opts, budget.saturating_sub(used))?;
+                for (p, read) in o.files {
+                    if !read {
+                        scan.push((ti, p.clone()));
                     }
                     list.push((ti, p));
                 }
-                if !small.is_empty() {
-                    let merged = merge(schema, small).map_err(|err| EngineError::Query {
-                        what: format!("{name}: merging the rows of small files"),
-                        err: err.into(),
-                    })?;
-                    used = used - small_bytes
-                        + merged
-                            .iter()
-                            .map(RecordBatch::get_array_memory_size)
-                            .sum::<usize>();
-                    resident.insert((name, ti), merged);
+                if !o.batches.is_empty() {
+                    used += o.bytes;
+                    resident.insert((name, ti), o.batches);
                 }
             }
         }
@@ -684,50 +666,110 @@ impl Engine {
     }
 }
 
+/// What [`open_files`] found: every file in order with whether its rows were read, and those
+/// rows in batches of about [`RESIDENT_BATCH_ROWS`].
+#[derive(Default)]
+struct Opened {
+    files: Vec<(PathBuf, bool)>,
+    batches: Vec<RecordBatch>,
+    /// Bytes the batches take.
+    bytes: usize,
+}
+
+/// Small batches concatenated as they come (a one-row file's batch takes kilobytes of buffers
+/// of its own; concatenated, its row takes its bytes).
+struct Merger<'a> {
+    schema: &'a SchemaRef,
+    done: Opened,
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    pending_bytes: usize,
+}
+
+impl<'a> Merger<'a> {
+    fn new(schema: &'a SchemaRef) -> Self {
+        Merger {
+            schema,
+            done: Opened::default(),
+            pending: Vec::new(),
+            pending_rows: 0,
+            pending_bytes: 0,
+        }
+    }
+
+    /// Bytes held, concatenated and pending.
+    fn used(&self) -> usize {
+        self.done.bytes + self.pending_bytes
+    }
+
+    fn push(&mut self, b: RecordBatch) -> Result<(), arrow::error::ArrowError> {
+        if b.num_rows() == 0 {
+            return Ok(());
+        }
+        self.pending_rows += b.num_rows();
+        self.pending_bytes += b.get_array_memory_size();
+        self.pending.push(b);
+        if self.pending_rows >= RESIDENT_BATCH_ROWS || self.pending.len() >= 256 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), arrow::error::ArrowError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let m = arrow::compute::concat_batches(self.schema, &self.pending)?;
+        self.done.bytes += m.get_array_memory_size();
+        self.done.batches.push(m);
+        self.pending.clear();
+        self.pending_rows = 0;
+        self.pending_bytes = 0;
+        Ok(())
+    }
+}
+
 /// The files `paths` of `table` checked ([`load::open_file`]) on `opts.threads` threads, each
-/// with a contiguous share of the files and of `budget`; each small file's rows decoded and
-/// conformed to `schema` while its thread's share of `budget` lasts. In the order of `paths`;
-/// the first file (in that order) that fails is the error.
-#[allow(clippy::type_complexity)]
+/// with a contiguous share of the files and of `budget`; each small file's rows decoded,
+/// conformed to `schema` and concatenated while its thread's share of `budget` lasts. Files in
+/// the order of `paths`; the first file (in that order) that fails is the error.
 fn open_files(
     paths: &[PathBuf],
     table: &'static schema::Table,
     schema: &SchemaRef,
     opts: &Options,
     budget: usize,
-) -> Result<Vec<(PathBuf, Option<Vec<RecordBatch>>)>, EngineError> {
+) -> Result<Opened, EngineError> {
     if paths.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Opened::default());
     }
     let workers = opts.threads.clamp(1, paths.len());
     let per = paths.len().div_ceil(workers);
     let share = budget / paths.len().div_ceil(per);
-    let chunk = |files: &[PathBuf]| -> Result<Vec<_>, LoadError> {
-        let mut used = 0usize;
-        let mut out = Vec::with_capacity(files.len());
+    let chunk = |files: &[PathBuf]| -> Result<Opened, LoadError> {
+        let mut m = Merger::new(schema);
         for p in files {
+            let used = m.used();
             let (_, batches) = load::open_file(p, table, |i| {
                 i.rows <= opts.resident_max_rows && used.saturating_add(i.bytes as usize) <= share
             })?;
-            let batches = match batches {
-                Some(b) => {
-                    let b = b
-                        .iter()
-                        .map(|b| load::conform(b, schema, p))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    used += b
-                        .iter()
-                        .map(RecordBatch::get_array_memory_size)
-                        .sum::<usize>();
-                    Some(b)
-                }
-                None => None,
-            };
-            out.push((p.clone(), batches));
+            let read = batches.is_some();
+            for b in batches.into_iter().flatten() {
+                let b = load::conform(&b, schema, p)?;
+                m.push(b).map_err(|err| LoadError::Arrow {
+                    path: p.clone(),
+                    err,
+                })?;
+            }
+            m.done.files.push((p.clone(), read));
         }
-        Ok(out)
+        m.flush().map_err(|err| LoadError::Arrow {
+            path: files.last().cloned().unwrap_or_default(),
+            err,
+        })?;
+        Ok(m.done)
     };
-    let parts: Vec<std::thread::Result<Result<Vec<_>, LoadError>>> = std::thread::scope(|s| {
+    let parts: Vec<std::thread::Result<Result<Opened, LoadError>>> = std::thread::scope(|s| {
         let handles: Vec<_> = paths
             .chunks(per)
             .map(|c| {
@@ -746,39 +788,17 @@ fn open_files(
             })
             .collect()
     });
-    let mut out = Vec::with_capacity(paths.len());
+    let mut out = Opened::default();
     for p in parts {
         match p {
-            Ok(Ok(v)) => out.extend(v),
+            Ok(Ok(o)) => {
+                out.files.extend(o.files);
+                out.batches.extend(o.batches);
+                out.bytes += o.bytes;
+            }
             Ok(Err(e)) => return Err(e.into()),
             Err(payload) => return Err(EngineError::Panicked(panic_message(&payload))),
         }
-    }
-    Ok(out)
-}
-
-/// `batches` (each in `schema`) as batches of about [`RESIDENT_BATCH_ROWS`] rows.
-fn merge(
-    schema: &SchemaRef,
-    batches: Vec<RecordBatch>,
-) -> Result<Vec<RecordBatch>, arrow::error::ArrowError> {
-    let mut out = Vec::new();
-    let mut pending: Vec<RecordBatch> = Vec::new();
-    let mut rows = 0;
-    for b in batches {
-        if b.num_rows() == 0 {
-            continue;
-        }
-        rows += b.num_rows();
-        pending.push(b);
-        if rows >= RESIDENT_BATCH_ROWS {
-            out.push(arrow::compute::concat_batches(schema, &pending)?);
-            pending.clear();
-            rows = 0;
-        }
-    }
-    if !pending.is_empty() {
-        out.push(arrow::compute::concat_batches(schema, &pending)?);
     }
     Ok(out)
 }
