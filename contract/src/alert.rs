@@ -312,8 +312,21 @@ pub struct AlertJson<'a> {
 }
 
 impl Alert {
+    /// `dscp_mismatch on ens1f0 ingress 10.0.0.1 -> 10.0.0.2 qp 0x000011 (17) (data): observed
+    /// ..., expected ...`: the rule, [`Alert::place`], [`Alert::finding`].
     pub fn message(&self) -> String {
-        let mut s = format!("{} on {}", self.rule.name(), self.key.iface);
+        format!(
+            "{} on {}: {}",
+            self.rule.name(),
+            self.place(),
+            self.finding()
+        )
+    }
+
+    /// Where it was seen: the interface and, as the rule has them, direction, addresses, QP,
+    /// class, priority.
+    pub fn place(&self) -> String {
+        let mut s = self.key.iface.to_string();
         if let Some(d) = self.key.dir {
             s += &format!(" {}", dir_name(d));
         }
@@ -338,17 +351,20 @@ impl Alert {
         if let Some(o) = &self.key.other {
             s += &format!(" {o}");
         }
-        if self.summary {
-            // One count per line: the held-back occurrences, not the latest interval's
-            // `observed` (which carries counts of its own); that stays in the JSON.
-            s += &format!(
-                ": {} more occurrences since the first alert, expected {}",
-                self.count, self.expected
-            );
-        } else {
-            s += &format!(": observed {}, expected {}", self.observed, self.expected);
-        }
         s
+    }
+
+    /// What was seen against what the policy expects (for a hold-down summary, the occurrences
+    /// held back: one count per line, the latest interval's `observed` stays in the JSON).
+    pub fn finding(&self) -> String {
+        if self.summary {
+            format!(
+                "{} more occurrences since the first alert, expected {}",
+                self.count, self.expected
+            )
+        } else {
+            format!("observed {}, expected {}", self.observed, self.expected)
+        }
     }
 
     pub fn json(&self, host: &str, source: &str) -> serde_json::Value {

@@ -11,7 +11,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
 
-use super::model::{HostQp, IfaceView, QpRow};
+use super::model::{HostQp, IfaceView, PfcFigures, QpRow};
 use super::screen::Screen;
 use contract::alert::Severity;
 use contract::time::rfc3339;
@@ -31,7 +31,24 @@ pub fn draw(f: &mut Frame<'_>, s: &mut Screen) {
         return;
     }
     let header = header_lines(s, area.width as usize, (area.height / 4).max(3) as usize);
-    let alerts_h = (area.height / 6).clamp(3, 12) + 1;
+    // Panes take the space there is: the alerts at least a fifth of what is below the header
+    // (3 to 12 lines), and every line the QP table (with the host QPs) does not need.
+    let avail = area.height.saturating_sub(header.len() as u16 + 1);
+    let min_alerts = (avail / 5).clamp(3, 12) + 1;
+    let table_needs = {
+        let rows = s.rows().1.len() as u16;
+        let host = s
+            .shown()
+            .data
+            .host_qps
+            .as_ref()
+            .map_or(0, |q| q.len() as u16 + 2);
+        rows.saturating_add(2).saturating_add(host).max(4)
+    };
+    let alerts_needs = (s.alert_lines().len() as u16).max(1) + 1;
+    let alerts_h = alerts_needs
+        .min(avail.saturating_sub(table_needs))
+        .clamp(min_alerts, avail.saturating_sub(4).max(min_alerts));
     let [head, mid, alerts, keys] = Layout::vertical([
         Constraint::Length(header.len() as u16),
         Constraint::Min(4),
@@ -61,7 +78,55 @@ pub fn draw(f: &mut Frame<'_>, s: &mut Screen) {
     }
     draw_alerts(f, alerts, s);
     f.render_widget(Paragraph::new(key_line(s, keys.width as usize)), keys);
+    if s.help {
+        let over = Rect {
+            y: head.y,
+            height: area.height.saturating_sub(1),
+            ..area
+        };
+        f.render_widget(ratatui::widgets::Clear, over);
+        let w = over.width as usize;
+        let lines: Vec<Line<'static>> = HELP
+            .iter()
+            .map(|l| Line::from(fit(l, w.saturating_sub(1))))
+            .collect();
+        let block = Block::new()
+            .borders(Borders::TOP)
+            .title(Span::styled(" Help: any key closes it ", bold()));
+        f.render_widget(Paragraph::new(lines).block(block), over);
+    }
 }
+
+/// What `?` shows: the keys, then what the columns mean.
+const HELP: [&str; 27] = [
+    "Keys",
+    "  q, Ctrl-C    stop observing (the last interval is written)",
+    "  Tab          move the scroll keys between the QP table and the alerts",
+    "  ↑ ↓ PgUp PgDn Home End   scroll the pane in focus",
+    "  s, 1-5       sort the QPs: packets, CE, PSN gaps, off-DSCP, retransmissions",
+    "  /            filter QPs and alerts by address, interface, QP or text; Esc clears",
+    "  p, space     pause the display (counting goes on)",
+    "  ?            this help",
+    "Alerts: criticals first, then warnings, newest first within each; rule, what was",
+    "  observed against what the policy expects, then where",
+    "QP columns (counts since the key was first seen)",
+    "  src dst qp   the key: addresses and BTH destination QP",
+    "  dir rate     ingress/egress; bits/s in the last interval (100 columns and up)",
+    "  dscp         data DSCP most packets had in the last interval (100 columns and up)",
+    "  pkts         packets",
+    "  ce           CE-marked packets (yellow: no CNP came back)",
+    "  cnp←         CNPs from dst back to src on the same interface",
+    "  gaps         PSN gaps",
+    "  dscp≠        packets off the policy's DSCP, as value:packets of the most common",
+    "               value (0 bleached, 46 EF), + when there are others",
+    "  ect✗         data packets not ECN-capable (Not-ECT)",
+    "  since        how long the key has been off the policy (100 columns and up)",
+    "  rtx nak rnr  retransmitted PSNs, NAKs, RNR NAKs (rnr: 100 columns and up)",
+    "  age          time since the key's last packet",
+    "Header: per interface its keys, and PFC per direction and priority, the",
+    "  priority with the densest second first: XOFF frames, time paused, peak XOFF/s",
+    "More: docs/live.md",
+];
 
 /// `s` cut to `w` characters, the last one an ellipsis when cut.
 pub fn fit(s: &str, w: usize) -> String {
@@ -200,10 +265,19 @@ fn header_lines(s: &Screen, w: usize, max: usize) -> Vec<Line<'static>> {
 fn pfc_line(v: &IfaceView) -> String {
     let mut parts = Vec::new();
     for (d, name) in ["in", "eg"].iter().enumerate() {
-        let prios: Vec<String> = v.pfc[d]
+        // the densest second first (a storm on p3 is never cut after p0 and p1), then XOFF
+        let mut by: Vec<(usize, &PfcFigures)> = v.pfc[d]
             .iter()
             .enumerate()
             .filter(|(_, f)| f.xoff > 0 || f.peak_1s > 0)
+            .collect();
+        by.sort_by(|a, b| {
+            (b.1.peak_1s, b.1.xoff)
+                .cmp(&(a.1.peak_1s, a.1.xoff))
+                .then(a.0.cmp(&b.0))
+        });
+        let prios: Vec<String> = by
+            .into_iter()
             .map(|(p, f)| {
                 let paused = f.paused_s.map_or("-".to_string(), seconds);
                 format!(
@@ -503,20 +577,46 @@ fn draw_host_qps(f: &mut Frame<'_>, area: Rect, s: &Screen) {
     f.render_widget(t, area);
 }
 
-fn draw_alerts(f: &mut Frame<'_>, area: Rect, s: &Screen) {
+fn draw_alerts(f: &mut Frame<'_>, area: Rect, s: &mut Screen) {
     let w = area.width as usize;
-    let alerts = &s.shown().alerts;
-    let title = match alerts.len() {
-        0 => " Alerts: none ".to_string(),
-        n => format!(" Alerts ({n}, newest first) "),
+    let page = area.height.saturating_sub(1) as usize;
+    let total = s.alert_lines().len();
+    let first = s.clamp_alerts(total, page);
+    let focus = s.focus == super::screen::Focus::Alerts;
+    let all = s.shown().alerts.len();
+    let crit = s
+        .shown()
+        .alerts
+        .iter()
+        .filter(|a| a.severity == Severity::Critical)
+        .count();
+    let mut title = match (all, total) {
+        (0, _) => " Alerts: none".to_string(),
+        (n, t) if t == n => format!(" Alerts ({n}, {crit} crit; criticals first)"),
+        (n, t) => format!(" Alerts ({t} of {n} match \"{}\")", s.filter),
+    };
+    if total > page {
+        title += &format!(
+            " {}-{}{}",
+            first + 1,
+            (first + page).min(total),
+            if focus { ", Tab: QPs" } else { ", Tab scrolls" }
+        );
+    }
+    title.push(' ');
+    let style = if focus {
+        bold().add_modifier(Modifier::REVERSED)
+    } else {
+        bold()
     };
     let block = Block::new()
         .borders(Borders::TOP)
-        .title(Span::styled(fit(&title, w), bold()));
-    let lines: Vec<Line<'static>> = alerts
-        .iter()
-        .rev()
-        .take(area.height.saturating_sub(1) as usize)
+        .title(Span::styled(fit(&title, w), style));
+    let lines: Vec<Line<'static>> = s
+        .alert_lines()
+        .into_iter()
+        .skip(first)
+        .take(page)
         .map(|a| {
             let (tag, color) = match a.severity {
                 Severity::Critical => ("crit", Color::Red),
@@ -540,7 +640,9 @@ fn key_line(s: &Screen, w: usize) -> Line<'static> {
         ));
     }
     let pause = if s.paused() { "p resume" } else { "p pause" };
-    let t = format!("q quit  ↑↓ PgUp PgDn Home End scroll  s 1-5 sort  / filter  {pause}");
+    let t = format!(
+        "q quit  ? help  ↑↓ PgUp PgDn Home End scroll  Tab alerts  s 1-5 sort  / filter  {pause}"
+    );
     Line::from(Span::styled(
         fit(&t, w),
         Style::default().add_modifier(Modifier::DIM),
@@ -551,9 +653,10 @@ fn key_line(s: &Screen, w: usize) -> Line<'static> {
 mod tests {
     use super::*;
     use crate::sinks::tui::model::{AlertLine, PfcFigures, ViewData};
-    use crate::sinks::tui::screen::{HeaderInfo, tests::row};
+    use crate::sinks::tui::screen::{Action, HeaderInfo, tests::row};
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
+    use ratatui::crossterm::event::{KeyCode, KeyEvent};
     use std::sync::Arc;
 
     fn screen(rows: u32, alerts: usize) -> Screen {
@@ -642,7 +745,10 @@ mod tests {
             l[5].starts_with("10.77.0.0 ") && l[17].starts_with("10.77.0.12 "),
             "{l:#?}"
         );
-        assert!(l[18].contains("Alerts (6, newest first)"), "{l:#?}");
+        assert!(
+            l[18].contains("Alerts (6, 0 crit; criticals first) 1-4, Tab scrolls"),
+            "{l:#?}"
+        );
         assert!(
             l[19].contains("alert 5 xxx") && l[19].ends_with('…'),
             "{l:#?}"
@@ -654,6 +760,109 @@ mod tests {
         let l = lines(&mut s, 80, 24);
         assert!(l[3].contains("QPs 28-40 of 40, 27 above"), "{l:#?}");
         assert!(l[17].starts_with("10.77.0.39 "), "{l:#?}");
+    }
+
+    /// 80x24: a critical alert stays in view when ten warnings come after it; a p3 storm is in
+    /// the header before the priorities with fewer XOFF per second; Tab then End scrolls the
+    /// alerts, and the filter narrows them.
+    #[test]
+    fn criticals_and_storms_stay_in_view_and_alerts_scroll() {
+        let mut s = screen(40, 0);
+        let t = 1_800_000_000_000_000_000u64;
+        s.push_alert(AlertLine {
+            time_ns: t,
+            severity: Severity::Critical,
+            text: "not_ect: observed 12 Not-ECT data packets | eth0 in 10.0.0.9".into(),
+        });
+        for i in 0..10 {
+            s.push_alert(AlertLine {
+                time_ns: t + (i + 1) * 1_000_000_000,
+                severity: Severity::Warning,
+                text: format!("psn_gap: observed {i} | eth0"),
+            });
+        }
+        let f = |xoff: u64, peak: u64| PfcFigures {
+            xoff,
+            paused_s: Some(0.5),
+            peak_1s: peak,
+        };
+        let mut v = s.shown().data.ifaces[0].clone();
+        v.pfc[0][0] = f(90_000, 10);
+        v.pfc[0][1] = f(80_000, 20);
+        v.pfc[0][3] = f(5_000, 5_000);
+        s.set_data(Arc::new(ViewData {
+            now_ns: t,
+            ifaces: vec![v],
+            rows: (0..40).map(|q| row(q, 1000 - q as u64, 0)).collect(),
+            host_qps: None,
+        }));
+        let l = lines(&mut s, 80, 24);
+        assert!(l[2].starts_with("  PFC in: p3 XOFF 5000"), "{l:#?}");
+        let title = l
+            .iter()
+            .position(|x| x.contains("Alerts (11, 1 crit"))
+            .unwrap();
+        assert!(l[title + 1].contains("crit not_ect: observed 12"), "{l:#?}");
+        assert!(l[title + 2].contains("warn psn_gap: observed 9"), "{l:#?}");
+        // Tab, End: the oldest warnings
+        s.key(KeyEvent::from(KeyCode::Tab));
+        s.key(KeyEvent::from(KeyCode::End));
+        let l = lines(&mut s, 80, 24);
+        let title = l.iter().position(|x| x.contains("Alerts (11")).unwrap();
+        assert!(l[title].contains("Tab: QPs"), "{l:#?}");
+        assert!(
+            l.last().unwrap().contains("psn_gap: observed 0")
+                || l[title + 1..]
+                    .iter()
+                    .any(|x| x.contains("psn_gap: observed 0")),
+            "{l:#?}"
+        );
+        assert!(
+            !l[title + 1..].iter().any(|x| x.contains("not_ect")),
+            "{l:#?}"
+        );
+        // the QP table did not move
+        assert!(l[5].starts_with("10.77.0.0 "), "{l:#?}");
+        // the filter narrows the alerts too
+        s.filter = "not_ect".into();
+        let l = lines(&mut s, 80, 24);
+        assert!(
+            l.iter()
+                .any(|x| x.contains("Alerts (1 of 11 match \"not_ect\")")),
+            "{l:#?}"
+        );
+    }
+
+    /// At 200x50 with few QPs the alerts take the lines the table does not need; `?` shows the
+    /// keys and the columns over the panes, any key closes it.
+    #[test]
+    fn panes_take_the_space_there_is_and_help_explains() {
+        let mut s = screen(4, 40);
+        let l = lines(&mut s, 200, 50);
+        let title = l.iter().position(|x| x.contains("Alerts (40")).unwrap();
+        let alert_lines = l[title + 1..l.len() - 1]
+            .iter()
+            .filter(|x| x.contains("warn alert"))
+            .count();
+        assert!(alert_lines > 20, "{alert_lines}: {l:#?}");
+        assert!(title < 20, "{title}: {l:#?}");
+        assert_eq!(s.key(KeyEvent::from(KeyCode::Char('?'))), Action::Redraw);
+        let l = lines(&mut s, 200, 50);
+        assert!(
+            l.iter().any(|x| x.contains("Help: any key closes it")),
+            "{l:#?}"
+        );
+        assert!(
+            l.iter().any(|x| x.contains("dscp≠")) && l.iter().any(|x| x.contains("0 bleached")),
+            "{l:#?}"
+        );
+        assert!(
+            l.iter().any(|x| x.contains("Tab") && x.contains("alerts")),
+            "{l:#?}"
+        );
+        s.key(KeyEvent::from(KeyCode::Char('x')));
+        let l = lines(&mut s, 200, 50);
+        assert!(!l.iter().any(|x| x.contains("Help:")), "{l:#?}");
     }
 
     /// The off-DSCP cell names the value with most packets (`+` when there are others): a
@@ -678,7 +887,9 @@ mod tests {
     fn wide_screens_add_columns_small_ones_say_so() {
         let mut s = screen(40, 0);
         let l = lines(&mut s, 200, 60);
-        for c in ["dir", "rate", "dscp", "cnp←", "dscp≠", "ect✗", "since", "rnr", "age"] {
+        for c in [
+            "dir", "rate", "dscp", "cnp←", "dscp≠", "ect✗", "since", "rnr", "age",
+        ] {
             assert!(l[4].contains(c), "{c}: {}", l[4]);
         }
         assert!(l[3].contains("QPs 1-40 of 40 |"), "{}", l[3]);
@@ -729,7 +940,7 @@ mod tests {
         assert!(l[title + 3].contains("lossy"), "{l:#?}");
         assert!(l.iter().all(|x| x.chars().count() == 80));
         assert!(
-            at("Alerts (1, newest first)").unwrap() > title + 4,
+            at("Alerts (1, 0 crit; criticals first)").unwrap() > title + 4,
             "{l:#?}"
         );
     }

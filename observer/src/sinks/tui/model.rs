@@ -541,10 +541,11 @@ impl Sink for ViewSink {
     }
 
     fn alert(&mut self, a: &Alert, _run: &RunInfo) {
+        // what first, then where: at 80 columns the observed value is what must not be cut
         let line = AlertLine {
             time_ns: a.time_ns,
             severity: a.severity,
-            text: a.message(),
+            text: format!("{}: {} | {}", a.rule.name(), a.finding(), a.place()),
         };
         self.mailbox.put_alert(line);
     }
@@ -643,7 +644,10 @@ mod tests {
         // which value, since when: DSCP 0 from the first interval on
         assert_eq!(q3.off_values, vec![(0, 12)]);
         assert_eq!(q3.first_bad_ns, Some(t0));
-        assert_eq!((q1.off_values.len(), q1.not_ect, q1.first_bad_ns), (0, 0, None));
+        assert_eq!(
+            (q1.off_values.len(), q1.not_ect, q1.first_bad_ns),
+            (0, 0, None)
+        );
         assert_eq!(row(&d, "10.77.0.2", 0x102).gaps, 3);
         let pfc = d.ifaces[0].pfc[0][3];
         assert_eq!((pfc.xoff, pfc.peak_1s), (6, 2));

@@ -76,6 +76,13 @@ pub struct Shown {
     seq: u64,
 }
 
+/// The pane the scroll keys move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Focus {
+    Qps,
+    Alerts,
+}
+
 /// What a key asks of the view's owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -111,6 +118,14 @@ pub struct Screen {
     /// The stop was set: the last interval is being written.
     pub stopping: bool,
     order: Option<Order>,
+    /// The pane the scroll keys move (Tab switches).
+    pub focus: Focus,
+    /// Index of the first alert shown, in the alerts' order ([`Screen::alert_lines`]).
+    pub alert_offset: usize,
+    /// Alert lines the pane had room for at the last draw.
+    pub alert_page: usize,
+    /// The help (`?`) is shown over the panes.
+    pub help: bool,
 }
 
 impl Screen {
@@ -126,7 +141,34 @@ impl Screen {
             page: 1,
             stopping: false,
             order: None,
+            focus: Focus::Qps,
+            alert_offset: 0,
+            alert_page: 1,
+            help: false,
         }
+    }
+
+    /// The alerts on show that the filter matches, criticals first, then warnings, then the
+    /// rest, newest first within each: a critical stays in view whatever follows it.
+    pub fn alert_lines(&self) -> Vec<&AlertLine> {
+        let f = self.filter.trim().to_ascii_lowercase();
+        let mut v: Vec<&AlertLine> = self
+            .shown()
+            .alerts
+            .iter()
+            .rev()
+            .filter(|a| f.is_empty() || a.text.to_ascii_lowercase().contains(&f))
+            .collect();
+        // stable: newest first within a severity
+        v.sort_by_key(|a| std::cmp::Reverse(a.severity));
+        v
+    }
+
+    /// The first alert to show for `total` alerts and `page` lines (kept in range).
+    pub fn clamp_alerts(&mut self, total: usize, page: usize) -> usize {
+        self.alert_page = page.max(1);
+        self.alert_offset = self.alert_offset.min(total.saturating_sub(page));
+        self.alert_offset
     }
 
     pub fn set_data(&mut self, d: Arc<ViewData>) {
@@ -188,11 +230,26 @@ impl Screen {
         if self.editing && self.edit(k) {
             return Action::Redraw;
         }
+        if self.help {
+            // any key closes the help; q still quits
+            self.help = false;
+            return match k.code {
+                KeyCode::Char('q') | KeyCode::Char('Q') => Action::Quit,
+                _ => Action::Redraw,
+            };
+        }
         if self.scroll(k.code) {
             return Action::Redraw;
         }
         match k.code {
             KeyCode::Char('q') | KeyCode::Char('Q') => return Action::Quit,
+            KeyCode::Char('?') | KeyCode::F(1) => self.help = true,
+            KeyCode::Tab | KeyCode::BackTab => {
+                self.focus = match self.focus {
+                    Focus::Qps => Focus::Alerts,
+                    Focus::Alerts => Focus::Qps,
+                };
+            }
             KeyCode::Char('/') => self.editing = true,
             KeyCode::Esc => self.set_filter(String::new()),
             KeyCode::Char('s') => self.set_sort(self.sort.next()),
@@ -229,12 +286,15 @@ impl Screen {
     }
 
     fn scroll(&mut self, code: KeyCode) -> bool {
-        let page = self.page.max(1);
-        self.offset = match code {
-            KeyCode::Up => self.offset.saturating_sub(1),
-            KeyCode::Down => self.offset.saturating_add(1),
-            KeyCode::PageUp => self.offset.saturating_sub(page),
-            KeyCode::PageDown => self.offset.saturating_add(page),
+        let (offset, page) = match self.focus {
+            Focus::Qps => (&mut self.offset, self.page.max(1)),
+            Focus::Alerts => (&mut self.alert_offset, self.alert_page.max(1)),
+        };
+        *offset = match code {
+            KeyCode::Up => offset.saturating_sub(1),
+            KeyCode::Down => offset.saturating_add(1),
+            KeyCode::PageUp => offset.saturating_sub(page),
+            KeyCode::PageDown => offset.saturating_add(page),
             KeyCode::Home => 0,
             KeyCode::End => usize::MAX,
             _ => return false,
@@ -246,6 +306,7 @@ impl Screen {
         if f != self.filter {
             self.filter = f;
             self.offset = 0;
+            self.alert_offset = 0;
         }
     }
 
