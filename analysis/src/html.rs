@@ -31,7 +31,7 @@ use crate::report::{Figures, Report, Row, Verdict, compare, rates, rows};
 use crate::time::fmt_us;
 
 /// The page's queries: (name, text).
-pub const HTML_SQL: [(&str, &str); 4] = [
+pub const HTML_SQL: [(&str, &str); 5] = [
     ("ifaces", include_str!("../sql/html/ifaces.sql")),
     (
         "iface_timeline",
@@ -42,6 +42,10 @@ pub const HTML_SQL: [(&str, &str); 4] = [
         include_str!("../sql/html/flow_timeline.sql"),
     ),
     ("alerts", include_str!("../sql/html/alerts.sql")),
+    (
+        "marking_timeline",
+        include_str!("../sql/html/marking_timeline.sql"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -83,13 +87,22 @@ pub struct Baseline {
     pub slack: f64,
 }
 
-/// One interface's timelines: the rows of `iface_timeline.sql` and `flow_timeline.sql`.
+/// One interface's timelines: the rows of `iface_timeline.sql`, `flow_timeline.sql` and
+/// `marking_timeline.sql`, on the interface's own time axis.
 #[derive(Clone, Debug, Default)]
 pub struct IfaceSeries {
     pub host: String,
     pub iface: String,
+    /// Its first interval's start (its charts' time zero), µs.
+    pub origin_us: i64,
+    /// Its last interval's end, µs.
+    pub end_us: i64,
+    /// A bucket's length, µs (its intervals starting in the same bucket are summed).
+    pub bucket_us: i64,
     pub ifrows: Vec<Row>,
     pub flowrows: Vec<Row>,
+    /// Packets off the policy's marking per bucket (`b`): DSCP, PCP, Not-ECT.
+    pub marking: BTreeMap<i64, [i64; 3]>,
 }
 
 /// The timelines of the interfaces drawn.
@@ -97,10 +110,6 @@ pub struct IfaceSeries {
 pub struct Timelines {
     /// Interfaces in the (filtered) trees.
     pub ifaces_total: i64,
-    /// The first interval's start (the charts' time zero), µs.
-    pub origin_us: i64,
-    /// A bucket's length, µs (intervals starting in the same bucket are summed).
-    pub bucket_us: i64,
     pub ifaces: Vec<IfaceSeries>,
 }
 
@@ -124,56 +133,49 @@ fn string(r: &Row, k: &str) -> String {
 
 /// The timelines of the most troubled interfaces (at most `lim.max_ifaces`), in buckets so
 /// that no chart has more than `lim.max_points` points.
-pub fn timelines(eng: &Engine, lim: &Limits) -> Result<Timelines, EngineError> {
+pub fn timelines(
+    eng: &Engine,
+    lim: &Limits,
+    policy: &PolicyConfig,
+) -> Result<Timelines, EngineError> {
     let mut prm: BTreeMap<&str, String> = BTreeMap::new();
     prm.insert("max_ifaces", lim.max_ifaces.max(1).to_string());
+    prm.insert("marking_off", crate::report::marking_off(policy));
     let ifs = query(eng, "ifaces", &prm)?;
-    let Some(first) = ifs.iter().map(|r| int(r, "first_t0")).min() else {
-        return Ok(Timelines::default());
-    };
-    let last = ifs.iter().map(|r| int(r, "last_t1")).max().unwrap_or(first);
-    let points = lim.max_points.max(2) as i64;
-    let bucket = ((last - first).max(1) + points - 1) / points;
-    let pred = ifs
-        .iter()
-        .map(|r| {
-            format!(
-                "(host = {} AND iface = {})",
-                quote(&string(r, "host")),
-                quote(&string(r, "iface"))
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" OR ");
-    prm.insert("ifaces", format!("({pred})"));
-    prm.insert("origin_us", first.to_string());
-    prm.insert("bucket_us", bucket.max(1).to_string());
     let mut out = Timelines {
         ifaces_total: ifs.first().map_or(0, |r| int(r, "ifaces")),
-        origin_us: first,
-        bucket_us: bucket.max(1),
-        ifaces: ifs
-            .iter()
-            .map(|r| IfaceSeries {
-                host: string(r, "host"),
-                iface: string(r, "iface"),
-                ..IfaceSeries::default()
-            })
-            .collect(),
+        ifaces: Vec::new(),
     };
-    let find = |out: &mut Timelines, r: &Row| -> Option<usize> {
-        let (h, i) = (string(r, "host"), string(r, "iface"));
-        out.ifaces.iter().position(|s| s.host == h && s.iface == i)
-    };
-    for r in query(eng, "iface_timeline", &prm)? {
-        if let Some(k) = find(&mut out, &r) {
-            out.ifaces[k].ifrows.push(r);
+    // Each interface on its own time axis and buckets: captures days apart each fill their
+    // charts instead of sharing one axis.
+    let points = lim.max_points.max(2) as i64;
+    for r in &ifs {
+        let (host, iface) = (string(r, "host"), string(r, "iface"));
+        let (first, last) = (int(r, "first_t0"), int(r, "last_t1"));
+        let bucket = (((last - first).max(1) + points - 1) / points).max(1);
+        prm.insert(
+            "ifaces",
+            format!("(host = {} AND iface = {})", quote(&host), quote(&iface)),
+        );
+        prm.insert("origin_us", first.to_string());
+        prm.insert("bucket_us", bucket.to_string());
+        let mut marking = BTreeMap::new();
+        for m in query(eng, "marking_timeline", &prm)? {
+            marking.insert(
+                int(&m, "b"),
+                [int(&m, "off_dscp"), int(&m, "off_pcp"), int(&m, "not_ect")],
+            );
         }
-    }
-    for r in query(eng, "flow_timeline", &prm)? {
-        if let Some(k) = find(&mut out, &r) {
-            out.ifaces[k].flowrows.push(r);
-        }
+        out.ifaces.push(IfaceSeries {
+            ifrows: query(eng, "iface_timeline", &prm)?,
+            flowrows: query(eng, "flow_timeline", &prm)?,
+            marking,
+            host,
+            iface,
+            origin_us: first,
+            end_us: last,
+            bucket_us: bucket,
+        });
     }
     Ok(out)
 }
@@ -210,7 +212,7 @@ pub fn html(
     limits: Limits,
 ) -> Result<String, HtmlError> {
     let report = crate::report::report(eng, policy, policy_source, top, None)?;
-    let tl = timelines(eng, &limits)?;
+    let tl = timelines(eng, &limits, policy)?;
     let al = alerts(eng, limits.max_alerts)?;
     let path =
         crate::path::path_on(eng, &Expect::of(policy)).map_err(|e| contract::error::chain(&e));
@@ -257,8 +259,13 @@ td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;font-size:.9em}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}\
 .Fail{background:#f8d0d0}.Warn{background:#fbeec0}.Info{background:#dde8f6}.Pass{background:#d6efd6}\
 .bad{background:#f8d0d0}.charts{display:flex;flex-wrap:wrap;gap:8px}\
-figure.chart{margin:0;border:1px solid #ddd}figcaption{font-size:.85em;padding:2px 6px}\
-.note{color:#555;font-size:.9em}";
+figure.chart{margin:0;border:1px solid #ddd;max-width:100%}figcaption{font-size:.85em;padding:2px 6px}\
+figure.chart svg{display:block;max-width:100%;height:auto}.key{white-space:nowrap;font-weight:bold}\
+.note{color:#555;font-size:.9em}.scroll{overflow-x:auto;max-width:100%}\
+table{display:block;overflow-x:auto;max-width:100%}\
+.verdict{font-size:1.15em;padding:.5em .8em;border:1px solid #bbb;margin:.5em 0}\
+details{margin:1em 0}summary{cursor:pointer;font-weight:bold}\
+@media (max-width:700px){body{margin:.5em}td,th{font-size:.8em}}";
 
 /// The page.
 pub fn render_page(p: &Page) -> Result<String, HtmlError> {
@@ -268,22 +275,60 @@ pub fn render_page(p: &Page) -> Result<String, HtmlError> {
         s,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <link rel=\"icon\" href=\"data:,\"><title>roce-analyze report</title><style>{STYLE}</style></head><body>\n"
     );
     let _ = writeln!(s, "<h1>roce-analyze report</h1>");
-    summary(&mut s, p);
+    // the answer first: the verdict, the checks, the path; then the drill-down
+    verdict(&mut s, r);
+    run_line(&mut s, p);
     checks(&mut s, r);
-    charts(&mut s, p)?;
     path_section(&mut s, &p.path);
+    worst(&mut s, r);
+    charts(&mut s, p)?;
     baseline_section(&mut s, r, p.baseline);
     alerts_section(&mut s, r, p.alerts, p.limits.max_alerts);
+    figures(&mut s, p);
     s.push_str("</body></html>\n");
     Ok(s)
 }
 
-fn summary(s: &mut String, p: &Page) {
+/// The banner: FAIL, WARN or PASS with the checks that failed or warned.
+fn verdict(s: &mut String, r: &Report) {
+    let names = |v: Verdict| -> Vec<&str> {
+        r.checks
+            .iter()
+            .filter(|c| c.verdict == v)
+            .map(|c| c.name)
+            .collect()
+    };
+    let (fail, warn) = (names(Verdict::Fail), names(Verdict::Warn));
+    let (class, word) = if !fail.is_empty() {
+        ("Fail", "FAIL")
+    } else if !warn.is_empty() {
+        ("Warn", "WARN")
+    } else {
+        ("Pass", "PASS")
+    };
+    let mut text = Vec::new();
+    if !fail.is_empty() {
+        text.push(format!("{} failed: {}", fail.len(), fail.join(", ")));
+    }
+    if !warn.is_empty() {
+        text.push(format!("{} warned: {}", warn.len(), warn.join(", ")));
+    }
+    if text.is_empty() {
+        text.push(format!("all {} checks passed", r.checks.len()));
+    }
+    let _ = writeln!(
+        s,
+        "<div id=\"verdict\" class=\"verdict {class}\" data-verdict=\"{class}\"><b>{word}</b> {}</div>",
+        esc(&text.join("; "))
+    );
+}
+
+fn run_line(s: &mut String, p: &Page) {
     let r = p.report;
-    let f = &r.figures;
     let trees: Vec<String> = p
         .trees
         .iter()
@@ -300,9 +345,14 @@ fn summary(s: &mut String, p: &Page) {
         r.intervals,
         esc(&r.policy_source)
     );
+}
+
+/// The report's figures, as `--json` names them, folded away at the end.
+fn figures(s: &mut String, p: &Page) {
+    let f = &p.report.figures;
     let _ = writeln!(
         s,
-        "<h2 id=\"figures\">Figures</h2><table class=\"figures\"><tr><th>figure</th><th>value</th></tr>"
+        "<details id=\"figures\"><summary>Figures (the names of report --json and baselines)</summary><div class=\"scroll\"><table class=\"figures\"><tr><th>figure</th><th>value</th></tr>"
     );
     let mut row = |name: &str, v: String| {
         let _ = writeln!(
@@ -331,11 +381,11 @@ fn summary(s: &mut String, p: &Page) {
     row("rdma_priority", f.rdma_priority.to_string());
     row("pause_frames", f.pause_frames.to_string());
     row("max_xoff_per_s", f.max_xoff_per_s.to_string());
-    s.push_str("</table>\n");
+    s.push_str("</table></div></details>\n");
 }
 
 fn checks(s: &mut String, r: &Report) {
-    s.push_str("<h2 id=\"checks\">Checks</h2><table class=\"checks\"><tr><th>verdict</th><th>check</th><th>detail</th></tr>\n");
+    s.push_str("<h2 id=\"checks\">Checks</h2><div class=\"scroll\"><table class=\"checks\"><tr><th>verdict</th><th>check</th><th>detail</th></tr>\n");
     for c in &r.checks {
         let v = format!("{:?}", c.verdict);
         let _ = writeln!(
@@ -347,7 +397,12 @@ fn checks(s: &mut String, r: &Report) {
             esc(&c.detail)
         );
     }
-    s.push_str("</table>\n<h2 id=\"worst\">Top QPs and interfaces by fault</h2>\n");
+    s.push_str("</table></div>\n");
+}
+
+/// The drill-down: per check that fired, its parts, worst subjects and worst intervals.
+fn worst(s: &mut String, r: &Report) {
+    s.push_str("<h2 id=\"worst\">Top QPs and interfaces by fault</h2>\n");
     let mut any = false;
     for c in &r.checks {
         if c.verdict == Verdict::Pass || (c.worst.is_empty() && c.intervals.is_empty()) {
@@ -356,7 +411,7 @@ fn checks(s: &mut String, r: &Report) {
         any = true;
         let _ = writeln!(s, "<h3>{}</h3>", esc(c.name));
         if !c.parts.is_empty() {
-            s.push_str("<table class=\"parts\"><tr><th>part</th><th>figure</th><th>peak</th><th>violations</th><th>intervals</th><th>subjects</th></tr>\n");
+            s.push_str("<div class=\"scroll\"><table class=\"parts\"><tr><th>part</th><th>figure</th><th>peak</th><th>violations</th><th>intervals</th><th>subjects</th></tr>\n");
             for x in &c.parts {
                 let _ = writeln!(
                     s,
@@ -373,10 +428,10 @@ fn checks(s: &mut String, r: &Report) {
                     x.subjects
                 );
             }
-            s.push_str("</table>\n");
+            s.push_str("</table></div>\n");
         }
         if !c.worst.is_empty() {
-            s.push_str("<table class=\"worst\"><tr><th>part</th><th>subject</th><th>figure</th><th>in intervals</th><th>peak</th><th>first</th><th>last</th><th>values off the policy</th></tr>\n");
+            s.push_str("<div class=\"scroll\"><table class=\"worst\"><tr><th>part</th><th>subject</th><th>figure</th><th>in intervals</th><th>peak</th><th>first</th><th>last</th><th>values off the policy</th></tr>\n");
             for w in &c.worst {
                 let _ = writeln!(
                     s,
@@ -396,10 +451,10 @@ fn checks(s: &mut String, r: &Report) {
                     esc(w.values_text().trim_start_matches("; "))
                 );
             }
-            s.push_str("</table>\n");
+            s.push_str("</table></div>\n");
         }
         if !c.intervals.is_empty() {
-            s.push_str("<table class=\"intervals\"><tr><th>part</th><th>interval</th><th>figure</th><th>subjects</th></tr>\n");
+            s.push_str("<div class=\"scroll\"><table class=\"intervals\"><tr><th>part</th><th>interval</th><th>figure</th><th>subjects</th></tr>\n");
             for i in &c.intervals {
                 let _ = writeln!(
                     s,
@@ -415,7 +470,7 @@ fn checks(s: &mut String, r: &Report) {
                     i.subjects
                 );
             }
-            s.push_str("</table>\n");
+            s.push_str("</table></div>\n");
         }
     }
     if !any {
@@ -470,7 +525,7 @@ fn chart(name: &str, y_desc: &str, x_max: f64, lines: &[Line]) -> Result<String,
             .build_cartesian_2d(0f64..x_top, 0f64..y_top)
             .map_err(|e| err(&e))?;
         c.configure_mesh()
-            .x_desc("s since the start")
+            .x_desc("s since the interface's first interval")
             .y_desc(y_desc)
             .x_labels(6)
             .y_labels(5)
@@ -483,25 +538,12 @@ fn chart(name: &str, y_desc: &str, x_max: f64, lines: &[Line]) -> Result<String,
         for l in lines {
             let col = l.color;
             c.draw_series(LineSeries::new(l.pts.iter().copied(), col.stroke_width(2)))
-                .map_err(|e| err(&e))?
-                .label(l.label.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 14, y)], col.stroke_width(2))
-                });
+                .map_err(|e| err(&e))?;
             // Dots on the points while they are few (a lone point has no line to show it).
             if l.pts.len() <= MAX_DOTS {
                 c.draw_series(l.pts.iter().map(|&p| Circle::new(p, 2, col.filled())))
                     .map_err(|e| err(&e))?;
             }
-        }
-        if !lines.is_empty() {
-            c.configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.4))
-                .label_font(("sans-serif", 11))
-                .position(SeriesLabelPosition::UpperRight)
-                .draw()
-                .map_err(|e| err(&e))?;
         }
         root.present().map_err(|e| err(&e))?;
     }
@@ -512,32 +554,29 @@ fn charts(s: &mut String, p: &Page) -> Result<(), HtmlError> {
     let t = p.timelines;
     let _ = writeln!(
         s,
-        "<h2 id=\"timelines\">Timelines per interface</h2><p class=\"note\" data-ifaces-total=\"{}\" data-ifaces-shown=\"{}\">{} of {} interfaces (the most XOFF, PAUSE, PSN gaps, retransmissions and CE marks first; at most {}), time zero {}; intervals starting within the same {} are summed into one point (at most {} points per chart).</p>",
+        "<h2 id=\"timelines\">Timelines per interface</h2><p class=\"note\" data-ifaces-total=\"{}\" data-ifaces-shown=\"{}\">{} of {} interfaces (the most XOFF, PAUSE, PSN gaps, retransmissions and CE marks first; at most {}), each on its own time axis from its first interval (in its heading); intervals starting within the same bucket are summed into one point (at most {} points per chart).</p>",
         t.ifaces_total,
         t.ifaces.len(),
         t.ifaces.len(),
         t.ifaces_total,
         p.limits.max_ifaces,
-        esc(&fmt_us(t.origin_us)),
-        esc(&human_us(t.bucket_us)),
         p.limits.max_points
     );
-    let x_of = |r: &Row| (int(r, "t0") - t.origin_us) as f64 / 1e6;
-    let x_max = t
-        .ifaces
-        .iter()
-        .flat_map(|i| i.ifrows.iter().chain(&i.flowrows))
-        .map(|r| (int(r, "t1") - t.origin_us) as f64 / 1e6)
-        .fold(0.0, f64::max);
     let rdma = p.report.figures.rdma_priority.min(7);
     for (n, i) in t.ifaces.iter().enumerate() {
         let who = format!("{}/{}", i.host, i.iface);
+        let x_of = |r: &Row| (int(r, "t0") - i.origin_us) as f64 / 1e6;
+        let x_max = (i.end_us - i.origin_us) as f64 / 1e6;
         let _ = writeln!(
             s,
-            "<section class=\"iface\" id=\"iface-{n}\" data-host=\"{}\" data-iface=\"{}\"><h3>{}</h3>",
+            "<section class=\"iface\" id=\"iface-{n}\" data-host=\"{}\" data-iface=\"{}\" data-origin-us=\"{}\"><h3>{}</h3><p class=\"note\">time zero {}, to {}; a point per {}</p>",
             esc(&i.host),
             esc(&i.iface),
-            esc(&who)
+            i.origin_us,
+            esc(&who),
+            esc(&fmt_us(i.origin_us)),
+            esc(&fmt_us(i.end_us)),
+            esc(&human_us(i.bucket_us))
         );
         // Totals of the points drawn (they add up to the report's figures when every interface
         // is drawn).
@@ -637,7 +676,7 @@ fn charts(s: &mut String, p: &Page) -> Result<(), HtmlError> {
                 .map(|r| (x_of(r), float(r, key).unwrap_or(0.0) * scale))
                 .collect(),
         };
-        let specs: [(&str, String, &str, Vec<Line>); 5] = [
+        let specs: [(&str, String, &str, Vec<Line>); 6] = [
             (
                 "xoff",
                 "XOFF frames per second, per priority".into(),
@@ -679,12 +718,44 @@ fn charts(s: &mut String, p: &Page) -> Result<(), HtmlError> {
                     fl("psn_retrans", "retransmitted", 1, 1.0),
                 ],
             ),
+            (
+                "marking",
+                "Packets off the policy's marking per interval".into(),
+                "packets",
+                ["DSCP off", "PCP off", "Not-ECT"]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, label)| Line {
+                        label: (*label).into(),
+                        color: PALETTE[[3, 4, 1][k]],
+                        pts: i
+                            .flowrows
+                            .iter()
+                            .map(|r| {
+                                let v = i.marking.get(&int(r, "b")).map_or(0, |m| m[k]);
+                                (x_of(r), v as f64)
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            ),
         ];
         for (kind, caption, y, lines) in specs {
             let svg = chart(&format!("{who} {kind}"), y, x_max, &lines)?;
+            // the legend in the caption, never over the lines
+            let keys: String = lines
+                .iter()
+                .map(|l| {
+                    let RGBColor(r, g, b) = l.color;
+                    format!(
+                        " <span class=\"key\" style=\"color:#{r:02x}{g:02x}{b:02x}\">&#9473; {}</span>",
+                        esc(&l.label)
+                    )
+                })
+                .collect();
             let _ = writeln!(
                 s,
-                "<figure class=\"chart\" id=\"chart-{n}-{kind}\" data-chart=\"{kind}\" data-points=\"{}\"><figcaption>{}</figcaption>{svg}</figure>",
+                "<figure class=\"chart\" id=\"chart-{n}-{kind}\" data-chart=\"{kind}\" data-points=\"{}\"><figcaption>{}{keys}</figcaption>{svg}</figure>",
                 lines.first().map_or(0, |l| l.pts.len()),
                 esc(&caption)
             );

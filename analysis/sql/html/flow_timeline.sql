@@ -1,7 +1,8 @@
 -- roce-analyze html: per interface of ${ifaces} and bucket of ${bucket_us} µs from ${origin_us}
 -- (all QP keys and directions): data packets, CE marks and their share of the data packets,
--- CNPs and CNPs per second (over the bucket's length), PSN gaps, retransmitted PSNs.
-SELECT host, iface, MIN(t0) AS t0, MAX(t1) AS t1,
+-- CNPs and CNPs per second (over the bucket's length), PSN gaps, retransmitted PSNs; b the
+-- bucket.
+SELECT host, iface, (t0 - ${origin_us}) / ${bucket_us} AS b, MIN(t0) AS t0, MAX(t1) AS t1,
   COALESCE(SUM(data_pkts), 0) AS data_pkts,
   COALESCE(SUM(ce), 0) AS ce,
   CAST(SUM(ce) AS DOUBLE) / NULLIF(SUM(data_pkts), 0) AS ce_share,

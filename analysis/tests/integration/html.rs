@@ -77,6 +77,28 @@ with sync_playwright() as p:
         };
     }""")
     page.locator("#iface-0").screenshot(path=shot)
+    # Where the answer is: at 1400 px and at a phone's width, each with a screenshot of the
+    # first screen.
+    layout = """() => {
+        const top = sel => { const e = document.querySelector(sel);
+                             return e ? e.getBoundingClientRect().top + window.scrollY : null; };
+        return {verdict: top('#verdict'), checks: top('#checks'), path: top('#path'),
+                worst: top('#worst'), timelines: top('#timelines'), alerts: top('#alerts'),
+                figures: top('#figures'), height: document.documentElement.scrollHeight,
+                scroll_width: document.documentElement.scrollWidth, inner: window.innerWidth,
+                verdict_class: document.querySelector('#verdict').dataset.verdict,
+                verdict_text: document.querySelector('#verdict').textContent,
+                svg_legends: document.querySelectorAll('figure.chart svg text').length,
+                caption_keys: document.querySelectorAll('#iface-0 figcaption .key').length};
+    }"""
+    page.evaluate("window.scrollTo(0, 0)")
+    out["wide"] = page.evaluate(layout)
+    page.screenshot(path=shot + ".1400.png")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(300)
+    page.evaluate("window.scrollTo(0, 0)")
+    out["phone"] = page.evaluate(layout)
+    page.screenshot(path=shot + ".390.png")
     ctx.close()
 print(json.dumps(out))
 "##;
@@ -304,9 +326,9 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
     );
     assert!(shown >= 6, "an interface per case: {shown}");
     let charts = seen["charts"].as_array().unwrap();
-    assert_eq!(charts.len(), shown * 5, "{charts:?}");
+    assert_eq!(charts.len(), shown * 6, "{charts:?}");
     for n in 0..shown {
-        for kind in ["xoff", "paused", "ce_share", "cnp_rate", "psn"] {
+        for kind in ["xoff", "paused", "ce_share", "cnp_rate", "psn", "marking"] {
             let id = format!("chart-{n}-{kind}");
             let c = charts.iter().find(|c| c["id"] == id.as_str()).expect(&id);
             assert_eq!(c["svg"], 1, "{id}: {c}");
@@ -334,6 +356,51 @@ fn the_page_loads_offline_draws_its_charts_and_shows_the_reports_numbers() {
     assert!(frac > 0.01, "non-white fraction {frac}");
     assert!(coloured > 50, "coloured pixels {coloured}");
     assert!(colours.len() > 8, "{} colours", colours.len());
+
+    // Verdict first, then the checks, the path, the drill-down; the raw figures last. At a
+    // phone's width nothing makes the page scroll sideways (wide tables scroll in place) and
+    // the verdict is on the first screen. Each layout's first screen is a screenshot with the
+    // FAIL banner's colour in it.
+    for (width, name) in [(1400, "wide"), (390, "phone")] {
+        let l = &seen[name];
+        let y = |k: &str| l[k].as_f64().unwrap_or_else(|| panic!("{name} {k}: {l}"));
+        assert_eq!(l["verdict_class"], "Fail", "{l}");
+        assert!(
+            s(&l["verdict_text"]).contains("data marking"),
+            "{name}: {l}"
+        );
+        assert!(y("verdict") < 150.0, "{name}: {l}");
+        assert!(
+            y("verdict") < y("checks")
+                && y("checks") < y("path")
+                && y("path") < y("worst")
+                && y("worst") < y("timelines")
+                && y("timelines") < y("figures"),
+            "{name}: {l}"
+        );
+        assert!(
+            y("scroll_width") <= y("inner"),
+            "{name}: the page scrolls sideways: {l}"
+        );
+        let (w, _, px) =
+            decode_png(&std::fs::read(format!("{}.{width}.png", shot.display())).unwrap());
+        assert_eq!(w, width, "{name}");
+        // the FAIL banner's background (#f8d0d0)
+        let banner = px
+            .iter()
+            .filter(|p| p[0] > 240 && (200..=215).contains(&p[1]) && (200..=215).contains(&p[2]))
+            .count();
+        assert!(banner > 1000, "{name}: banner pixels {banner}");
+    }
+    let wide = &seen["wide"];
+    // the path (the answer) on the first screens, not thousands of pixels down
+    assert!(
+        wide["path"].as_f64().unwrap() < 2500.0,
+        "path at {}",
+        wide["path"]
+    );
+    // the legend is in the caption, never drawn over the lines
+    assert!(wide["caption_keys"].as_i64().unwrap() >= 6, "{wide}");
 
     // The numbers shown are the report's.
     let f = &report["figures"];
@@ -554,7 +621,7 @@ fn limits_bound_the_interfaces_and_the_points() {
         "two of four interfaces drawn"
     );
     assert_eq!(text.matches("<section class=\"iface\"").count(), 2);
-    assert_eq!(text.matches("<figure class=\"chart\"").count(), 10);
+    assert_eq!(text.matches("<figure class=\"chart\"").count(), 12);
     // The clean interface has no fault: it is not among the two drawn.
     assert!(!text.contains("data-iface=\"clean\""));
     for (i, _) in text.match_indices("data-points=\"") {
