@@ -666,6 +666,57 @@ fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep, gap: u32) -> 
     bits
 }
 
+/// Rules a single packet or MAC-control frame can break, as bits: the [`ev`] bits of the
+/// marking and PSN rules, and three more. What a replay's evidence capture writes a frame for
+/// (userspace only: the eBPF programs never compute it).
+pub mod offense {
+    use super::ev;
+    /// The [`ev`] bits that are offenses (marking, PSN gaps, resends, NAKs, RNR NAKs).
+    pub const EV_MASK: u32 = (0x1ff << ev::DSCP)
+        | (1 << ev::PSN_GAP)
+        | (1 << ev::RETRANS)
+        | (1 << ev::NAK)
+        | (1 << ev::RNR_NAK);
+    pub const ICRC_BAD: u32 = 24;
+    pub const PFC_WRONG_PRIORITY: u32 = 25;
+    pub const PAUSE_802_3X: u32 = 26;
+    /// The rule name of offense bit `b`.
+    pub fn name(b: u32) -> &'static str {
+        match b {
+            ICRC_BAD => "icrc_bad",
+            PFC_WRONG_PRIORITY => "pfc_wrong_priority",
+            PAUSE_802_3X => "pause_802_3x",
+            b => ev::NAMES.get(b as usize).copied().unwrap_or("other"),
+        }
+    }
+}
+
+/// The offenses ([`offense`] bits) of one RoCE packet of a key, from its frame and the
+/// outcome of its update ([`Outcome::psn`], [`Outcome::gap`]).
+pub fn packet_offenses(f: &Frame, policy: &Policy, step: PsnStep, gap: u32) -> u32 {
+    let (_, c) = opcode_info(f.bth.opcode);
+    event_bits(f, c, policy, step, gap) & offense::EV_MASK
+}
+
+/// The offenses of a MAC-control frame: XOFF on a priority other than the policy's RDMA
+/// priority, an 802.3x PAUSE frame.
+pub fn mac_control_offenses(m: &crate::parse::MacControl, policy: &Policy) -> u32 {
+    match m.opcode {
+        crate::parse::MAC_CONTROL_PFC => {
+            let xoff = (0..8u16)
+                .filter(|&p| m.class_enable & (1 << p) != 0 && m.times[p as usize] > 0)
+                .fold(0u16, |a, p| a | (1 << p));
+            if xoff & !(1u16 << (policy.rdma_priority & 7)) != 0 {
+                1 << offense::PFC_WRONG_PRIORITY
+            } else {
+                0
+            }
+        }
+        crate::parse::MAC_CONTROL_PAUSE => 1 << offense::PAUSE_802_3X,
+        _ => 0,
+    }
+}
+
 /// BTH TVer != 0, or an opcode outside the defined ranges.
 #[inline(always)]
 pub fn is_suspect(f: &Frame) -> bool {

@@ -17,6 +17,7 @@ use crate::pipeline::rules::Rule;
 use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::summary_json::{QpList, SummaryDoc, interfaces_json, write_summary};
 use crate::sinks::summary_text;
+use crate::sources::capture::evidence::Evidence;
 use crate::sources::capture::{CaptureSource, ReplayError, ReplayOptions};
 use crate::sources::{Consumer, Discard, Source, Stop};
 use contract::vendor::Vendor;
@@ -81,6 +82,17 @@ pub struct ReplayArgs {
     /// writing is then left out: its part file is removed at the next start).
     #[arg(long)]
     pub journal: bool,
+    /// Write the frames that broke a rule (marking, PSN gap, resend, NAK, bad ICRC, PFC on
+    /// another priority, 802.3x PAUSE) to this pcapng file, each with a comment naming its
+    /// rules, to open in Wireshark; at most `--evidence-per-key` frames per rule and key.
+    #[arg(long, value_name = "FILE.pcapng")]
+    pub evidence: Option<PathBuf>,
+    /// Frames of `--evidence` per rule and QP key (or interface, for PFC and PAUSE frames).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub evidence_per_key: u32,
+    /// Frames of `--evidence` in all; offending frames beyond are counted, not written.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub evidence_max: u64,
 }
 
 /// Whether a replay of `files` keeps the crash journal: with `forced` (`--journal`), or when
@@ -129,6 +141,13 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         stop: None,
     };
     let mut source = CaptureSource::new(opts, args.files.clone());
+    if let Some(p) = &args.evidence {
+        source.evidence = Some(Evidence::create(
+            p,
+            args.evidence_per_key,
+            args.evidence_max,
+        )?);
+    }
     let stop = Stop::on_signals();
     let started = Instant::now();
     let mut discard = Discard;
@@ -144,7 +163,22 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         Some((v, e)) => (Some(v), e),
         None => (None, None),
     };
+    let evidence = source.evidence.take().map(|e| {
+        let file = e.path().display().to_string();
+        (file, e.finish())
+    });
     let mut summary = summary(&args, &source, collector_summary, elapsed, &stop);
+    let mut evidence_err = None;
+    if let (Some((file, st)), Some(r)) = (evidence, summary.get_mut("replay")) {
+        match st {
+            Ok(st) => {
+                let mut v = json!(st);
+                v["file"] = json!(file);
+                r["evidence"] = v;
+            }
+            Err(e) => evidence_err = Some(e),
+        }
+    }
     if let (Some(e), Some(r)) = (&output_err, summary.get_mut("replay")) {
         // the text then says the output is incomplete instead of where it is
         r["output_error"] = json!(contract::error::chain(e));
@@ -167,6 +201,9 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         // interface names come from the capture: their control characters as text
         let text = summary_text::render_with_qps(&summary, &top, qps.len(), args.link_speed);
         print!("{}", contract::error::visible(&text));
+    }
+    if let Some(e) = evidence_err {
+        return Err(anyhow::Error::new(e).context("the summary above is complete"));
     }
     if let Some(e) = output_err {
         return Err(anyhow::Error::new(e).context(format!(

@@ -335,6 +335,25 @@ fn replay_lines(o: &mut String, r: &Value) {
         }
         _ => {}
     }
+    if let Some(e) = r.get("evidence") {
+        let left = u(e, "over_per_key") + u(e, "over_total") + u(e, "over_subjects");
+        let _ = writeln!(
+            o,
+            "evidence: {} frames that broke a rule in {} (open it in Wireshark; each frame's comment names its rules){}",
+            u(e, "frames"),
+            e.get("file").and_then(Value::as_str).unwrap_or("?"),
+            if left > 0 {
+                format!(
+                    "; {left} more not written ({} over the per-key limit, {} over the total, {} over the keys remembered)",
+                    u(e, "over_per_key"),
+                    u(e, "over_total"),
+                    u(e, "over_subjects")
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     if let Some(Value::Array(e)) = r.get("errors") {
         for x in e {
             let _ = writeln!(o, "ERROR: {}", x.as_str().unwrap_or("?"));

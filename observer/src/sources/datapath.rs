@@ -202,6 +202,13 @@ pub struct Datapath {
     pub pauses: Vec<PauseEvent>,
     /// Whether to check the ICRC (replay does, the kernel cannot).
     pub check_icrc: bool,
+    /// Whether [`Datapath::process`] says which rules each frame broke (`last_offense`): a
+    /// replay writing evidence asks for it.
+    pub offenses: bool,
+    /// With `offenses`: the [`qp::offense`] bits of the last frame processed (0: none), and its
+    /// key when it was a RoCE packet.
+    pub last_offense: u32,
+    pub last_key: Option<QpKey>,
 }
 
 impl Datapath {
@@ -219,6 +226,9 @@ impl Datapath {
             events: Vec::new(),
             pauses: Vec::new(),
             check_icrc: true,
+            offenses: false,
+            last_offense: 0,
+            last_key: None,
         }
     }
 
@@ -227,8 +237,15 @@ impl Datapath {
         let d = (direction as usize).min(dir::COUNT - 1);
         let f = parse::classify(bytes);
         qp::account_iface(&mut self.iface[d], &f, wire_len);
+        if self.offenses {
+            self.last_offense = 0;
+            self.last_key = None;
+        }
         match f.kind {
             kind::MAC_CONTROL => {
+                if self.offenses {
+                    self.last_offense = qp::mac_control_offenses(&f.mac_ctrl, &self.policy);
+                }
                 self.pauses
                     .extend(PauseEvent::of(&f.mac_ctrl, ts_ns, d as u8));
                 let key = MacKey {
@@ -277,12 +294,21 @@ impl Datapath {
                 if out.psn == qp::PsnStep::Contended {
                     self.iface[d].psn_contended += 1;
                 }
+                let mut icrc_bad = false;
                 if self.check_icrc {
                     match icrc::verify(bytes, &f) {
                         icrc::Verdict::Ok => v.icrc_ok += 1,
-                        icrc::Verdict::Bad => v.icrc_bad += 1,
+                        icrc::Verdict::Bad => {
+                            v.icrc_bad += 1;
+                            icrc_bad = true;
+                        }
                         icrc::Verdict::Unverifiable => v.icrc_unverifiable += 1,
                     }
+                }
+                if self.offenses {
+                    self.last_offense = qp::packet_offenses(&f, &self.policy, out.psn, out.gap)
+                        | (u32::from(icrc_bad) << qp::offense::ICRC_BAD);
+                    self.last_key = Some(key);
                 }
                 let mut bits = out.new_events;
                 while bits != 0 {

@@ -8,6 +8,7 @@
 //!   [`Output`] (the collector).
 //! - [`table`]: the end-of-run summary on stdout.
 
+pub mod evidence;
 pub mod link_layer;
 pub mod pcap_reader;
 
@@ -64,6 +65,8 @@ pub enum ReplayError {
     Interrupted,
     #[error("policy")]
     Policy(#[source] PolicyError),
+    #[error(transparent)]
+    Evidence(#[from] evidence::EvidenceError),
 }
 
 #[derive(Clone, Debug)]
@@ -156,6 +159,8 @@ pub struct Replay<'o> {
     /// First-occurrence events by kind name (for the summary when there is no collector).
     pub event_counts: HashMap<&'static str, u64>,
     pub frames: u64,
+    /// Where the frames that broke a rule are written (`replay --evidence`), when asked.
+    pub evidence: Option<evidence::Evidence>,
 }
 
 impl<'o> Replay<'o> {
@@ -168,6 +173,7 @@ impl<'o> Replay<'o> {
             inputs: 0,
             event_counts: HashMap::new(),
             frames: 0,
+            evidence: None,
         }
     }
 
@@ -177,6 +183,7 @@ impl<'o> Replay<'o> {
         }
         let mut dp = Datapath::new(self.opts.policy, self.opts.max_qps);
         dp.check_icrc = self.opts.check_icrc;
+        dp.offenses = self.evidence.is_some();
         self.dps.push(Dp {
             name: name.clone(),
             dp,
@@ -405,6 +412,18 @@ impl<'o> Replay<'o> {
             self.out.begin(&d.name, ts, self.opts.link_speed_bps);
         }
         d.dp.process(view.bytes, view.wire_len, ts, direction);
+        if d.dp.last_offense != 0
+            && let Some(e) = self.evidence.as_mut()
+        {
+            e.offer(
+                &d.name,
+                d.dp.last_key,
+                d.dp.last_offense,
+                ts,
+                view.bytes,
+                view.wire_len,
+            )?;
+        }
         d.last_ns = d.last_ns.max(ts);
         d.unsnapped = true;
         if !d.dp.events.is_empty() || !d.dp.pauses.is_empty() {
@@ -613,6 +632,8 @@ pub struct CaptureSource {
     pub frames: u64,
     pub event_counts: HashMap<&'static str, u64>,
     pub snapshots: Vec<Snapshot>,
+    /// The evidence capture (`--evidence`): handed to the replay, back after it.
+    pub evidence: Option<evidence::Evidence>,
 }
 
 impl CaptureSource {
@@ -624,6 +645,7 @@ impl CaptureSource {
             frames: 0,
             event_counts: HashMap::new(),
             snapshots: Vec::new(),
+            evidence: None,
         }
     }
 }
@@ -636,6 +658,7 @@ impl Source for CaptureSource {
         let mut opts = self.opts.clone();
         opts.stop = Some(stop.clone());
         let mut rp = Replay::new(opts, out);
+        rp.evidence = self.evidence.take();
         for f in &self.inputs {
             if stop.is_set() {
                 break;
@@ -653,6 +676,7 @@ impl Source for CaptureSource {
             }
         }
         self.frames = rp.frames;
+        self.evidence = rp.evidence.take();
         self.event_counts = std::mem::take(&mut rp.event_counts);
         self.snapshots = rp.into_snapshots();
         Ok(())
