@@ -1377,9 +1377,15 @@ fn serve(
         let app = axum::Router::new()
             .route(
                 "/metrics",
-                axum::routing::get(move || {
+                axum::routing::get(move |headers: axum::http::HeaderMap| {
                     let reg = Arc::clone(&reg);
-                    async move { scrape(&reg) }
+                    async move {
+                        let accept = headers
+                            .get(axum::http::header::ACCEPT)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("");
+                        scrape(&reg, wants_openmetrics(accept))
+                    }
                 }),
             )
             .route(
@@ -1488,12 +1494,21 @@ async fn connection(
     }
 }
 
-fn scrape(reg: &Registry) -> axum::response::Response {
+/// Whether a scrape's `Accept` header takes OpenMetrics: Prometheus asks for it first, and an
+/// empty or `*/*` header gets it as before; a client naming the classic text format
+/// (`text/plain; version=0.0.4`: promtool's users, older scrapers) without OpenMetrics gets
+/// that ([`classic_text`]).
+pub fn wants_openmetrics(accept: &str) -> bool {
+    let a = accept.to_ascii_lowercase();
+    a.is_empty() || a.contains("application/openmetrics-text") || !a.contains("text/plain")
+}
+
+fn scrape(reg: &Registry, openmetrics: bool) -> axum::response::Response {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, reg) {
-        Ok(()) => (
+        Ok(()) if openmetrics => (
             [(
                 header::CONTENT_TYPE,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -1501,8 +1516,61 @@ fn scrape(reg: &Registry) -> axum::response::Response {
             body,
         )
             .into_response(),
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            classic_text(&body),
+        )
+            .into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n").into_response(),
     }
+}
+
+/// OpenMetrics text as the classic Prometheus text format (0.0.4): a counter family's `HELP`
+/// and `TYPE` named as its `_total` samples, an info family as a gauge of its `_info` samples,
+/// no `UNIT` lines, no `# EOF`. The samples are the same lines.
+pub fn classic_text(om: &str) -> String {
+    let mut kinds: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for l in om.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ")
+            && let Some((name, kind)) = rest.split_once(' ')
+        {
+            kinds.insert(name, kind);
+        }
+    }
+    let renamed = |name: &str| -> (String, Option<&str>) {
+        match kinds.get(name).copied() {
+            Some("counter") => (format!("{name}_total"), None),
+            Some("info") => (format!("{name}_info"), Some("gauge")),
+            Some("unknown") => (name.to_string(), Some("untyped")),
+            Some(k) => (name.to_string(), Some(k)),
+            None => (name.to_string(), None),
+        }
+    };
+    let mut out = String::with_capacity(om.len());
+    for l in om.lines() {
+        if l == "# EOF" || l.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = l.strip_prefix("# TYPE ")
+            && let Some((name, kind)) = rest.split_once(' ')
+        {
+            let (n, k) = renamed(name);
+            out.push_str(&format!("# TYPE {n} {}\n", k.unwrap_or(kind)));
+            continue;
+        }
+        if let Some(rest) = l.strip_prefix("# HELP ")
+            && let Some((name, help)) = rest.split_once(' ')
+        {
+            out.push_str(&format!("# HELP {} {help}\n", renamed(name).0));
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
 }
 
 impl Drop for MetricsServer {
@@ -1520,6 +1588,27 @@ impl Drop for MetricsServer {
 
 #[cfg(test)]
 mod tests {
+    /// The classic text format: counters' and infos' metadata named as their samples, no
+    /// UNIT or EOF; OpenMetrics only when asked or when anything is.
+    #[test]
+    fn classic_text_for_clients_that_ask_for_it() {
+        let om = "# HELP a_frames Frames.\n# TYPE a_frames counter\n# UNIT a_frames bytes\n\
+                  a_frames_total{x=\"1\"} 3\n# HELP b Build.\n# TYPE b info\nb_info{v=\"1\"} 1\n\
+                  # TYPE c gauge\nc 2\n# EOF\n";
+        assert_eq!(
+            super::classic_text(om),
+            "# HELP a_frames_total Frames.\n# TYPE a_frames_total counter\n\
+             a_frames_total{x=\"1\"} 3\n# HELP b_info Build.\n# TYPE b_info gauge\n\
+             b_info{v=\"1\"} 1\n# TYPE c gauge\nc 2\n"
+        );
+        assert!(super::wants_openmetrics(""));
+        assert!(super::wants_openmetrics("*/*"));
+        assert!(super::wants_openmetrics(
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+        ));
+        assert!(!super::wants_openmetrics("text/plain; version=0.0.4"));
+    }
+
     use super::*;
     use crate::pipeline::rows::{FlowsBuilder, flows_schema};
     use observer_common::maps::{QpKey, QpValue, dir};

@@ -252,6 +252,51 @@ fn prometheus_scrapes_what_summary_json_counts_and_alertmanager_gets_the_alerts(
         &pair.b,
         "sum(roce_observer_alerts_total{rule=\"dscp_mismatch\"})",
     );
+    // A client asking for the classic text format gets it, and promtool (Debian's 2.42, which
+    // knows no OpenMetrics `info` type) checks it clean; OpenMetrics stays the default.
+    let accept = |h: &str| {
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &pair.b.name,
+                "curl",
+                "-sf",
+                "--max-time",
+                "3",
+            ])
+            .args(["-H", &format!("Accept: {h}"), "-D", "-"])
+            .arg(format!("http://{METRICS}/metrics"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let classic = accept("text/plain; version=0.0.4");
+    assert!(
+        classic.contains("text/plain; version=0.0.4") && !classic.contains("# EOF"),
+        "{classic}"
+    );
+    let body = classic.split("\r\n\r\n").nth(1).unwrap_or("");
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut check.stdin.take().unwrap(), body.as_bytes()).unwrap();
+    let o = check.wait_with_output().unwrap();
+    assert!(
+        o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let om = accept("application/openmetrics-text; version=1.0.0,text/plain;version=0.0.4;q=0.5");
+    assert!(
+        om.contains("application/openmetrics-text") && om.contains("# EOF"),
+        "{om}"
+    );
 
     let st = obs.signal(libc::SIGTERM);
     assert!(st.success(), "{}", obs.err());
