@@ -106,7 +106,8 @@ pub struct LiveArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
     /// IP pairs per interface direction with their own metric series (the first ones by
-    /// packets); the others add up in src="other", dst="other".
+    /// packets), and as many more for pairs with faults; the others add up in src="other",
+    /// dst="other".
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub metrics_top_pairs: usize,
     /// Post every alert to this Alertmanager (v2 API; http://[USER:PASSWORD@]HOST:PORT, the

@@ -6,8 +6,8 @@
 //! collector (a scrape and an update only meet on a family's lock when a new series is made).
 //! Counters end in `_total`, times are seconds, sizes bytes; labels are few: `iface`, `dir`,
 //! `priority`, `reason`, `class`, `rule`, `severity`, and `src` / `dst` for the top IP pairs
-//! (the first N pairs by packets get their own series; the rest add up in `src="other"`,
-//! `dst="other"`). docs/monitoring.md lists every metric.
+//! (the first N pairs by packets get their own series, and up to N more pairs with faults; the
+//! rest add up in `src="other"`, `dst="other"`). docs/monitoring.md lists every metric.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -863,7 +863,8 @@ impl MetricsSink {
             // every side full: a row is a named pair's or `other`'s, one small lookup each
             let mut named_sums: HashMap<usize, [u64; 8], FastHash> = HashMap::default();
             let mut first: HashMap<&str, usize, FastHash> = HashMap::default();
-            let mut other: HashMap<(&str, &str), [u64; 8], FastHash> = HashMap::default();
+            let mut unnamed: HashMap<(&str, &str, &str, &str), [u64; 8], FastHash> =
+                HashMap::default();
             let (mut side, mut pair) = (String::new(), String::new());
             for row in 0..b.num_rows() {
                 let (i, d) = (ifc.value(row), dir.value(row));
@@ -884,7 +885,12 @@ impl MetricsSink {
                         let r0 = *first.entry(key.as_str()).or_insert(row);
                         row_sums(row, named_sums.entry(r0).or_default());
                     }
-                    None => row_sums(row, other.entry((i, d)).or_default()),
+                    None => row_sums(
+                        row,
+                        unnamed
+                            .entry((i, d, src.value(row), dst.value(row)))
+                            .or_default(),
+                    ),
                 }
             }
             for (r0, v) in named_sums {
@@ -895,6 +901,29 @@ impl MetricsSink {
                     dst.value(r0),
                     &v,
                 );
+            }
+            // A pair with faults gets a series of its own while the fault slots (`top_pairs`
+            // more) last, the most faults first: the one bad pair never hides in `other`.
+            let mut unnamed: Vec<_> = unnamed.into_iter().collect();
+            unnamed.sort_by(|a, b| {
+                fault_count(&b.1)
+                    .cmp(&fault_count(&a.1))
+                    .then(b.1[0].cmp(&a.1[0]))
+                    .then(a.0.cmp(&b.0))
+            });
+            let mut other: HashMap<(&str, &str), [u64; 8], FastHash> = HashMap::default();
+            for ((i, d, sr, ds), v) in unnamed {
+                let side = format!("{i}\0{d}");
+                let named = self.named.entry(side).or_default();
+                if faulty(&v) && named.len() < 2 * self.cfg.top_pairs {
+                    named.insert(format!("{sr}\0{ds}"));
+                    self.pair_inc(i, d, sr, ds, &v);
+                } else {
+                    let o = other.entry((i, d)).or_default();
+                    for (x, y) in o.iter_mut().zip(v) {
+                        *x += y;
+                    }
+                }
             }
             for ((i, d), v) in other {
                 self.pair_inc(i, d, "other", "other", &v);
@@ -937,7 +966,9 @@ impl MetricsSink {
             }
             let named = self.named.get_mut(side.as_str()).expect("inserted above");
             let own = named.contains(pair.as_str())
-                || (named.len() < self.cfg.top_pairs && named.insert(pair.clone()));
+                || ((named.len() < self.cfg.top_pairs
+                    || (faulty(&v) && named.len() < 2 * self.cfg.top_pairs))
+                    && named.insert(pair.clone()));
             if own {
                 self.pair_inc(i, d, src.value(r0), dst.value(r0), &v);
             } else {
@@ -1075,6 +1106,17 @@ fn nic_metric_name(q: Quantity, name: &str) -> (String, Option<Unit>) {
         return (b.to_string(), Some(Unit::Bytes));
     }
     (base, None)
+}
+
+/// A pair's interval faults ([`PAIR_COLUMNS`] order plus off-policy DSCP): NAKs, PSN gaps,
+/// resends, Not-ECT data packets and packets off the DSCP policy (CE is congestion, not a
+/// fault).
+fn fault_count(v: &[u64; 8]) -> u64 {
+    v[3] + v[4] + v[5] + v[6] + v[7]
+}
+
+fn faulty(v: &[u64; 8]) -> bool {
+    fault_count(v) > 0
 }
 
 /// Where the sink's batches come from, as its column errors name it.
@@ -1631,13 +1673,19 @@ mod tests {
 
     /// One interval: pair p (1..=n) sends p * 10 packets on two QPs, DSCP 0 on QP 2.
     fn flows(n: u8, scale: u64) -> RecordBatch {
+        flows_of(1..=n, scale, true)
+    }
+
+    /// Pairs `10.0.0.p -> 10.0.0.200` for p in `pairs`, two QPs each with p * 5 * scale packets,
+    /// QP 2's at DSCP 0 (off the policy) when `off`.
+    fn flows_of(pairs: std::ops::RangeInclusive<u8>, scale: u64, off: bool) -> RecordBatch {
         let mut b = FlowsBuilder::new("h", "live", "e0", 0, 1_000_000_000);
-        for p in 1..=n {
+        for p in pairs {
             for qp in [1, 2] {
                 let mut v = QpValue::ZERO;
                 v.pkts = p as u64 * 5 * scale;
                 v.ecn_hist[class::DATA][2] = v.pkts as u32;
-                let d = if qp == 2 { 0 } else { 26 };
+                let d = if qp == 2 && off { 0 } else { 26 };
                 v.dscp_hist[class::DATA][d] = v.pkts as u32;
                 b.push(&key(p, qp), &v, false, false, 0);
             }
@@ -1885,13 +1933,15 @@ mod tests {
         };
         let other =
             "roce_pair_packets_total{iface=\"e0\",dir=\"ingress\",src=\"other\",dst=\"other\"}";
-        // the three busiest pairs (10, 9, 8: 100, 90, 80 packets) by name, the rest summed
+        // the three busiest pairs (10, 9, 8: 100, 90, 80 packets) by name, then (every pair
+        // has packets off the policy) three more in the fault slots, the rest summed
         assert_eq!(value(&t, &series("10.0.0.10")), Some(100.0), "{t}");
         assert_eq!(value(&t, &series("10.0.0.8")), Some(80.0));
-        assert_eq!(value(&t, &series("10.0.0.7")), None);
+        assert_eq!(value(&t, &series("10.0.0.5")), Some(50.0));
+        assert_eq!(value(&t, &series("10.0.0.4")), None);
         assert_eq!(
             value(&t, other),
-            Some((1..=7).map(|p| p as f64 * 10.0).sum())
+            Some((1..=4).map(|p| p as f64 * 10.0).sum())
         );
         let off = "roce_pair_dscp_off_policy_packets_total{iface=\"e0\",dir=\"ingress\",src=\"10.0.0.9\",dst=\"10.0.0.200\"}";
         assert_eq!(value(&t, off), Some(45.0), "QP 2's half");
@@ -1903,13 +1953,44 @@ mod tests {
         assert_eq!(value(&t, &series("10.0.0.1")), None);
         assert_eq!(
             value(&t, other),
-            Some(3.0 * (1..=7).map(|p| p as f64 * 10.0).sum::<f64>())
+            Some(3.0 * (1..=4).map(|p| p as f64 * 10.0).sum::<f64>())
         );
         let pair_series = t
             .lines()
             .filter(|l| l.starts_with("roce_pair_packets_total{"))
             .count();
-        assert_eq!(pair_series, 4, "3 named + other");
+        assert_eq!(pair_series, 7, "3 named + 3 for faults + other");
+    }
+
+    /// The slots filled by busy clean pairs, a small pair that turns up with packets off the
+    /// policy still gets a series of its own (before, it was summed into `other`), as long as
+    /// the fault slots last; beyond them faulty pairs add up in `other` too.
+    #[test]
+    fn a_faulty_pair_never_hides_in_other() {
+        let mut s = MetricsSink::new(cfg());
+        s.on_flows(&flows_of(7..=10, 10, false)).unwrap();
+        let series = |src: &str| {
+            format!(
+                "roce_pair_dscp_off_policy_packets_total{{iface=\"e0\",dir=\"ingress\",src=\"{src}\",dst=\"10.0.0.200\"}}"
+            )
+        };
+        // then pairs 1..=4, small and off the policy (QP 2's half of p * 5 packets)
+        s.on_flows(&flows_of(1..=4, 1, true)).unwrap();
+        let t = s.render();
+        for p in [4, 3, 2] {
+            assert_eq!(
+                value(&t, &series(&format!("10.0.0.{p}"))),
+                Some(p as f64 * 5.0),
+                "pair {p}: {t}"
+            );
+        }
+        assert_eq!(
+            value(&t, &series("10.0.0.1")),
+            None,
+            "the fault slots are full"
+        );
+        let other = "roce_pair_dscp_off_policy_packets_total{iface=\"e0\",dir=\"ingress\",src=\"other\",dst=\"other\"}";
+        assert_eq!(value(&t, other), Some(5.0), "{t}");
     }
 
     fn cfg() -> ExporterConfig {
