@@ -149,6 +149,9 @@ pub struct Options {
     /// fit in a quarter of `memory_limit` ([`RESIDENT_MAX_ROWS`]; 0: every file is scanned by
     /// every query).
     pub resident_max_rows: u64,
+    /// Bytes those rows may take (`None`: a quarter of `memory_limit`, taken from the queries'
+    /// pool).
+    pub resident_budget: Option<usize>,
 }
 
 impl Default for Options {
@@ -157,6 +160,7 @@ impl Default for Options {
             memory_limit: 512 << 20,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(8)),
             resident_max_rows: RESIDENT_MAX_ROWS,
+            resident_budget: None,
         }
     }
 }
@@ -317,7 +321,10 @@ impl Engine {
         let mut resident: BTreeMap<(&'static str, usize), Vec<RecordBatch>> = BTreeMap::new();
         // Small files are decoded once here, up to a quarter of the memory limit (taken from the
         // queries' pool); the rest are scanned by each query.
-        let budget = opts.memory_limit / 4;
+        let budget = opts
+            .resident_budget
+            .unwrap_or(opts.memory_limit / 4)
+            .min(opts.memory_limit);
         let schemas: BTreeMap<&str, SchemaRef> = tables()
             .into_iter()
             .map(|(n, t)| (n, nullable(&t.arrow_schema())))

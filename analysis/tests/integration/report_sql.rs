@@ -765,20 +765,21 @@ fn small_files_read_once_or_scanned_give_one_report() {
         mixed.file_count()
     );
     assert_eq!(json(&mixed), want);
-    // the rows read once stay within a quarter of the memory limit: beyond it files are scanned
-    let limit = resident.resident_bytes; // a quarter of it: about a quarter of the files read
+    // the rows read once stay within their budget (a quarter of --memory-limit by default):
+    // beyond it files are scanned
+    let budget = resident.resident_bytes / 4;
     let tight = Engine::open(
         dirs,
         &Filters::default(),
         &Options {
-            memory_limit: limit,
+            resident_budget: Some(budget),
             ..Options::default()
         },
     )
     .unwrap();
     assert!(
-        tight.scanned_count() > 0 && tight.resident_bytes <= limit / 4 + limit / 8,
-        "{} of {} files scanned, {} bytes read once, limit {limit}",
+        tight.scanned_count() > 0 && tight.resident_bytes <= budget + budget / 2,
+        "{} of {} files scanned, {} bytes read once, budget {budget}",
         tight.scanned_count(),
         tight.file_count(),
         tight.resident_bytes
