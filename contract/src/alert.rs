@@ -277,7 +277,16 @@ pub struct Alert {
     pub origin: &'static str,
     /// The observation point's label (`--point-label`), set by the collector when it emits.
     pub point: Option<String>,
+    /// QP keys this alert stands for: 1, or N for an alert aggregated over N keys that broke
+    /// the rule alike in one interval (`thresholds.aggregate_keys`).
+    pub subjects: u64,
+    /// An aggregated alert's keys (`10.0.4.1 -> 10.0.5.1 qp 0x000011 (17)`), at most
+    /// [`MAX_KEYS_LISTED`], then `and N more`; empty otherwise.
+    pub keys: Vec<String>,
 }
+
+/// Keys an aggregated alert lists.
+pub const MAX_KEYS_LISTED: usize = 100;
 
 /// An alert as JSON ([`Alert::json_view`]). Fields in sorted order: the order of the keys of
 /// [`Alert::json`]'s object, so a line written from the view and one printed from the object are
@@ -292,6 +301,8 @@ pub struct AlertJson<'a> {
     first_time: String,
     host: &'a str,
     iface: &'a str,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    keys: &'a [String],
     message: String,
     observed: &'a str,
     origin: &'static str,
@@ -304,6 +315,7 @@ pub struct AlertJson<'a> {
     source: &'a str,
     src: Option<String>,
     subject: Option<&'a str>,
+    subjects: u64,
     summary: bool,
     time: String,
     time_ns: u64,
@@ -390,6 +402,7 @@ impl Alert {
             first_time: rfc3339(self.first_ns),
             host,
             iface: &self.key.iface,
+            keys: &self.keys,
             message: self.message(),
             observed: &self.observed,
             origin: self.origin,
@@ -402,6 +415,7 @@ impl Alert {
             source,
             src: self.key.src.map(|a| ip_of(&a).to_string()),
             subject: self.key.other.as_deref(),
+            subjects: self.subjects,
             summary: self.summary,
             time: rfc3339(self.time_ns),
             time_ns: self.time_ns,
@@ -444,6 +458,8 @@ impl Alert {
             Cell::S(if self.summary { "true" } else { "false" }.into()),
             Cell::S(self.origin.into()),
             Cell::S(self.message()),
+            Cell::OI(Some(self.subjects as i64)),
+            Cell::OS((!self.keys.is_empty()).then(|| self.keys.join("; "))),
         ]
     }
 
@@ -468,6 +484,8 @@ impl Alert {
             summary: false,
             origin,
             point: None,
+            subjects: 1,
+            keys: Vec::new(),
         }
     }
 }

@@ -22,6 +22,7 @@
 //! pfc_without_ecn_min_xoff = 1   # XOFF frames per interval with no CE at all
 //! hold_down_s = 10               # per (rule, key): one alert, then a summary after this
 //! resolve_after_s = 300          # Alertmanager: resolved this long after the last occurrence
+//! aggregate_keys = 4             # this many QP keys breaking a rule alike in an interval: one alert (0: never)
 //! qp_stall_s = 10                # host QPs: unacknowledged packets and no progress this long
 //! qp_incarnation_idle_s = 10     # idle longer, then not the next PSN: a new QP (0: off)
 //! ```
@@ -57,6 +58,10 @@ pub struct Thresholds {
     /// whose send PSN and acknowledged PSN have not moved for this long, is stalled,
     /// nanoseconds.
     pub qp_stall_ns: u64,
+    /// This many QP keys or more of one interface and direction breaking a rule the same way
+    /// in one interval (the same rule, class and cause, e.g. DSCP 0) are one alert naming them,
+    /// not one alert each; 0: never aggregated.
+    pub aggregate_keys: u64,
 }
 
 impl Default for Thresholds {
@@ -68,6 +73,7 @@ impl Default for Thresholds {
             hold_down_ns: 10_000_000_000,
             resolve_after_ns: 300_000_000_000,
             qp_stall_ns: 10_000_000_000,
+            aggregate_keys: 4,
         }
     }
 }
@@ -205,6 +211,7 @@ impl PolicyConfig {
         );
         let _ = writeln!(s, "hold_down_s = {}", t.hold_down_ns as f64 / 1e9);
         let _ = writeln!(s, "resolve_after_s = {}", t.resolve_after_ns as f64 / 1e9);
+        let _ = writeln!(s, "aggregate_keys = {}", t.aggregate_keys);
         let _ = writeln!(s, "qp_stall_s = {}", t.qp_stall_ns as f64 / 1e9);
         let _ = writeln!(
             s,
@@ -405,6 +412,9 @@ fn apply_thresholds(
     if let Some(v) = &t.qp_stall_s {
         th.qp_stall_ns = (seconds(v, "thresholds.qp_stall_s", invalid)?.min(1e9) * 1e9) as u64;
     }
+    if let Some(v) = &t.aggregate_keys {
+        th.aggregate_keys = int_in(v, "thresholds.aggregate_keys", 0, 1_000_000, invalid)? as u64;
+    }
     Ok(())
 }
 
@@ -484,6 +494,7 @@ struct RawThresholds {
     resolve_after_s: Option<Spanned<toml::Value>>,
     qp_stall_s: Option<Spanned<toml::Value>>,
     qp_incarnation_idle_s: Option<Spanned<toml::Value>>,
+    aggregate_keys: Option<Spanned<toml::Value>>,
 }
 
 #[cfg(test)]
@@ -668,7 +679,7 @@ tags = true
             PolicyConfig::profile("nvidia").unwrap()
         );
         let p = PolicyConfig::from_toml(
-            "profile = \"nvidia\"\nrdma_priority = 0\nexpected_mtu = 4096\n[data]\ndscp = 0\npcp = \"any\"\necn = \"any\"\n[ack]\ndscp = 63\npcp = 7\necn = \"ect\"\n[cnp]\ndscp = 48\npcp = 0\n[thresholds]\npfc_storm_xoff_per_s = 1\nce_without_cnp_min_ce = 2\npfc_without_ecn_min_xoff = 3\nhold_down_s = 0\n",
+            "profile = \"nvidia\"\nrdma_priority = 0\nexpected_mtu = 4096\n[data]\ndscp = 0\npcp = \"any\"\necn = \"any\"\n[ack]\ndscp = 63\npcp = 7\necn = \"ect\"\n[cnp]\ndscp = 48\npcp = 0\n[thresholds]\npfc_storm_xoff_per_s = 1\nce_without_cnp_min_ce = 2\npfc_without_ecn_min_xoff = 3\nhold_down_s = 0\naggregate_keys = 0\n",
             "p.toml",
         )
         .unwrap();
@@ -686,6 +697,7 @@ tags = true
                 hold_down_ns: 0,
                 resolve_after_ns: 300_000_000_000,
                 qp_stall_ns: 10_000_000_000,
+                aggregate_keys: 0,
             }
         );
         let cases = [

@@ -1010,6 +1010,18 @@ fn alerts_table() -> Table {
             "`event` (kernel first-occurrence event) or `interval` (interval deltas)",
         ),
         col("message", Utf8, "", "the human line"),
+        added_later(col(
+            "subjects",
+            Int64,
+            "",
+            "QP keys the alert stands for: 1, or N for one alert over N keys that broke the rule alike in an interval (`thresholds.aggregate_keys`)",
+        )),
+        added_later(col(
+            "keys",
+            Utf8,
+            "",
+            "an aggregated alert's keys, `; `-separated (at most 100, then `and N more`); null otherwise",
+        )),
     ];
     Table::new(
         "alerts",

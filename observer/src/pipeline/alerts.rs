@@ -233,6 +233,11 @@ mod tests {
         };
         full.point = Some("tor1-mirror".into());
         full.summary = true;
+        full.subjects = 2;
+        full.keys = vec![
+            "10.0.0.1 -> 10.0.0.2 qp 0x000011 (17)".into(),
+            "b \"q\"".into(),
+        ];
         let bare = a(5, 1);
         for x in [&full, &bare] {
             let line = serde_json::to_string(&x.json_view("h1", "live")).unwrap();
@@ -244,12 +249,14 @@ mod tests {
                 .keys()
                 .cloned()
                 .collect();
-            assert_eq!(keys.len(), 25, "{keys:?}");
+            // `keys` only on an alert over several keys
+            let want = if x.keys.is_empty() { 26 } else { 27 };
+            assert_eq!(keys.len(), want, "{keys:?}");
         }
         assert!(
             serde_json::to_string(&full.json_view("h", "s"))
                 .unwrap()
-                .contains(r#""subject":"dscp \"quoted\"","summary":true"#)
+                .contains(r#""subject":"dscp \"quoted\"","subjects":2,"summary":true"#)
         );
     }
 

@@ -261,6 +261,8 @@ pub struct Collector {
     run: RunInfo,
     ifaces: BTreeMap<String, IfaceState>,
     dedup: Dedup,
+    /// Per-key alerts of many keys alike, held for one alert naming them.
+    groups: rules::Groups,
     /// Every output, in the order they are written: the tables, then `alerts.jsonl` (so an
     /// alert raised by a table's failure is in the same flush), then stderr lines, then the
     /// outputs the live command adds (the terminal view, metrics, Alertmanager).
@@ -702,6 +704,10 @@ impl Collector {
                 source: cfg.source,
             },
             dedup: Dedup::new(cfg.policy.thresholds.hold_down_ns),
+            groups: rules::Groups::new(
+                cfg.policy.thresholds.aggregate_keys,
+                cfg.policy.thresholds.hold_down_ns.max(10_000_000_000),
+            ),
             ifaces: BTreeMap::new(),
             sinks,
             alert_counts: BTreeMap::new(),
@@ -798,6 +804,9 @@ impl Collector {
     }
 
     fn offer(&mut self, a: Alert) {
+        let Some(a) = self.groups.admit(a) else {
+            return;
+        };
         if let Some(a) = self.dedup.offer(a) {
             self.emit(a);
         }
@@ -936,6 +945,13 @@ impl Collector {
         self.each_sink(end, |s| s.interval(&rows));
         for a in kp.cands {
             self.offer(a);
+        }
+        // many keys breaking a rule alike: one alert naming those held since the last interval
+        let tracked = snap.qps.len() as u64;
+        for a in self.groups.flush(Some(&snap.iface), end, |_| Some(tracked)) {
+            if let Some(a) = self.dedup.offer(a) {
+                self.emit(a);
+            }
         }
         for a in self.dedup.tick(end, false) {
             self.emit(a);
@@ -1130,6 +1146,11 @@ impl Collector {
             .filter_map(|s| s.prev_time)
             .max()
             .unwrap_or(0);
+        for a in self.groups.flush(None, t, |_| None) {
+            if let Some(a) = self.dedup.offer(a) {
+                self.emit(a);
+            }
+        }
         for a in self.dedup.tick(t, true) {
             self.emit(a);
         }
@@ -1484,6 +1505,8 @@ mod tests {
             let (mut col, out) = test_collector(&format!("flush-{per_batch}"), "replay", |c| {
                 c.flush_on_events = per_batch;
                 c.journal = false;
+                // one line per key: what is flushed when, not how keys are grouped
+                c.policy.thresholds.aggregate_keys = 0;
             });
             col.begin("e0", t0, None);
             col.on_events("e0", &[gap(1)]);

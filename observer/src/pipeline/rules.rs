@@ -106,6 +106,244 @@ fn others<const N: usize>(
     (n, parts.join(", "))
 }
 
+/// What makes per-key alerts of one rule alike, so that many keys are one alert: the marking
+/// values seen (`dscp 0`, without their counts), the path MTU found; nothing more for the
+/// rules whose finding is the rule itself (PSN gaps, resends, Not-ECT, bad ICRC). `None` for
+/// alerts that are not per QP key, summaries and aggregates. The same for a key's kernel
+/// event (`dscp 0`) and its interval delta (`dscp 0 x4`).
+pub fn cause(a: &Alert) -> Option<String> {
+    if a.key.qp.is_none() || a.summary || a.subjects > 1 {
+        return None;
+    }
+    let values = |s: &str| {
+        s.split(", ")
+            .map(|p| p.rsplit_once(" x").map_or(p, |(v, _)| v))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match a.rule {
+        Rule::DscpMismatch | Rule::PcpMismatch => Some(values(&a.observed)),
+        Rule::MtuBelowExpected => Some(
+            a.observed
+                .rsplit_once('(')
+                .map_or(a.observed.clone(), |(_, m)| format!("({m}")),
+        ),
+        Rule::NotEct | Rule::PsnGap | Rule::GoBackN | Rule::IcrcBad => Some(String::new()),
+        _ => None,
+    }
+}
+
+/// The group of a per-key alert for [`Groups`]: interface, direction, rule, class, cause.
+type GroupKey = (String, Option<u8>, Rule, Option<u8>, String);
+
+/// One group's state: the keys alerted on their own, the alerts held since the last flush.
+#[derive(Default)]
+struct Group {
+    last_ns: u64,
+    alone: std::collections::BTreeSet<AlertKey>,
+    held: std::collections::BTreeMap<AlertKey, Alert>,
+}
+
+/// Many keys, one alert. Per-key alerts of one interface, direction, rule, class and cause
+/// ([`cause`]): the first `min_keys - 1` keys alert as they come (a fault on a QP or two is
+/// named at once, with its key); from the `min_keys`-th key on, their alerts (kernel events and
+/// interval deltas alike) are held and go out as one alert naming the keys when the interval
+/// ends ([`Groups::flush`]). A group quiet for longer than `window_ns` starts afresh.
+/// `min_keys` 0: nothing is held.
+pub struct Groups {
+    min_keys: u64,
+    window_ns: u64,
+    map: std::collections::BTreeMap<GroupKey, Group>,
+}
+
+impl Groups {
+    pub fn new(min_keys: u64, window_ns: u64) -> Groups {
+        Groups {
+            min_keys,
+            window_ns,
+            map: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// `a` to pass on now, or `None` when it is held for the group's alert.
+    pub fn admit(&mut self, a: Alert) -> Option<Alert> {
+        if self.min_keys == 0 {
+            return Some(a);
+        }
+        let Some(c) = cause(&a) else {
+            return Some(a);
+        };
+        let g = self
+            .map
+            .entry((a.key.iface.clone(), a.key.dir, a.rule, a.key.class, c))
+            .or_default();
+        if a.time_ns.saturating_sub(g.last_ns) > self.window_ns && g.held.is_empty() {
+            g.alone.clear();
+        }
+        g.last_ns = g.last_ns.max(a.time_ns);
+        if g.alone.contains(&a.key) {
+            return Some(a);
+        }
+        if let Some(h) = g.held.get_mut(&a.key) {
+            // a key's event packet is also in its interval delta: the larger count, else sums
+            h.count = if h.origin == "event" || a.origin == "event" {
+                h.count.max(a.count)
+            } else {
+                h.count.saturating_add(a.count)
+            };
+            h.first_ns = h.first_ns.min(a.first_ns);
+            h.time_ns = h.time_ns.max(a.time_ns);
+            if a.origin == "interval" {
+                h.observed = a.observed;
+                h.origin = "interval";
+            }
+            return None;
+        }
+        if (g.alone.len() as u64) < self.min_keys.saturating_sub(1) {
+            g.alone.insert(a.key.clone());
+            return Some(a);
+        }
+        g.held.insert(a.key.clone(), a);
+        None
+    }
+
+    /// The held alerts of `iface` (every interface: `None`) as one alert per group, at `t_ns`.
+    /// `tracked`: the keys of an interface, for "of N".
+    pub fn flush(
+        &mut self,
+        iface: Option<&str>,
+        t_ns: u64,
+        tracked: impl Fn(&str) -> Option<u64>,
+    ) -> Vec<Alert> {
+        let mut out = Vec::new();
+        for ((gi, dir, rule, class, cause), g) in self.map.iter_mut() {
+            if g.held.is_empty() || iface.is_some_and(|i| i != gi) {
+                continue;
+            }
+            let mut held: Vec<Alert> = std::mem::take(&mut g.held).into_values().collect();
+            if held.len() == 1 {
+                // one key is no group: its own alert, and it alerts on its own from now on
+                let a = held.pop().expect("one");
+                g.alone.insert(a.key.clone());
+                out.push(a);
+                continue;
+            }
+            out.push(merge(
+                &held,
+                (gi, *dir, *rule, *class, cause),
+                g.alone.len(),
+                tracked(gi),
+                t_ns,
+            ));
+        }
+        out
+    }
+}
+
+/// An address set in few words: the one address, the /24 (IPv4) they share, up to three, or
+/// how many.
+fn addresses(set: &std::collections::BTreeSet<std::net::IpAddr>) -> String {
+    use std::net::IpAddr;
+    let v: Vec<&IpAddr> = set.iter().collect();
+    match v.as_slice() {
+        [] => "-".into(),
+        [one] => one.to_string(),
+        _ => {
+            let v4: Vec<[u8; 4]> = v
+                .iter()
+                .filter_map(|a| match a {
+                    IpAddr::V4(x) => Some(x.octets()),
+                    IpAddr::V6(x) => x.to_ipv4_mapped().map(|m| m.octets()),
+                })
+                .collect();
+            if v4.len() == v.len() && v4.iter().all(|o| o[..3] == v4[0][..3]) {
+                format!("{}.{}.{}.0/24", v4[0][0], v4[0][1], v4[0][2])
+            } else if v.len() <= 3 {
+                v.iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            } else {
+                format!("{} addresses", v.len())
+            }
+        }
+    }
+}
+
+/// One alert for the held per-key alerts of a group: `dscp 0 on 409 more QP keys of 20000
+/// (3100 in all), from 10.0.4.0/24 to 10.0.5.0/24; 3 more alerted on their own`, its count the
+/// sum, `subjects` the keys, the keys listed (at most [`contract::alert::MAX_KEYS_LISTED`],
+/// then `and N more`).
+fn merge(
+    held: &[Alert],
+    (iface, dir, rule, class, cause): (&str, Option<u8>, Rule, Option<u8>, &str),
+    alone: usize,
+    tracked: Option<u64>,
+    t_ns: u64,
+) -> Alert {
+    use std::collections::BTreeSet;
+    let (mut srcs, mut dsts) = (BTreeSet::new(), BTreeSet::new());
+    let mut count = 0u64;
+    let mut keys = Vec::new();
+    let mut first_ns = u64::MAX;
+    for a in held {
+        count = count.saturating_add(a.count);
+        first_ns = first_ns.min(a.first_ns);
+        let mut k = String::new();
+        if let (Some(s), Some(d)) = (a.key.src, a.key.dst) {
+            let (s, d) = (contract::addr::ip_of(&s), contract::addr::ip_of(&d));
+            srcs.insert(s);
+            dsts.insert(d);
+            k = format!("{s} -> {d} ");
+        }
+        if keys.len() < contract::alert::MAX_KEYS_LISTED {
+            if let Some(q) = a.key.qp {
+                k += &format!("qp 0x{q:06x} ({q})");
+            }
+            keys.push(k);
+        }
+    }
+    if held.len() > keys.len() {
+        keys.push(format!("and {} more", held.len() - keys.len()));
+    }
+    let what = if cause.is_empty() {
+        rule.name().replace('_', " ")
+    } else {
+        cause.to_string()
+    };
+    let of = tracked.map_or(String::new(), |n| format!(" of {n}"));
+    let besides = match alone {
+        0 => String::new(),
+        n => format!("; {n} more alerted on their own"),
+    };
+    let observed = format!(
+        "{what} on {} QP keys{of} ({count} in all), from {} to {}{besides}",
+        held.len(),
+        addresses(&srcs),
+        addresses(&dsts)
+    );
+    let expected = held.first().map_or(String::new(), |a| a.expected.clone());
+    let mut a = Alert::candidate(
+        rule,
+        AlertKey {
+            iface: iface.to_string(),
+            dir,
+            class,
+            other: Some("QP keys".into()),
+            ..AlertKey::default()
+        },
+        t_ns,
+        observed,
+        expected,
+        count,
+        "interval",
+    );
+    a.first_ns = first_ns.min(t_ns);
+    a.subjects = held.len() as u64;
+    a.keys = keys;
+    a
+}
+
 /// Whether any multi-packet-message FIRST/MIDDLE opcode (payload = path MTU) is in `d`.
 fn has_full_mtu_packets(d: &QpValue) -> bool {
     [0x00u8, 0x01, 0x06, 0x07, 0x0d, 0x0e, 0x20, 0x21, 0x26, 0x27]
@@ -731,6 +969,145 @@ mod tests {
             let r = Rule::from_name(&c.name);
             assert!(r.is_some_and(Rule::is_config), "{}", c.name);
         }
+    }
+
+    /// Many keys, one alert: of six keys bleached to DSCP 0 (kernel events, then interval
+    /// deltas), the first three alert on their own and the other three are one alert naming
+    /// them at the interval's end, each key's event packet counted once; two keys remarked to
+    /// 46 (another cause) and a PSN gap (another rule) pass; with the threshold 0 nothing is
+    /// held; beyond 100 keys the list ends `and N more`.
+    #[test]
+    fn keys_breaking_a_rule_alike_are_one_alert() {
+        let ip = |a: [u8; 4]| std::net::Ipv4Addr::from(a).to_ipv6_mapped().octets();
+        let key = |i: u8, q: u32| {
+            let mut k = AlertKey::qp(
+                "eth0",
+                &QpKey {
+                    src_ip: ip([10, 0, 4, i]),
+                    dst_ip: ip([10, 0, 5, i]),
+                    dest_qp: q,
+                    ..QpKey::default()
+                },
+            );
+            k.class = Some(class::DATA as u8);
+            k
+        };
+        let mk = |r, k, obs: &str, n, origin| {
+            Alert::candidate(r, k, 5_000, obs.into(), "dscp 26".into(), n, origin)
+        };
+        let mut g = Groups::new(4, 10_000_000_000);
+        let mut passed = Vec::new();
+        for i in 1..=6u8 {
+            passed.extend(g.admit(mk(
+                Rule::DscpMismatch,
+                key(i, 0x10 + i as u32),
+                "dscp 0",
+                1,
+                "event",
+            )));
+        }
+        for i in 1..=6u8 {
+            let n = 10 * i as u64;
+            passed.extend(g.admit(mk(
+                Rule::DscpMismatch,
+                key(i, 0x10 + i as u32),
+                &format!("dscp 0 x{n}"),
+                n,
+                "interval",
+            )));
+        }
+        passed.extend(g.admit(mk(
+            Rule::DscpMismatch,
+            key(7, 0x17),
+            "dscp 46 x3",
+            3,
+            "interval",
+        )));
+        passed.extend(g.admit(mk(
+            Rule::PsnGap,
+            key(1, 0x11),
+            "1 gaps, 2 PSNs missing",
+            1,
+            "interval",
+        )));
+        // keys 1-3: their event and their interval alert; 7 and the gap
+        assert_eq!(passed.len(), 3 * 2 + 2, "{passed:#?}");
+        assert!(passed.iter().all(|a| a.subjects == 1));
+        let out = g.flush(Some("eth0"), 9_000, |_| Some(100));
+        assert_eq!(out.len(), 1, "{out:#?}");
+        let a = &out[0];
+        // keys 4-6: 40 + 50 + 60 packets, the events' packets among them
+        assert_eq!((a.rule, a.subjects, a.count), (Rule::DscpMismatch, 3, 150));
+        assert_eq!(
+            a.observed,
+            "dscp 0 on 3 QP keys of 100 (150 in all), from 10.0.4.0/24 to 10.0.5.0/24; 3 more alerted on their own"
+        );
+        assert_eq!(a.keys[0], "10.0.4.4 -> 10.0.5.4 qp 0x000014 (20)");
+        assert_eq!((a.key.qp, a.key.src, a.key.class), (None, None, Some(0)));
+        assert_eq!(a.key.other.as_deref(), Some("QP keys"));
+        assert_eq!(a.time_ns, 9_000);
+        assert!(
+            a.message().starts_with("dscp_mismatch on eth0"),
+            "{}",
+            a.message()
+        );
+        let j = a.json("h", "live");
+        assert_eq!(j["subjects"], 3);
+        assert_eq!(j["keys"].as_array().unwrap().len(), 3);
+        assert!(passed[0].json("h", "live").get("keys").is_none());
+        // nothing held any more; a held key stays held in the next interval (one alert a flush)
+        assert!(g.flush(None, 10_000, |_| None).is_empty());
+        assert!(
+            g.admit(mk(
+                Rule::DscpMismatch,
+                key(5, 0x15),
+                "dscp 0 x2",
+                2,
+                "interval"
+            ))
+            .is_none()
+        );
+        assert!(
+            g.admit(mk(
+                Rule::DscpMismatch,
+                key(2, 0x12),
+                "dscp 0 x2",
+                2,
+                "interval"
+            ))
+            .is_some()
+        );
+        assert_eq!(g.flush(None, 11_000, |_| None)[0].subjects, 1);
+        // threshold 0: nothing held
+        let mut off = Groups::new(0, 10_000_000_000);
+        assert!((1..=9u8).all(|i| {
+            off.admit(mk(Rule::PsnGap, key(i, i as u32), "1 gaps", 1, "interval"))
+                .is_some()
+        }));
+        // beyond the listed keys: "and N more"
+        let mut g = Groups::new(4, 10_000_000_000);
+        let passed = (0..123u32)
+            .filter_map(|i| {
+                g.admit(mk(
+                    Rule::PsnGap,
+                    key((i % 200) as u8, i),
+                    "1 gaps",
+                    1,
+                    "interval",
+                ))
+            })
+            .count();
+        assert_eq!(passed, 3);
+        let out = g.flush(None, 9_000, |_| None);
+        assert_eq!(out[0].keys.len(), contract::alert::MAX_KEYS_LISTED + 1);
+        assert_eq!(out[0].keys.last().unwrap(), "and 20 more");
+        assert!(
+            out[0]
+                .observed
+                .starts_with("psn gap on 120 QP keys (120 in all)"),
+            "{}",
+            out[0].observed
+        );
     }
 
     #[test]

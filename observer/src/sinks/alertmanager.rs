@@ -382,6 +382,16 @@ fn label_sets(a: &Alert, run: &RunInfo) -> (BTreeMap<String, String>, BTreeMap<S
             ann.insert(k.to_string(), v);
         }
     }
+    // an alert over many keys: how many, and the first of them, one per line
+    if a.subjects > 1 {
+        ann.insert("subjects".into(), a.subjects.to_string());
+        let mut keys: Vec<&str> = a.keys.iter().take(20).map(String::as_str).collect();
+        let more = format!("and {} more", a.subjects.saturating_sub(20));
+        if a.subjects > 20 {
+            keys.push(&more);
+        }
+        ann.insert("keys".into(), keys.join("\n"));
+    }
     (labels, ann)
 }
 

@@ -363,3 +363,113 @@ fn profile_none_checks_nothing_and_fail_on_gates_on_severity() {
     assert!(err.contains("cannot open"), "{err}");
     assert!(!out.exists(), "the output directory was created");
 }
+
+/// A fault on many keys is one alert naming them: eight QPs bleached to DSCP 0 give three
+/// alerts of their own and one for the other five (`subjects` 5, the keys listed, their
+/// packets counted once), in alerts.jsonl and the alerts table alike; with `aggregate_keys = 0`
+/// each key has its own.
+#[test]
+fn a_fault_on_many_keys_is_one_alert() {
+    let tmp = TempDir::new("sem-many");
+    let dir = tmp.path();
+    let mut frames = Vec::new();
+    for q in 1..=8u8 {
+        for psn in 0..10u32 {
+            let mut r = Roce::data([10, 77, 4, q], [10, 77, 5, q], 0x40 + q as u32, psn);
+            r.dscp = 0;
+            frames.push(r.frame());
+        }
+    }
+    let pcap = dir.join("bleach.pcap");
+    write_pcap(&pcap, &frames);
+    let out = dir.join("out");
+    let (_, v, err) = replay(&[], &pcap, &out);
+    let lines = alerts(&out);
+    let dscp: Vec<&Value> = lines
+        .iter()
+        .filter(|a| a["rule"] == "dscp_mismatch" && a["summary"] == false)
+        .collect();
+    let alone: Vec<&&Value> = dscp.iter().filter(|a| a["subjects"] == 1).collect();
+    let many: Vec<&&Value> = dscp.iter().filter(|a| a["subjects"] != 1).collect();
+    assert_eq!(alone.len(), 3, "{lines:#?}\n{err}");
+    assert_eq!(many.len(), 1, "{lines:#?}");
+    let m = many[0];
+    assert_eq!(m["subjects"], 5);
+    assert_eq!(m["count"], 50, "each key's 10 packets once: {m}");
+    assert_eq!(m["keys"].as_array().unwrap().len(), 5);
+    assert!(m["qp"].is_null() && m["src"].is_null(), "{m}");
+    let obs = m["observed"].as_str().unwrap();
+    assert!(
+        obs.starts_with("dscp 0 on 5 QP keys") && obs.contains("from 10.77.4.0/24 to 10.77.5.0/24"),
+        "{obs}"
+    );
+    // every packet off the policy is in one of them
+    let total: u64 = dscp
+        .iter()
+        .map(|a| a["count"].as_u64().unwrap())
+        .sum::<u64>()
+        + lines
+            .iter()
+            .filter(|a| a["rule"] == "dscp_mismatch" && a["summary"] == true)
+            .map(|a| a["count"].as_u64().unwrap())
+            .sum::<u64>();
+    assert_eq!(total, 80, "{lines:#?}");
+    assert!(v["alerts"]["dscp_mismatch"].as_u64().unwrap() < 8, "{v}");
+    // the alerts table: the same subjects and keys
+    let mut rows = Vec::new();
+    let mut stack = vec![out.join("alerts")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "parquet") {
+                let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                    std::fs::File::open(&p).unwrap(),
+                )
+                .unwrap()
+                .build()
+                .unwrap();
+                for b in r {
+                    let b = b.unwrap();
+                    use arrow::array::{Array, AsArray};
+                    let subj = b
+                        .column_by_name("subjects")
+                        .unwrap()
+                        .as_primitive::<arrow::datatypes::Int64Type>()
+                        .clone();
+                    let keys = b.column_by_name("keys").unwrap().as_string::<i32>().clone();
+                    for i in 0..b.num_rows() {
+                        rows.push((
+                            subj.value(i),
+                            (!keys.is_null(i)).then(|| keys.value(i).to_string()),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let agg: Vec<_> = rows.iter().filter(|(n, _)| *n == 5).collect();
+    assert_eq!(agg.len(), 1, "{rows:?}");
+    let k = agg[0].1.as_deref().unwrap();
+    assert_eq!(k.split("; ").count(), 5, "{k}");
+    assert!(
+        k.starts_with("10.77.4.4 -> 10.77.5.4 qp 0x000044 (68)"),
+        "{k}"
+    );
+    assert!(
+        rows.iter()
+            .filter(|(n, _)| *n == 1)
+            .all(|(_, k)| k.is_none())
+    );
+    // off: one alert per key
+    let policy = dir.join("p.toml");
+    std::fs::write(&policy, "[thresholds]\naggregate_keys = 0\n").unwrap();
+    let out0 = dir.join("out0");
+    let (_, _, err) = replay(&["--policy", policy.to_str().unwrap()], &pcap, &out0);
+    let per_key = alerts(&out0)
+        .into_iter()
+        .filter(|a| a["rule"] == "dscp_mismatch" && a["summary"] == false)
+        .count();
+    assert_eq!(per_key, 8, "{err}");
+}
