@@ -243,11 +243,11 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
         let iface = "synthetic0";
         let mut feed = SyntheticFeed::new(synth, iface, link);
         feed.stop_after = args.synthetic_stop_after;
-        observe(feed, cfg, &args, &stop, vec![iface.into()])?
+        observe(feed, cfg, &args, &stop, vec![iface.into()], Vec::new())?
     } else {
-        let source = attach_all(&args, &policy)?;
+        let (source, notes) = attach_all(&args, &policy)?;
         // LiveIface drops detach the programs when the source goes out of scope in observe.
-        observe(source, cfg, &args, &stop, args.iface.clone())?
+        observe(source, cfg, &args, &stop, args.iface.clone(), notes)?
     };
     if let Err(e) = res {
         // An interval could not be accounted, or the view failed: still close every file
@@ -277,6 +277,7 @@ fn observe<P: Polled>(
     args: &LiveArgs,
     stop: &Stop,
     ifaces: Vec<String>,
+    notes: Vec<String>,
 ) -> anyhow::Result<(Collector, anyhow::Result<()>)> {
     let terminal = cfg.terminal;
     let info = HeaderInfo {
@@ -284,6 +285,7 @@ fn observe<P: Polled>(
         out: args.out.display().to_string(),
         interval: args.interval,
         ifaces,
+        notes,
     };
     let dscp = cfg.policy.expected.dscp;
     let mut col = collector(cfg, args)?;
@@ -332,8 +334,12 @@ fn paced<P: Polled>(inner: P, args: &LiveArgs) -> Paced<P> {
     }
 }
 
-/// Start-up diagnosis of every interface, then the programs attached to each.
-fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSource> {
+/// Start-up diagnosis of every interface, then the programs attached to each; with what the
+/// terminal view must say from the start ([`diag::Diagnosis::view_note`]).
+fn attach_all(
+    args: &LiveArgs,
+    policy: &PolicyConfig,
+) -> anyhow::Result<(KernelSource, Vec<String>)> {
     let root = std::path::Path::new("/");
     let mut diags = Vec::new();
     for i in &args.iface {
@@ -378,10 +384,17 @@ fn attach_all(args: &LiveArgs, policy: &PolicyConfig) -> anyhow::Result<KernelSo
         });
     }
     let src = KernelSource::new(ifaces, args.max_qps, args.idle_evict);
-    Ok(match host_qps {
-        Some(f) => src.with_host_qps(f),
-        None => src,
-    })
+    let notes = diags
+        .iter()
+        .filter_map(diag::Diagnosis::view_note)
+        .collect();
+    Ok((
+        match host_qps {
+            Some(f) => src.with_host_qps(f),
+            None => src,
+        },
+        notes,
+    ))
 }
 
 /// The host's QPs read every interval, after one read that says what it sees; `None` (said at

@@ -943,12 +943,13 @@ impl Collector {
             interfaces: &interfaces,
         };
         self.each_sink(end, |s| s.interval(&rows));
+        let per_dir = kp.tracked;
         for a in kp.cands {
             self.offer(a);
         }
         // many keys breaking a rule alike: one alert naming those held since the last interval
-        let tracked = snap.qps.len() as u64;
-        for a in self.groups.flush(Some(&snap.iface), end, |_| Some(tracked)) {
+        let tracked = |_: &str, d: Option<u8>| d.and_then(|d| per_dir.get(d as usize).copied());
+        for a in self.groups.flush(Some(&snap.iface), end, tracked) {
             if let Some(a) = self.dedup.offer(a) {
                 self.emit(a);
             }
@@ -1146,7 +1147,7 @@ impl Collector {
             .filter_map(|s| s.prev_time)
             .max()
             .unwrap_or(0);
-        for a in self.groups.flush(None, t, |_| None) {
+        for a in self.groups.flush(None, t, |_, _| None) {
             if let Some(a) = self.dedup.offer(a) {
                 self.emit(a);
             }

@@ -208,12 +208,12 @@ impl Groups {
     }
 
     /// The held alerts of `iface` (every interface: `None`) as one alert per group, at `t_ns`.
-    /// `tracked`: the keys of an interface, for "of N".
+    /// `tracked`: the keys of an interface direction, for "of N".
     pub fn flush(
         &mut self,
         iface: Option<&str>,
         t_ns: u64,
-        tracked: impl Fn(&str) -> Option<u64>,
+        tracked: impl Fn(&str, Option<u8>) -> Option<u64>,
     ) -> Vec<Alert> {
         let mut out = Vec::new();
         for ((gi, dir, rule, class, cause), g) in self.map.iter_mut() {
@@ -232,7 +232,7 @@ impl Groups {
                 &held,
                 (gi, *dir, *rule, *class, cause),
                 g.alone.len(),
-                tracked(gi),
+                tracked(gi, *dir),
                 t_ns,
             ));
         }
@@ -1033,7 +1033,7 @@ mod tests {
         // keys 1-3: their event and their interval alert; 7 and the gap
         assert_eq!(passed.len(), 3 * 2 + 2, "{passed:#?}");
         assert!(passed.iter().all(|a| a.subjects == 1));
-        let out = g.flush(Some("eth0"), 9_000, |_| Some(100));
+        let out = g.flush(Some("eth0"), 9_000, |_, _| Some(100));
         assert_eq!(out.len(), 1, "{out:#?}");
         let a = &out[0];
         // keys 4-6: 40 + 50 + 60 packets, the events' packets among them
@@ -1056,7 +1056,7 @@ mod tests {
         assert_eq!(j["keys"].as_array().unwrap().len(), 3);
         assert!(passed[0].json("h", "live").get("keys").is_none());
         // nothing held any more; a held key stays held in the next interval (one alert a flush)
-        assert!(g.flush(None, 10_000, |_| None).is_empty());
+        assert!(g.flush(None, 10_000, |_, _| None).is_empty());
         assert!(
             g.admit(mk(
                 Rule::DscpMismatch,
@@ -1077,7 +1077,7 @@ mod tests {
             ))
             .is_some()
         );
-        assert_eq!(g.flush(None, 11_000, |_| None)[0].subjects, 1);
+        assert_eq!(g.flush(None, 11_000, |_, _| None)[0].subjects, 1);
         // threshold 0: nothing held
         let mut off = Groups::new(0, 10_000_000_000);
         assert!((1..=9u8).all(|i| {
@@ -1098,7 +1098,7 @@ mod tests {
             })
             .count();
         assert_eq!(passed, 3);
-        let out = g.flush(None, 9_000, |_| None);
+        let out = g.flush(None, 9_000, |_, _| None);
         assert_eq!(out[0].keys.len(), contract::alert::MAX_KEYS_LISTED + 1);
         assert_eq!(out[0].keys.last().unwrap(), "and 20 more");
         assert!(

@@ -234,6 +234,13 @@ fn header_lines(s: &Screen, w: usize, max: usize) -> Vec<Line<'static>> {
         Span::styled(status, Style::default().add_modifier(Modifier::REVERSED)),
         Span::styled(fit(&title, w.saturating_sub(status.len())), bold()),
     ])];
+    // the start-up diagnosis the view must not hold back (a hardware-RoCE interface)
+    for n in &i.notes {
+        lines.push(Line::from(Span::styled(
+            fit(&format!("! {n}"), w),
+            Style::default().fg(Color::Yellow),
+        )));
+    }
     let mut ifaces: Vec<IfaceView> = sh.data.ifaces.clone();
     for n in &i.ifaces {
         if !ifaces.iter().any(|v| &v.name == n) {
@@ -424,6 +431,7 @@ fn columns(w: usize, multi: bool, src_w: usize, dst_w: usize) -> Vec<(Col, usize
 
 fn draw_table(f: &mut Frame<'_>, area: Rect, s: &mut Screen) {
     let w = area.width as usize;
+    let notes = s.info.notes.clone();
     // border line and column titles
     let page = (area.height as usize).saturating_sub(2);
     let (total, first) = {
@@ -443,6 +451,15 @@ fn draw_table(f: &mut Frame<'_>, area: Rect, s: &mut Screen) {
         .title(Span::styled(fit(&format!(" {title} "), w), bold()));
     if shown.is_empty() {
         let msg = match (data.rows.is_empty(), filter.is_empty()) {
+            (true, _) if !notes.is_empty() => {
+                // why: the start-up diagnosis, in the pane itself (wrapped inside it)
+                let text = format!("no RoCE packets seen yet. {}", notes.join(" "));
+                f.render_widget(
+                    Paragraph::new(text).wrap(Wrap { trim: true }).block(block),
+                    area,
+                );
+                return;
+            }
             (true, _) if data.host_qps.as_ref().is_some_and(|q| !q.is_empty()) => {
                 "no RoCE packets seen yet (a hardware-RoCE NIC sends them past XDP: see the host's \
                  QPs below, a mirror port, or docs/live.md)"
@@ -665,6 +682,7 @@ mod tests {
             out: "./roce-flows".into(),
             interval: std::time::Duration::from_secs(1),
             ifaces: vec!["eth0".into()],
+            notes: Vec::new(),
         });
         let mut v = IfaceView {
             name: "eth0".into(),
@@ -863,6 +881,31 @@ mod tests {
         s.key(KeyEvent::from(KeyCode::Char('x')));
         let l = lines(&mut s, 200, 50);
         assert!(!l.iter().any(|x| x.contains("Help:")), "{l:#?}");
+    }
+
+    /// A hardware-RoCE interface: the start-up diagnosis is in the header from the start and
+    /// says in the QP pane why no packet shows (before, it was held until the view closed).
+    #[test]
+    fn a_hardware_roce_interface_says_why_from_the_start() {
+        let mut s = Screen::new(HeaderInfo {
+            host: "h1".into(),
+            out: "./roce-flows".into(),
+            interval: std::time::Duration::from_secs(1),
+            ifaces: vec!["ens1f0".into()],
+            notes: vec!["ens1f0: hardware RoCE (mlx5_0 port 1): its RDMA traffic never reaches XDP, so no QP packets show here; see the host's QPs and NIC alerts, mirror the port to a capture NIC, or replay the verbs sniffer (docs/live.md)".into()],
+        });
+        let l = lines(&mut s, 80, 24);
+        assert!(
+            l[1].starts_with("! ens1f0: hardware RoCE (mlx5_0 port 1)"),
+            "{l:#?}"
+        );
+        let body = l.join("\n");
+        assert!(
+            body.contains("no RoCE packets seen yet. ens1f0: hardware RoCE"),
+            "{body}"
+        );
+        assert!(body.contains("mirror the port"), "{body}");
+        assert!(l.iter().all(|x| x.chars().count() == 80));
     }
 
     /// The off-DSCP cell names the value with most packets (`+` when there are others): a

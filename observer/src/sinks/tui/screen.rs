@@ -64,6 +64,9 @@ pub struct HeaderInfo {
     pub interval: Duration,
     /// The interfaces given (shown before their first interval).
     pub ifaces: Vec<String>,
+    /// What the start-up diagnosis says the view must show from the start (a hardware-RoCE
+    /// device on an interface, whose RDMA traffic XDP never sees): a header line each.
+    pub notes: Vec<String>,
 }
 
 /// The data and alerts on show.

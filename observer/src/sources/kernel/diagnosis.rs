@@ -152,6 +152,25 @@ pub fn diagnose(sys: &Path, iface: &str) -> Result<Diagnosis, DiagError> {
 
 impl Diagnosis {
     /// Plain-language lines: what the tool sees on this interface, and what to do otherwise.
+    /// What the terminal view must say from the start (the full report goes to the log, which
+    /// the view holds until it closes): a hardware-RoCE device bound to the interface, whose
+    /// RDMA traffic XDP never sees. `None` when nothing limits what is observed.
+    pub fn view_note(&self) -> Option<String> {
+        let hw: Vec<String> = self
+            .rdma
+            .iter()
+            .filter(|r| r.roce && !r.software)
+            .map(|r| format!("{} port {}", r.dev, r.port))
+            .collect();
+        (!hw.is_empty()).then(|| {
+            format!(
+                "{}: hardware RoCE ({}): its RDMA traffic never reaches XDP, so no QP packets show here; see the host's QPs and NIC alerts, mirror the port to a capture NIC, or replay the verbs sniffer (docs/live.md)",
+                self.iface,
+                hw.join(", ")
+            )
+        })
+    }
+
     pub fn report(&self) -> Vec<String> {
         let mut l = Vec::new();
         let speed = self
@@ -244,6 +263,14 @@ mod tests {
             "{rep}"
         );
         assert!(rep.contains("ethtool -S ens1f0"), "{rep}");
+        // what the terminal view shows from the start
+        let note = d.view_note().unwrap();
+        assert!(
+            note.starts_with(
+                "ens1f0: hardware RoCE (mlx5_0 port 1): its RDMA traffic never reaches XDP"
+            ),
+            "{note}"
+        );
         let _ = fs::remove_dir_all(&r);
     }
 
@@ -265,6 +292,7 @@ mod tests {
         assert_eq!(d.driver, None);
         assert!(d.rdma.is_empty());
         assert!(d.report()[1].contains("no RDMA device"));
+        assert_eq!(d.view_note(), None);
         assert_eq!(diagnose(&r, "lo").unwrap().speed_bps, None);
         assert_eq!(check_btf(&r), Err(DiagError::NoBtf));
         let _ = fs::remove_dir_all(&r);
