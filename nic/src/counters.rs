@@ -13,7 +13,8 @@
 //!   disappear between samples (mlx5 `rx_prio<N>_pause` exist only for PFC-enabled priorities)
 //!   are listed.
 //! - Gauges are levels, reported as the current value: bnxt_re `active_*`, `watermark_*`,
-//!   `db_fifo_register` (`drivers/infiniband/hw/bnxt_re/hw_counters.c`), mlx5e
+//!   `db_fifo_register` (`drivers/infiniband/hw/bnxt_re/hw_counters.c`), and `max_*` of
+//!   Broadcom's own bnxt_re (`max_qp`), mlx5e
 //!   `outbound_pci_stalled_rd` / `_wr` (percent; their `*_events` are counters), veth
 //!   `peer_ifindex`.
 //! - Duplicate names inside one sample (some drivers repeat per-queue names) get `#2`, `#3`
@@ -97,8 +98,12 @@ pub fn kind_of(driver: Driver, src: Src, name: &str) -> Kind {
             "outbound_pci_stalled_rd" | "outbound_pci_stalled_wr" => return Kind::Gauge,
             _ => {}
         },
+        // Broadcom's own bnxt_re also reports levels as `active_qp`, `max_qp`, ...: gauges too
         (Driver::Bnxt, Src::Rdma)
-            if BNXT_RE_GAUGES.contains(&name) || name.starts_with("watermark_") =>
+            if BNXT_RE_GAUGES.contains(&name)
+                || name.starts_with("watermark_")
+                || name.starts_with("active_")
+                || name.starts_with("max_") =>
         {
             return Kind::Gauge;
         }
@@ -437,6 +442,14 @@ mod tests {
         assert_eq!(n.get(Quantity::AckTimeouts).unwrap().delta, Some(4));
         assert_eq!(n.get(Quantity::NakSeqErrRx).unwrap().delta, Some(0));
         assert_eq!(n.gauges.len(), 2);
+        // Broadcom's own driver's levels (`active_qp`, `max_qp`): values, not deltas or resets
+        let prev = s(&[("active_qp", 10), ("max_qp", 64), ("cnp_tx_pkts", 5)]);
+        let cur = s(&[("active_qp", 3), ("max_qp", 64), ("cnp_tx_pkts", 8)]);
+        let d = diff_counters(Driver::Bnxt, Src::Rdma, Some(&prev), Some(&cur));
+        assert_eq!(d.gauges.len(), 2, "{:?}", d.gauges);
+        assert_eq!(d.resets, 0);
+        let n = normalize(Driver::Other, &CounterDiff::default(), Driver::Bnxt, &d);
+        assert_eq!(n.get(Quantity::CnpSent).unwrap().delta, Some(3));
     }
 
     #[test]

@@ -177,6 +177,12 @@ const BNXT_RDMA: &[Rule] = &[
     F("rx_bytes", Q::RdmaRxBytes),
     F("tx_pkts", Q::RdmaTxPackets),
     F("tx_bytes", Q::RdmaTxBytes),
+    // Broadcom's own bnxt_re (the NetXtreme package's driver, not the kernel's) spells some
+    // of them differently; one driver reports one spelling, so nothing is counted twice.
+    F("cnp_tx_pkts", Q::CnpSent),
+    F("cnp_rx_pkts", Q::CnpReceived),
+    F("dup_reqs", Q::DuplicateRequests),
+    F("res_oos_drop_count", Q::OutOfSequence),
 ];
 
 /// ice `ethtool -S` (ice_ethtool.c). XON counters stay raw.
@@ -385,6 +391,11 @@ mod tests {
         assert_eq!(br("seq_err_naks_rcvd"), Some(Q::NakSeqErrRx));
         assert_eq!(br("to_retransmits"), Some(Q::AckTimeouts));
         assert_eq!(br("dup_req"), Some(Q::DuplicateRequests));
+        // Broadcom's own driver's spellings
+        assert_eq!(br("cnp_tx_pkts"), Some(Q::CnpSent));
+        assert_eq!(br("cnp_rx_pkts"), Some(Q::CnpReceived));
+        assert_eq!(br("dup_reqs"), Some(Q::DuplicateRequests));
+        assert_eq!(br("res_oos_drop_count"), Some(Q::OutOfSequence));
         assert_eq!(br("tx_cnp_pkts"), Some(Q::CnpSent));
         assert_eq!(br("rx_ecn_marked_pkts"), Some(Q::EcnMarkedRx));
         let i = |n| map_name(Driver::Ice, Src::Ethtool, n);
