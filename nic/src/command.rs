@@ -32,8 +32,13 @@ use contract::vendor::Vendor;
 pub struct NicArgs {
     /// Interface to check (the netdev; its RDMA device is found through RDMA netlink or sysfs).
     /// A name that is not UTF-8: as its bytes, or with `\xNN` for each byte that is not.
-    #[arg(long = "iface", value_name = "IFACE", value_parser = contract::cli::iface_arg())]
-    pub iface: String,
+    #[arg(
+        long = "iface",
+        value_name = "IFACE",
+        value_parser = contract::cli::iface_arg(),
+        required_unless_present = "from"
+    )]
+    pub iface: Option<String>,
     /// Print one JSON document instead of the text report.
     #[arg(long)]
     pub json: bool,
@@ -52,6 +57,24 @@ pub struct NicArgs {
     /// not be read is not verified.
     #[arg(long)]
     pub strict: bool,
+    /// Also write the two samples (everything read: counters, configuration, what could not be
+    /// read) to FILE, for `--from` on another machine (a support engineer's).
+    #[arg(long, value_name = "FILE", conflicts_with = "from")]
+    pub save: Option<PathBuf>,
+    /// Check the samples a `--save` wrote instead of reading a NIC (under this command's
+    /// policy or profile).
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+}
+
+/// What `--save` writes and `--from` reads.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct SavedSamples {
+    /// 1.
+    pub version: u32,
+    pub window_s: f64,
+    pub first: NicSample,
+    pub second: NicSample,
 }
 
 /// The expectations of the configuration checks from the project's policy: the RDMA priority,
@@ -998,14 +1021,60 @@ pub fn run(args: NicArgs) -> anyhow::Result<()> {
         expected,
         notes,
     };
-    let mut reader = LiveNicReader::new(&args.iface, LiveOptions::default())
-        .map_err(|e| read_error(&args.iface, e))?;
-    let a = reader.read().map_err(|e| read_error(&args.iface, e))?;
-    let t0 = Instant::now();
-    std::thread::sleep(args.sample);
-    let b = reader.read().map_err(|e| read_error(&args.iface, e))?;
-    let window_s = t0.elapsed().as_secs_f64();
-    let report = build_report(&a, &b, window_s, policy);
+    let (a, b, window_s) = match (&args.from, &args.iface) {
+        (Some(f), _) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", f.display()))?;
+            let s: SavedSamples = serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: not samples written by `roce-observe nic --save`: {e}",
+                    f.display()
+                )
+            })?;
+            if s.version != 1 {
+                anyhow::bail!(
+                    "{}: samples of version {} (this roce-observe reads version 1)",
+                    f.display(),
+                    s.version
+                );
+            }
+            (s.first, s.second, s.window_s)
+        }
+        (None, Some(iface)) => {
+            let mut reader = LiveNicReader::new(iface, LiveOptions::default())
+                .map_err(|e| read_error(iface, e))?;
+            let a = reader.read().map_err(|e| read_error(iface, e))?;
+            let t0 = Instant::now();
+            std::thread::sleep(args.sample);
+            let b = reader.read().map_err(|e| read_error(iface, e))?;
+            (a, b, t0.elapsed().as_secs_f64())
+        }
+        (None, None) => anyhow::bail!("--iface IFACE or --from FILE is needed"),
+    };
+    if let Some(f) = &args.save {
+        let saved = SavedSamples {
+            version: 1,
+            window_s,
+            first: a,
+            second: b,
+        };
+        let mut j = serde_json::to_string_pretty(&saved)?;
+        j.push('\n');
+        std::fs::write(f, j).map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", f.display()))?;
+        return run_report(&args, &saved.first, &saved.second, window_s, policy);
+    }
+    run_report(&args, &a, &b, window_s, policy)
+}
+
+/// The report of two samples, printed; the exit status of the checks.
+fn run_report(
+    args: &NicArgs,
+    a: &NicSample,
+    b: &NicSample,
+    window_s: f64,
+    policy: PolicyInfo,
+) -> anyhow::Result<()> {
+    let report = build_report(a, b, window_s, policy);
     let text = if args.json {
         let mut j = serde_json::to_string_pretty(&report)?;
         j.push('\n');

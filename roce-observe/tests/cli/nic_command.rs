@@ -180,3 +180,60 @@ fn nic_text_on_loopback() {
         );
     }
 }
+
+/// `--save FILE` keeps the two samples; `--from FILE` checks them on another machine (here: outside
+/// the namespace, where the interface does not exist) with the same result, and under another
+/// profile; a file that is not saved samples is a clear error naming it.
+#[test]
+fn nic_samples_saved_and_checked_elsewhere() {
+    if !require_root("nic_samples_saved_and_checked_elsewhere") {
+        return;
+    }
+    let tmp = test_support::TempDir::new("nic-save");
+    let f = tmp.path().join("samples.json");
+    let v = VethPair::new("nsv", "10.77.41.1", "10.77.41.2").expect("veth pair");
+    let out = run_in(
+        &v.a.name,
+        &[
+            "nic",
+            "--iface",
+            &v.a_if,
+            "--json",
+            "--sample",
+            "200ms",
+            "--save",
+            f.to_str().unwrap(),
+        ],
+    );
+    let live: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let from = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["nic", "--json", "--from"])
+            .arg(&f)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, saved, err) = from(&[]);
+    assert_eq!(code, out.status.code(), "{err}");
+    for k in ["checks", "counters", "summary", "config", "netdev"] {
+        assert_eq!(saved[k], live[k], "{k}");
+    }
+    assert_eq!(saved["netdev"]["drvinfo"]["driver"], "veth", "{saved:#}");
+    // under another profile: the same samples, the broadcom expectations
+    let (_, b, _) = from(&["--profile", "broadcom"]);
+    assert_ne!(b["policy"], saved["policy"]);
+    // not samples
+    std::fs::write(&f, "{\"version\": 1}").unwrap();
+    let (code, _, err) = from(&[]);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("samples.json: not samples written by `roce-observe nic --save`"),
+        "{err}"
+    );
+}
