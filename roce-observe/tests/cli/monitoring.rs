@@ -406,6 +406,44 @@ fn grafana_dashboard_and_rules_use_only_exposed_metrics() {
         missing.is_empty(),
         "not exposed: {missing:?}\nexposed: {names:?}"
     );
+    // Every panel's query parses: Grafana's variables filled in, each checked by promtool as
+    // a recording rule (where promtool is installed; CI has it).
+    if !test_support::require(
+        Command::new("promtool").arg("--version").output().is_ok(),
+        "grafana_dashboard_and_rules_use_only_exposed_metrics",
+        "promtool (Debian package prometheus; scripts/setup.sh installs it)",
+    ) {
+        return;
+    }
+    let tmp = test_support::TempDir::new("grafana-promql");
+    let mut yml = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, p) in dash["panels"].as_array().unwrap().iter().enumerate() {
+        for (j, t) in p["targets"].as_array().unwrap().iter().enumerate() {
+            let e = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "1m")
+                .replace("$instance", ".*")
+                .replace("$iface", ".*");
+            yml += &format!(
+                "      - record: dashboard:p{i}_t{j}\n        expr: {}\n",
+                serde_json::to_string(&e).unwrap()
+            );
+        }
+    }
+    let f = tmp.path().join("dashboard.rules.yml");
+    std::fs::write(&f, yml).unwrap();
+    let o = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "a dashboard query does not parse: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
