@@ -392,6 +392,98 @@ impl PauseEvent {
     }
 }
 
+/// Bytes of an offending frame a live sample carries (`live --evidence`): the headers of every
+/// RoCE packet (Ethernet, two VLAN tags, IPv6, UDP, BTH, RETH, AETH: 118 bytes at most) and the
+/// start of its payload.
+pub const SAMPLE_SNAP: usize = 128;
+
+/// A sampled offending frame, written by the eBPF programs to the `SAMPLES` ring when live
+/// evidence is on: the frame's first [`SAMPLE_SNAP`] bytes as the hook saw them, with the
+/// rules it broke. The tc hooks see a frame whose outermost VLAN tag the driver took out
+/// (VLAN offload): `vlan_present`, `vlan_proto` and `vlan_tci` carry it, and
+/// [`Sample::frame_into`] puts it back where it was on the wire.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// `bpf_ktime_get_ns` (converted to wall-clock time by the reader).
+    pub ts_ns: u64,
+    pub key: QpKey,
+    /// [`crate::qp::offense`] bits of the frame.
+    pub offenses: u32,
+    /// The frame's length on the wire (tags included).
+    pub wire_len: u32,
+    /// Bytes of `bytes` that hold the frame (at most [`SAMPLE_SNAP`]).
+    pub cap_len: u16,
+    /// The offloaded outermost tag (tc hooks), network order in `vlan_proto`.
+    pub vlan_tci: u16,
+    pub vlan_proto: u16,
+    pub vlan_present: u8,
+    pub _pad: [u8; 1],
+    pub bytes: [u8; SAMPLE_SNAP],
+}
+
+impl Default for Sample {
+    fn default() -> Sample {
+        Sample {
+            ts_ns: 0,
+            key: QpKey::default(),
+            offenses: 0,
+            wire_len: 0,
+            cap_len: 0,
+            vlan_tci: 0,
+            vlan_proto: 0,
+            vlan_present: 0,
+            _pad: [0],
+            bytes: [0; SAMPLE_SNAP],
+        }
+    }
+}
+
+impl Sample {
+    /// The frame as it was on the wire (its offloaded tag put back after the MAC addresses)
+    /// into `out`; its length.
+    pub fn frame_into(&self, out: &mut [u8; SAMPLE_SNAP + 4]) -> usize {
+        let n = (self.cap_len as usize).min(SAMPLE_SNAP);
+        if self.vlan_present == 0 || n < 12 {
+            out[..n].copy_from_slice(&self.bytes[..n]);
+            return n;
+        }
+        out[..12].copy_from_slice(&self.bytes[..12]);
+        let proto = match u16::from_be(self.vlan_proto) {
+            0 => 0x8100,
+            p => p,
+        };
+        out[12..14].copy_from_slice(&proto.to_be_bytes());
+        out[14..16].copy_from_slice(&self.vlan_tci.to_be_bytes());
+        out[16..n + 4].copy_from_slice(&self.bytes[12..n]);
+        n + 4
+    }
+}
+
+/// Per-CPU state of the live sampler (`SAMPLER`, one entry): the budget of the current second,
+/// the frame chosen by the packet's accounting for the hook to copy, and what was left out.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplerState {
+    /// Start of the current one-second budget window (`bpf_ktime_get_ns`).
+    pub window_ns: u64,
+    /// Time of the pending frame.
+    pub ts_ns: u64,
+    /// Samples sent to the ring (cumulative).
+    pub sampled: u64,
+    /// Offending frames not sampled: the second's budget was spent (cumulative).
+    pub over_rate: u64,
+    /// Offending frames not sampled: the ring was full (cumulative).
+    pub lost: u64,
+    pub key: QpKey,
+    /// Samples taken in the current window.
+    pub taken: u32,
+    /// [`crate::qp::offense`] bits of the pending frame (0: none pending).
+    pub pending: u32,
+    pub wire_len: u32,
+    pub _pad: u32,
+}
+
 /// Where the kernel keeps a multi-buffer XDP frame's fragment length, read from the running
 /// kernel's BTF at load time (`XDP_LEN` global of the XDP program). With it the program reads
 /// the length the way `bpf_xdp_get_buff_len` computes it (`data_end - data`, plus
@@ -448,6 +540,10 @@ mod pod {
     unsafe impl aya::Pod for XdpLenLayout {}
     // SAFETY: #[repr(C)], integer fields and arrays, explicit padding to 40 bytes (a test).
     unsafe impl aya::Pod for PauseEvent {}
+    // SAFETY: #[repr(C)], integer fields and arrays, explicit padding (sizes checked by a test).
+    unsafe impl aya::Pod for Sample {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for SamplerState {}
 }
 
 #[cfg(test)]
@@ -480,5 +576,38 @@ mod tests {
         assert_eq!(size_of::<MacKey>(), 8);
         assert_eq!(size_of::<XdpLenLayout>(), 8 * 4);
         assert_eq!(size_of::<PauseEvent>(), 8 + 16 + 2 + 2 + 6 + 1 + 5);
+        assert_eq!(
+            size_of::<Sample>(),
+            8 + size_of::<QpKey>() + 4 + 4 + 2 + 2 + 2 + 1 + 1 + SAMPLE_SNAP
+        );
+        assert_eq!(core::mem::offset_of!(Sample, bytes) % 8, 0);
+        assert_eq!(
+            size_of::<SamplerState>(),
+            5 * 8 + size_of::<QpKey>() + 4 * 4
+        );
+    }
+
+    /// A tc hook's sample gets its offloaded tag back after the MAC addresses; an XDP sample
+    /// (the tag in the bytes) is the bytes.
+    #[test]
+    fn a_sample_is_the_frame_on_the_wire() {
+        let mut s = Sample::default();
+        for (i, b) in s.bytes.iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        s.cap_len = 60;
+        let mut out = [0u8; SAMPLE_SNAP + 4];
+        assert_eq!(s.frame_into(&mut out), 60);
+        assert_eq!(&out[..60], &s.bytes[..60]);
+        s.vlan_present = 1;
+        s.vlan_proto = 0x8100u16.to_be();
+        s.vlan_tci = (3 << 13) | 100;
+        assert_eq!(s.frame_into(&mut out), 64);
+        assert_eq!(&out[..12], &s.bytes[..12]);
+        assert_eq!(&out[12..16], &[0x81, 0x00, 0x60, 100]);
+        assert_eq!(&out[16..64], &s.bytes[12..60]);
+        s.cap_len = SAMPLE_SNAP as u16;
+        assert_eq!(s.frame_into(&mut out), SAMPLE_SNAP + 4);
+        assert_eq!(out[SAMPLE_SNAP + 3], (SAMPLE_SNAP - 1) as u8);
     }
 }

@@ -619,6 +619,9 @@ pub struct Outcome {
     /// value ([`Value::hist_add`]): the kernel adds them to `QPHIST`. Always 0 for a
     /// [`QpValue`].
     pub overflow: u32,
+    /// [`offense`] bits of this packet (the rules it broke, whether or not for the first
+    /// time): what the live sampler and replay's evidence capture take a frame for.
+    pub offenses: u32,
 }
 
 /// Marking and PSN facts of one packet that are event-worthy, as [`ev`] bits.
@@ -667,8 +670,8 @@ fn event_bits(f: &Frame, c: usize, policy: &Policy, step: PsnStep, gap: u32) -> 
 }
 
 /// Rules a single packet or MAC-control frame can break, as bits: the [`ev`] bits of the
-/// marking and PSN rules, and three more. What a replay's evidence capture writes a frame for
-/// (userspace only: the eBPF programs never compute it).
+/// marking and PSN rules ([`Outcome::offenses`]: the kernel's live sampler and replay alike),
+/// and three more that only replay computes (the ICRC, MAC-control frames).
 pub mod offense {
     use super::ev;
     /// The [`ev`] bits that are offenses (marking, PSN gaps, resends, NAKs, RNR NAKs).
@@ -689,13 +692,6 @@ pub mod offense {
             b => ev::NAMES.get(b as usize).copied().unwrap_or("other"),
         }
     }
-}
-
-/// The offenses ([`offense`] bits) of one RoCE packet of a key, from its frame and the
-/// outcome of its update ([`Outcome::psn`], [`Outcome::gap`]).
-pub fn packet_offenses(f: &Frame, policy: &Policy, step: PsnStep, gap: u32) -> u32 {
-    let (_, c) = opcode_info(f.bth.opcode);
-    event_bits(f, c, policy, step, gap) & offense::EV_MASK
 }
 
 /// The offenses of a MAC-control frame: XOFF on a priority other than the policy's RDMA
@@ -910,6 +906,7 @@ pub unsafe fn update_split<C: Ops, S: Ops, V: Value>(
             psn: step,
             gap,
             overflow,
+            offenses: bits & offense::EV_MASK,
         }
     }
 }

@@ -18,7 +18,8 @@ use observer_common::cursor::Bytes;
 #[cfg(not(feature = "compat"))]
 use observer_common::maps::{XdpLenLayout, kfunc_call};
 use observer_common::maps::{
-    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, dir, policy_flags,
+    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, SAMPLE_SNAP, Sample,
+    SamplerState, dir, policy_flags,
 };
 use observer_common::parse::{self, Frame, kind};
 use observer_common::qp::{self, Ops, PsnStep};
@@ -256,6 +257,29 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 /// (`byte_size` set at load).
 #[map]
 static PAUSES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Live evidence (`roce-observe --evidence`): offending frames sampled by [`take_sample`] and
+/// copied by the hook ([`sample_xdp`], [`sample_skb`]) (`byte_size` set at load).
+#[map]
+static SAMPLES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// The live sampler's state on this CPU (index 0): the second's budget, the frame chosen for
+/// the hook to copy, and the counts of what was sampled and left out.
+#[map]
+static SAMPLER: PerCpuArray<SamplerState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Offending frames sampled per second on each CPU (index 0), written by userspace; 0 (the
+/// default): no sampling, and an offending packet costs one array load more.
+#[map]
+static SAMPLE_RATE: Array<u32> = Array::with_max_entries(1, 0);
+
+/// What [`account`] asks of its hook.
+mod acct {
+    /// Drop the frame (drop-after-observe).
+    pub const DROP: u32 = 1;
+    /// Copy the frame into the `SAMPLES` ring ([`super::take_sample`] chose it).
+    pub const SAMPLE: u32 = 2;
+}
 
 /// The classified frame of the current program run (a `Frame` is too large to copy around on
 /// the 512-byte stack).
@@ -800,8 +824,9 @@ unsafe fn claim(
     -1
 }
 
+/// Accounts RoCE packet `f` to its key; [`acct::SAMPLE`] when the live sampler chose it.
 #[inline(always)]
-fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
+fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) -> u32 {
     let now = packet_time();
     let w = table::key_words(f, d);
     let key = table::key_of(&w);
@@ -809,7 +834,7 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     // SAFETY: this CPU's counters of this program run.
     let noise = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*s).frames)) };
     let Some((sl, slot)) = qp_slot(s, &key, table::hash_words(&w), noise) else {
-        return;
+        return 0;
     };
     // The slot's dirty word, loaded before the update so that a cache miss on it overlaps the
     // update's own; its bit set after it, if it was clear. Forgotten: one state for the
@@ -844,8 +869,19 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
     if out.overflow != 0 {
         hist_overflow(s, f, slot, out.overflow, d as u32);
     }
+    // Forgotten: the bits are known along each path of the update (a gap's, a NAK's), and
+    // carried through the event emission they would keep those paths apart (the object with
+    // logging on then passed the verifier's budget).
+    let offenses = forget(out.offenses as u64, noise) as u32;
     if out.new_events != 0 {
         emit(s, &key, f, &out);
+    }
+    let mut sample = 0;
+    if offenses != 0
+        && let Some(&rate) = SAMPLE_RATE.get(0)
+        && rate != 0
+    {
+        sample = forget(take_sample(&key, offenses, wire_len, rate) as u64, noise) as u32;
     }
     let bit = 1u64 << (slot % 64);
     if seen & bit == 0
@@ -855,6 +891,134 @@ fn roce(s: *mut IfaceStats, f: &Frame, wire_len: u32, d: u8, policy: &Policy) {
         // programs set bits with an atomic OR.
         unsafe { atomic_or::<u64, u64, { AtomicOrdering::SeqCst }>(w, bit) };
     }
+    sample
+}
+
+/// Whether this CPU's budget of `rate` samples in the current second allows one more: if so,
+/// the frame (`key`, its `offenses` and `wire_len`) is noted in `SAMPLER` for the hook to copy
+/// and [`acct::SAMPLE`] is returned, else it is counted `over_rate`. A BPF-to-BPF call: taken
+/// for offending packets only, with sampling on.
+#[inline(never)]
+fn take_sample(key: &QpKey, offenses: u32, wire_len: u32, rate: u32) -> u32 {
+    let Some(st) = SAMPLER.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: this CPU's sampler state (one program run at a time per CPU).
+    unsafe {
+        if now.wrapping_sub((*st).window_ns) >= 1_000_000_000 {
+            (*st).window_ns = now;
+            (*st).taken = 0;
+        }
+        if (*st).taken >= rate {
+            (*st).over_rate += 1;
+            return 0;
+        }
+        (*st).taken += 1;
+        (*st).pending = offenses;
+        (*st).key = *key;
+        (*st).wire_len = wire_len;
+        (*st).ts_ns = now;
+    }
+    acct::SAMPLE
+}
+
+/// Copies the frame [`take_sample`] chose (`[data, end)`: the bytes the hook sees; `vlan`: a tag
+/// the driver took out of them, as `(present, proto, tci)`) into the `SAMPLES` ring: its first
+/// [`SAMPLE_SNAP`] bytes, in 8-byte loads then 4, 2, 1. A full ring is counted `lost`.
+#[inline(always)]
+fn send_sample(data: usize, end: usize, vlan: (u32, u32, u32)) {
+    let Some(st) = SAMPLER.get_ptr_mut(0) else {
+        return;
+    };
+    let Some(mut e) = SAMPLES.reserve::<Sample>(0) else {
+        // SAFETY: this CPU's sampler state.
+        unsafe {
+            (*st).lost += 1;
+            (*st).pending = 0;
+        }
+        return;
+    };
+    let p = e.as_mut_ptr();
+    // SAFETY: `p` is the reserved record (size_of::<Sample>() bytes, 8-aligned, `bytes` at an
+    // 8-aligned offset: a test in observer-common); every store is inside it; `st` is this
+    // CPU's sampler state.
+    unsafe {
+        let b = core::ptr::addr_of_mut!((*p).bytes) as *mut u8;
+        let mut n = 0usize;
+        let mut k = 0usize;
+        while k < SAMPLE_SNAP / 8 {
+            match packet_load::<8>(data, end, n) {
+                Some(v) => {
+                    (b.add(n) as *mut u64).write(u64::from_ne_bytes(v));
+                    n += 8;
+                }
+                None => break,
+            }
+            k += 1;
+        }
+        if n + 4 <= SAMPLE_SNAP
+            && let Some(v) = packet_load::<4>(data, end, n)
+        {
+            (b.add(n) as *mut u32).write(u32::from_ne_bytes(v));
+            n += 4;
+        }
+        if n + 2 <= SAMPLE_SNAP
+            && let Some(v) = packet_load::<2>(data, end, n)
+        {
+            (b.add(n) as *mut u16).write(u16::from_ne_bytes(v));
+            n += 2;
+        }
+        // The last byte as the second of a 2-byte load (n >= 8: every sampled frame is a
+        // RoCE packet): a 1-byte load's bounds check (`p + 1 > end`) reaches the verifier as
+        // `p >= end`, which does not give it the byte.
+        if n < SAMPLE_SNAP
+            && n >= 1
+            && let Some(v) = packet_load::<2>(data, end, n - 1)
+        {
+            b.add(n).write(v[1]);
+            n += 1;
+        }
+        core::ptr::addr_of_mut!((*p).ts_ns).write((*st).ts_ns);
+        core::ptr::addr_of_mut!((*p).key).write((*st).key);
+        core::ptr::addr_of_mut!((*p).offenses).write((*st).pending);
+        core::ptr::addr_of_mut!((*p).wire_len).write((*st).wire_len);
+        core::ptr::addr_of_mut!((*p).cap_len).write(n as u16);
+        core::ptr::addr_of_mut!((*p).vlan_present).write(vlan.0 as u8);
+        core::ptr::addr_of_mut!((*p).vlan_proto).write(vlan.1 as u16);
+        core::ptr::addr_of_mut!((*p).vlan_tci).write(vlan.2 as u16);
+        core::ptr::addr_of_mut!((*p)._pad).write([0]);
+        (*st).sampled += 1;
+        (*st).pending = 0;
+    }
+    e.submit(0);
+}
+
+/// [`send_sample`] from the XDP hook (a BPF-to-BPF call: rare).
+#[inline(never)]
+fn sample_xdp(ctx: *mut xdp_md) {
+    // Opaque, as in `parse_xdp`: the context loads stay here.
+    let ctx = core::hint::black_box(ctx);
+    // SAFETY: the program's context.
+    let (data, end) = unsafe { ((*ctx).data as usize, (*ctx).data_end as usize) };
+    send_sample(data, end, (0, 0, 0));
+}
+
+/// [`send_sample`] from a tc hook, with the tag the driver took out of the frame (VLAN
+/// offload), if any (a BPF-to-BPF call: rare).
+#[inline(never)]
+fn sample_skb(skb: *mut __sk_buff) {
+    let skb = core::hint::black_box(skb);
+    // SAFETY: the program's context: fields tc programs may read.
+    let (data, end, vlan) = unsafe {
+        (
+            (*skb).data as usize,
+            (*skb).data_end as usize,
+            ((*skb).vlan_present, (*skb).vlan_proto, (*skb).vlan_tci),
+        )
+    };
+    send_sample(data, end, vlan);
 }
 
 /// Slot `slot`'s word of `QPDIRTY` (all ones if the lookup fails: nothing is set): one load of
@@ -1003,28 +1167,29 @@ fn parse_skb(skb: *mut __sk_buff, f: *mut Frame) {
     }
 }
 
-/// The accounting shared by every program, on the classified frame. Returns true when the
-/// frame is to be dropped (drop-after-observe).
+/// The accounting shared by every program, on the classified frame. Returns [`acct`] bits:
+/// drop the frame (drop-after-observe), copy it to the live sample ring.
 #[inline(always)]
-fn account(f: &Frame, wire_len: u32, d: u8) -> bool {
+fn account(f: &Frame, wire_len: u32, d: u8) -> u32 {
     let Some(s) = IFACE.get_ptr_mut(d as u32) else {
-        return false;
+        return 0;
     };
     count(s, |s| qp::account_iface(s, f, wire_len));
     let Some(policy) = POLICY.get(0) else {
-        return false;
+        return 0;
     };
+    let mut r = 0;
     match f.kind {
-        kind::ROCE => roce(s, f, wire_len, d, policy),
+        kind::ROCE => r = roce(s, f, wire_len, d, policy),
         kind::MAC_CONTROL => mac_control(s, f, d),
         kind::EXCLUDED => log_rare(rare::EXCLUDED, d as u32, f.reason as u32),
         _ => {}
     }
     if policy.flags & policy_flags::DROP_AFTER_OBSERVE != 0 {
         count(s, |s| s.dropped += 1);
-        return true;
+        r |= acct::DROP;
     }
-    false
+    r
 }
 
 /// Multi-buffer capable (`xdp.frags`): drivers only take XDP programs on MTUs above a page
@@ -1050,7 +1215,11 @@ pub fn roce_xdp(ctx: XdpContext) -> u32 {
     } else {
         linear
     };
-    if account(f, wire, dir::INGRESS) {
+    let a = account(f, wire, dir::INGRESS);
+    if a & acct::SAMPLE != 0 {
+        sample_xdp(ctx.ctx);
+    }
+    if a & acct::DROP != 0 {
         xdp_action::XDP_DROP
     } else {
         xdp_action::XDP_PASS
@@ -1073,7 +1242,11 @@ fn tc(ctx: &TcContext, d: u8) -> i32 {
         wire += 4;
         f.pcp = (tci >> 13) as u8;
     }
-    if account(f, wire, d) {
+    let a = account(f, wire, d);
+    if a & acct::SAMPLE != 0 {
+        sample_skb(skb);
+    }
+    if a & acct::DROP != 0 {
         TC_ACT_SHOT
     } else {
         TC_ACT_OK

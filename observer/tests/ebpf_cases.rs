@@ -1413,3 +1413,148 @@ fn every_truncation_agrees_with_userspace() {
     let r = run_case("every_truncation (tc)", &Policy::NONE, &tc_frames);
     assert_eq!(ingress(&r).frames, tc_frames.len() as u64);
 }
+
+/// Live evidence (`--evidence`): with a sample rate set, every offending RoCE frame, and no
+/// clean one, is copied to the SAMPLES ring by XDP and both tc hooks: its first SAMPLE_SNAP
+/// bytes exactly (odd lengths: the 4/2/1-byte tail; long ones cut), its length, its key and
+/// the rules it broke as the userspace datapath computes them. Over the rate, frames are
+/// counted, not copied; at rate 0 nothing is.
+#[test]
+fn offending_frames_are_sampled_as_they_were() {
+    use observer_common::maps::{SAMPLE_SNAP, Sample};
+    if !observer::testutil::require_root("offending_frames_are_sampled_as_they_were") {
+        return;
+    }
+    let mut s6 = [0u8; 16];
+    s6[0] = 0xfd;
+    s6[15] = 1;
+    let mut d6 = s6;
+    d6[15] = 2;
+    let tagged = vec![(0x8100, 3, 100)];
+    let frames = vec![
+        // clean
+        Roce {
+            tags: tagged.clone(),
+            dest_qp: 2,
+            psn: 1,
+            ..Roce::default()
+        }
+        .build(),
+        // bleached, an odd length (63 bytes)
+        Roce {
+            dscp: 0,
+            dest_qp: 1,
+            payload: 9,
+            ..Roce::default()
+        }
+        .build(),
+        // clean, then a PSN gap on the same key
+        Roce {
+            tags: tagged.clone(),
+            dest_qp: 2,
+            psn: 2,
+            ..Roce::default()
+        }
+        .build(),
+        Roce {
+            tags: tagged.clone(),
+            dest_qp: 2,
+            psn: 6,
+            ..Roce::default()
+        }
+        .build(),
+        // IPv6, two tags, Not-ECT and longer than a sample
+        Roce {
+            v6: Some((s6, d6)),
+            tags: vec![(0x88a8, 5, 100), (0x8100, 3, 7)],
+            ecn: 0,
+            dest_qp: 3,
+            payload: 300,
+            ..Roce::default()
+        }
+        .build(),
+        // a NAK (sequence error) back
+        Roce {
+            src4: IP_B,
+            dst4: IP_A,
+            tags: tagged.clone(),
+            opcode: 0x11,
+            aeth: Some(0x6000_0005),
+            dest_qp: 4,
+            payload: 4,
+            ..Roce::default()
+        }
+        .build(),
+    ];
+    let policy = policy_enabled();
+    let mut t = tester();
+    for p in [prog::XDP, prog::TC_INGRESS, prog::TC_EGRESS] {
+        let d = if p == prog::TC_EGRESS {
+            dir::EGRESS
+        } else {
+            dir::INGRESS
+        };
+        t.set_policy(&policy).unwrap();
+        t.reset().unwrap();
+        t.set_sample_rate(1000).unwrap();
+        let mut dp = Datapath::new(policy, MAX_QPS as usize);
+        dp.check_icrc = false;
+        dp.offenses = true;
+        let mut want = Vec::new();
+        for (i, f) in frames.iter().enumerate() {
+            t.run(p, f, 1).unwrap();
+            dp.process(f, f.len() as u32, 1_000 + i as u64, d);
+            if dp.last_offense != 0 {
+                want.push((i, dp.last_offense, dp.last_key.unwrap()));
+            }
+        }
+        assert_eq!(
+            want.iter().map(|w| w.0).collect::<Vec<_>>(),
+            [1, 3, 4, 5],
+            "{p}: the offending frames"
+        );
+        let mut got: Vec<Sample> = Vec::new();
+        t.drain_samples(&mut got);
+        assert_eq!(got.len(), want.len(), "{p}: one sample per offending frame");
+        for (s, (i, bits, key)) in got.iter().zip(&want) {
+            let f = &frames[*i];
+            let n = f.len().min(SAMPLE_SNAP);
+            assert_eq!(
+                (s.offenses, s.key, s.cap_len as usize, s.wire_len as usize),
+                (*bits, *key, n, f.len()),
+                "{p}: frame {i}"
+            );
+            assert_eq!(&s.bytes[..n], &f[..n], "{p}: frame {i}'s bytes");
+            assert_eq!(s.vlan_present, 0, "{p}: no offload under BPF_PROG_TEST_RUN");
+            assert!(s.ts_ns > 0, "{p}: frame {i} timed");
+        }
+        assert_eq!(frames[1].len(), 63, "an odd length");
+        assert!(frames[4].len() > SAMPLE_SNAP, "longer than a sample");
+        let c = t.sampler_counts().unwrap();
+        assert_eq!(
+            (c.sampled, c.over_rate, c.lost),
+            (want.len() as u64, 0, 0),
+            "{p}"
+        );
+    }
+    // Two a second: two copied, the others counted.
+    t.reset().unwrap();
+    t.set_sample_rate(2).unwrap();
+    for f in &frames {
+        t.run(prog::XDP, f, 1).unwrap();
+    }
+    let mut got: Vec<Sample> = Vec::new();
+    t.drain_samples(&mut got);
+    let c = t.sampler_counts().unwrap();
+    assert_eq!((got.len(), c.sampled, c.over_rate), (2, 2, 2));
+    // Off: nothing copied, nothing counted.
+    t.reset().unwrap();
+    t.set_sample_rate(0).unwrap();
+    for f in &frames {
+        t.run(prog::XDP, f, 1).unwrap();
+    }
+    got.clear();
+    t.drain_samples(&mut got);
+    let c = t.sampler_counts().unwrap();
+    assert_eq!((got.len(), c.sampled, c.over_rate, c.lost), (0, 0, 0, 0));
+}

@@ -10,7 +10,7 @@ use common::*;
 use netns::{Netns, VethPair};
 use observer::sources::Snapshot;
 use observer::sources::kernel::{IngressHook, LiveIface, LiveOptions, XdpMode};
-use observer_common::maps::{Policy, class, dir};
+use observer_common::maps::{ANY, Policy, SAMPLE_SNAP, class, dir, policy_flags};
 use observer_common::parse::PCP_NONE;
 use observer_common::qp::ev;
 
@@ -44,12 +44,18 @@ fn quiet(ns: &Netns) {
 }
 
 fn check_mode(pair: &VethPair, hook: IngressHook, want_ingress: &str) {
+    // Data is expected at DSCP 46: every data frame below breaks it and is sampled.
     let opts = LiveOptions {
         iface: pair.a_if.clone(),
         xdp_mode: XdpMode::Auto,
         max_qps: 256,
-        policy: Policy::NONE,
+        policy: Policy {
+            dscp: [46, ANY, ANY],
+            flags: policy_flags::ENABLED,
+            ..Policy::NONE
+        },
         egress: true,
+        sample_per_sec: 1000,
     };
     let mut live = {
         let _in_a = pair.a.enter().unwrap();
@@ -185,6 +191,34 @@ fn check_mode(pair: &VethPair, hook: IngressHook, want_ingress: &str) {
         "{m}"
     );
 
+    // The samples (`--evidence`) are the frames as they were on the wire: the tagged data as
+    // sent, whether the hook saw the tag in the frame (XDP) or the kernel had taken it out
+    // (tc ingress: VLAN untagging before the hook; put back from the sample's tag fields).
+    let mut samples = Vec::new();
+    live.drain_samples(&mut samples);
+    let mut got: Vec<Vec<u8>> = samples
+        .iter()
+        .map(|s| {
+            let mut buf = [0u8; SAMPLE_SNAP + 4];
+            let n = s.frame_into(&mut buf);
+            assert_eq!(s.offenses, 1 << ev::DSCP, "{m}: the DSCP rule");
+            assert_eq!(s.wire_len as usize, n, "{m}: whole frames");
+            buf[..n].to_vec()
+        })
+        .collect();
+    let mut want: Vec<Vec<u8>> = data.iter().chain(&out).cloned().collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{m}: the sampled frames");
+    if want_ingress == "tc-ingress" {
+        assert!(
+            samples.iter().any(|s| s.vlan_present == 1),
+            "{m}: the tag was offloaded and put back"
+        );
+    }
+    let c = live.sampler_counts().unwrap();
+    assert_eq!((c.sampled, c.over_rate, c.lost), (9, 0, 0), "{m}");
+
     // Eviction returns the last value and removes the key.
     let k = s.qps.iter().find(|(k, _)| k.dest_qp == 0x31).unwrap().0;
     let gone = live.evict(&[k]).unwrap();
@@ -220,6 +254,7 @@ fn attach_errors_are_specific() {
         max_qps: 16,
         policy: Policy::NONE,
         egress: false,
+        sample_per_sec: 0,
     };
     match LiveIface::attach(&opts) {
         Err(observer::sources::kernel::LiveError::NoSuchInterface(n)) => {

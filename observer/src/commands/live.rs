@@ -14,6 +14,7 @@ use super::args::{
 };
 use crate::pipeline::{self, Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::alertmanager::AlertmanagerSink;
+use crate::sinks::evidence::{Evidence, LiveEvidence};
 use crate::sinks::prometheus::{ExporterConfig, MetricsSink};
 use crate::sinks::tui::{self, HeaderInfo, Tui};
 use crate::sources::host_qps::QpFeed;
@@ -115,6 +116,22 @@ pub struct LiveArgs {
     /// once the policy's `resolve_after_s` (default 300) passes quietly.
     #[arg(long = "alertmanager", value_name = "URL")]
     pub alertmanager: Vec<String>,
+    /// Keep a bounded sample of the frames that broke a rule (marking, PSN gap, resend, NAK, RNR
+    /// NAK) in this pcapng file, each with a comment naming its rules, to open in Wireshark:
+    /// the kernel programs copy the first 128 bytes of at most `--evidence-rate` offending
+    /// frames per second and CPU, at most `--evidence-per-key` per rule and QP key are written.
+    #[arg(long, value_name = "FILE.pcapng")]
+    pub evidence: Option<PathBuf>,
+    /// Frames of `--evidence` per rule and QP key.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub evidence_per_key: u32,
+    /// Frames of `--evidence` in all; offending frames beyond are counted, not written.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub evidence_max: u64,
+    /// Offending frames the kernel programs sample per second on each CPU for `--evidence`
+    /// (the others are counted, not copied).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub evidence_rate: u32,
     /// Plain logs even when stdout is a terminal (no refreshing view).
     #[arg(long)]
     pub plain: bool,
@@ -229,8 +246,21 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     if !args.no_nic {
         cfg.nic_policy = Some(nic::command::check_policy(&policy).0);
     }
+    let evidence = match &args.evidence {
+        Some(p) if args.synthetic_qps.is_none() => Some(LiveEvidence::new(
+            Evidence::create(
+                p,
+                "roce-observe --evidence",
+                args.evidence_per_key,
+                args.evidence_max,
+            )
+            .context("--evidence")?,
+        )),
+        Some(_) => anyhow::bail!("--evidence samples frames in the kernel: it needs --iface"),
+        None => None,
+    };
     let stop = Stop::on_signals();
-    let (col, res) = if let Some(n) = args.synthetic_qps {
+    let (mut col, res, evidence) = if let Some(n) = args.synthetic_qps {
         tracing::warn!(
             qps = n,
             "synthetic source: no BPF, {n} QPs through the userspace datapath"
@@ -243,12 +273,28 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
         let iface = "synthetic0";
         let mut feed = SyntheticFeed::new(synth, iface, link);
         feed.stop_after = args.synthetic_stop_after;
-        observe(feed, cfg, &args, &stop, vec![iface.into()], Vec::new())?
+        let (col, res, _) = observe(feed, cfg, &args, &stop, vec![iface.into()], Vec::new())?;
+        (col, res, None)
     } else {
-        let (source, notes) = attach_all(&args, &policy)?;
-        // LiveIface drops detach the programs when the source goes out of scope in observe.
-        observe(source, cfg, &args, &stop, args.iface.clone(), notes)?
+        let (mut source, notes) = attach_all(&args, &policy)?;
+        source.evidence = evidence;
+        let (col, res, mut source) = observe(source, cfg, &args, &stop, args.iface.clone(), notes)?;
+        let evidence = source.finish_evidence();
+        // the programs are detached here
+        drop(source);
+        (col, res, evidence)
     };
+    let mut evidence_err = None;
+    if let Some((path, st)) = evidence {
+        match st {
+            Ok(st) => {
+                let mut v = serde_json::json!(st);
+                v["file"] = serde_json::json!(path.display().to_string());
+                col.add_to_summary("evidence", v);
+            }
+            Err(e) => evidence_err = Some(e),
+        }
+    }
     if let Err(e) = res {
         // An interval could not be accounted, or the view failed: still close every file
         // written so far.
@@ -265,12 +311,16 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
         } else {
             "duration"
         },
-    )
+    )?;
+    match evidence_err {
+        Some(e) => Err(anyhow::Error::new(e).context("--evidence")),
+        None => Ok(()),
+    }
 }
 
 /// Runs `source` into a new collector until the stop or `--duration`, with the terminal view
 /// when `cfg.terminal`; the view is closed (the terminal restored) before this returns. The
-/// collector, and how the run ended.
+/// collector, how the run ended, and the source.
 fn observe<P: Polled>(
     source: P,
     cfg: CollectorConfig,
@@ -278,7 +328,7 @@ fn observe<P: Polled>(
     stop: &Stop,
     ifaces: Vec<String>,
     notes: Vec<String>,
-) -> anyhow::Result<(Collector, anyhow::Result<()>)> {
+) -> anyhow::Result<(Collector, anyhow::Result<()>, P)> {
     let terminal = cfg.terminal;
     let info = HeaderInfo {
         host: cfg.host.clone(),
@@ -298,12 +348,13 @@ fn observe<P: Polled>(
         }
         false => None,
     };
-    let res = paced(source, args).run(&mut col, stop);
+    let mut paced = paced(source, args);
+    let res = paced.run(&mut col, stop);
     let closed = view.map(Tui::close).transpose();
     let res = res
         .map_err(|e| anyhow::Error::new(e).context("accounting an interval"))
         .and_then(|_| closed.map(|_| ()).context("the terminal view"));
-    Ok((col, res))
+    Ok((col, res, paced.inner))
 }
 
 fn collector(cfg: CollectorConfig, args: &LiveArgs) -> anyhow::Result<Collector> {
@@ -370,6 +421,11 @@ fn attach_all(
             max_qps: args.max_qps,
             policy: policy.expected,
             egress: !args.no_egress,
+            sample_per_sec: if args.evidence.is_some() {
+                args.evidence_rate
+            } else {
+                0
+            },
         };
         let l = LiveIface::attach(&opts).map_err(|e| explain(&d.iface, e, args.xdp_mode))?;
         say(json, &attached_line(l.attached(), args.capture_port));
@@ -381,6 +437,7 @@ fn attach_all(
             link_speed_bps: args.link_speed.or(d.speed_bps),
             iface: l,
             nic: (!args.no_nic).then(|| nic_feed(&d.iface, json)).flatten(),
+            sampler_seen: Default::default(),
         });
     }
     let src = KernelSource::new(ifaces, args.max_qps, args.idle_evict);
@@ -598,7 +655,13 @@ fn finish(col: Collector, args: &LiveArgs, stop_reason: &str) -> anyhow::Result<
         .get("alerts")
         .map(|a| a.to_string())
         .unwrap_or_default();
+    let evidence = summary
+        .get("evidence")
+        .map(crate::sinks::summary_text::evidence_line);
     if args.log_format == LogFormat::Json {
+        if let Some(e) = &evidence {
+            tracing::info!(evidence = %summary["evidence"], "{e}");
+        }
         tracing::info!(reason = stop_reason, flow_rows = out["flows"]["rows"].as_u64(),
             flow_files = out["flows"]["files"].as_u64(), alerts = %alerts,
             summary = %args.out.join("summary.json").display(), "stopped");
@@ -611,5 +674,8 @@ fn finish(col: Collector, args: &LiveArgs, stop_reason: &str) -> anyhow::Result<
         args.out.join("summary.json").display()
     );
     eprintln!("{}", contract::error::visible(&line));
+    if let Some(e) = evidence {
+        eprintln!("{}", contract::error::visible(&e));
+    }
     Ok(())
 }

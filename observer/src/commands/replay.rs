@@ -15,9 +15,9 @@ use super::args::{
 use crate::pipeline::alerts::Severity;
 use crate::pipeline::rules::Rule;
 use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
+use crate::sinks::evidence::Evidence;
 use crate::sinks::summary_json::{QpList, SummaryDoc, interfaces_json, write_summary};
 use crate::sinks::summary_text;
-use crate::sources::capture::evidence::Evidence;
 use crate::sources::capture::{CaptureSource, ReplayError, ReplayOptions};
 use crate::sources::{Consumer, Discard, Source, Stop};
 use contract::vendor::Vendor;
@@ -144,6 +144,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     if let Some(p) = &args.evidence {
         source.evidence = Some(Evidence::create(
             p,
+            "roce-observe replay --evidence",
             args.evidence_per_key,
             args.evidence_max,
         )?);

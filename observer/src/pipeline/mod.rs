@@ -286,6 +286,8 @@ pub struct Collector {
     /// Alerts emitted per interface since its last interval log line (events between
     /// intervals included).
     alerts_since_log: BTreeMap<String, u64>,
+    /// Sections a command adds to summary.json (the live command's `evidence`).
+    summary_extra: serde_json::Map<String, Value>,
     pub last: IntervalStats,
 }
 
@@ -721,6 +723,7 @@ impl Collector {
             host_qps: qp_stage::HostQpState::default(),
             marking: marking::MarkingStage::new(&cfg.policy.expected),
             alerts_since_log: BTreeMap::new(),
+            summary_extra: serde_json::Map::new(),
             last: IntervalStats::default(),
             cfg,
         })
@@ -1113,6 +1116,11 @@ impl Collector {
         Value::Array(out)
     }
 
+    /// Adds section `key` to summary.json (written by [`Collector::finish`]).
+    pub fn add_to_summary(&mut self, key: &str, v: Value) {
+        self.summary_extra.insert(key.to_string(), v);
+    }
+
     /// Flushes and closes every output, writes `summary.json` (`summary_json` of the last
     /// snapshots plus `"alerts": {rule: count}`) and returns it.
     pub fn finish(self) -> Result<Value, CollectorError> {
@@ -1164,6 +1172,7 @@ impl Collector {
         }
         let (heads, restarted) = self.summary_snapshots();
         let mut head = self.summary_head(&heads);
+        head.extend(std::mem::take(&mut self.summary_extra));
         let qps = self.summary_qps(&restarted);
         let path = self.cfg.out_dir.join("summary.json");
         let tmp = self.cfg.out_dir.join("summary.json.tmp");

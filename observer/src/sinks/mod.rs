@@ -7,6 +7,7 @@
 
 pub mod alertmanager;
 pub mod checkpoints;
+pub mod evidence;
 pub mod parquet_files;
 pub mod prometheus;
 pub mod summary_json;

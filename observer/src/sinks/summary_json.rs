@@ -1002,6 +1002,38 @@ const HEAD_FIELDS: &[Doc] = &[
         "port counter reads that failed (each logged)",
     ),
     (
+        "evidence",
+        Ty::Obj,
+        "live with `--evidence`: the sample of offending frames ([live.md](live.md#evidence))",
+    ),
+    ("evidence.file", Ty::Str, "the pcapng file"),
+    ("evidence.frames", Ty::Int, "frames written"),
+    (
+        "evidence.over_per_key",
+        Ty::Int,
+        "sampled frames not written: each of their rule-key pairs had `--evidence-per-key` frames",
+    ),
+    (
+        "evidence.over_total",
+        Ty::Int,
+        "sampled frames not written: `--evidence-max` frames were written",
+    ),
+    (
+        "evidence.over_subjects",
+        Ty::Int,
+        "sampled frames not written: 200,000 rule-key pairs were remembered",
+    ),
+    (
+        "evidence.over_rate",
+        Ty::Int,
+        "offending frames the kernel programs did not copy: a CPU's `--evidence-rate` for the second was spent",
+    ),
+    (
+        "evidence.lost",
+        Ty::Int,
+        "offending frames not copied: the sample ring was full",
+    ),
+    (
         "output",
         Ty::Obj,
         "statistics of the outputs that keep them",

@@ -336,29 +336,41 @@ fn replay_lines(o: &mut String, r: &Value) {
         _ => {}
     }
     if let Some(e) = r.get("evidence") {
-        let left = u(e, "over_per_key") + u(e, "over_total") + u(e, "over_subjects");
-        let _ = writeln!(
-            o,
-            "evidence: {} frames that broke a rule in {} (open it in Wireshark; each frame's comment names its rules){}",
-            u(e, "frames"),
-            e.get("file").and_then(Value::as_str).unwrap_or("?"),
-            if left > 0 {
-                format!(
-                    "; {left} more not written ({} over the per-key limit, {} over the total, {} over the keys remembered)",
-                    u(e, "over_per_key"),
-                    u(e, "over_total"),
-                    u(e, "over_subjects")
-                )
-            } else {
-                String::new()
-            }
-        );
+        let _ = writeln!(o, "{}", evidence_line(e));
     }
     if let Some(Value::Array(e)) = r.get("errors") {
         for x in e {
             let _ = writeln!(o, "ERROR: {}", x.as_str().unwrap_or("?"));
         }
     }
+}
+
+/// The line saying where the evidence capture is and what it left out (`evidence` of the
+/// replay's summary or of the live command's summary.json).
+pub fn evidence_line(e: &Value) -> String {
+    let reasons = [
+        ("over_per_key", "over the per-key limit"),
+        ("over_total", "over the total"),
+        ("over_subjects", "over the keys remembered"),
+        ("over_rate", "over the kernel's sampling rate"),
+        ("lost", "lost to a full sample ring"),
+    ];
+    let left: u64 = reasons.iter().map(|(k, _)| u(e, k)).sum();
+    let why: Vec<String> = reasons
+        .iter()
+        .filter(|(k, _)| u(e, k) > 0)
+        .map(|(k, what)| format!("{} {what}", u(e, k)))
+        .collect();
+    format!(
+        "evidence: {} frames that broke a rule in {} (open it in Wireshark; each frame's comment names its rules){}",
+        u(e, "frames"),
+        e.get("file").and_then(Value::as_str).unwrap_or("?"),
+        if left > 0 {
+            format!("; {left} more not written ({})", why.join(", "))
+        } else {
+            String::new()
+        }
+    )
 }
 
 #[cfg(test)]

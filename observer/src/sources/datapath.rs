@@ -306,8 +306,8 @@ impl Datapath {
                     }
                 }
                 if self.offenses {
-                    self.last_offense = qp::packet_offenses(&f, &self.policy, out.psn, out.gap)
-                        | (u32::from(icrc_bad) << qp::offense::ICRC_BAD);
+                    self.last_offense =
+                        out.offenses | (u32::from(icrc_bad) << qp::offense::ICRC_BAD);
                     self.last_key = Some(key);
                 }
                 let mut bits = out.new_events;

@@ -611,3 +611,178 @@ fn a_deleted_and_recreated_interface_is_alerted_and_observed_again() {
     let flows = pyarrow_read(&run, "flows", &["pkts"], false);
     assert_eq!(flows["sums"]["pkts"], 17);
 }
+
+/// `--evidence` live: the kernel programs sample the offending frames, the evidence capture
+/// is readable by tshark while the observer runs (flushed every interval), and at the end holds
+/// at most `--evidence-per-key` frames per rule and QP key, each as it was on the wire with a
+/// comment naming its rules; summary.json and the stop line count what was left out. With
+/// `--evidence-rate 1`, frames over the kernel's budget are counted: written + left out is
+/// every offending frame. A capture that cannot be created is an error before attaching.
+#[test]
+fn live_evidence_samples_the_offending_frames() {
+    if !require_root("live_evidence_samples_the_offending_frames") {
+        return;
+    }
+    let pair = VethPair::new("cv", "10.77.1.1", "10.77.1.2").unwrap();
+    let tmp = TempDir::new("netns-evidence");
+    let out = tmp.path().to_path_buf();
+    let policy = out.join("policy.toml");
+    std::fs::write(&policy, "profile = \"nvidia\"\n").unwrap();
+    let ev = out.join("ev.pcapng");
+    let run = out.join("run");
+    let ev_arg = ev.to_str().unwrap();
+    let mut obs = Observer::start_with(
+        &pair.b,
+        &pair.b_if,
+        &run,
+        &policy,
+        &["--no-nic", "--evidence", ev_arg, "--evidence-per-key", "2"],
+    );
+    let (frames, _) = fault_frames();
+    send_raw(&pair.a, &pair.a_if, &frames);
+    let tshark = |file: &std::path::Path| -> Vec<Vec<String>> {
+        let t = Command::new("tshark")
+            .arg("-r")
+            .arg(file)
+            .args(["-T", "fields", "-E", "separator=/t"])
+            .args(["-e", "frame.comment", "-e", "ip.dsfield.dscp"])
+            .args(["-e", "ip.dsfield.ecn", "-e", "infiniband.bth.destqp"])
+            .args(["-e", "infiniband.bth.psn", "-e", "frame.interface_name"])
+            .output()
+            .unwrap();
+        assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+        String::from_utf8_lossy(&t.stdout)
+            .lines()
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect()
+    };
+    // readable while the observer runs: flushed at every interval's end
+    let t0 = Instant::now();
+    let mut during = Vec::new();
+    while t0.elapsed() < Duration::from_secs(5) && during.len() < 6 {
+        std::thread::sleep(Duration::from_millis(200));
+        if ev.exists() {
+            during = tshark(&ev);
+        }
+    }
+    assert_eq!(during.len(), 6, "{during:?}\n{}", obs.err());
+    let st = obs.signal(libc::SIGTERM);
+    let err = obs.err();
+    assert!(st.success(), "exit {st:?}:\n{err}");
+    let rows = tshark(&ev);
+    // QP 0x12: 5 at DSCP 0, 2 written; 0x13: 4 Not-ECT, 2 written; 0x14: the gap at PSN 5;
+    // the CNP at DSCP 46. The PFC and PAUSE frames are not sampled live.
+    let mut got: Vec<(String, String, String, String, String)> = rows
+        .iter()
+        .map(|r| {
+            assert!(r[5].ends_with("veth-b"), "{r:?}");
+            (
+                r[0].clone(),
+                r[1].clone(),
+                r[2].clone(),
+                r[3].clone(),
+                r[4].clone(),
+            )
+        })
+        .collect();
+    got.sort();
+    let row = |c: &str, dscp: &str, ecn: &str, qp: &str, psn: &str| {
+        (
+            c.to_string(),
+            dscp.to_string(),
+            ecn.to_string(),
+            qp.to_string(),
+            psn.to_string(),
+        )
+    };
+    let mut want = vec![
+        row("dscp_data", "0", "2", "0x000012", "0"),
+        row("dscp_data", "0", "2", "0x000012", "1"),
+        row("not_ect_data", "26", "0", "0x000013", "0"),
+        row("not_ect_data", "26", "0", "0x000013", "1"),
+        row("psn_gap", "26", "2", "0x000014", "5"),
+        row("dscp_cnp", "46", "0", "0x000024", "0"),
+    ];
+    want.sort();
+    assert_eq!(got, want, "{rows:?}");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let e = &summary["evidence"];
+    assert_eq!(
+        (
+            e["frames"].as_u64(),
+            e["over_per_key"].as_u64(),
+            e["over_rate"].as_u64(),
+            e["lost"].as_u64(),
+            e["file"].as_str()
+        ),
+        (Some(6), Some(5), Some(0), Some(0), Some(ev_arg)),
+        "{e}"
+    );
+    assert!(
+        err.contains("evidence: 6 frames that broke a rule in")
+            && err.contains("5 over the per-key limit"),
+        "{err}"
+    );
+
+    // one a second and CPU: the rest counted, none unaccounted for (11 offending frames)
+    let ev1 = out.join("ev1.pcapng");
+    let run1 = out.join("run1");
+    let mut obs = Observer::start_with(
+        &pair.b,
+        &pair.b_if,
+        &run1,
+        &policy,
+        &[
+            "--no-nic",
+            "--evidence",
+            ev1.to_str().unwrap(),
+            "--evidence-rate",
+            "1",
+        ],
+    );
+    send_raw(&pair.a, &pair.a_if, &frames);
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = obs.signal(libc::SIGTERM);
+    assert!(st.success(), "exit {st:?}:\n{}", obs.err());
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(run1.join("summary.json")).unwrap()).unwrap();
+    let e = &summary["evidence"];
+    let n = |k: &str| e[k].as_u64().unwrap();
+    let ncpu = std::thread::available_parallelism().unwrap().get() as u64;
+    assert!(n("frames") >= 1 && n("frames") <= ncpu, "{e}");
+    assert!(n("over_rate") >= 11 - ncpu, "{e}");
+    assert_eq!(
+        n("frames") + n("over_per_key") + n("over_rate") + n("lost"),
+        11,
+        "{e}"
+    );
+    assert_eq!(tshark(&ev1).len() as u64, n("frames"));
+
+    // a capture that cannot be created: refused before attaching
+    let bad = Command::new("ip")
+        .args(["netns", "exec", &pair.b.name])
+        .arg(env!("CARGO_BIN_EXE_roce-observe"))
+        .args([
+            "--iface",
+            &pair.b_if,
+            "--plain",
+            "--no-nic",
+            "--duration",
+            "1s",
+        ])
+        .arg("--out")
+        .arg(out.join("bad"))
+        .arg("--evidence")
+        .arg(out.join("no-such-dir").join("ev.pcapng"))
+        .output()
+        .unwrap();
+    let berr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(
+        berr.contains("--evidence") && berr.contains("no-such-dir") && !berr.contains("attached"),
+        "{berr}"
+    );
+    nothing_attached(&pair.b, &pair.b_if).unwrap();
+    drop(pair);
+}

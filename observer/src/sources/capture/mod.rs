@@ -8,7 +8,6 @@
 //!   [`Output`] (the collector).
 //! - [`table`]: the end-of-run summary on stdout.
 
-pub mod evidence;
 pub mod link_layer;
 pub mod pcap_reader;
 
@@ -66,7 +65,7 @@ pub enum ReplayError {
     #[error("policy")]
     Policy(#[source] PolicyError),
     #[error(transparent)]
-    Evidence(#[from] evidence::EvidenceError),
+    Evidence(#[from] crate::sinks::evidence::EvidenceError),
 }
 
 #[derive(Clone, Debug)]
@@ -160,7 +159,7 @@ pub struct Replay<'o> {
     pub event_counts: HashMap<&'static str, u64>,
     pub frames: u64,
     /// Where the frames that broke a rule are written (`replay --evidence`), when asked.
-    pub evidence: Option<evidence::Evidence>,
+    pub evidence: Option<crate::sinks::evidence::Evidence>,
 }
 
 impl<'o> Replay<'o> {
@@ -633,7 +632,7 @@ pub struct CaptureSource {
     pub event_counts: HashMap<&'static str, u64>,
     pub snapshots: Vec<Snapshot>,
     /// The evidence capture (`--evidence`): handed to the replay, back after it.
-    pub evidence: Option<evidence::Evidence>,
+    pub evidence: Option<crate::sinks::evidence::Evidence>,
 }
 
 impl CaptureSource {

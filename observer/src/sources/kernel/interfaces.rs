@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use observer_common::maps::{Event, PauseEvent};
+use observer_common::maps::{Event, PauseEvent, Sample};
 
-use super::{LiveIface, LiveOptions, current_ifindex};
+use super::{LiveIface, LiveOptions, SamplerCounts, current_ifindex};
+use crate::sinks::evidence::LiveEvidence;
 use crate::sources::host_qps::QpFeed;
 use crate::sources::paced::{ConsumerFailed, Polled};
 use crate::sources::{Consumer, ConsumerError};
@@ -24,6 +25,8 @@ pub struct Observed {
     pub iface: LiveIface,
     /// The NIC's own counters and configuration (`None` with `--no-nic`).
     pub nic: Option<NicFeed>,
+    /// The live sampler's counts at the last read (`--evidence`).
+    pub sampler_seen: SamplerCounts,
 }
 
 impl Observed {
@@ -51,6 +54,8 @@ impl Observed {
                 tracing::warn!(iface = %self.name, ingress = %l.attached().ingress, "the interface is back; attached again");
                 self.ifindex = Some(l.attached().ifindex);
                 self.iface = l;
+                // a fresh object: its sampler counts start again
+                self.sampler_seen = SamplerCounts::default();
                 out.iface_restarted(&self.name, t_ns);
                 true
             }
@@ -103,6 +108,9 @@ pub struct KernelSource {
     pub host_qps: Option<QpFeed>,
     evbuf: Vec<Event>,
     pausebuf: Vec<PauseEvent>,
+    /// The evidence capture (`--evidence`), fed by every interface's samples.
+    pub evidence: Option<LiveEvidence>,
+    samplebuf: Vec<Sample>,
 }
 
 impl KernelSource {
@@ -114,6 +122,8 @@ impl KernelSource {
             host_qps: None,
             evbuf: Vec::new(),
             pausebuf: Vec::new(),
+            evidence: None,
+            samplebuf: Vec::new(),
         }
     }
 
@@ -133,7 +143,59 @@ impl KernelSource {
         if o.iface.drain_pauses(&mut self.pausebuf) > 0 {
             out.pauses(&o.name, &self.pausebuf)?;
         }
+        if let Some(ev) = self.evidence.as_mut() {
+            self.samplebuf.clear();
+            if o.iface.drain_samples(&mut self.samplebuf) > 0 {
+                ev.offer(&o.name, &self.samplebuf);
+            }
+        }
         Ok(())
+    }
+
+    /// Adds what interface `i`'s sampler left out since the last call to the evidence counts.
+    fn sampler_counts(&mut self, i: usize) {
+        let Some(ev) = self.evidence.as_mut() else {
+            return;
+        };
+        let o = &mut self.ifaces[i];
+        match o.iface.sampler_counts() {
+            Ok(c) => {
+                let prev = o.sampler_seen;
+                ev.left_out_in_kernel(
+                    c.over_rate.saturating_sub(prev.over_rate),
+                    c.lost.saturating_sub(prev.lost),
+                );
+                o.sampler_seen = c;
+            }
+            Err(e) => {
+                tracing::warn!(iface = %o.name, error = %contract::error::chain(&e), "reading the sampler's counts failed; retrying next interval")
+            }
+        }
+    }
+
+    /// The evidence capture, its last samples taken and closed (the end of the run): its path
+    /// and statistics, or the first error writing it.
+    pub fn finish_evidence(
+        &mut self,
+    ) -> Option<(
+        std::path::PathBuf,
+        Result<crate::sinks::evidence::EvidenceStats, crate::sinks::evidence::EvidenceError>,
+    )> {
+        self.evidence.as_ref()?;
+        for i in 0..self.ifaces.len() {
+            if self.ifaces[i].ifindex.is_none() {
+                continue;
+            }
+            self.samplebuf.clear();
+            let o = &mut self.ifaces[i];
+            if o.iface.drain_samples(&mut self.samplebuf) > 0
+                && let Some(ev) = self.evidence.as_mut()
+            {
+                ev.offer(&o.name, &self.samplebuf);
+            }
+            self.sampler_counts(i);
+        }
+        self.evidence.take().map(LiveEvidence::finish)
     }
 
     /// A nearly full table: evict idle keys, their final values to the consumer.
@@ -216,6 +278,10 @@ impl Polled for KernelSource {
             // the next read updates these entries in place
             self.ifaces[i].iface.recycle(snap);
             self.evict_idle(i, out, t_ns, keys);
+            self.sampler_counts(i);
+        }
+        if let Some(ev) = self.evidence.as_mut() {
+            ev.flush();
         }
         if let Some(q) = &mut self.host_qps {
             q.read_into(out).map_err(ConsumerFailed)?;

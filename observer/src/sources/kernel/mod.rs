@@ -43,7 +43,8 @@ use aya::programs::{
 };
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use observer_common::maps::{
-    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, QpValue, dir,
+    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, QpValue, Sample,
+    SamplerState, dir,
 };
 use observer_common::qp_table::buckets_for;
 
@@ -200,6 +201,9 @@ pub const EVENTS_BYTES: u32 = 1 << 20;
 /// Size of the PFC / PAUSE frame ring buffer: 21,845 records of 48 bytes, drained every 100 ms
 /// (about 218,000 MAC control frames per second before `pause_events_lost` counts).
 pub const PAUSES_BYTES: u32 = 1 << 20;
+/// Size of the live sample ring (`--evidence`): 5,461 records of 192 bytes (plus 8 of header),
+/// drained every 100 ms.
+pub const SAMPLES_BYTES: u32 = 1 << 20;
 /// Largest number of source MACs with PFC/PAUSE counters (per-CPU values; MAC control senders
 /// are the link peers, a handful per interface).
 pub const MAX_MACS: u32 = 1024;
@@ -224,6 +228,20 @@ pub struct LiveOptions {
     pub policy: Policy,
     /// Attach tc egress too (what this host sends).
     pub egress: bool,
+    /// Offending frames sampled per second and CPU for the evidence capture (`--evidence`);
+    /// 0: none.
+    pub sample_per_sec: u32,
+}
+
+/// The live sampler's counts, summed over CPUs (cumulative since the object was loaded).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplerCounts {
+    /// Frames copied to the sample ring.
+    pub sampled: u64,
+    /// Offending frames not sampled: a CPU's budget for the second was spent.
+    pub over_rate: u64,
+    /// Offending frames not sampled: the sample ring was full.
+    pub lost: u64,
 }
 
 /// What was attached where, for the start-up report.
@@ -500,6 +518,7 @@ fn load_with(
         .map_max_entries("MACS", MAX_MACS)
         .map_max_entries("EVENTS", EVENTS_BYTES)
         .map_max_entries("PAUSES", PAUSES_BYTES)
+        .map_max_entries("SAMPLES", SAMPLES_BYTES)
         .load(object.bytes())
         .map_err(ebpf_error)?;
     let extra: &[&str] = if kfuncs.is_some() {
@@ -564,6 +583,10 @@ struct Loaded {
     policy: Array<MapData, Policy>,
     events: RingBuf<MapData>,
     pauses: RingBuf<MapData>,
+    /// Sampled offending frames (`--evidence`), their per-CPU sampler and its rate.
+    samples: RingBuf<MapData>,
+    sampler: PerCpuArray<MapData, SamplerState>,
+    sample_rate: Array<MapData, u32>,
     /// The programs' rare-path log records (aya-log), when kernel logging is on.
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     /// The last snapshot's per-QP entries, given back ([`Loaded::recycle`]): the next snapshot
@@ -623,6 +646,9 @@ impl Loaded {
         let policy_map = take(&mut ebpf, "POLICY")?;
         let events = take(&mut ebpf, "EVENTS")?;
         let pauses = take(&mut ebpf, "PAUSES")?;
+        let samples = take(&mut ebpf, "SAMPLES")?;
+        let sampler = take(&mut ebpf, "SAMPLER")?;
+        let sample_rate = take(&mut ebpf, "SAMPLE_RATE")?;
         let logger = if kernel_log_level() > 0 {
             match aya_log::EbpfLogger::init(&mut ebpf) {
                 Ok(l) => Some(l),
@@ -646,6 +672,9 @@ impl Loaded {
             policy: policy_map,
             events,
             pauses,
+            samples,
+            sampler,
+            sample_rate,
             logger,
             spare: None,
             xdp_len,
@@ -674,6 +703,34 @@ impl Loaded {
         self.policy
             .set(0, p, 0)
             .map_err(|e| LiveError::op("writing the policy", e))
+    }
+
+    /// Offending frames to sample per second on each CPU (0: none).
+    fn set_sample_rate(&mut self, per_sec: u32) -> Result<(), LiveError> {
+        self.sample_rate
+            .set(0, &per_sec, 0)
+            .map_err(|e| LiveError::op("writing the sample rate", e))
+    }
+
+    fn sampler_counts(&self) -> Result<SamplerCounts, LiveError> {
+        let per_cpu = self
+            .sampler
+            .get(&0, 0)
+            .map_err(|e| LiveError::op("reading SAMPLER", e))?;
+        let mut c = SamplerCounts::default();
+        for s in per_cpu.iter() {
+            c.sampled += s.sampled;
+            c.over_rate += s.over_rate;
+            c.lost += s.lost;
+        }
+        Ok(c)
+    }
+
+    fn drain_samples(&mut self, out: &mut Vec<Sample>) -> usize {
+        let off = mono_to_wall_offset();
+        drain_ring(&mut self.samples, out, |e: &mut Sample| {
+            e.ts_ns = to_wall(e.ts_ns, off)
+        })
     }
 
     #[cfg(any(test, feature = "test-support"))]
@@ -781,6 +838,16 @@ impl Loaded {
         self.drain_events(&mut sink);
         let mut sink = Vec::new();
         self.drain_pauses(&mut sink);
+        let mut sink = Vec::new();
+        self.drain_samples(&mut sink);
+        let ncpu = aya::util::nr_cpus()
+            .map_err(|(what, e)| LiveError::op(what.to_string(), e))?
+            .get() as usize;
+        let zeros = aya::maps::PerCpuValues::try_from(vec![SamplerState::default(); ncpu])
+            .map_err(|e| LiveError::op("clearing SAMPLER", e))?;
+        self.sampler
+            .set(0, zeros, 0)
+            .map_err(|e| LiveError::op("clearing SAMPLER", e))?;
         Ok(())
     }
 
@@ -892,6 +959,7 @@ impl LiveIface {
             progs.push(prog::TC_EGRESS);
         }
         let mut loaded = Loaded::new(opts.max_qps, &opts.policy, &progs, true)?;
+        loaded.set_sample_rate(opts.sample_per_sec)?;
         // Before attaching: no packet is stamped with the fallback clock.
         loaded.start_clock()?;
         let ingress = match hook {
@@ -971,6 +1039,15 @@ impl LiveIface {
     /// wall-clock UNIX ns). Returns how many.
     pub fn drain_pauses(&mut self, out: &mut Vec<PauseEvent>) -> usize {
         self.loaded.drain_pauses(out)
+    }
+    /// Non-blocking: appends the sampled offending frames waiting in their ring buffer (times
+    /// in wall-clock UNIX ns). Returns how many.
+    pub fn drain_samples(&mut self, out: &mut Vec<Sample>) -> usize {
+        self.loaded.drain_samples(out)
+    }
+    /// The live sampler's counts since attach.
+    pub fn sampler_counts(&self) -> Result<SamplerCounts, LiveError> {
+        self.loaded.sampler_counts()
     }
     /// The ring buffer's fd, for `tokio::io::unix::AsyncFd` readiness.
     pub fn events_fd(&self) -> Option<std::os::fd::RawFd> {

@@ -106,6 +106,18 @@ impl ProgTester {
     pub fn drain_events(&mut self, out: &mut Vec<Event>) -> usize {
         self.loaded.drain_events(out)
     }
+    /// Offending frames to sample per second on each CPU (0: none).
+    pub fn set_sample_rate(&mut self, per_sec: u32) -> Result<(), LiveError> {
+        self.loaded.set_sample_rate(per_sec)
+    }
+    /// The sampled offending frames since the last call (wall-clock times).
+    pub fn drain_samples(&mut self, out: &mut Vec<Sample>) -> usize {
+        self.loaded.drain_samples(out)
+    }
+    /// The live sampler's counts, summed over CPUs.
+    pub fn sampler_counts(&self) -> Result<SamplerCounts, LiveError> {
+        self.loaded.sampler_counts()
+    }
     /// The PFC / PAUSE frame records since the last call (wall-clock times).
     pub fn drain_pauses(&mut self, out: &mut Vec<observer_common::maps::PauseEvent>) -> usize {
         self.loaded.drain_pauses(out)

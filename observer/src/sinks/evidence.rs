@@ -1,6 +1,8 @@
 //! Evidence: the frames that broke a rule, written while a capture is replayed
-//! (`replay --evidence FILE.pcapng`), for the user to open in Wireshark. From "QP 0xaf108c has
-//! 375 packets at DSCP 0" to those packets.
+//! (`replay --evidence FILE.pcapng`: every offending frame offered) or while an interface is
+//! observed (`roce-observe --evidence FILE.pcapng`: the frames the kernel programs sampled, at
+//! most `--evidence-rate` per second and CPU), for the user to open in Wireshark. From "QP
+//! 0xaf108c has 375 packets at DSCP 0" to those packets.
 //!
 //! A pcapng file: one interface description per observed interface (named as in the outputs),
 //! one enhanced packet block per frame with its original time and length, and a comment naming
@@ -17,7 +19,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use observer_common::maps::QpKey;
+use observer_common::maps::{QpKey, SAMPLE_SNAP, Sample};
 use observer_common::qp::offense;
 
 /// Rule-key pairs remembered for the per-key limit; frames of further pairs are not written.
@@ -42,6 +44,18 @@ pub struct EvidenceStats {
     pub over_total: u64,
     /// Offending frames not written: [`MAX_SUBJECTS`] rule-key pairs were remembered.
     pub over_subjects: u64,
+    /// Live only: offending frames the kernel programs did not sample, a CPU's budget of
+    /// `--evidence-rate` frames for the second being spent.
+    pub over_rate: u64,
+    /// Live only: offending frames not sampled because the sample ring was full.
+    pub lost: u64,
+}
+
+impl EvidenceStats {
+    /// Offending frames seen and not written, for every reason.
+    pub fn left_out(&self) -> u64 {
+        self.over_per_key + self.over_total + self.over_subjects + self.over_rate + self.lost
+    }
 }
 
 pub struct Evidence {
@@ -79,8 +93,13 @@ fn block(kind: u32, body: &[u8]) -> Vec<u8> {
 }
 
 impl Evidence {
-    /// Creates `path` (replacing it) with its section header.
-    pub fn create(path: &Path, per_key: u32, max_frames: u64) -> Result<Evidence, EvidenceError> {
+    /// Creates `path` (replacing it) with its section header, naming `app` as its writer.
+    pub fn create(
+        path: &Path,
+        app: &str,
+        per_key: u32,
+        max_frames: u64,
+    ) -> Result<Evidence, EvidenceError> {
         let err = |err| EvidenceError {
             path: path.to_path_buf(),
             err,
@@ -91,7 +110,7 @@ impl Evidence {
         body.extend_from_slice(&1u16.to_le_bytes());
         body.extend_from_slice(&0u16.to_le_bytes());
         body.extend_from_slice(&(-1i64).to_le_bytes());
-        option(&mut body, 4, b"roce-observe replay --evidence"); // shb_userappl
+        option(&mut body, 4, app.as_bytes()); // shb_userappl
         option(&mut body, 0, &[]);
         w.write_all(&block(0x0a0d_0d0a, &body)).map_err(err)?;
         Ok(Evidence {
@@ -213,11 +232,107 @@ impl Evidence {
         Ok(())
     }
 
+    /// Writes what is buffered, so that the file read now has every frame offered so far
+    /// (the live command does so every interval).
+    pub fn flush(&mut self) -> Result<(), EvidenceError> {
+        self.w.flush().map_err(|e| self.err(e))
+    }
+
     /// Flushes the file; its statistics.
     pub fn finish(mut self) -> Result<EvidenceStats, EvidenceError> {
         self.w.flush().map_err(|e| self.err(e))?;
         self.w.get_ref().sync_all().map_err(|e| self.err(e))?;
         Ok(self.stats)
+    }
+}
+
+/// The live command's evidence: the kernel programs' samples of each interface written to
+/// one capture, flushed every interval. A write that fails stops the capture (said once); the
+/// error is the run's at the end.
+pub struct LiveEvidence {
+    writer: Option<Evidence>,
+    path: PathBuf,
+    err: Option<EvidenceError>,
+    /// Kernel-side counts (`over_rate`, `lost`), added as the interfaces report them.
+    kernel: EvidenceStats,
+}
+
+impl LiveEvidence {
+    pub fn new(writer: Evidence) -> LiveEvidence {
+        LiveEvidence {
+            path: writer.path().to_path_buf(),
+            writer: Some(writer),
+            err: None,
+            kernel: EvidenceStats::default(),
+        }
+    }
+
+    fn failed(&mut self, e: EvidenceError) {
+        tracing::error!(path = %self.path.display(), error = %contract::error::chain(&e),
+            "the evidence capture cannot be written; no more frames go to it");
+        if let Some(w) = self.writer.take() {
+            self.kernel.frames += w.stats.frames;
+            self.kernel.over_per_key += w.stats.over_per_key;
+            self.kernel.over_total += w.stats.over_total;
+            self.kernel.over_subjects += w.stats.over_subjects;
+        }
+        self.err.get_or_insert(e);
+    }
+
+    /// The samples of interface `iface`, each with its offloaded tag put back.
+    pub fn offer(&mut self, iface: &str, samples: &[Sample]) {
+        let mut buf = [0u8; SAMPLE_SNAP + 4];
+        for s in samples {
+            let Some(w) = self.writer.as_mut() else {
+                return;
+            };
+            let n = s.frame_into(&mut buf);
+            if let Err(e) = w.offer(
+                iface,
+                Some(s.key),
+                s.offenses,
+                s.ts_ns,
+                &buf[..n],
+                s.wire_len,
+            ) {
+                self.failed(e);
+            }
+        }
+    }
+
+    /// Offending frames the kernel programs left out since the last report of an interface.
+    pub fn left_out_in_kernel(&mut self, over_rate: u64, lost: u64) {
+        self.kernel.over_rate += over_rate;
+        self.kernel.lost += lost;
+    }
+
+    /// Writes what is buffered (every interval).
+    pub fn flush(&mut self) {
+        if let Some(Err(e)) = self.writer.as_mut().map(Evidence::flush) {
+            self.failed(e);
+        }
+    }
+
+    /// Closes the capture: its path, and its statistics or the first error.
+    pub fn finish(mut self) -> (PathBuf, Result<EvidenceStats, EvidenceError>) {
+        let mut st = self.kernel;
+        if let Some(w) = self.writer.take() {
+            match w.finish() {
+                Ok(s) => {
+                    st.frames += s.frames;
+                    st.over_per_key += s.over_per_key;
+                    st.over_total += s.over_total;
+                    st.over_subjects += s.over_subjects;
+                }
+                Err(e) => {
+                    self.err.get_or_insert(e);
+                }
+            }
+        }
+        match self.err {
+            Some(e) => (self.path, Err(e)),
+            None => (self.path, Ok(st)),
+        }
     }
 }
 
@@ -232,7 +347,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ro-evidence-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("e.pcapng");
-        let mut e = Evidence::create(&p, 2, 3).unwrap();
+        let mut e = Evidence::create(&p, "test", 2, 3).unwrap();
         let key = QpKey {
             dest_qp: 0x11,
             ..QpKey::default()
@@ -263,7 +378,9 @@ mod tests {
                 frames: 3,
                 over_per_key: 2,
                 over_total: 1,
-                over_subjects: 0
+                over_subjects: 0,
+                over_rate: 0,
+                lost: 0,
             }
         );
         let data = std::fs::read(&p).unwrap();
