@@ -148,6 +148,9 @@ impl Collector {
                     .iter()
                     .filter_map(|c| rules::config_check(iface, c, t)),
             );
+            for k in self.sinks.iter_mut() {
+                k.nic_checks(iface, &checks);
+            }
         }
         if let (Some(n), Some(start)) = (counters, start) {
             let secs = t.saturating_sub(start) as f64 / 1e9;

@@ -59,6 +59,9 @@ pub trait Sink {
     fn nic(&mut self, _rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
         Ok(())
     }
+    /// The NIC configuration checks of interface `iface` (at start-up and whenever the
+    /// configuration changed).
+    fn nic_checks(&mut self, _iface: &str, _checks: &[nic::Check]) {}
     /// One read of the host's QPs (`qps` table rows), the interval starting at `t_ns`.
     fn qps(&mut self, _rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
         Ok(())

@@ -299,3 +299,82 @@ fn a_scripted_nic_drives_every_nic_rule_and_the_nic_table() {
         "absent in sample 3: null there"
     );
 }
+
+/// The terminal view's NIC pane is fed by the collector: a scripted mlx5 NIC whose DCB
+/// configuration has PFC off on the RDMA priority gives the view its checks (the failure
+/// first), PFC frames per priority from the NIC's own counters (last interval and since the
+/// start), and what moved in the interval with the discards first.
+#[test]
+fn the_terminal_view_gets_the_nic_checks_and_counters() {
+    use observer::sinks::tui::model::{Mailbox, ViewSink};
+    use std::sync::Arc;
+    let tmp = TempDir::new("nic-view");
+    let out = tmp.path().to_path_buf();
+    let mut col = collector(&out, Some(Policy::nvidia()));
+    let mb = Arc::new(Mailbox::default());
+    col.add_sink(Box::new(ViewSink::new([26, 255, 48], mb.clone())));
+    let eth = |pause: u64, disc: u64| {
+        vec![
+            ("rx_prio3_pause", pause),
+            ("rx_prio3_discards", disc),
+            ("rx_bytes", 5000 + pause),
+        ]
+    };
+    let rdma = |cnp: u64| vec![("np_cnp_sent", cnp)];
+    // PFC enabled on priority 0 only (0x01): the RDMA priority 3 is not lossless
+    let samples = vec![
+        sample(T0, &eth(100, 0), &rdma(0), 0x01),
+        sample(T0 + S, &eth(400, 7), &rdma(25), 0x01),
+        sample(T0 + 2 * S, &eth(450, 9), &rdma(40), 0x01),
+    ];
+    let mut feed = NicFeed::new(Box::new(ScriptedReader::new(samples)));
+    for _ in 0..3 {
+        feed.read_into("ens1f0np0", &mut col).unwrap();
+    }
+    // an interval of the packet side (none seen) publishes the view
+    col.begin("ens1f0np0", T0, None);
+    col.on_snapshot(&observer::sources::Snapshot {
+        iface: "ens1f0np0".into(),
+        time_ns: T0 + 2 * S,
+        link_speed_bps: None,
+        qps: Vec::new(),
+        iface_stats: Default::default(),
+        macs: Vec::new(),
+        changed: None,
+    })
+    .unwrap();
+    let d = mb.take_data().expect("the view's data");
+    assert_eq!(d.nics.len(), 1, "{:?}", d.nics);
+    let v = &d.nics[0];
+    assert_eq!(
+        (
+            v.iface.as_str(),
+            v.driver.as_str(),
+            v.rdma_device.as_deref()
+        ),
+        ("ens1f0np0", "mlx5", Some("mlx5_0"))
+    );
+    let (fail, _, pass) = v.check_counts();
+    assert!(fail >= 1 && pass >= 1, "{:?}", v.checks);
+    assert_eq!(
+        v.checks[0].verdict, "fail",
+        "failures first: {:?}",
+        v.checks
+    );
+    assert!(
+        v.checks
+            .iter()
+            .any(|c| c.verdict == "fail" && c.name.contains("pfc")),
+        "{:?}",
+        v.checks
+    );
+    // the last interval: 50 PFC frames on p3, 2 dropped, 15 CNPs sent; since the start 350
+    assert_eq!(v.pfc_rx[3], Some(50));
+    assert_eq!(v.pfc_rx_total[3], 350);
+    let moved: Vec<(&str, i64, bool)> = v.moved.iter().map(|m| (m.0.as_str(), m.1, m.2)).collect();
+    assert_eq!(
+        &moved[..2],
+        &[("rx_discards_p3", 2, true), ("cnp_sent", 15, false)],
+        "{moved:?}"
+    );
+}

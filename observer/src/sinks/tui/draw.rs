@@ -11,7 +11,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
 
-use super::model::{HostQp, IfaceView, PfcFigures, QpRow};
+use super::model::{HostQp, IfaceView, NicView, PfcFigures, QpRow};
 use super::screen::Screen;
 use contract::alert::Severity;
 use contract::time::rfc3339;
@@ -56,6 +56,27 @@ pub fn draw(f: &mut Frame<'_>, s: &mut Screen) {
         Constraint::Length(1),
     ])
     .areas(area);
+    // The NIC's own view (its counters and configuration checks): first, up to half the
+    // space, when no packet was seen (a hardware-RoCE host: the only data there is); else a
+    // few lines below the packet table.
+    let no_packets = s.shown().data.rows.is_empty();
+    let nic = nic_lines(&s.shown().data.nics, mid.width as usize, !no_packets);
+    let (mid, nic_area) = if nic.is_empty() {
+        (mid, None)
+    } else {
+        let h = if no_packets {
+            (nic.len() as u16 + 1).min((mid.height / 2).max(3))
+        } else {
+            (nic.len() as u16 + 1).min((mid.height / 4).max(2))
+        };
+        if no_packets {
+            let [n, m] = Layout::vertical([Constraint::Length(h), Constraint::Min(2)]).areas(mid);
+            (m, Some(n))
+        } else {
+            let [m, n] = Layout::vertical([Constraint::Min(2), Constraint::Length(h)]).areas(mid);
+            (m, Some(n))
+        }
+    };
     // The host's QPs below the packet table: most of the space when no packet was seen (a
     // hardware-RoCE host), else as many lines as they need, up to half.
     let host_n = s.shown().data.host_qps.as_ref().map(Vec::len);
@@ -75,6 +96,9 @@ pub fn draw(f: &mut Frame<'_>, s: &mut Screen) {
     draw_table(f, table, s);
     if let Some(hq) = host {
         draw_host_qps(f, hq, s);
+    }
+    if let Some(na) = nic_area {
+        draw_nic(f, na, &s.shown().data.nics, nic);
     }
     draw_alerts(f, alerts, s);
     f.render_widget(Paragraph::new(key_line(s, keys.width as usize)), keys);
@@ -98,7 +122,7 @@ pub fn draw(f: &mut Frame<'_>, s: &mut Screen) {
 }
 
 /// What `?` shows: the keys, then what the columns mean.
-const HELP: [&str; 27] = [
+const HELP: [&str; 30] = [
     "Keys",
     "  q, Ctrl-C    stop observing (the last interval is written)",
     "  Tab          move the scroll keys between the QP table and the alerts",
@@ -125,6 +149,9 @@ const HELP: [&str; 27] = [
     "  age          time since the key's last packet",
     "Header: per interface its keys, and PFC per direction and priority, the",
     "  priority with the densest second first: XOFF frames, time paused, peak XOFF/s",
+    "NIC pane: per interface the NIC's own view: its configuration checks (✗ failed,",
+    "  ? undecided), PFC frames per priority from its counters (last interval, Σ since",
+    "  the start), and the counters that moved, faults (drops, storms, NAKs) in red",
     "More: docs/live.md",
 ];
 
@@ -594,6 +621,115 @@ fn draw_host_qps(f: &mut Frame<'_>, area: Rect, s: &Screen) {
     f.render_widget(t, area);
 }
 
+/// The NIC pane's lines, each cut to `w`: per interface its checks and PFC per priority from
+/// the NIC's own counters, the failed and undecided checks, and what moved in the last
+/// interval, faults first (red). `compact` (packets are seen too): the failed checks and the
+/// faults only, besides the first line.
+fn nic_lines(nics: &[NicView], w: usize, compact: bool) -> Vec<Line<'static>> {
+    let red = Style::default().fg(Color::Red);
+    let yellow = Style::default().fg(Color::Yellow);
+    let mut out = Vec::new();
+    for v in nics {
+        let (fail, unknown, pass) = v.check_counts();
+        let mut head = format!("{} ({}", v.iface, v.driver);
+        if let Some(d) = &v.rdma_device {
+            head.push_str(&format!(", {d}"));
+        }
+        head.push_str(&format!(
+            "): checks {fail} failed, {unknown} unknown, {pass} passed"
+        ));
+        let pfc = |frames: &[Option<u64>; 8], us: &[Option<u64>; 8], total: &[u64; 8]| {
+            let mut parts = Vec::new();
+            for p in 0..8 {
+                if total[p] == 0 {
+                    continue;
+                }
+                let mut t = format!("p{p} {}", compact_n(frames[p].unwrap_or(0)));
+                if let Some(u) = us[p].filter(|&u| u > 0) {
+                    t.push_str(&format!(" {}", seconds(u as f64 / 1e6)));
+                }
+                t.push_str(&format!(" (Σ{})", compact_n(total[p])));
+                parts.push(t);
+            }
+            parts.join(" ")
+        };
+        let rx = pfc(&v.pfc_rx, &v.pfc_rx_us, &v.pfc_rx_total);
+        let tx = pfc(&v.pfc_tx, &v.pfc_tx_us, &v.pfc_tx_total);
+        if !rx.is_empty() || !tx.is_empty() {
+            head.push_str(&format!(" | PFC rx {} tx {}", or_dash(&rx), or_dash(&tx)));
+        } else if v.pfc_rx.iter().all(Option::is_none) && v.end_ns > 0 {
+            head.push_str(" | no PFC counters");
+        } else if v.end_ns > 0 {
+            head.push_str(" | no PFC frames");
+        }
+        let st = if fail > 0 { red } else { Style::default() };
+        out.push(Line::from(Span::styled(fit(&head, w), st)));
+        for c in &v.checks {
+            let (mark, st) = match c.verdict {
+                "fail" => ("✗", red),
+                "unknown" if !compact => ("?", yellow),
+                _ => continue,
+            };
+            let t = format!("  {mark} {}: {}", c.name, c.text);
+            out.push(Line::from(Span::styled(fit(&t, w), st)));
+        }
+        let faults: Vec<&(String, i64, bool)> = v.moved.iter().filter(|m| m.2).collect();
+        let shown: Vec<&(String, i64, bool)> = if compact {
+            faults
+        } else {
+            v.moved.iter().collect()
+        };
+        if !shown.is_empty() || (!compact && (v.raw_moved > 0 || v.counter_resets > 0)) {
+            let mut spans = vec![Span::raw("  moved: ")];
+            let mut used = 9;
+            for (i, (name, d, fault)) in shown.iter().enumerate() {
+                let t = format!("{}{name} {d}", if i > 0 { ", " } else { "" });
+                used += t.chars().count();
+                if used > w {
+                    spans.push(Span::raw("…"));
+                    break;
+                }
+                spans.push(Span::styled(t, if *fault { red } else { Style::default() }));
+            }
+            if !compact && v.raw_moved > 0 && used + 16 <= w {
+                spans.push(Span::raw(format!(" +{} driver counters", v.raw_moved)));
+            }
+            if v.counter_resets > 0 && used + 20 <= w {
+                spans.push(Span::styled(
+                    format!(" {} counters reset", v.counter_resets),
+                    yellow,
+                ));
+            }
+            out.push(Line::from(spans));
+        }
+    }
+    out
+}
+
+fn compact_n(n: u64) -> String {
+    compact(n, 6)
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() { "-" } else { s }
+}
+
+fn draw_nic(f: &mut Frame<'_>, area: Rect, nics: &[NicView], lines: Vec<Line<'static>>) {
+    let w = area.width as usize;
+    let failed: usize = nics.iter().map(|v| v.check_counts().0).sum();
+    let faults: usize = nics
+        .iter()
+        .map(|v| v.moved.iter().filter(|m| m.2).count())
+        .sum();
+    let title = format!(
+        " NIC (its own counters and configuration): {failed} checks failed, {faults} fault counters moved "
+    );
+    let block = Block::new()
+        .borders(Borders::TOP)
+        .title(Span::styled(fit(&title, w), bold()));
+    f.render_widget(Paragraph::new(lines).block(block), area);
+}
+
 fn draw_alerts(f: &mut Frame<'_>, area: Rect, s: &mut Screen) {
     let w = area.width as usize;
     let page = area.height.saturating_sub(1) as usize;
@@ -699,6 +835,7 @@ mod tests {
             ifaces: vec![v],
             rows: (0..rows).map(|q| row(q, 1000 - q as u64, 0)).collect(),
             host_qps: None,
+            nics: Vec::new(),
         }));
         for i in 0..alerts {
             s.push_alert(AlertLine {
@@ -813,6 +950,7 @@ mod tests {
             ifaces: vec![v],
             rows: (0..40).map(|q| row(q, 1000 - q as u64, 0)).collect(),
             host_qps: None,
+            nics: Vec::new(),
         }));
         let l = lines(&mut s, 80, 24);
         assert!(l[2].starts_with("  PFC in: p3 XOFF 5000"), "{l:#?}");
@@ -908,6 +1046,116 @@ mod tests {
         assert!(l.iter().all(|x| x.chars().count() == 80));
     }
 
+    /// A NIC view: a failed check, an undecided one, PFC from the NIC's counters on p3, a
+    /// receive-buffer discard and CNPs moving.
+    fn nic_view() -> crate::sinks::tui::model::NicView {
+        use crate::sinks::tui::model::{NicCheckLine, NicView};
+        let mut v = NicView {
+            iface: "ens1f0np0".into(),
+            driver: "mlx5".into(),
+            rdma_device: Some("mlx5_0".into()),
+            end_ns: 1_800_000_000_000_000_000,
+            ..NicView::default()
+        };
+        v.pfc_rx = [Some(0); 8];
+        v.pfc_tx = [Some(0); 8];
+        v.pfc_rx[3] = Some(1200);
+        v.pfc_rx_us[3] = Some(4500);
+        v.pfc_rx_total[3] = 4800;
+        v.moved = vec![
+            ("rx_buf_discards_p3".into(), 12, true),
+            ("cnp_sent".into(), 340, false),
+        ];
+        v.raw_moved = 5;
+        v.checks = vec![
+            NicCheckLine {
+                name: "config_pfc_rdma_priority".into(),
+                verdict: "fail",
+                text: "PFC enabled on none (expected priority 3)".into(),
+            },
+            NicCheckLine {
+                name: "config_cnp_dscp".into(),
+                verdict: "unknown",
+                text: "not readable without root".into(),
+            },
+            NicCheckLine {
+                name: "config_trust_dscp".into(),
+                verdict: "pass",
+                text: "dscp".into(),
+            },
+        ];
+        v
+    }
+
+    /// A hardware-RoCE host at 80x24: no packet, so the NIC pane leads (above the QP pane and
+    /// the host's QPs) with its checks, PFC per priority from the NIC and what moved, the
+    /// failed check and the discard in red; with packets it shrinks below the table to the
+    /// failures and faults.
+    #[test]
+    fn the_nic_pane_leads_when_no_packet_is_seen() {
+        let mut s = screen(0, 1);
+        s.set_data(Arc::new(ViewData {
+            now_ns: 1_800_000_000_000_000_000,
+            ifaces: Vec::new(),
+            rows: Vec::new(),
+            host_qps: Some(Vec::new()),
+            nics: vec![nic_view()],
+        }));
+        let l = lines(&mut s, 80, 24);
+        let at = |l: &[String], needle: &str| l.iter().position(|x| x.contains(needle));
+        let title = at(
+            &l,
+            " NIC (its own counters and configuration): 1 checks failed, 1",
+        )
+        .unwrap_or_else(|| panic!("{l:#?}"));
+        let first = &l[title + 1];
+        assert!(
+            first.starts_with("ens1f0np0 (mlx5, mlx5_0): checks 1 failed, 1 unknown, 1 passed"),
+            "{l:#?}"
+        );
+        assert!(first.contains("| PFC rx p3 1200"), "{l:#?}");
+        assert!(l[title + 2].contains("✗ config_pfc_rdma_priority: PFC enabled on none"));
+        assert!(l[title + 3].contains("? config_cnp_dscp: not readable"));
+        assert!(
+            l[title + 4].contains("moved: rx_buf_discards_p3 12, cnp_sent 340"),
+            "{l:#?}"
+        );
+        assert!(
+            !l.iter().any(|x| x.contains("config_trust_dscp")),
+            "passes are counted only"
+        );
+        let qp_pane = at(&l, "no RoCE packets seen yet").unwrap();
+        let host = at(&l, "Host QPs: 0").unwrap();
+        assert!(title < qp_pane && qp_pane < host, "{l:#?}");
+        assert!(l.iter().all(|x| x.chars().count() == 80));
+        // colours: the failed check and the discard in red
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        t.draw(|f| draw(f, &mut s)).unwrap();
+        let b = t.backend().buffer();
+        let red_at = |y: usize, needle: &str| {
+            let x = l[y].find(needle).map(|i| l[y][..i].chars().count());
+            x.is_some_and(|x| b[(x as u16 + 1, y as u16)].fg == Color::Red)
+        };
+        assert!(red_at(title + 2, "config_pfc"), "{l:#?}");
+        assert!(red_at(title + 4, "rx_buf_discards_p3"), "{l:#?}");
+
+        // packets seen: the NIC pane goes below the table, the unknown check and the counters
+        // that are no fault left out
+        s.set_data(Arc::new(ViewData {
+            now_ns: 1_800_000_000_000_000_000,
+            ifaces: Vec::new(),
+            rows: (0..5).map(|q| row(q, 100, 0)).collect(),
+            host_qps: None,
+            nics: vec![nic_view()],
+        }));
+        let l = lines(&mut s, 80, 24);
+        let title = at(&l, " NIC (its own").unwrap();
+        assert!(at(&l, "QPs 1-5 of 5").unwrap() < title, "{l:#?}");
+        assert!(!l.iter().any(|x| x.contains("config_cnp_dscp")), "{l:#?}");
+        assert!(!l.iter().any(|x| x.contains("cnp_sent")), "{l:#?}");
+        assert!(at(&l, "✗ config_pfc_rdma_priority").is_some(), "{l:#?}");
+    }
+
     /// The off-DSCP cell names the value with most packets (`+` when there are others): a
     /// bleach (0) and a remark (46) read apart.
     #[test]
@@ -968,6 +1216,7 @@ mod tests {
                 q(0x12, "RTS", "lossy", false),
                 q(0x10, "RTS", "ok", false),
             ]),
+            nics: Vec::new(),
         }));
         let l = lines(&mut s, 80, 24);
         let at = |needle: &str| l.iter().position(|x| x.contains(needle));

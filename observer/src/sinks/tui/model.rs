@@ -136,6 +136,77 @@ impl HostQp {
     }
 }
 
+/// One of the NIC's configuration checks as the NIC pane shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NicCheckLine {
+    pub name: String,
+    /// `fail`, `unknown` or `pass`.
+    pub verdict: &'static str,
+    /// What was observed against what the policy expects (for an unknown: why).
+    pub text: String,
+}
+
+/// One interface's NIC as its own counters and configuration show it: the pane that has data
+/// on hardware-RoCE hosts, where no packet reaches XDP.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NicView {
+    pub iface: String,
+    /// Driver family the counters were mapped by (`mlx5`, `bnxt`, `ice`, `rxe`, `other`).
+    pub driver: String,
+    pub rdma_device: Option<String>,
+    /// End of the last interval read (ns since the epoch; 0: none yet).
+    pub end_ns: u64,
+    /// PFC frames per priority in the last interval, received and sent (`None`: not reported).
+    pub pfc_rx: [Option<u64>; 8],
+    pub pfc_tx: [Option<u64>; 8],
+    /// Time paused per priority in the last interval by the peer's and by this host's PFC (µs).
+    pub pfc_rx_us: [Option<u64>; 8],
+    pub pfc_tx_us: [Option<u64>; 8],
+    /// PFC frames per priority since the start, received and sent.
+    pub pfc_rx_total: [u64; 8],
+    pub pfc_tx_total: [u64; 8],
+    /// The other quantities that moved in the last interval, `(column, delta, a fault)`: faults
+    /// (discards, pause storms, out-of-sequence, NAKs, timeouts, ...) first.
+    pub moved: Vec<(String, i64, bool)>,
+    /// Counters of the NIC's own names (no neutral quantity) that moved in the last interval.
+    pub raw_moved: usize,
+    /// Counters that went backwards in the last interval.
+    pub counter_resets: i64,
+    /// The configuration checks of the last time it was checked: failed, unknown, then passed.
+    pub checks: Vec<NicCheckLine>,
+}
+
+impl NicView {
+    /// Checks that failed and that could not be decided.
+    pub fn check_counts(&self) -> (usize, usize, usize) {
+        let n = |v: &str| self.checks.iter().filter(|c| c.verdict == v).count();
+        (n("fail"), n("unknown"), n("pass"))
+    }
+}
+
+/// Whether a NIC quantity moving is a fault to look at (drops, storms, sequence errors).
+fn nic_fault(q: nic::Quantity) -> bool {
+    use nic::Quantity as Q;
+    matches!(
+        q,
+        Q::RxPrioDiscards(_)
+            | Q::RxPrioBufDiscards(_)
+            | Q::RxPrioCongDiscards(_)
+            | Q::PortRxDiscards
+            | Q::PortTxDiscards
+            | Q::PauseStormEvents
+            | Q::PauseStormTxDisabled
+            | Q::GlobalPauseTxFrames
+            | Q::GlobalPauseRxFrames
+            | Q::CnpIgnored
+            | Q::OutOfSequence
+            | Q::NakSeqErrRx
+            | Q::AckTimeouts
+            | Q::DuplicateRequests
+            | Q::RnrNakRx
+    )
+}
+
 /// Everything the screen shows of the data, as of one interval's end.
 #[derive(Debug, Default)]
 pub struct ViewData {
@@ -146,6 +217,8 @@ pub struct ViewData {
     /// The host's QPs, errors and marking faults first ([`HostQp::rank`]); `None` when the
     /// inventory does not run (`--no-host-qps`, no RDMA subsystem).
     pub host_qps: Option<Vec<HostQp>>,
+    /// Each interface's NIC (empty with `--no-nic`).
+    pub nics: Vec<NicView>,
 }
 
 /// What the collector hands to the terminal thread: the latest data (a newer one replaces one
@@ -193,6 +266,7 @@ pub struct ViewSink {
     rows: HashMap<RowKey, QpRow>,
     host_qps: Option<Vec<HostQp>>,
     ifaces: BTreeMap<String, (Arc<str>, IfaceView)>,
+    nics: BTreeMap<String, NicView>,
     expected_dscp: [u8; class::COUNT],
     mailbox: Arc<Mailbox>,
 }
@@ -205,6 +279,7 @@ impl ViewSink {
             rows: HashMap::new(),
             host_qps: None,
             ifaces: BTreeMap::new(),
+            nics: BTreeMap::new(),
             expected_dscp,
             mailbox,
         }
@@ -301,7 +376,118 @@ impl ViewSink {
             ifaces: self.ifaces.values().map(|(_, v)| v.clone()).collect(),
             rows,
             host_qps: self.host_qps.clone(),
+            nics: self.nics.values().cloned().collect(),
         }
+    }
+
+    fn nic_view(&mut self, iface: &str) -> &mut NicView {
+        self.nics
+            .entry(iface.to_string())
+            .or_insert_with(|| NicView {
+                iface: iface.to_string(),
+                ..NicView::default()
+            })
+    }
+
+    /// The interval's `nic` rows (one per interface): its PFC per priority, what moved.
+    fn on_nic(&mut self, b: &RecordBatch) {
+        let s = |n: &str| b.column_by_name(n).and_then(|c| c.as_string_opt::<i32>());
+        let (Some(ifc), Some(driver)) = (s("iface"), s("driver")) else {
+            return;
+        };
+        let rdma = s("rdma_device");
+        let end = b
+            .column_by_name("interval_end")
+            .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>());
+        let all = nic::Quantity::all();
+        let cols: Vec<Option<&Int64Array>> = all
+            .iter()
+            .map(|q| {
+                b.column_by_name(&q.to_string())
+                    .and_then(|c| c.as_primitive_opt::<Int64Type>())
+            })
+            .collect();
+        let raw = b.column_by_name("raw").and_then(|c| c.as_list_opt::<i32>());
+        for row in 0..b.num_rows() {
+            let v = self.nic_view(ifc.value(row));
+            v.driver = driver.value(row).to_string();
+            v.rdma_device = rdma
+                .filter(|c| !c.is_null(row))
+                .map(|c| c.value(row).to_string());
+            if let Some(e) = end {
+                v.end_ns = (e.value(row).max(0) as u64).saturating_mul(1000);
+            }
+            v.pfc_rx = [None; 8];
+            v.pfc_tx = [None; 8];
+            v.pfc_rx_us = [None; 8];
+            v.pfc_tx_us = [None; 8];
+            v.moved.clear();
+            let mut faults = Vec::new();
+            for (q, c) in all.iter().zip(&cols) {
+                let Some(val) = c.filter(|c| !c.is_null(row)).map(|c| c.value(row)) else {
+                    continue;
+                };
+                let u = val.max(0) as u64;
+                match *q {
+                    nic::Quantity::PfcRxFrames(p) => {
+                        v.pfc_rx[p as usize & 7] = Some(u);
+                        v.pfc_rx_total[p as usize & 7] += u;
+                    }
+                    nic::Quantity::PfcTxFrames(p) => {
+                        v.pfc_tx[p as usize & 7] = Some(u);
+                        v.pfc_tx_total[p as usize & 7] += u;
+                    }
+                    nic::Quantity::PfcRxPauseUs(p) => v.pfc_rx_us[p as usize & 7] = Some(u),
+                    nic::Quantity::PfcTxPauseUs(p) => v.pfc_tx_us[p as usize & 7] = Some(u),
+                    q if val != 0 => {
+                        if nic_fault(q) {
+                            faults.push((q.to_string(), val, true));
+                        } else {
+                            v.moved.push((q.to_string(), val, false));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            faults.append(&mut v.moved);
+            v.moved = faults;
+            v.counter_resets = int_at(b, "counter_resets", row) as i64;
+            v.raw_moved = raw.map_or(0, |l| {
+                if l.is_null(row) {
+                    0
+                } else {
+                    l.value(row).len()
+                }
+            });
+        }
+    }
+
+    /// The NIC configuration checks of `iface`, as last run.
+    fn on_nic_checks(&mut self, iface: &str, checks: &[nic::Check]) {
+        let mut lines: Vec<NicCheckLine> = checks
+            .iter()
+            .map(|c| {
+                let (verdict, text) = match &c.verdict {
+                    nic::Verdict::Fail => {
+                        ("fail", format!("{} (expected {})", c.observed, c.expected))
+                    }
+                    nic::Verdict::Unknown(why) => ("unknown", why.clone()),
+                    nic::Verdict::Pass => ("pass", c.observed.clone()),
+                };
+                NicCheckLine {
+                    name: c.name.clone(),
+                    verdict,
+                    text,
+                }
+            })
+            .collect();
+        let rank = |v: &str| match v {
+            "fail" => 0,
+            "unknown" => 1,
+            _ => 2,
+        };
+        lines.sort_by_key(|l| rank(l.verdict));
+        self.nic_view(iface).checks = lines;
     }
 
     /// One read of the host's QPs (the `qps` table's rows): replaces the previous read.
@@ -560,6 +746,15 @@ impl Sink for ViewSink {
     fn qps(&mut self, rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
         self.on_host_qps(rows);
         Ok(())
+    }
+
+    fn nic(&mut self, rows: &RecordBatch, _t_ns: u64) -> Result<(), OutputError> {
+        self.on_nic(rows);
+        Ok(())
+    }
+
+    fn nic_checks(&mut self, iface: &str, checks: &[nic::Check]) {
+        self.on_nic_checks(iface, checks);
     }
 
     fn end_interval(&mut self, t_ns: u64) -> Result<(), OutputError> {

@@ -405,6 +405,7 @@ pub(crate) mod tests {
             ifaces: Vec::new(),
             rows,
             host_qps: None,
+            nics: Vec::new(),
         }));
         s
     }
