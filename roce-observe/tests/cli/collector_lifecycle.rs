@@ -599,6 +599,66 @@ fn unprivileged_run_says_what_is_needed() {
     );
 }
 
+/// The capabilities the packages and the DaemonSet grant are exactly what the live command
+/// needs: with CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON only (root's other capabilities out of
+/// its bounding set) it attaches to a veth and writes its summary; without CAP_PERFMON it is
+/// refused naming it (it used to get as far as the verifier and fail with "Permission denied").
+#[test]
+fn the_granted_capabilities_are_enough_and_each_is_needed() {
+    if !require_root("the_granted_capabilities_are_enough_and_each_is_needed") {
+        return;
+    }
+    let pair = netns::VethPair::new("cap", "10.77.6.1", "10.77.6.2").unwrap();
+    let tmp = TempDir::new("caps");
+    let run_with = |caps: &str, out: &str| {
+        Command::new("ip")
+            .args(["netns", "exec", &pair.b.name, "setpriv"])
+            .arg(format!("--bounding-set=-all,{caps}"))
+            .arg("--inh-caps=-all")
+            .arg(env!("CARGO_BIN_EXE_roce-observe"))
+            .args([
+                "--iface",
+                &pair.b_if,
+                "--plain",
+                "--duration",
+                "2s",
+                "--out",
+            ])
+            .arg(tmp.path().join(out))
+            .output()
+            .expect("setpriv (util-linux)")
+    };
+    let granted = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/capabilities"),
+    )
+    .unwrap();
+    let caps: Vec<String> = granted
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    assert_eq!(caps, ["+bpf", "+net_admin", "+perfmon"]);
+    let o = run_with(&caps.join(","), "granted");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("attached ingress"), "{err}");
+    assert!(tmp.path().join("granted/summary.json").exists());
+    for (without, name) in [
+        ("+bpf,+net_admin", "CAP_PERFMON"),
+        ("+bpf,+perfmon", "CAP_NET_ADMIN"),
+        ("+net_admin,+perfmon", "CAP_BPF"),
+    ] {
+        let o = run_with(without, "refused");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{without}: {err}");
+        assert!(
+            err.contains("not permitted") && err.contains(&format!("missing: {name}")),
+            "{without}: {err}"
+        );
+    }
+}
+
 /// A small tmpfs, unmounted (and its directory removed) on drop, also on panic.
 struct Tmpfs {
     dir: std::path::PathBuf,

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DiagError {
     #[error(
-        "not permitted: loading XDP/tc programs needs root, or CAP_BPF + CAP_NET_ADMIN + CAP_PERFMON (run with sudo, or `setcap cap_bpf,cap_net_admin,cap_perfmon+ep roce-observe`)"
+        "not permitted: loading XDP/tc programs needs root, or CAP_BPF + CAP_NET_ADMIN + CAP_PERFMON (missing: {missing}; run with sudo, or `setcap cap_bpf,cap_net_admin,cap_perfmon+ep roce-observe`)"
     )]
-    NotPermitted,
+    NotPermitted { missing: String },
     #[error("no such interface: {iface} (interfaces here: {known})")]
     NoSuchInterface { iface: String, known: String },
     #[error(
@@ -55,14 +55,45 @@ fn cap_eff() -> u64 {
         .unwrap_or(0)
 }
 
-/// Root, or CAP_BPF (39) with CAP_NET_ADMIN (12), or CAP_SYS_ADMIN (21).
-pub fn check_privileges() -> Result<(), DiagError> {
-    let caps = cap_eff();
+/// Capability numbers (linux/capability.h).
+pub mod cap {
+    pub const NET_ADMIN: u32 = 12;
+    pub const SYS_ADMIN: u32 = 21;
+    pub const PERFMON: u32 = 38;
+    pub const BPF: u32 = 39;
+}
+
+/// The capabilities of effective set `caps` that loading and attaching the programs still
+/// needs (empty: none). Attaching XDP and tc takes CAP_NET_ADMIN; loading takes CAP_BPF with
+/// CAP_PERFMON, or CAP_SYS_ADMIN, which stands for both. Without CAP_PERFMON (CAP_BPF alone)
+/// the verifier refuses the programs' pointer arithmetic, and the packet clock's perf event
+/// cannot be opened: measured, the load then fails with the verifier's EACCES.
+pub fn missing_capabilities(caps: u64) -> Vec<&'static str> {
     let has = |b: u32| caps & (1u64 << b) != 0;
-    if has(21) || (has(39) && has(12)) {
+    let mut m = Vec::new();
+    if !has(cap::NET_ADMIN) {
+        m.push("CAP_NET_ADMIN");
+    }
+    if !has(cap::SYS_ADMIN) {
+        if !has(cap::BPF) {
+            m.push("CAP_BPF");
+        }
+        if !has(cap::PERFMON) {
+            m.push("CAP_PERFMON");
+        }
+    }
+    m
+}
+
+/// Root, or the capabilities [`missing_capabilities`] asks for.
+pub fn check_privileges() -> Result<(), DiagError> {
+    let missing = missing_capabilities(cap_eff());
+    if missing.is_empty() {
         Ok(())
     } else {
-        Err(DiagError::NotPermitted)
+        Err(DiagError::NotPermitted {
+            missing: missing.join(", "),
+        })
     }
 }
 
@@ -224,6 +255,28 @@ mod tests {
     fn w(p: PathBuf, s: &str) {
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(p, s).unwrap();
+    }
+
+    /// CAP_BPF + CAP_NET_ADMIN without CAP_PERFMON was let through, and the load then failed
+    /// with the verifier's "Permission denied"; now CAP_PERFMON is asked for by name.
+    #[test]
+    fn the_capabilities_are_named_exactly() {
+        let set = |caps: &[u32]| caps.iter().fold(0u64, |a, c| a | (1 << c));
+        assert!(missing_capabilities(set(&[cap::BPF, cap::NET_ADMIN, cap::PERFMON])).is_empty());
+        assert!(missing_capabilities(set(&[cap::SYS_ADMIN, cap::NET_ADMIN])).is_empty());
+        assert_eq!(
+            missing_capabilities(set(&[cap::BPF, cap::NET_ADMIN])),
+            ["CAP_PERFMON"]
+        );
+        assert_eq!(
+            missing_capabilities(set(&[cap::SYS_ADMIN])),
+            ["CAP_NET_ADMIN"]
+        );
+        assert_eq!(
+            missing_capabilities(0),
+            ["CAP_NET_ADMIN", "CAP_BPF", "CAP_PERFMON"]
+        );
+        assert!(missing_capabilities(u64::MAX).is_empty());
     }
 
     #[test]
