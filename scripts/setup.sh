@@ -19,7 +19,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 APT_PKGS=(llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev libxml2-dev libffi-dev pkg-config
   build-essential tshark tcpreplay nftables iproute2 ethtool libpcap-dev
-  prometheus prometheus-alertmanager tmux default-jre-headless chromium fonts-dejavu-core)
+  prometheus prometheus-alertmanager tmux default-jre-headless chromium fonts-dejavu-core
+  debootstrap)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -58,6 +59,10 @@ fi
 if ! python3 -c 'import duckdb, pyspark' 2>/dev/null; then
   log "pip: installing duckdb and pyspark (the report SQL on other engines, tests)"
   python3 -m pip install -q duckdb pyspark
+fi
+if ! command -v kubernetes-validate >/dev/null || ! kubernetes-validate --version 2>/dev/null | grep -q '1\.37\.0'; then
+  log "pip: installing kubernetes-validate (the DaemonSet against the Kubernetes API schema, tests)"
+  python3 -m pip install -q kubernetes-validate==1.37.0
 fi
 if ! python3 -c 'import playwright.sync_api' 2>/dev/null; then
   log "pip: installing playwright (drives /usr/bin/chromium in analysis/tests/integration/html.rs)"
