@@ -129,6 +129,9 @@ const MLX5_ETHTOOL: &[Rule] = &[
     F("tx_discards_phy", Q::PortTxDiscards),
     F("tx_pause_storm_warning_events", Q::PauseStormEvents),
     F("tx_pause_storm_error_events", Q::PauseStormTxDisabled),
+    P("rx_prio{p}_marked", Q::RxPrioEcnMarked),
+    F("rx_pause_ctrl_phy", Q::PauseCtrlRxFrames),
+    F("tx_pause_ctrl_phy", Q::PauseCtrlTxFrames),
     F("rx_vport_rdma_unicast_packets", Q::RdmaRxPackets),
     F("rx_vport_rdma_unicast_bytes", Q::RdmaRxBytes),
     F("tx_vport_rdma_unicast_packets", Q::RdmaTxPackets),
@@ -146,6 +149,17 @@ const MLX5_RDMA: &[Rule] = &[
     F("local_ack_timeout_err", Q::AckTimeouts),
     F("duplicate_request", Q::DuplicateRequests),
     F("rnr_nak_retry_err", Q::RnrNakRx),
+    F("out_of_buffer", Q::RdmaRxOutOfBuffer),
+    F("implied_nak_seq_err", Q::ImpliedNakSeqErr),
+    F("roce_adp_retrans", Q::AdaptiveRetrans),
+    F("roce_adp_retrans_to", Q::AdaptiveRetransTimeouts),
+    F("roce_slow_restart", Q::SlowRestarts),
+    F("roce_slow_restart_cnps", Q::SlowRestartCnps),
+    F("roce_slow_restart_trans", Q::SlowRestartTransitions),
+    // the optional congestion counters (netlink only, once enabled) count what the NP
+    // counters do: the first one read fills the quantity, the other stays raw
+    F("cc_rx_ce_pkts", Q::EcnMarkedRx),
+    F("cc_tx_cnp_pkts", Q::CnpSent),
 ];
 
 /// bnxt_en `ethtool -S` (bnxt_ethtool.c).
@@ -161,6 +175,9 @@ const BNXT_ETHTOOL: &[Rule] = &[
     F("rx_stat_discard", Q::PortRxDiscards),
     F("tx_stat_discard", Q::PortTxDiscards),
     F("continuous_pause_events", Q::PauseStormEvents),
+    F("continuous_roce_pause_events", Q::PauseStormRoceEvents),
+    F("rx_pfc_frames", Q::PfcRxFramesAllPrio),
+    F("tx_pfc_frames", Q::PfcTxFramesAllPrio),
 ];
 
 /// bnxt_re hw counters (hw_counters.c `bnxt_re_stat_descs`).
@@ -183,6 +200,7 @@ const BNXT_RDMA: &[Rule] = &[
     F("cnp_rx_pkts", Q::CnpReceived),
     F("dup_reqs", Q::DuplicateRequests),
     F("res_oos_drop_count", Q::OutOfSequence),
+    F("rx_out_of_buffer", Q::RdmaRxOutOfBuffer),
 ];
 
 /// ice `ethtool -S` (ice_ethtool.c). XON counters stay raw.
@@ -376,6 +394,54 @@ mod tests {
         assert_eq!(r("duplicate_request"), Some(Q::DuplicateRequests));
         assert_eq!(r("rnr_nak_retry_err"), Some(Q::RnrNakRx));
         assert_eq!(r("rx_prio3_pause"), None, "ethtool name on the RDMA side");
+        // the counters a ConnectX fleet's first dumps left unmapped
+        assert_eq!(r("out_of_buffer"), Some(Q::RdmaRxOutOfBuffer));
+        assert_eq!(r("implied_nak_seq_err"), Some(Q::ImpliedNakSeqErr));
+        assert_eq!(r("roce_adp_retrans"), Some(Q::AdaptiveRetrans));
+        assert_eq!(r("roce_adp_retrans_to"), Some(Q::AdaptiveRetransTimeouts));
+        assert_eq!(r("roce_slow_restart"), Some(Q::SlowRestarts));
+        assert_eq!(r("roce_slow_restart_cnps"), Some(Q::SlowRestartCnps));
+        assert_eq!(
+            r("roce_slow_restart_trans"),
+            Some(Q::SlowRestartTransitions)
+        );
+        assert_eq!(r("cc_rx_ce_pkts"), Some(Q::EcnMarkedRx));
+        assert_eq!(r("cc_tx_cnp_pkts"), Some(Q::CnpSent));
+        assert_eq!(m("rx_pause_ctrl_phy"), Some(Q::PauseCtrlRxFrames));
+        assert_eq!(m("tx_pause_ctrl_phy"), Some(Q::PauseCtrlTxFrames));
+        assert_eq!(m("rx_prio3_marked"), Some(Q::RxPrioEcnMarked(3)));
+        assert_eq!(
+            m("rx_out_of_buffer"),
+            None,
+            "the Ethernet RQs' drops, not RoCE's"
+        );
+    }
+
+    /// The optional congestion counters and the NP counters count the same packets: the first
+    /// one read fills the quantity, the other stays raw (no packet counted twice).
+    #[test]
+    fn an_optional_counter_beside_its_np_counter_is_counted_once() {
+        use crate::counters::{CounterDelta, CounterDiff};
+        let c = |name: &str, d: u64| CounterDelta {
+            name: name.into(),
+            delta: Some(d),
+            reset: false,
+            wrapped: false,
+        };
+        let rdma = CounterDiff {
+            counters: vec![c("np_ecn_marked_roce_packets", 40), c("cc_rx_ce_pkts", 40)],
+            ..Default::default()
+        };
+        let n = normalize(Driver::Mlx5, &CounterDiff::default(), Driver::Mlx5, &rdma);
+        assert_eq!(n.get(Q::EcnMarkedRx).and_then(|v| v.delta), Some(40));
+        assert_eq!(
+            n.get(Q::EcnMarkedRx).map(|v| v.raw.as_str()),
+            Some("np_ecn_marked_roce_packets")
+        );
+        assert_eq!(
+            n.raw.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            ["cc_rx_ce_pkts"]
+        );
     }
 
     #[test]
@@ -386,6 +452,12 @@ mod tests {
         assert_eq!(b("pfc_pri3_rx_duration_us"), Some(Q::PfcRxPauseUs(3)));
         assert_eq!(b("pfc_pri5_tx_transitions"), Some(Q::PfcTxTransitions(5)));
         assert_eq!(b("continuous_pause_events"), Some(Q::PauseStormEvents));
+        assert_eq!(
+            b("continuous_roce_pause_events"),
+            Some(Q::PauseStormRoceEvents)
+        );
+        assert_eq!(b("rx_pfc_frames"), Some(Q::PfcRxFramesAllPrio));
+        assert_eq!(b("tx_pfc_frames"), Some(Q::PfcTxFramesAllPrio));
         assert_eq!(b("rx_discard_packets_cos3"), None, "CoS queue != priority");
         let br = |n| map_name(Driver::Bnxt, Src::Rdma, n);
         assert_eq!(br("seq_err_naks_rcvd"), Some(Q::NakSeqErrRx));
@@ -398,6 +470,7 @@ mod tests {
         assert_eq!(br("res_oos_drop_count"), Some(Q::OutOfSequence));
         assert_eq!(br("tx_cnp_pkts"), Some(Q::CnpSent));
         assert_eq!(br("rx_ecn_marked_pkts"), Some(Q::EcnMarkedRx));
+        assert_eq!(br("rx_out_of_buffer"), Some(Q::RdmaRxOutOfBuffer));
         let i = |n| map_name(Driver::Ice, Src::Ethtool, n);
         assert_eq!(i("rx_priority_3_xoff.nic"), Some(Q::PfcRxFrames(3)));
         assert_eq!(i("tx_priority_3_xoff.nic"), Some(Q::PfcTxFrames(3)));

@@ -845,8 +845,9 @@ fn nic_loss_and_congestion(x: &NicInterval<'_>, p: &Policy, th: &Thresholds, out
     use nic::Quantity as Q;
     use observer_common::maps::dir;
     let rdma = p.rdma_priority;
-    let storms =
-        x.delta(Q::PauseStormEvents).unwrap_or(0) + x.delta(Q::PauseStormTxDisabled).unwrap_or(0);
+    let storms = x.delta(Q::PauseStormEvents).unwrap_or(0)
+        + x.delta(Q::PauseStormTxDisabled).unwrap_or(0)
+        + x.delta(Q::PauseStormRoceEvents).unwrap_or(0);
     if storms > 0 {
         out.push(x.candidate(
             Rule::PfcStorm,

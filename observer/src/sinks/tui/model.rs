@@ -196,6 +196,9 @@ fn nic_fault(q: nic::Quantity) -> bool {
             | Q::PortTxDiscards
             | Q::PauseStormEvents
             | Q::PauseStormTxDisabled
+            | Q::PauseStormRoceEvents
+            | Q::RdmaRxOutOfBuffer
+            | Q::ImpliedNakSeqErr
             | Q::GlobalPauseTxFrames
             | Q::GlobalPauseRxFrames
             | Q::CnpIgnored
