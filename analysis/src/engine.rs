@@ -152,6 +152,9 @@ pub struct Options {
     /// Bytes those rows may take (`None`: a quarter of `memory_limit`, taken from the queries'
     /// pool).
     pub resident_budget: Option<usize>,
+    /// Trees without flow logs are read (a hardware-RoCE host's: its NIC and QP tables only;
+    /// `roce-analyze hosts`); a tree must still have one table with files.
+    pub flows_optional: bool,
 }
 
 impl Default for Options {
@@ -161,6 +164,7 @@ impl Default for Options {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(8)),
             resident_max_rows: RESIDENT_MAX_ROWS,
             resident_budget: None,
+            flows_optional: false,
         }
     }
 }
@@ -331,6 +335,8 @@ impl Engine {
             .collect();
         let mut used = 0usize;
         let mut pruned = 0;
+        // per tree: whether any table has files (flows optional: one must)
+        let mut has_tables = vec![false; uniq.len()];
         for (name, table) in tables() {
             let schema = &schemas[name];
             let list = files.entry(name).or_default();
@@ -338,7 +344,8 @@ impl Engine {
             for (ti, d) in uniq.iter().enumerate() {
                 let root = d.join(name);
                 let all = load::parquet_files(&root)?;
-                if name == "flows" && all.is_empty() {
+                has_tables[ti] |= !all.is_empty();
+                if name == "flows" && all.is_empty() && !opts.flows_optional {
                     // every tree must have flow logs: a wrong directory is an error, not nothing
                     return Err(LoadError::Empty(d.clone()).into());
                 }
@@ -362,6 +369,9 @@ impl Engine {
                     resident.insert((name, ti), o.batches);
                 }
             }
+        }
+        if let Some(ti) = has_tables.iter().position(|h| !h) {
+            return Err(LoadError::NoTables(uniq[ti].clone()).into());
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(opts.threads.max(1))

@@ -8,6 +8,7 @@
 #[cfg(feature = "engine")]
 pub mod engine;
 #[cfg(feature = "engine")]
+pub mod hosts;
 pub mod html;
 pub mod load;
 #[cfg(feature = "engine")]

@@ -58,6 +58,11 @@ pub enum LoadError {
     },
     #[error("{0}: no flow logs (expected {0}/flows/date=.../hour=.../*.parquet)")]
     Empty(PathBuf),
+    /// A tree read without flow logs (`roce-analyze hosts`) that has no table at all.
+    #[error(
+        "{0}: no roce-observe tables (expected {0}/flows, interfaces, alerts, nic or qps with Parquet files)"
+    )]
+    NoTables(PathBuf),
     #[error("{0} does not exist (expected the --out directory of roce-observe)")]
     NotFound(PathBuf),
     #[error("{0} is not a directory (expected the --out directory of roce-observe)")]

@@ -149,6 +149,25 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         max_alerts: usize,
     },
+    /// The fleet answer: one row per host of the trees, judged by its NIC's own counters (drops
+    /// and PFC on the RDMA priority, PFC on others, storms, 802.3x PAUSE, sequence errors,
+    /// timeouts), its NIC configuration checks and its QPs: FAIL first, then UNKNOWN (nothing
+    /// to judge by), then PASS. Reads trees without flow logs (hardware-RoCE hosts). Exit 1
+    /// when a host fails (with --strict, also when one is unknown).
+    Hosts {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Print the hosts as JSON.
+        #[arg(long)]
+        json: bool,
+        /// A host that cannot be judged (unknown) fails too.
+        #[arg(long)]
+        strict: bool,
+        /// Write the query (its parameters substituted) into this file, to run it on DuckDB,
+        /// Spark or Trino.
+        #[arg(long, value_name = "FILE")]
+        emit_sql: Option<PathBuf>,
+    },
     /// Run SQL on the tables flows, interfaces, alerts, nic and qps (filtered) and the report's
     /// views v_flows, v_hist, v_ifaces, v_pfc, v_alerts.
     Sql {
@@ -283,6 +302,40 @@ fn run() -> anyhow::Result<ExitCode> {
             eng.require_rows(&filters)?;
             let now = analysis::report::report(&eng, &p, &source, 1, None)?.figures;
             compare_run(&base, &now, *tolerance, *slack)
+        }
+        Cmd::Hosts {
+            dirs,
+            json,
+            strict,
+            emit_sql,
+        } => {
+            let (p, source) = policy_of(dirs)?;
+            if let Some(f) = emit_sql {
+                std::fs::write(f, analysis::hosts::sql(&p)?)
+                    .with_context(|| format!("writing {}", f.display()))?;
+            }
+            let o = Options {
+                flows_optional: true,
+                ..opts.clone()
+            };
+            let eng = Engine::open(dirs, &filters, &o)?;
+            let hs = analysis::hosts::hosts(&eng, &p)?;
+            let prio = p.expected.rdma_priority & 7;
+            if *json {
+                let v = serde_json::json!({
+                    "policy_source": source,
+                    "rdma_priority": prio,
+                    "hosts": hs,
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", analysis::hosts::render_text(&hs, &source, prio));
+            }
+            Ok(if analysis::hosts::failed(&hs, *strict) {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Cmd::Path { dirs, json } => {
             let (p, _) = policy_of(dirs)?;

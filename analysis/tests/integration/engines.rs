@@ -2,7 +2,8 @@
 //! same rows on Apache DataFusion (roce-analyze), DuckDB (PyPI) and Apache Spark in local mode
 //! (PySpark from PyPI on Debian's JDK), over one tree written by the real collector with faults;
 //! so do the views each engine's generated SQL creates, every row and column. The tree holds
-//! host QPs too (the qps table and its check).
+//! host QPs too (the qps table and its check), and a NIC's rows (the nic table and the fleet
+//! answer's query, `roce-analyze hosts`).
 //! Spark listens on 127.0.0.1 only, inside a network namespace the test creates and removes.
 //!
 //! Needs root (the namespace), python3 with duckdb and pyspark, and java: outside CI a missing
@@ -99,6 +100,36 @@ fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
     let qdir = base.join("queries");
     write_logs(&tree, &FAULTS);
     crate::support::write_host_qps(&tree, "t");
+    crate::support::write_nic(
+        &tree,
+        "t",
+        &crate::support::NicSpec {
+            driver: "mlx5_core",
+            eth: [
+                &[
+                    ("rx_prio3_discards", 0),
+                    ("rx_prio0_pause", 0),
+                    ("rx_prio3_pause", 0),
+                ],
+                &[
+                    ("rx_prio3_discards", 2),
+                    ("rx_prio0_pause", 3),
+                    ("rx_prio3_pause", 40),
+                ],
+                &[
+                    ("rx_prio3_discards", 9),
+                    ("rx_prio0_pause", 3),
+                    ("rx_prio3_pause", 90),
+                ],
+            ],
+            rdma: [
+                &[("out_of_sequence", 0)],
+                &[("out_of_sequence", 4)],
+                &[("out_of_sequence", 4)],
+            ],
+            pfc_en: 0x01,
+        },
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_roce-analyze"))
         .args(["report", "--top", "3", "--emit-sql"])
         .arg(&qdir)
@@ -111,6 +142,12 @@ fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
         "the faults fail checks: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The fleet answer's query (roce-analyze hosts) too
+    std::fs::write(
+        qdir.join("hosts.sql"),
+        analysis::hosts::sql(&contract::policy::PolicyConfig::profile("nvidia").unwrap()).unwrap(),
+    )
+    .unwrap();
     // Every row and column of every view, so that each dialect's rendering of the generated
     // views is compared whole, not only the columns the report reads.
     for v in analysis::sql_views::views() {
@@ -163,6 +200,12 @@ fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
     );
     assert!(!ours["marking.subjects.sql"].is_empty() && !ours["go_back_n.subjects.sql"].is_empty());
     assert!(!ours["host_qps.subjects.sql"].is_empty() && !ours["view.v_qps.sql"].is_empty());
+    assert!(!ours["hosts.sql"].is_empty() && !ours["view.v_nic.sql"].is_empty());
+    assert_eq!(
+        ours["hosts.sql"][0]["rdma_drops"], 9,
+        "{:?}",
+        ours["hosts.sql"]
+    );
     let ns = Netns::new(&format!("roce-an-{}", std::process::id()));
     for (engine, limit) in [("duckdb", 120), ("spark", 600)] {
         let theirs = other_engine(

@@ -8,6 +8,7 @@ mod support;
 mod end_to_end;
 mod engines;
 mod faults;
+mod hosts;
 mod html;
 mod lab_path;
 mod path;

@@ -4,8 +4,8 @@
     run_queries.py duckdb|spark TREE QUERIES_DIR OUT.json
 
 QUERIES_DIR is what `roce-analyze report --emit-sql QUERIES_DIR` wrote: `engine.<name>.sql`
-(the views) and one `*.sql` file per query. The tables flows, interfaces and alerts are
-registered over TREE's Parquet files (and qps) (Hive partitions), the engine's views are created, and
+(the views) and one `*.sql` file per query. The tables flows, interfaces, alerts, qps and nic
+are registered over TREE's Parquet files (Hive partitions), the engine's views are created, and
 every query's rows are written to OUT.json as {file: [row, ...]} with integers as integers.
 """
 import json
@@ -15,7 +15,7 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-TABLES = ("flows", "interfaces", "alerts", "qps")
+TABLES = ("flows", "interfaces", "alerts", "qps", "nic")
 
 
 def statements(text):

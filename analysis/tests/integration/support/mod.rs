@@ -164,6 +164,87 @@ pub fn write_host_qps(out: &Path, host: &str) {
     col.finish().unwrap();
 }
 
+/// A NIC as [`write_nic`] writes it: its driver, and its ethtool and RDMA counters at three
+/// reads a second apart, with PFC enabled on the priorities of `pfc_en` (DCB).
+pub struct NicSpec<'a> {
+    pub driver: &'a str,
+    pub eth: [&'a [(&'a str, u64)]; 3],
+    pub rdma: [&'a [(&'a str, u64)]; 3],
+    pub pfc_en: u8,
+}
+
+/// Three reads of a NIC into `out`'s `nic` table, as host `host` and interface `ens1f0np0`,
+/// with the NIC configuration checked against the nvidia policy (`config_*` alerts into the
+/// alerts table).
+pub fn write_nic(out: &Path, host: &str, spec: &NicSpec) {
+    use nic::dcb::{DcbApp, IeeeEts, IeeePfc};
+    use nic::{DcbIeee, DrvInfo, NicSample, RdmaPort, Reading, ScriptedReader};
+    let mut cfg = CollectorConfig::new(
+        out.to_path_buf(),
+        host,
+        "live",
+        PolicyConfig::profile("nvidia").unwrap(),
+    );
+    cfg.nic_policy = Some(nic::Policy::nvidia());
+    let mut col = Collector::new(cfg).unwrap();
+    col.quiet_stderr();
+    let t0 = 1_700_000_000_000_000_000u64;
+    let samples: Vec<NicSample> = (0..3)
+        .map(|i| {
+            let mut s = NicSample::empty("ens1f0np0", t0 + i as u64 * 1_000_000_000);
+            s.drvinfo = Some(DrvInfo {
+                driver: spec.driver.into(),
+                version: "6.1.0".into(),
+                fw_version: "28.39.1002".into(),
+                bus_info: "0000:3b:00.0".into(),
+                n_stats: spec.eth[i].len() as u32,
+            });
+            s.ethtool = Some(
+                spec.eth[i]
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), *v))
+                    .collect(),
+            );
+            if spec.driver == "mlx5_core" {
+                s.rdma = Some(RdmaPort {
+                    dev: "mlx5_0".into(),
+                    port: 1,
+                    counters: spec.rdma[i]
+                        .iter()
+                        .map(|(n, v)| (n.to_string(), *v))
+                        .collect(),
+                    via: "netlink".into(),
+                });
+            }
+            s.dcb = Reading::Read(DcbIeee {
+                pfc: Some(IeeePfc {
+                    pfc_en: spec.pfc_en,
+                    ..Default::default()
+                }),
+                ets: Some(IeeeEts {
+                    prio_tc: [0, 1, 2, 3, 4, 5, 6, 7],
+                    ..Default::default()
+                }),
+                app: (0..64u16)
+                    .map(|d| DcbApp {
+                        selector: 5,
+                        priority: if d == 26 { 3 } else { (d / 8) as u8 },
+                        protocol: d,
+                    })
+                    .collect(),
+                ..Default::default()
+            });
+            s
+        })
+        .collect();
+    let mut feed =
+        observer::sources::kernel::interfaces::NicFeed::new(Box::new(ScriptedReader::new(samples)));
+    for _ in 0..3 {
+        feed.read_into("ens1f0np0", &mut col).unwrap();
+    }
+    col.finish().unwrap();
+}
+
 /// [`write_logs`] under `policy`, as host `host`.
 pub fn write_logs_with(
     out: &Path,
