@@ -62,8 +62,9 @@ pub struct NicArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "from")]
     pub save: Option<PathBuf>,
     /// Check the samples a `--save` wrote instead of reading a NIC (under this command's
-    /// policy or profile).
-    #[arg(long, value_name = "FILE")]
+    /// policy or profile); or a directory of two reads of `ethtool -i`, `ethtool -S` and
+    /// `rdma statistic` text a customer took (DIR/1, DIR/2; docs/nic.md#a-customers-dump).
+    #[arg(long, value_name = "FILE|DIR")]
     pub from: Option<PathBuf>,
 }
 
@@ -1022,6 +1023,7 @@ pub fn run(args: NicArgs) -> anyhow::Result<()> {
         notes,
     };
     let (a, b, window_s) = match (&args.from, &args.iface) {
+        (Some(d), _) if d.is_dir() => crate::dump::read_dump(d)?,
         (Some(f), _) => {
             let text = std::fs::read_to_string(f)
                 .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", f.display()))?;

@@ -20,6 +20,7 @@ pub mod command;
 pub mod config;
 pub mod counters;
 pub mod dcb;
+pub mod dump;
 pub mod ethtool;
 pub mod netlink;
 pub mod normalize;

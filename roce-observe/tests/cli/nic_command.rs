@@ -237,3 +237,91 @@ fn nic_samples_saved_and_checked_elsewhere() {
         "{err}"
     );
 }
+
+/// `--from DIR`: a customer's dump of two reads of `ethtool -i`, `ethtool -S` and `rdma
+/// statistic` text (laid out as mlx5 prints them: en_stats.c / counters.c names) is checked like
+/// a live host: the counters' deltas over the time between the reads, the configuration it does
+/// not hold unknown; a line that is not the command's output is an error naming file and line.
+#[test]
+fn nic_a_customers_text_dump_is_checked() {
+    let tmp = test_support::TempDir::new("nic-dump");
+    let d = tmp.path();
+    std::fs::write(d.join("iface"), "ens1f0np0\n").unwrap();
+    let read = |n: &str, t: &str, pause: u64, disc: u64, oob: u64, cnp: u64| {
+        let r = d.join(n);
+        std::fs::create_dir_all(&r).unwrap();
+        std::fs::write(r.join("time"), t).unwrap();
+        std::fs::write(
+            r.join("ethtool-i.txt"),
+            "driver: mlx5_core\nversion: 6.1.0-18-amd64\nfirmware-version: 28.39.1002 (MT_0000000838)\nexpansion-rom-version: \nbus-info: 0000:3b:00.0\nsupports-statistics: yes\n",
+        )
+        .unwrap();
+        std::fs::write(
+            r.join("ethtool-S.txt"),
+            format!(
+                "NIC statistics:\n     rx_packets: 1000\n     rx_prio3_pause: {pause}\n     rx_prio3_discards: {disc}\n     tx_pause_storm_warning_events : 0\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            r.join("rdma-statistic.txt"),
+            format!("link mlx5_0/1 out_of_buffer {oob} out_of_sequence 4 np_cnp_sent {cnp} roce_adp_retrans 0\n"),
+        )
+        .unwrap();
+    };
+    read("1", "1764400000.0\n", 40, 2, 1, 10);
+    read("2", "1764400010.5\n", 100, 7, 3, 30);
+    let run = || {
+        let out = Command::new(BIN)
+            .args(["nic", "--json", "--from"])
+            .arg(d)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, j, err) = run();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(j["interface"], "ens1f0np0");
+    assert_eq!(j["window_s"].as_f64(), Some(10.5));
+    let q = |name: &str| {
+        j["counters"]["quantities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["quantity"] == name)
+            .map(|x| x["delta"].as_u64().unwrap())
+    };
+    assert_eq!(q("pfc_rx_frames_p3"), Some(60), "{:#}", j["counters"]);
+    assert_eq!(q("rx_discards_p3"), Some(5));
+    assert_eq!(q("rdma_rx_out_of_buffer"), Some(2));
+    assert_eq!(q("cnp_sent"), Some(20));
+    assert_eq!(q("out_of_sequence"), Some(0));
+    assert_eq!(source(&j, "dcb")["status"], "unavailable");
+    assert!(
+        source(&j, "dcb")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not in the dump")
+    );
+    assert_eq!(source(&j, "ethtool_stats")["status"], "answered");
+    assert_eq!(
+        j["summary"]["result"], "incomplete",
+        "the configuration is not in it"
+    );
+    // a line that is not `ethtool -S` output
+    std::fs::write(
+        d.join("2/ethtool-S.txt"),
+        "NIC statistics:\n     rx_packets: 1000\n     rx_prio3_pause: lots\n",
+    )
+    .unwrap();
+    let (code, _, err) = run();
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("2/ethtool-S.txt:3: not a count: \"lots\""),
+        "{err}"
+    );
+}
