@@ -9,6 +9,7 @@
 pub mod engine;
 #[cfg(feature = "engine")]
 pub mod hosts;
+#[cfg(feature = "engine")]
 pub mod html;
 pub mod load;
 #[cfg(feature = "engine")]
