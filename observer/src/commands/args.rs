@@ -80,6 +80,18 @@ pub fn parse_point_label(s: &str) -> Result<String, String> {
     }
 }
 
+/// The bounds of an evidence capture (`--evidence`), the same for the live command and replay.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct EvidenceLimits {
+    /// Frames of `--evidence` per rule and QP key (replay: or interface, for PFC and PAUSE
+    /// frames).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub evidence_per_key: u32,
+    /// Frames of `--evidence` in all; offending frames beyond are counted, not written.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub evidence_max: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

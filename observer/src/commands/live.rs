@@ -122,12 +122,8 @@ pub struct LiveArgs {
     /// frames per second and CPU, at most `--evidence-per-key` per rule and QP key are written.
     #[arg(long, value_name = "FILE.pcapng")]
     pub evidence: Option<PathBuf>,
-    /// Frames of `--evidence` per rule and QP key.
-    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub evidence_per_key: u32,
-    /// Frames of `--evidence` in all; offending frames beyond are counted, not written.
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub evidence_max: u64,
+    #[command(flatten)]
+    pub evidence_limits: super::args::EvidenceLimits,
     /// Offending frames the kernel programs sample per second on each CPU for `--evidence`
     /// (the others are counted, not copied).
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
@@ -251,8 +247,8 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
             Evidence::create(
                 p,
                 "roce-observe --evidence",
-                args.evidence_per_key,
-                args.evidence_max,
+                args.evidence_limits.evidence_per_key,
+                args.evidence_limits.evidence_max,
             )
             .context("--evidence")?,
         )),
@@ -287,11 +283,7 @@ pub fn run_live(args: LiveArgs) -> anyhow::Result<()> {
     let mut evidence_err = None;
     if let Some((path, st)) = evidence {
         match st {
-            Ok(st) => {
-                let mut v = serde_json::json!(st);
-                v["file"] = serde_json::json!(path.display().to_string());
-                col.add_to_summary("evidence", v);
-            }
+            Ok(st) => col.add_to_summary("evidence", st.summary(&path.display().to_string())),
             Err(e) => evidence_err = Some(e),
         }
     }

@@ -87,12 +87,8 @@ pub struct ReplayArgs {
     /// rules, to open in Wireshark; at most `--evidence-per-key` frames per rule and key.
     #[arg(long, value_name = "FILE.pcapng")]
     pub evidence: Option<PathBuf>,
-    /// Frames of `--evidence` per rule and QP key (or interface, for PFC and PAUSE frames).
-    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub evidence_per_key: u32,
-    /// Frames of `--evidence` in all; offending frames beyond are counted, not written.
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub evidence_max: u64,
+    #[command(flatten)]
+    pub evidence_limits: super::args::EvidenceLimits,
 }
 
 /// Whether a replay of `files` keeps the crash journal: with `forced` (`--journal`), or when
@@ -145,8 +141,8 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         source.evidence = Some(Evidence::create(
             p,
             "roce-observe replay --evidence",
-            args.evidence_per_key,
-            args.evidence_max,
+            args.evidence_limits.evidence_per_key,
+            args.evidence_limits.evidence_max,
         )?);
     }
     let stop = Stop::on_signals();
@@ -173,9 +169,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     if let (Some((file, st)), Some(r)) = (evidence, summary.get_mut("replay")) {
         match st {
             Ok(st) => {
-                let mut v = json!(st);
-                v["file"] = json!(file);
-                r["evidence"] = v;
+                r["evidence"] = st.summary(&file);
             }
             Err(e) => evidence_err = Some(e),
         }

@@ -52,9 +52,12 @@ pub struct EvidenceStats {
 }
 
 impl EvidenceStats {
-    /// Offending frames seen and not written, for every reason.
-    pub fn left_out(&self) -> u64 {
-        self.over_per_key + self.over_total + self.over_subjects + self.over_rate + self.lost
+    /// The `evidence` section of a summary (replay's `--json`, the live summary.json): these
+    /// counts and the capture's `file`.
+    pub fn summary(&self, file: &str) -> serde_json::Value {
+        let mut v = serde_json::json!(self);
+        v["file"] = serde_json::json!(file);
+        v
     }
 }
 
