@@ -925,7 +925,7 @@ fn interfaces_table() -> Table {
         "pfc_src_macs",
         Utf8,
         "",
-        "`mac=frames,...`: senders of PFC / PAUSE in the interval (null if none)",
+        "`mac=frames,...`: senders of PFC / PAUSE in the interval, most frames first (null if none)",
     )));
     Table::new(
         "interfaces",

@@ -528,20 +528,20 @@ fn src_macs(
     d: usize,
     frames: impl Fn(&PfcCounters) -> u64,
 ) -> Option<String> {
-    let macs: Vec<String> = mac_delta
+    // most frames first, then by address: the same text whatever order the source's table
+    // gives (a hash table's, which differs from run to run)
+    let mut senders: Vec<(u64, [u8; 6])> = mac_delta
         .iter()
         .filter(|(k, c)| k.dir as usize == d && frames(c) > 0)
-        .map(|(k, c)| {
-            let m = k.mac;
+        .map(|(k, c)| (frames(c), k.mac))
+        .collect();
+    senders.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let macs: Vec<String> = senders
+        .iter()
+        .map(|&(n, m)| {
             format!(
                 "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}={}",
-                m[0],
-                m[1],
-                m[2],
-                m[3],
-                m[4],
-                m[5],
-                frames(c)
+                m[0], m[1], m[2], m[3], m[4], m[5], n
             )
         })
         .collect();
@@ -1599,14 +1599,15 @@ mod tests {
     use arrow::array::{ArrayRef, RecordBatch};
 
     /// Records every interval's flows and interfaces batches.
-    struct Rows(std::rc::Rc<std::cell::RefCell<Vec<(RecordBatch, RecordBatch)>>>);
+    struct Rows(std::sync::Arc<std::sync::Mutex<Vec<(RecordBatch, RecordBatch)>>>);
     impl Sink for Rows {
         fn name(&self) -> &'static str {
             "rows"
         }
         fn interval(&mut self, r: &IntervalRows<'_>) -> Result<(), OutputError> {
             self.0
-                .borrow_mut()
+                .lock()
+                .unwrap()
                 .push((r.flows.clone(), r.interfaces.clone()));
             Ok(())
         }
@@ -1627,7 +1628,7 @@ mod tests {
                 test_collector(&format!("changed-{hinted}-{with_blocks}"), "live", |c| {
                     c.journal = false
                 });
-            let rows = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+            let rows = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
             col.add_sink(Box::new(Rows(rows.clone())));
             let t0 = 1_795_239_299_000_000_000u64;
             col.begin("e0", t0, None);
@@ -1723,7 +1724,7 @@ mod tests {
                 );
             }
             let _ = std::fs::remove_dir_all(&out);
-            rows.borrow().clone()
+            rows.lock().unwrap().clone()
         };
         let (full, hinted, with_blocks) = (run(false, false), run(true, false), run(true, true));
         assert_eq!(full.len(), 12);
