@@ -325,10 +325,29 @@ struct Hist<'a, const N: usize> {
 impl<const N: usize> Serialize for Hist<'_, N> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        for (name, i) in self.order {
-            let n = self.h[*i];
+        // Most histograms of a QP are empty or have one bucket (one DSCP, one ECN codepoint):
+        // count first (a sequential scan), then only several buckets need the name order.
+        let (mut count, mut last) = (0, 0);
+        for (i, &n) in self.h.iter().enumerate() {
             if n != 0 {
-                m.serialize_entry(name.as_str(), &n)?;
+                count += 1;
+                last = i;
+            }
+        }
+        match count {
+            0 => {}
+            1 => {
+                if let Some((name, _)) = self.order.iter().find(|(_, j)| *j == last) {
+                    m.serialize_entry(name.as_str(), &self.h[last])?;
+                }
+            }
+            _ => {
+                for (name, i) in self.order {
+                    let n = self.h[*i];
+                    if n != 0 {
+                        m.serialize_entry(name.as_str(), &n)?;
+                    }
+                }
             }
         }
         m.end()
