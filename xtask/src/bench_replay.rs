@@ -9,7 +9,8 @@
 //! by a PSN-sequence NAK and a go-back-N of 3 PSNs; a fifth of the connections VLAN-tagged;
 //! connections picked at random, 10 s of capture time so that ten 1 s intervals close). It times
 //! the user's default command `roce-observe replay --out DIR FILE` (collector on: Parquet,
-//! alerts, summary.json; the text summary on stdout), the same with `--no-out`, the default
+//! alerts, summary.json; the text summary on stdout), the same with `--no-out` and with
+//! `--inline-outputs` (the outputs on the packets' thread), the default
 //! command with `--interval 20ms` (500 intervals: peak RSS must not grow with them), and `tshark
 //! -T fields` with 8 fields (addresses, QP, PSN, opcode, DSCP, ECN, VLAN priority) on the same file.
 //!
@@ -517,6 +518,8 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
         let out = out.to_str().context("temporary directory not UTF-8")?;
         let default = replay3(bin, dir, &file, &["--out", out])?;
         let no_out = replay3(bin, dir, &file, &["--no-out"])?;
+        // the outputs on the packets' thread (before they had their own): the same bytes
+        let inline = replay3(bin, dir, &file, &["--out", out, "--inline-outputs"])?;
         // The same capture cut into 500 intervals instead of 10: memory must not grow with them.
         let short = replay3(bin, dir, &file, &["--out", out, "--interval", "20ms"])?;
         // Beyond the default --max-qps (65536, as the kernel table) the default command tracks
@@ -536,7 +539,7 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
         if !keep {
             std::fs::remove_file(&file)?;
         }
-        rows.push((k, st, default, no_out, short, tshark, all, max_qps));
+        rows.push((k, st, default, no_out, inline, short, tshark, all, max_qps));
     }
     let mpps = |secs: f64| packets as f64 / secs / 1e6;
     println!();
@@ -550,7 +553,7 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
         "| keys | command | wall s | cpu s | Mpps (wall) | Mpps (cpu) | peak RSS MB | RSS KiB / key | x tshark (wall) | x tshark (cpu) |"
     );
     println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (k, st, default, no_out, short, tshark, all, max_qps) in &rows {
+    for (k, st, default, no_out, inline, short, tshark, all, max_qps) in &rows {
         let all_name = format!(
             "roce-observe replay --out DIR --max-qps {} FILE (every key tracked)",
             max_qps.as_deref().unwrap_or("")
@@ -558,6 +561,10 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
         let mut cases = vec![
             ("roce-observe replay --out DIR FILE (default)", default),
             ("roce-observe replay --no-out FILE", no_out),
+            (
+                "roce-observe replay --out DIR --inline-outputs FILE (one thread)",
+                inline,
+            ),
             (
                 "roce-observe replay --out DIR --interval 20ms FILE (500 intervals)",
                 short,
@@ -590,15 +597,23 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
             st.naks
         );
     }
-    for (k, _, default, _, short, _, all, _) in &rows {
+    for (k, _, default, no_out, inline, short, tshark, all, _) in &rows {
+        println!(
+            "{k} keys, outputs against the packet path: the default command {:.2} Mpps by wall time, \
+             {:.2}x the --no-out rate ({:.2} Mpps, same run; goal at least 0.8x); with \
+             --inline-outputs {:.2}x",
+            mpps(default.wall),
+            no_out.wall / default.wall,
+            mpps(no_out.wall),
+            no_out.wall / inline.wall,
+        );
         let default = all.as_ref().unwrap_or(default);
         let goal_mb = 64.0 + 4.0 * *k as f64 / 1024.0;
         println!(
-            "{k} keys, every key tracked: {:.2} Mpps (cpu), {:.0}x tshark (cpu); peak RSS {:.1} MB against the goal of {:.1} MB (64 MB + 4 KiB per key)",
+            "{k} keys, every key tracked: {:.2} Mpps (wall), {:.2} Mpps (cpu), {:.0}x tshark (cpu); peak RSS {:.1} MB against the goal of {:.1} MB (64 MB + 4 KiB per key)",
+            mpps(default.wall),
             mpps(default.cpu),
-            rows.iter()
-                .find(|r| r.0 == *k)
-                .map_or(0.0, |r| r.5.cpu / default.cpu),
+            tshark.cpu / default.cpu,
             default.rss_kib as f64 / 1024.0,
             goal_mb
         );
@@ -606,6 +621,25 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
             "{k} keys, memory against intervals: peak RSS {:.1} MB with 10 intervals, {:.1} MB with 500",
             default.rss_kib as f64 / 1024.0,
             short.rss_kib as f64 / 1024.0
+        );
+    }
+    // many keys against the smallest key count of the same run, every key tracked (goal: the
+    // largest at least 0.5x the rate of 20,000)
+    if let (Some(first), Some(last)) = (rows.first(), rows.last())
+        && rows.len() > 1
+    {
+        // the default command's rate, or tracking every key where the default does not
+        let tracked = |r: &(u32, _, Run, _, _, _, _, Option<Run>, _)| {
+            mpps(r.7.as_ref().unwrap_or(&r.2).wall)
+        };
+        let (a, b) = (tracked(first), tracked(last));
+        println!(
+            "{} keys every key tracked against {} keys: {:.2}x the rate by wall time ({:.2} against {:.2} Mpps)",
+            last.0,
+            first.0,
+            b / a,
+            b,
+            a
         );
     }
     Ok(())

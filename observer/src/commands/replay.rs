@@ -19,7 +19,8 @@ use crate::sinks::evidence::Evidence;
 use crate::sinks::summary_json::{QpList, SummaryDoc, interfaces_json, write_summary};
 use crate::sinks::summary_text;
 use crate::sources::capture::{CaptureSource, ReplayError, ReplayOptions};
-use crate::sources::{Consumer, Discard, Source, Stop};
+use crate::sources::offload::Offload;
+use crate::sources::{Discard, Source, Stop};
 use contract::vendor::Vendor;
 
 #[derive(Debug, clap::Args)]
@@ -89,6 +90,11 @@ pub struct ReplayArgs {
     pub evidence: Option<PathBuf>,
     #[command(flatten)]
     pub evidence_limits: super::args::EvidenceLimits,
+    /// Run the outputs (rows, alert rules, Parquet encoding, summaries) on the thread that
+    /// reads the packets, one after the other, instead of on a thread of their own beside it:
+    /// one core, the same outputs.
+    #[arg(long, conflicts_with = "no_out")]
+    pub inline_outputs: bool,
 }
 
 /// Whether a replay of `files` keeps the crash journal: with `forced` (`--journal`), or when
@@ -118,7 +124,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         }
     }
     let policy_cfg = policy(&args)?;
-    let mut collector = if args.no_out {
+    let collector = if args.no_out {
         None
     } else {
         Some(collector(&args, policy_cfg.as_ref())?)
@@ -147,12 +153,27 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     }
     let stop = Stop::on_signals();
     let started = Instant::now();
-    let mut discard = Discard;
-    let out: &mut dyn Consumer = match collector.as_mut() {
-        Some(c) => c,
-        None => &mut discard,
+    // By default the outputs run on a thread of their own, handed each interval's changes:
+    // the packet path does not wait for them (sources/offload.rs).
+    let collector = match collector {
+        Some(c) if !args.inline_outputs => {
+            let mut off = Offload::start(c).context("starting the outputs' thread")?;
+            let Ok(()) = source.run(&mut off, &stop);
+            let (c, errors) = off.finish();
+            source
+                .errors
+                .extend(errors.into_iter().map(ReplayError::Consumer));
+            Some(c)
+        }
+        Some(mut c) => {
+            let Ok(()) = source.run(&mut c, &stop);
+            Some(c)
+        }
+        None => {
+            let Ok(()) = source.run(&mut Discard, &stop);
+            None
+        }
     };
-    let Ok(()) = source.run(out, &stop);
     let elapsed = started.elapsed().as_secs_f64();
     // The summary is printed even when the output could not be finished (a full or read-only
     // disk): the totals are in memory; the error follows it.

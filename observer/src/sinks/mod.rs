@@ -46,7 +46,7 @@ pub struct IntervalRows<'a> {
 /// An output of the pipeline. Every method has a default that does nothing, so a sink
 /// implements what it takes. A failing write is returned as an error; the pipeline then raises
 /// `output_write_failed` (naming [`Sink::name`]) and counting goes on.
-pub trait Sink {
+pub trait Sink: Send {
     /// The output's name in logs and alerts (a table name, `alerts.jsonl`, ...).
     fn name(&self) -> &'static str;
     /// One alert as it is emitted.

@@ -13,6 +13,7 @@ pub mod capture;
 pub mod datapath;
 pub mod host_qps;
 pub mod kernel;
+pub mod offload;
 pub mod paced;
 pub mod snapshot;
 pub mod synthetic;

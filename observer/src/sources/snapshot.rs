@@ -114,6 +114,15 @@ pub(crate) fn value_words(v: &QpValue) -> &[u64] {
     }
 }
 
+/// The value as 64-bit words, to be written ([`value_words`]).
+pub(crate) fn value_words_mut(v: &mut QpValue) -> &mut [u64] {
+    // SAFETY: as in `value_words`; any u64 bit pattern written is a valid QpValue (integer
+    // fields only).
+    unsafe {
+        std::slice::from_raw_parts_mut(v as *mut QpValue as *mut u64, size_of::<QpValue>() / 8)
+    }
+}
+
 /// Bit `j` set: buckets `8j..8j+8` (flat numbering) of `v` are not all zero. Reads `v` only.
 pub fn nonzero_blocks(v: &QpValue) -> u64 {
     const _: () = assert!(HIST_WORDS / CHUNK <= 64);

@@ -1200,3 +1200,181 @@ print(max((e - s).total_seconds() for s, e in zip(t['interval_start'].to_pylist(
     assert_eq!(flows["rows"], N as u64);
     assert_eq!(flows["sums"]["pkts"], N as u64);
 }
+
+/// A capture of many keys over many intervals: RDMA WRITEs from 3,000 QPs arriving over 4 s
+/// (new keys in every interval, keys quiet for several), ACKs, CE marks answered by CNPs,
+/// PSN-sequence NAKs and go-back-N, DSCP off the policy, PFC frames.
+fn many_keys_capture(path: &Path) {
+    let t0 = 1_700_000_000_000_000_000u64;
+    let mut recs = Vec::new();
+    let mut psn = vec![0u32; 3000];
+    for i in 0..40_000u64 {
+        let live = 200 + (i / 15) as usize; // keys appear as time goes on
+        let c = ((i * 2_654_435_761) % live.min(3000) as u64) as usize;
+        let a = [10, 5, (c >> 8) as u8, c as u8];
+        let b = [10, 6, 0, (c % 7) as u8 + 1];
+        let qp = 0x1000 + c as u32;
+        let t = t0 + i * 100_000;
+        let p = psn[c];
+        psn[c] = (p + 1) & 0xff_ffff;
+        let dscp = if c.is_multiple_of(97) { 0 } else { 26 };
+        let ecn = if i % 31 == 0 { 3 } else { 2 };
+        let mut push = |dt: u64, data: Vec<u8>| {
+            recs.push(corpus::Rec {
+                ts_ns: t + dt,
+                data,
+                iface: 0,
+                epb_flags: 0,
+            })
+        };
+        push(
+            0,
+            corpus::Roce::v4(a, b, qp, p)
+                .payload(64)
+                .mark(dscp, ecn)
+                .frame(),
+        );
+        if p % 2 == 1 {
+            push(
+                1,
+                corpus::Roce::v4(b, a, 0x9000 + c as u32, p)
+                    .ack(0x1f)
+                    .frame(),
+            );
+        }
+        if ecn == 3 {
+            push(2, corpus::Roce::v4(b, a, qp, 0).cnp().mark(48, 1).frame());
+        }
+        if i % 211 == 0 && p > 3 {
+            push(
+                3,
+                corpus::Roce::v4(b, a, 0x9000 + c as u32, p)
+                    .ack(0x60)
+                    .frame(),
+            );
+            for back in (p - 3)..=p {
+                push(
+                    4,
+                    corpus::Roce::v4(a, b, qp, back)
+                        .payload(64)
+                        .mark(26, 2)
+                        .frame(),
+                );
+            }
+        }
+        if i % 1009 == 0 {
+            push(
+                5,
+                corpus::pfc([2, 0, 0, 0, 0, 9], 0x08, [0, 0, 0, 0x200, 0, 0, 0, 0]),
+            );
+        }
+    }
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    corpus::write_pcap(&mut w, corpus::LINKTYPE_ETHERNET, 65535, true, &recs).unwrap();
+}
+
+/// Every file of a tree (relative path, bytes).
+fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, d: &Path, out: &mut std::collections::BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// The outputs run on a thread of their own by default: the files they write (Parquet tables,
+/// alerts.jsonl, summary.json, the policy copy) and the summary printed are the same bytes as
+/// with `--inline-outputs` (one thread), on every corpus capture, the public captures, a
+/// capture of many keys over many intervals, and several files in one command.
+#[test]
+fn outputs_on_their_own_thread_are_the_same_bytes() {
+    let tmp = TempDir::new("replay-offload");
+    let written = corpus::write_corpus(&tmp.path().join("corpus")).unwrap();
+    let many = tmp.path().join("many.pcap");
+    many_keys_capture(&many);
+    let mut runs: Vec<(String, Vec<PathBuf>, Vec<&str>)> = Vec::new();
+    for (c, p) in &written {
+        runs.push((c.name.to_string(), vec![p.clone()], vec![]));
+    }
+    runs.push(("oferby".into(), vec![PathBuf::from(OFERBY)], vec![]));
+    for interval in ["1s", "100ms", "7ms"] {
+        runs.push((
+            format!("many {interval}"),
+            vec![many.clone()],
+            vec!["--interval", interval],
+        ));
+    }
+    let two: Vec<PathBuf> = written
+        .iter()
+        .filter(|(c, _)| ["go_back_n", "pfc", "pcapng_two_ifaces"].contains(&c.name))
+        .map(|(_, p)| p.clone())
+        .chain([many.clone()])
+        .collect();
+    assert_eq!(two.len(), 4);
+    runs.push(("several files".into(), two, vec!["--interval", "250ms"]));
+    let (mut compared, mut with_flows) = (0, 0);
+    for (name, files, extra) in &runs {
+        let mut outputs = Vec::new();
+        for mode in [&[][..], &["--inline-outputs"][..]] {
+            let out = tmp.path().join(format!("out-{}-{}", compared, mode.len()));
+            let r = Command::new(bin())
+                .args(["replay", "--host", "h", "--json", "--out"])
+                .arg(&out)
+                .args(mode)
+                .args(extra)
+                .args(files)
+                .output()
+                .unwrap();
+            let mut summary: Value = serde_json::from_slice(&r.stdout)
+                .unwrap_or_else(|e| panic!("{name}: {e}: {}", String::from_utf8_lossy(&r.stderr)));
+            // the only figures that differ: the time taken and the directory named
+            summary["replay"]
+                .as_object_mut()
+                .unwrap()
+                .retain(|k, _| k != "seconds" && k != "out");
+            outputs.push((r.status.code(), summary, tree(&out)));
+        }
+        let (a, b) = (&outputs[0], &outputs[1]);
+        assert_eq!(a.0, b.0, "{name}: exit status");
+        assert_eq!(a.1, b.1, "{name}: the summary printed");
+        assert_eq!(
+            a.2.keys().collect::<Vec<_>>(),
+            b.2.keys().collect::<Vec<_>>(),
+            "{name}: the files written"
+        );
+        for (p, bytes) in &a.2 {
+            if bytes != &b.2[p] {
+                let keep = tmp.path().to_path_buf();
+                std::mem::forget(tmp);
+                panic!(
+                    "{name}: {} differs in {} run {compared}",
+                    p.display(),
+                    keep.display()
+                );
+            }
+        }
+        with_flows += a.2.keys().any(|p| p.starts_with("flows")) as usize;
+        if !written.iter().any(|(c, _)| c.name == name) {
+            assert!(
+                a.2.keys().any(|p| p.starts_with("flows")),
+                "{name}: flow logs written"
+            );
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, runs.len());
+    assert!(
+        with_flows > runs.len() / 2,
+        "{with_flows} of {} runs wrote flow logs",
+        runs.len()
+    );
+}

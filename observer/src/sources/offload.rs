@@ -1,0 +1,787 @@
+//! A [`Consumer`] run on its own thread: the source's packet path hands each call over and goes
+//! on with the next packet while the consumer (the pipeline's rows, rules, Parquet encoding,
+//! summaries) works beside it.
+//!
+//! - **Bounded**: at most one snapshot is handed over and not yet done (the producer waits
+//!   before it hands over the next), and at most [`MAX_ITEMS`] events and pauses. A snapshot
+//!   carries only the entries that changed since the interface's previous snapshot
+//!   ([`super::Changed`]); the consumer's thread keeps the rest in one copy of the values per
+//!   interface (its *mirror*). Memory grows with keys (the mirror, the snapshot handed over, one
+//!   spare buffers), never with packets or intervals; a producer faster than its consumer waits
+//!   instead of queueing.
+//! - **Same calls, same order**: the consumer sees exactly the calls an inline consumer sees, in
+//!   the order they were made (events are gathered into batches between the other calls), and
+//!   each snapshot with the same values, ids and change list: its outputs are the same bytes.
+//! - **Errors** of the consumer come back at the producer's next call (the consumer's thread
+//!   goes on with the calls after it, as an inline consumer does), or from [`Offload::finish`].
+//! - A panic of the consumer's thread is carried to the thread that calls [`Offload::finish`].
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use observer_common::maps::{
+    Event, IfaceStats, MacKey, PauseEvent, PfcCounters, QpKey, QpValue, dir,
+};
+
+use super::snapshot::{
+    CHUNK, HIST_OFFSET, HIST_WORDS, nonzero_blocks, value_words, value_words_mut,
+};
+use super::{Changed, Consumer, ConsumerError, Snapshot};
+
+/// Events and pauses gathered before they are handed over in one message.
+const BATCH: usize = 4096;
+
+/// Spare buffers of snapshot entries kept for the producer at most.
+const SPARES: usize = 2;
+
+/// Events and pauses handed over and not yet done at most (beyond one batch).
+const MAX_ITEMS: usize = 64 * BATCH;
+
+/// What is handed over and not yet done: the producer waits while a snapshot is (before it
+/// hands over another) or while [`MAX_ITEMS`] events and pauses are.
+#[derive(Default)]
+struct InFlight {
+    snapshots: usize,
+    items: usize,
+    /// The consumer's thread ended (normally, or it panicked): nothing more is done.
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Gate {
+    state: Mutex<InFlight>,
+    cv: Condvar,
+    /// An error waits in the error channel (read at every call: cheaper than the channel).
+    error: AtomicBool,
+}
+
+impl Gate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        // the counts stay consistent when a holder panicked: each update is one statement
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until `snapshots` and `items` more may be in flight, then counts them. False
+    /// when the consumer's thread has ended.
+    fn enter(&self, snapshots: usize, items: usize) -> bool {
+        let mut st = self.lock();
+        while !st.closed
+            && ((snapshots > 0 && st.snapshots > 0)
+                || (items > 0 && st.items > 0 && st.items + items > MAX_ITEMS))
+        {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.snapshots += snapshots;
+        st.items += items;
+        !st.closed
+    }
+
+    fn leave(&self, snapshots: usize, items: usize) {
+        let mut st = self.lock();
+        st.snapshots -= snapshots;
+        st.items -= items;
+        self.cv.notify_all();
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.cv.notify_all();
+    }
+}
+
+/// Closes the gate when the consumer's thread ends, also by a panic.
+struct CloseOnDrop(Arc<Gate>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// One hand-over: calls in order, with the snapshots and items among them.
+struct Batch {
+    calls: Vec<Call>,
+    snapshots: usize,
+    items: usize,
+}
+
+/// A snapshot as handed over: the changed entries only, when the consumer's mirror of the
+/// interface holds the rest.
+struct Delta {
+    iface: String,
+    time_ns: u64,
+    link_speed_bps: Option<u64>,
+    iface_stats: [IfaceStats; dir::COUNT],
+    macs: Vec<(MacKey, PfcCounters)>,
+    changed: Option<Changed>,
+    /// The entries at `changed.positions` (in their order), or every entry (`full`).
+    entries: Compact,
+    /// `entries` is the whole snapshot; else the mirror has `len` entries after the update.
+    full: bool,
+    len: usize,
+}
+
+/// Words of a value before its histograms (its counters), copied whole.
+const HEAD: usize = HIST_OFFSET / 8;
+/// Histogram blocks of a value ([`nonzero_blocks`]), 4 words each.
+const BLOCKS: usize = HIST_WORDS / CHUNK;
+const BLOCK_WORDS: usize = CHUNK / 2;
+const _: () =
+    assert!(HEAD * 8 == HIST_OFFSET && HEAD + BLOCKS * BLOCK_WORDS == size_of::<QpValue>() / 8);
+
+/// Entries as handed over: each key with its counters and its histogram blocks that are not
+/// zero (a value is 1,344 bytes, mostly empty histograms: a key has packets in a few of its
+/// 64 DSCP buckets; handed over whole, the copies cost the packet path more than the rest of
+/// the hand-off).
+#[derive(Default)]
+struct Compact {
+    heads: Vec<(QpKey, [u64; HEAD], u64)>,
+    blocks: Vec<[u64; BLOCK_WORDS]>,
+}
+
+impl Compact {
+    fn clear(&mut self) {
+        self.heads.clear();
+        self.blocks.clear();
+    }
+
+    /// Appends `v`, returns its non-zero blocks.
+    fn push(&mut self, k: &QpKey, v: &QpValue) -> u64 {
+        let w = value_words(v);
+        let mask = nonzero_blocks(v);
+        let mut head = [0u64; HEAD];
+        head.copy_from_slice(&w[..HEAD]);
+        self.heads.push((*k, head, mask));
+        let mut m = mask;
+        while m != 0 {
+            let j = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let at = HEAD + j * BLOCK_WORDS;
+            let mut b = [0u64; BLOCK_WORDS];
+            b.copy_from_slice(&w[at..at + BLOCK_WORDS]);
+            self.blocks.push(b);
+        }
+        mask
+    }
+
+    /// Writes entry `i` whole at `mirror[at(i)]`, for each entry in order.
+    fn expand(&self, mirror: &mut [(QpKey, QpValue)], at: impl Fn(usize) -> usize) {
+        let mut blocks = self.blocks.iter();
+        for (i, (k, head, mask)) in self.heads.iter().enumerate() {
+            let e = &mut mirror[at(i)];
+            e.0 = *k;
+            let w = value_words_mut(&mut e.1);
+            w[..HEAD].copy_from_slice(head);
+            for j in 0..BLOCKS {
+                let at = HEAD + j * BLOCK_WORDS;
+                let dst = &mut w[at..at + BLOCK_WORDS];
+                if mask & (1 << j) != 0 {
+                    dst.copy_from_slice(blocks.next().expect("one block per bit set"));
+                } else {
+                    dst.fill(0);
+                }
+            }
+        }
+    }
+}
+
+enum Call {
+    Begin(String, u64, Option<u64>),
+    Events(String, Vec<Event>),
+    Pauses(String, Vec<PauseEvent>),
+    Snapshot(Box<Delta>),
+    Evicted(String, Vec<(QpKey, QpValue)>),
+    Quiet(String, u64),
+    IntervalDone(u64),
+    IfaceGone(String, u64),
+    IfaceRestarted(String, u64),
+    Nic(String, Box<nic::NicSample>, Option<Box<nic::Normalized>>),
+    Qps(u64, Box<qps::Inventory>, Vec<qps::Progress>, Vec<qps::Fate>),
+    IdleKeys(String, u64, u64, usize, SyncSender<Vec<QpKey>>),
+}
+
+/// The producer's end: a [`Consumer`] whose calls run on the consumer's thread.
+pub struct Offload<C: Consumer + Send + 'static> {
+    tx: Option<Sender<Batch>>,
+    gate: Arc<Gate>,
+    /// Buffers of snapshot entries the consumer's thread is done with, to be filled again
+    /// (a fresh buffer of an interval's values costs its page faults, every interval).
+    spare: Receiver<Compact>,
+    errors: Receiver<ConsumerError>,
+    worker: Option<JoinHandle<C>>,
+    /// Calls not yet handed over (events and pauses, in order), and how many events and
+    /// pauses they hold. In a cell: [`Consumer::idle_keys`] hands them over from `&self`.
+    pending: RefCell<Vec<Call>>,
+    pending_items: usize,
+    /// Per interface: the id and length of the last snapshot handed over (what the consumer's
+    /// mirror holds).
+    sent: HashMap<String, (u64, usize)>,
+    /// Snapshots handed over as their changed entries only.
+    partial: u64,
+}
+
+impl<C: Consumer + Send + 'static> Offload<C> {
+    /// Starts `consumer`'s thread.
+    pub fn start(consumer: C) -> std::io::Result<Offload<C>> {
+        let (tx, rx) = channel::<Batch>();
+        let (etx, errors) = channel();
+        let (spare_tx, spare) = sync_channel(SPARES);
+        let gate = Arc::new(Gate::default());
+        let g = gate.clone();
+        let worker = std::thread::Builder::new()
+            .name("outputs".into())
+            .spawn(move || {
+                let _close = CloseOnDrop(g.clone());
+                run(consumer, rx, etx, spare_tx, &g)
+            })?;
+        Ok(Offload {
+            tx: Some(tx),
+            gate,
+            spare,
+            errors,
+            worker: Some(worker),
+            pending: RefCell::new(Vec::new()),
+            pending_items: 0,
+            sent: HashMap::new(),
+            partial: 0,
+        })
+    }
+
+    /// Waits for every call handed over, then gives the consumer back with the errors it
+    /// returned that no call has reported yet.
+    pub fn finish(mut self) -> (C, Vec<ConsumerError>) {
+        self.flush();
+        drop(self.tx.take());
+        let worker = self
+            .worker
+            .take()
+            .expect("the consumer's thread is joined once");
+        let consumer = match worker.join() {
+            Ok(c) => c,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        let errors = self.errors.try_iter().collect();
+        (consumer, errors)
+    }
+
+    /// Snapshots handed over as their changed entries only (the others whole).
+    pub fn partial_snapshots(&self) -> u64 {
+        self.partial
+    }
+
+    fn flush(&mut self) {
+        self.pending_items = 0;
+        self.hand_over();
+    }
+
+    /// Hands the pending calls over. When the consumer's thread has ended (it panicked) they
+    /// are dropped: the panic is carried by [`Offload::finish`].
+    fn hand_over(&self) {
+        let calls = std::mem::take(&mut *self.pending.borrow_mut());
+        if calls.is_empty() {
+            return;
+        }
+        let (mut snapshots, mut items) = (0, 0);
+        for c in &calls {
+            match c {
+                Call::Snapshot(_) => snapshots += 1,
+                Call::Events(_, v) => items += v.len(),
+                Call::Pauses(_, v) => items += v.len(),
+                _ => {}
+            }
+        }
+        if let Some(tx) = &self.tx
+            && self.gate.enter(snapshots, items)
+        {
+            let _ = tx.send(Batch {
+                calls,
+                snapshots,
+                items,
+            });
+        }
+    }
+
+    fn push(&mut self, c: Call) {
+        self.pending.get_mut().push(c);
+    }
+
+    /// A call handed over after the pending ones.
+    fn call(&mut self, c: Call) -> Result<(), ConsumerError> {
+        self.push(c);
+        self.flush();
+        self.error()
+    }
+
+    fn error(&self) -> Result<(), ConsumerError> {
+        if !self.gate.error.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match self.errors.try_recv() {
+            Ok(e) => Err(e),
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
+                self.gate.error.store(false, Ordering::Release);
+                Ok(())
+            }
+        }
+    }
+
+    fn gather(&mut self, c: Call, n: usize) -> Result<(), ConsumerError> {
+        // consecutive items of one interface and kind go into one call
+        let pending = self.pending.get_mut();
+        match (pending.last_mut(), c) {
+            (Some(Call::Events(i, v)), Call::Events(j, w)) if *i == j => v.extend(w),
+            (Some(Call::Pauses(i, v)), Call::Pauses(j, w)) if *i == j => v.extend(w),
+            (_, c) => pending.push(c),
+        }
+        self.pending_items += n;
+        if self.pending_items >= BATCH {
+            self.flush();
+        }
+        self.error()
+    }
+
+    fn delta(&mut self, s: &Snapshot) -> Delta {
+        let base = self.sent.get(&s.iface).copied();
+        let len = s.qps.len();
+        let changed_only = match (&s.changed, base) {
+            (Some(c), Some((id, old_len))) => {
+                c.base == Some(id)
+                    && c.gone.is_empty()
+                    && len >= old_len
+                    && c.positions.windows(2).all(|w| w[0] < w[1])
+                    && c.positions.last().is_none_or(|&p| (p as usize) < len)
+                    // every new entry (appended) is among the changed ones
+                    && c.positions.iter().filter(|&&p| p as usize >= old_len).count()
+                        == len - old_len
+            }
+            _ => false,
+        };
+        match &s.changed {
+            Some(c) => {
+                self.sent.insert(s.iface.clone(), (c.id, len));
+            }
+            None => {
+                self.sent.remove(&s.iface);
+            }
+        }
+        self.partial += changed_only as u64;
+        let mut entries = self.spare.try_recv().unwrap_or_default();
+        entries.clear();
+        let mut changed = s.changed.clone();
+        match (&mut changed, changed_only) {
+            (Some(c), true) => {
+                let masks: Vec<u64> = c
+                    .positions
+                    .iter()
+                    .map(|&p| {
+                        let (k, v) = &s.qps[p as usize];
+                        entries.push(k, v)
+                    })
+                    .collect();
+                if c.blocks.is_empty() {
+                    c.blocks = masks;
+                }
+            }
+            _ => {
+                let masks: Vec<u64> = s.qps.iter().map(|(k, v)| entries.push(k, v)).collect();
+                if let Some(c) = &mut changed
+                    && c.blocks.is_empty()
+                    && c.positions.iter().all(|&p| (p as usize) < masks.len())
+                {
+                    c.blocks = c.positions.iter().map(|&p| masks[p as usize]).collect();
+                }
+            }
+        }
+        Delta {
+            iface: s.iface.clone(),
+            time_ns: s.time_ns,
+            link_speed_bps: s.link_speed_bps,
+            iface_stats: s.iface_stats,
+            macs: s.macs.clone(),
+            changed,
+            entries,
+            full: !changed_only,
+            len,
+        }
+    }
+}
+
+impl<C: Consumer + Send + 'static> Drop for Offload<C> {
+    fn drop(&mut self) {
+        // without `finish` (an error on the way): the consumer's thread ends with the hand-off
+        drop(self.tx.take());
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl<C: Consumer + Send + 'static> Consumer for Offload<C> {
+    fn begin(&mut self, iface: &str, start_ns: u64, link_speed_bps: Option<u64>) {
+        self.push(Call::Begin(iface.to_string(), start_ns, link_speed_bps));
+    }
+    fn events(&mut self, iface: &str, events: &[Event]) -> Result<(), ConsumerError> {
+        self.gather(
+            Call::Events(iface.to_string(), events.to_vec()),
+            events.len(),
+        )
+    }
+    fn pauses(&mut self, iface: &str, pauses: &[PauseEvent]) -> Result<(), ConsumerError> {
+        self.gather(
+            Call::Pauses(iface.to_string(), pauses.to_vec()),
+            pauses.len(),
+        )
+    }
+    fn snapshot(&mut self, snap: &Snapshot) -> Result<(), ConsumerError> {
+        let d = self.delta(snap);
+        self.call(Call::Snapshot(Box::new(d)))
+    }
+    fn evicted(&mut self, iface: &str, finals: &[(QpKey, QpValue)]) {
+        self.push(Call::Evicted(iface.to_string(), finals.to_vec()));
+    }
+    /// Answered by the consumer after every call before it; the producer waits for it.
+    fn idle_keys(&self, iface: &str, now_ns: u64, idle_ns: u64, max: usize) -> Vec<QpKey> {
+        let (tx, rx) = sync_channel(1);
+        self.pending
+            .borrow_mut()
+            .push(Call::IdleKeys(iface.to_string(), now_ns, idle_ns, max, tx));
+        self.hand_over();
+        rx.recv().unwrap_or_default()
+    }
+    fn quiet(&mut self, iface: &str, t_ns: u64) {
+        self.push(Call::Quiet(iface.to_string(), t_ns));
+    }
+    fn interval_done(&mut self, t_ns: u64) {
+        self.push(Call::IntervalDone(t_ns));
+        self.flush();
+    }
+    fn iface_gone(&mut self, iface: &str, t_ns: u64) {
+        self.sent.remove(iface);
+        self.push(Call::IfaceGone(iface.to_string(), t_ns));
+    }
+    fn iface_restarted(&mut self, iface: &str, t_ns: u64) {
+        self.sent.remove(iface);
+        self.push(Call::IfaceRestarted(iface.to_string(), t_ns));
+    }
+    fn nic(
+        &mut self,
+        iface: &str,
+        sample: &nic::NicSample,
+        counters: Option<&nic::Normalized>,
+    ) -> Result<(), ConsumerError> {
+        self.call(Call::Nic(
+            iface.to_string(),
+            Box::new(sample.clone()),
+            counters.map(|c| Box::new(c.clone())),
+        ))
+    }
+    fn qps(
+        &mut self,
+        start_ns: u64,
+        inv: &qps::Inventory,
+        progress: &[qps::Progress],
+        fates: &[qps::Fate],
+    ) -> Result<(), ConsumerError> {
+        self.call(Call::Qps(
+            start_ns,
+            Box::new(inv.clone()),
+            progress.to_vec(),
+            fates.to_vec(),
+        ))
+    }
+}
+
+/// The consumer's thread: every call in order, each snapshot rebuilt from the interface's
+/// mirror.
+fn run<C: Consumer>(
+    mut consumer: C,
+    rx: Receiver<Batch>,
+    errors: Sender<ConsumerError>,
+    spare: SyncSender<Compact>,
+    gate: &Gate,
+) -> C {
+    let mut mirrors: HashMap<String, Vec<(QpKey, QpValue)>> = HashMap::new();
+    let report = |r: Result<(), ConsumerError>| {
+        if let Err(e) = r {
+            let _ = errors.send(e);
+            gate.error.store(true, Ordering::Release);
+        }
+    };
+    for batch in rx {
+        for call in batch.calls {
+            match call {
+                Call::Begin(i, t, s) => consumer.begin(&i, t, s),
+                Call::Events(i, v) => report(consumer.events(&i, &v)),
+                Call::Pauses(i, v) => report(consumer.pauses(&i, &v)),
+                Call::Snapshot(d) => {
+                    let d = *d;
+                    let mirror = mirrors.entry(d.iface.clone()).or_default();
+                    // appended entries come in order ([`Offload::delta`] checked)
+                    mirror.resize(d.len, (QpKey::default(), QpValue::ZERO));
+                    if d.full {
+                        d.entries.expand(mirror, |i| i);
+                    } else {
+                        let positions = d.changed.as_ref().map_or(&[][..], |c| &c.positions);
+                        d.entries.expand(mirror, |i| positions[i] as usize);
+                    }
+                    let _ = spare.try_send(d.entries);
+                    let snap = Snapshot {
+                        iface: d.iface,
+                        time_ns: d.time_ns,
+                        link_speed_bps: d.link_speed_bps,
+                        qps: std::mem::take(mirror),
+                        iface_stats: d.iface_stats,
+                        macs: d.macs,
+                        changed: d.changed,
+                    };
+                    report(consumer.snapshot(&snap));
+                    *mirrors.get_mut(&snap.iface).expect("made above") = snap.qps;
+                }
+                Call::Evicted(i, f) => consumer.evicted(&i, &f),
+                Call::Quiet(i, t) => consumer.quiet(&i, t),
+                Call::IntervalDone(t) => consumer.interval_done(t),
+                Call::IfaceGone(i, t) => {
+                    mirrors.remove(&i);
+                    consumer.iface_gone(&i, t)
+                }
+                Call::IfaceRestarted(i, t) => {
+                    mirrors.remove(&i);
+                    consumer.iface_restarted(&i, t)
+                }
+                Call::Nic(i, s, c) => report(consumer.nic(&i, &s, c.as_deref())),
+                Call::Qps(t, inv, p, f) => report(consumer.qps(t, &inv, &p, &f)),
+                Call::IdleKeys(i, now, idle, max, reply) => {
+                    let _ = reply.send(consumer.idle_keys(&i, now, idle, max));
+                }
+            }
+        }
+        gate.leave(batch.snapshots, batch.items);
+    }
+    consumer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::capture::{Replay, ReplayOptions};
+    use test_support::corpus;
+
+    /// Every call as text, each snapshot with all its entries and its change list.
+    #[derive(Default)]
+    struct Record {
+        log: Vec<String>,
+        /// Fail the snapshot with this number (1-based).
+        fail_at: Option<usize>,
+        snapshots: usize,
+        /// Snapshot ids (unique in the process) by order of appearance.
+        ids: HashMap<u64, usize>,
+        /// Snapshots that said their entries' non-zero blocks.
+        blocks_said: usize,
+    }
+
+    impl Record {
+        fn ordinal(&mut self, id: u64) -> usize {
+            let n = self.ids.len();
+            *self.ids.entry(id).or_insert(n)
+        }
+    }
+
+    impl Consumer for Record {
+        fn begin(&mut self, iface: &str, start_ns: u64, s: Option<u64>) {
+            self.log.push(format!("begin {iface} {start_ns} {s:?}"));
+        }
+        fn events(&mut self, iface: &str, events: &[Event]) -> Result<(), ConsumerError> {
+            for e in events {
+                self.log.push(format!("event {iface} {e:?}"));
+            }
+            Ok(())
+        }
+        fn pauses(&mut self, iface: &str, p: &[PauseEvent]) -> Result<(), ConsumerError> {
+            for e in p {
+                self.log.push(format!("pause {iface} {e:?}"));
+            }
+            Ok(())
+        }
+        fn snapshot(&mut self, s: &Snapshot) -> Result<(), ConsumerError> {
+            self.snapshots += 1;
+            if self.fail_at == Some(self.snapshots) {
+                return Err(format!("snapshot {} refused", self.snapshots).into());
+            }
+            let changed = s.changed.clone().map(|mut c| {
+                // the non-zero blocks, when said, cover every non-zero block (a superset is
+                // allowed: the collector then reads a zero block), and are not compared
+                if !c.blocks.is_empty() {
+                    assert_eq!(c.blocks.len(), c.positions.len());
+                    for (&p, &b) in c.positions.iter().zip(&c.blocks) {
+                        let nz = nonzero_blocks(&s.qps[p as usize].1);
+                        assert_eq!(nz & !b, 0, "block of entry {p} not said");
+                    }
+                    self.blocks_said += 1;
+                }
+                c.blocks.clear();
+                c.base = c.base.map(|b| self.ordinal(b) as u64);
+                c.id = self.ordinal(c.id) as u64;
+                c
+            });
+            self.log.push(format!(
+                "snapshot {} {} {:?} {:?} {:?} {:?}",
+                s.iface, s.time_ns, s.link_speed_bps, s.iface_stats, s.macs, changed
+            ));
+            for (k, v) in &s.qps {
+                self.log.push(format!("  {k:?} {v:?}"));
+            }
+            Ok(())
+        }
+        fn quiet(&mut self, iface: &str, t: u64) {
+            self.log.push(format!("quiet {iface} {t}"));
+        }
+        fn interval_done(&mut self, t: u64) {
+            self.log.push(format!("done {t}"));
+        }
+        fn idle_keys(&self, iface: &str, _: u64, _: u64, _: usize) -> Vec<QpKey> {
+            // answers with what it has seen: a query overtaking calls would see fewer
+            let n = self
+                .log
+                .iter()
+                .filter(|l| l.starts_with("snapshot"))
+                .count();
+            vec![QpKey {
+                dest_qp: n as u32 + iface.len() as u32,
+                ..QpKey::default()
+            }]
+        }
+    }
+
+    /// Two interfaces (a pcapng of two), keys appearing over many intervals, some keys
+    /// quiet for several, CNPs and NAKs (events), PFC frames (pauses).
+    fn capture() -> Vec<u8> {
+        let mut frames: Vec<(u32, u64, Vec<u8>)> = Vec::new();
+        let t0 = 1_700_000_000_000_000_000u64;
+        for i in 0..3000u64 {
+            let conn = (i * 7919 % (50 + i / 20)) as u32;
+            let a = [10, 1, (conn >> 8) as u8, conn as u8];
+            let b = [10, 2, 0, 1];
+            let r = corpus::Roce::v4(a, b, 0x100 + conn, i as u32).payload(64);
+            let r = if i % 13 == 0 {
+                r.mark(26, 3)
+            } else {
+                r.mark(26, 2)
+            };
+            let t = t0 + i * 7_000_000;
+            frames.push(((i % 2) as u32, t, r.frame()));
+            if i % 17 == 0 {
+                frames.push((0, t + 1, corpus::Roce::v4(b, a, 0x200, 0).cnp().frame()));
+            }
+            if i % 29 == 0 {
+                frames.push((
+                    1,
+                    t + 2,
+                    corpus::Roce::v4(b, a, 0x300 + conn, i as u32)
+                        .ack(0x60)
+                        .frame(),
+                ));
+            }
+            if i % 101 == 0 {
+                frames.push((
+                    1,
+                    t + 3,
+                    corpus::pfc([2, 0, 0, 0, 0, 1], 0x08, [0, 0, 0, 0xffff, 0, 0, 0, 0]),
+                ));
+            }
+        }
+        let recs: Vec<corpus::Rec> = frames
+            .into_iter()
+            .map(|(iface, ts_ns, data)| corpus::Rec {
+                ts_ns,
+                data,
+                iface,
+                epb_flags: 0,
+            })
+            .collect();
+        let mut out = Vec::new();
+        corpus::write_pcapng(&mut out, &[(1, "e0", 9), (1, "e1", 9)], &recs).unwrap();
+        out
+    }
+
+    /// The snapshots made, and the consumer's answer to a query after them.
+    fn replay<C: Consumer>(out: &mut C, data: &[u8], interval_ms: u64) -> (u64, Vec<QpKey>) {
+        let opts = ReplayOptions {
+            interval_ns: interval_ms * 1_000_000,
+            ..ReplayOptions::default()
+        };
+        let mut rp = Replay::new(opts, out);
+        let n = rp.feed_slice("two.pcapng", "two", data).unwrap().snapshots;
+        drop(rp);
+        (n, out.idle_keys("two:e0", 0, 0, 1))
+    }
+
+    #[test]
+    fn the_consumer_sees_the_same_calls_on_its_thread() {
+        let data = capture();
+        for interval_ms in [20, 1000] {
+            let mut inline = Record::default();
+            let (n, answer) = replay(&mut inline, &data, interval_ms);
+            let mut off = Offload::start(Record::default()).unwrap();
+            assert_eq!(replay(&mut off, &data, interval_ms), (n, answer));
+            assert!(
+                off.partial_snapshots() > n / 2,
+                "{interval_ms} ms: most snapshots handed over as their changes ({} of {n})",
+                off.partial_snapshots()
+            );
+            let (rec, errors) = off.finish();
+            assert!(errors.is_empty());
+            assert_eq!(inline.blocks_said, 0, "replay's datapath does not say them");
+            assert_eq!(
+                rec.blocks_said as u64, n,
+                "the hand-off says them for every snapshot"
+            );
+            assert!(n > 1, "{interval_ms} ms: several snapshots ({n})");
+            assert!(inline.log.iter().any(|l| l.starts_with("event")));
+            assert!(inline.log.iter().any(|l| l.starts_with("pause")));
+            assert_eq!(rec.log.len(), inline.log.len(), "{interval_ms} ms");
+            for (i, (a, b)) in rec.log.iter().zip(&inline.log).enumerate() {
+                assert_eq!(a, b, "{interval_ms} ms: line {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_error_of_the_consumer_reaches_the_producer_once() {
+        let data = capture();
+        let opts = ReplayOptions {
+            interval_ns: 100_000_000,
+            ..ReplayOptions::default()
+        };
+        let mut inline = Record {
+            fail_at: Some(3),
+            ..Record::default()
+        };
+        let e = Replay::new(opts.clone(), &mut inline)
+            .feed_slice("two.pcapng", "two", &data)
+            .unwrap_err();
+        assert!(
+            contract::error::chain(&e).contains("snapshot 3 refused"),
+            "{e}"
+        );
+
+        let mut off = Offload::start(Record {
+            fail_at: Some(3),
+            ..Record::default()
+        })
+        .unwrap();
+        let fed = Replay::new(opts, &mut off).feed_slice("two.pcapng", "two", &data);
+        let (rec, later) = off.finish();
+        let mut said: Vec<String> = later.iter().map(|e| e.to_string()).collect();
+        if let Err(e) = fed {
+            said.push(contract::error::chain(&e));
+        }
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].contains("snapshot 3 refused"), "{said:?}");
+        // the consumer went on with the calls after it, as an inline one would
+        assert!(rec.snapshots >= 3);
+    }
+}
