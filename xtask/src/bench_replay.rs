@@ -629,9 +629,8 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
         && rows.len() > 1
     {
         // the default command's rate, or tracking every key where the default does not
-        let tracked = |r: &(u32, _, Run, _, _, _, _, Option<Run>, _)| {
-            mpps(r.7.as_ref().unwrap_or(&r.2).wall)
-        };
+        let tracked =
+            |r: &(u32, _, Run, _, _, _, _, Option<Run>, _)| mpps(r.7.as_ref().unwrap_or(&r.2).wall);
         let (a, b) = (tracked(first), tracked(last));
         println!(
             "{} keys every key tracked against {} keys: {:.2}x the rate by wall time ({:.2} against {:.2} Mpps)",

@@ -16,7 +16,7 @@ use crate::pipeline::alerts::Severity;
 use crate::pipeline::rules::Rule;
 use crate::pipeline::{Collector, CollectorConfig, PolicyConfig};
 use crate::sinks::evidence::Evidence;
-use crate::sinks::summary_json::{QpList, SummaryDoc, interfaces_json, write_summary};
+use crate::sinks::summary_json::{QpList, SummaryDoc, interfaces_json};
 use crate::sinks::summary_text;
 use crate::sources::capture::{CaptureSource, ReplayError, ReplayOptions};
 use crate::sources::offload::Offload;
@@ -203,13 +203,11 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let qps = QpList::new(&source.snapshots);
     if args.json {
         let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-        write_summary(
-            &mut out,
-            &SummaryDoc {
-                head: summary.as_object().context("summary is an object")?,
-                qps: &qps,
-            },
-        )?;
+        SummaryDoc {
+            head: summary.as_object().context("summary is an object")?,
+            qps: &qps,
+        }
+        .write(&mut out)?;
         writeln!(out)?;
         out.flush()?;
     } else {

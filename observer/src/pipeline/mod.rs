@@ -1178,13 +1178,11 @@ impl Collector {
         let tmp = self.cfg.out_dir.join("summary.json.tmp");
         let write = || -> std::io::Result<()> {
             let mut w = std::io::BufWriter::with_capacity(1 << 16, std::fs::File::create(&tmp)?);
-            crate::sinks::summary_json::write_summary(
-                &mut w,
-                &crate::sinks::summary_json::SummaryDoc {
-                    head: &head,
-                    qps: &qps,
-                },
-            )?;
+            crate::sinks::summary_json::SummaryDoc {
+                head: &head,
+                qps: &qps,
+            }
+            .write(&mut w)?;
             w.into_inner().map_err(|e| e.into_error())?;
             std::fs::rename(&tmp, &path)
         };
