@@ -109,6 +109,7 @@ fn say_changed(s: &mut Snapshot, moved: Vec<u32>, on: bool) {
         positions: moved,
         gone: Vec::new(),
         blocks: Vec::new(),
+        sparse: None,
     });
 }
 

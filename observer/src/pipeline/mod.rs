@@ -403,13 +403,17 @@ fn account_keys(
     cx: &KeyCtx<'_>,
     kp: &mut KeyPass,
 ) {
-    let hinted = snap
-        .changed
-        .as_ref()
-        .filter(|c| c.base.is_some() && c.base == st.last_snapshot_id);
+    let hinted = snap.changed.as_ref().filter(|c| {
+        (c.base.is_some() && c.base == st.last_snapshot_id)
+            // a sparse first snapshot: every key is among its changed ones, and none is known
+            || (c.sparse.is_some()
+                && c.base.is_none()
+                && st.last_snapshot_id.is_none()
+                && st.prev.is_empty())
+    });
     st.last_snapshot_id = snap.changed.as_ref().map(|c| c.id);
     if let Some(ch) = hinted {
-        st.prev.begin_scan(snap.qps.len());
+        st.prev.begin_scan(snap.len());
         // gone first: a key gone and back in the same read is a new key
         for k in &ch.gone {
             vanish(st, kp, k);
@@ -417,6 +421,21 @@ fn account_keys(
         // the new values' non-zero histogram blocks, when the source says (else each value is
         // read whole to find them)
         let blocks = (ch.blocks.len() == ch.positions.len()).then_some(&ch.blocks[..]);
+        if let Some(sp) = &ch.sparse {
+            // the changed entries kept compactly: each written whole into one value in turn
+            let mut v = QpValue::ZERO;
+            for (n, &pos) in ch.positions.iter().enumerate().take(sp.values.len()) {
+                if let Some(&p) = ch.positions.get(n + PREFETCH_FULL)
+                    && let Some((pv, pb)) = st.prev.hinted(p as usize)
+                {
+                    deltas::prefetch_blocks(pv, pb);
+                }
+                let k = sp.values.expand(n, &mut v);
+                account_one(st, sc, cx, kp, pos as usize, &k, &v, blocks.map(|b| b[n]));
+            }
+            kp.tracked = st.prev.per_dir();
+            return;
+        }
         for (n, &pos) in ch.positions.iter().enumerate() {
             if let Some(&p) = ch.positions.get(n + PREFETCH_FULL)
                 && let Some((_, nv)) = snap.qps.get(p as usize)
@@ -435,6 +454,13 @@ fn account_keys(
             }
         }
         kp.tracked = st.prev.per_dir();
+        return;
+    }
+    if snap.changed.as_ref().is_some_and(|c| c.sparse.is_some()) {
+        // Only the consumer that had the snapshot's base may be given a sparse one (the
+        // offloaded outputs check it): without the unchanged keys' values nothing can be
+        // compared. Said, never silently taken as every key gone.
+        tracing::error!(iface = %snap.iface, "a sparse snapshot not following its base: its keys are not accounted");
         return;
     }
     st.prev.begin_scan(snap.qps.len());
@@ -888,11 +914,7 @@ impl Collector {
         }
         let end = snap.time_ns;
         let start = interval_start(st, snap, off).min(end);
-        let cap = snap
-            .qps
-            .len()
-            .min(st.last_active.saturating_mul(2).max(1024))
-            + st.evicted.len();
+        let cap = snap.len().min(st.last_active.saturating_mul(2).max(1024)) + st.evicted.len();
         let (host, source) = (&self.run.host, self.run.source);
         let mut kp = KeyPass {
             fb: FlowsBuilder::with_capacity(host, source, &snap.iface, start, end, cap)
@@ -1332,10 +1354,16 @@ impl crate::sources::Consumer for Collector {
 /// else the first packet of the snapshot (replay without `begin`).
 fn interval_start(st: &IfaceState, snap: &Snapshot, off: i64) -> u64 {
     st.prev_time.or(st.start_ns).unwrap_or_else(|| {
+        let sparse = snap.changed.as_ref().and_then(|c| c.sparse.as_ref());
+        let sparse_first = sparse
+            .into_iter()
+            .flat_map(|sp| (0..sp.values.len()).map(|n| sp.values.first_ns(n)));
         snap.qps
             .iter()
-            .filter(|(_, v)| v.first_ns != 0)
-            .map(|(_, v)| (v.first_ns as i64).saturating_add(off).max(0) as u64)
+            .map(|(_, v)| v.first_ns)
+            .chain(sparse_first)
+            .filter(|&t| t != 0)
+            .map(|t| (t as i64).saturating_add(off).max(0) as u64)
             .min()
             .unwrap_or(snap.time_ns)
     })
@@ -1712,6 +1740,7 @@ mod tests {
                         positions: positions.clone(),
                         gone: gone.clone(),
                         blocks,
+                        sparse: None,
                     }),
                 };
                 col.on_snapshot(&snap).unwrap();

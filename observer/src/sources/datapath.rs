@@ -417,6 +417,7 @@ impl Datapath {
             gone: Vec::new(),
             // not known: the values are updated in place, packet by packet
             blocks: Vec::new(),
+            sparse: None,
         };
         Snapshot {
             iface: iface.to_string(),

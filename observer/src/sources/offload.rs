@@ -2,16 +2,21 @@
 //! on with the next packet while the consumer (the pipeline's rows, rules, Parquet encoding,
 //! summaries) works beside it.
 //!
+//! - **Compact and sparse**: a snapshot is handed over as the entries that changed since the
+//!   interface's previous one ([`super::Changed`]), each kept compactly (its counters and its
+//!   histogram blocks that are not zero: [`CompactQps`]), and given to the consumer as a sparse
+//!   snapshot ([`super::snapshot::Sparse`]): the unchanged keys' values are the consumer's own
+//!   (the collector keeps every key's last values). The first snapshot of an interface is
+//!   sparse too when it lists every entry as changed (replay's do); one that does not follow
+//!   the last handed over is handed over whole.
 //! - **Bounded**: at most one snapshot is handed over and not yet done (the producer waits
-//!   before it hands over the next), and at most [`MAX_ITEMS`] events and pauses. A snapshot
-//!   carries only the entries that changed since the interface's previous snapshot
-//!   ([`super::Changed`]); the consumer's thread keeps the rest in one copy of the values per
-//!   interface (its *mirror*). Memory grows with keys (the mirror, the snapshot handed over, one
-//!   spare buffers), never with packets or intervals; a producer faster than its consumer waits
-//!   instead of queueing.
-//! - **Same calls, same order**: the consumer sees exactly the calls an inline consumer sees, in
-//!   the order they were made (events are gathered into batches between the other calls), and
-//!   each snapshot with the same values, ids and change list: its outputs are the same bytes.
+//!   before it copies the next), and at most [`MAX_ITEMS`] events and pauses. Memory grows
+//!   with keys (one interval's changed entries, compactly, and [`SPARES`] buffer), never with
+//!   packets or intervals; a producer faster than its consumer waits instead of queueing.
+//! - **Same calls, same order**: the consumer sees the calls an inline consumer sees, in the
+//!   order they were made (events are gathered into batches between the other calls), each
+//!   snapshot with the same ids, change list and values (sparse, and with the changed entries'
+//!   non-zero blocks said): the collector's outputs are the same bytes.
 //! - **Errors** of the consumer come back at the producer's next call (the consumer's thread
 //!   goes on with the calls after it, as an inline consumer does), or from [`Offload::finish`].
 //! - A panic of the consumer's thread is carried to the thread that calls [`Offload::finish`].
@@ -27,16 +32,14 @@ use observer_common::maps::{
     Event, IfaceStats, MacKey, PauseEvent, PfcCounters, QpKey, QpValue, dir,
 };
 
-use super::snapshot::{
-    CHUNK, HIST_OFFSET, HIST_WORDS, nonzero_blocks, value_words, value_words_mut,
-};
+use super::snapshot::{CompactQps, Sparse};
 use super::{Changed, Consumer, ConsumerError, Snapshot};
 
 /// Events and pauses gathered before they are handed over in one message.
 const BATCH: usize = 4096;
 
 /// Spare buffers of snapshot entries kept for the producer at most.
-const SPARES: usize = 2;
+const SPARES: usize = 1;
 
 /// Events and pauses handed over and not yet done at most (beyond one batch).
 const MAX_ITEMS: usize = 64 * BATCH;
@@ -109,8 +112,8 @@ struct Batch {
     items: usize,
 }
 
-/// A snapshot as handed over: the changed entries only, when the consumer's mirror of the
-/// interface holds the rest.
+/// A snapshot as handed over: the changed entries only, when the consumer had the interface's
+/// previous snapshot; else every entry.
 struct Delta {
     iface: String,
     time_ns: u64,
@@ -119,74 +122,10 @@ struct Delta {
     macs: Vec<(MacKey, PfcCounters)>,
     changed: Option<Changed>,
     /// The entries at `changed.positions` (in their order), or every entry (`full`).
-    entries: Compact,
-    /// `entries` is the whole snapshot; else the mirror has `len` entries after the update.
+    entries: CompactQps,
+    /// `entries` is the whole snapshot; else a sparse one of `len` keys.
     full: bool,
     len: usize,
-}
-
-/// Words of a value before its histograms (its counters), copied whole.
-const HEAD: usize = HIST_OFFSET / 8;
-/// Histogram blocks of a value ([`nonzero_blocks`]), 4 words each.
-const BLOCKS: usize = HIST_WORDS / CHUNK;
-const BLOCK_WORDS: usize = CHUNK / 2;
-const _: () =
-    assert!(HEAD * 8 == HIST_OFFSET && HEAD + BLOCKS * BLOCK_WORDS == size_of::<QpValue>() / 8);
-
-/// Entries as handed over: each key with its counters and its histogram blocks that are not
-/// zero (a value is 1,344 bytes, mostly empty histograms: a key has packets in a few of its
-/// 64 DSCP buckets; handed over whole, the copies cost the packet path more than the rest of
-/// the hand-off).
-#[derive(Default)]
-struct Compact {
-    heads: Vec<(QpKey, [u64; HEAD], u64)>,
-    blocks: Vec<[u64; BLOCK_WORDS]>,
-}
-
-impl Compact {
-    fn clear(&mut self) {
-        self.heads.clear();
-        self.blocks.clear();
-    }
-
-    /// Appends `v`, returns its non-zero blocks.
-    fn push(&mut self, k: &QpKey, v: &QpValue) -> u64 {
-        let w = value_words(v);
-        let mask = nonzero_blocks(v);
-        let mut head = [0u64; HEAD];
-        head.copy_from_slice(&w[..HEAD]);
-        self.heads.push((*k, head, mask));
-        let mut m = mask;
-        while m != 0 {
-            let j = m.trailing_zeros() as usize;
-            m &= m - 1;
-            let at = HEAD + j * BLOCK_WORDS;
-            let mut b = [0u64; BLOCK_WORDS];
-            b.copy_from_slice(&w[at..at + BLOCK_WORDS]);
-            self.blocks.push(b);
-        }
-        mask
-    }
-
-    /// Writes entry `i` whole at `mirror[at(i)]`, for each entry in order.
-    fn expand(&self, mirror: &mut [(QpKey, QpValue)], at: impl Fn(usize) -> usize) {
-        let mut blocks = self.blocks.iter();
-        for (i, (k, head, mask)) in self.heads.iter().enumerate() {
-            let e = &mut mirror[at(i)];
-            e.0 = *k;
-            let w = value_words_mut(&mut e.1);
-            w[..HEAD].copy_from_slice(head);
-            for j in 0..BLOCKS {
-                let at = HEAD + j * BLOCK_WORDS;
-                let dst = &mut w[at..at + BLOCK_WORDS];
-                if mask & (1 << j) != 0 {
-                    dst.copy_from_slice(blocks.next().expect("one block per bit set"));
-                } else {
-                    dst.fill(0);
-                }
-            }
-        }
-    }
 }
 
 enum Call {
@@ -210,15 +149,15 @@ pub struct Offload<C: Consumer + Send + 'static> {
     gate: Arc<Gate>,
     /// Buffers of snapshot entries the consumer's thread is done with, to be filled again
     /// (a fresh buffer of an interval's values costs its page faults, every interval).
-    spare: Receiver<Compact>,
+    spare: Receiver<CompactQps>,
     errors: Receiver<ConsumerError>,
     worker: Option<JoinHandle<C>>,
     /// Calls not yet handed over (events and pauses, in order), and how many events and
     /// pauses they hold. In a cell: [`Consumer::idle_keys`] hands them over from `&self`.
     pending: RefCell<Vec<Call>>,
     pending_items: usize,
-    /// Per interface: the id and length of the last snapshot handed over (what the consumer's
-    /// mirror holds).
+    /// Per interface: the id and length of the last snapshot handed over (the consumer's last
+    /// snapshot of it).
     sent: HashMap<String, (u64, usize)>,
     /// Snapshots handed over as their changed entries only.
     partial: u64,
@@ -358,6 +297,17 @@ impl<C: Consumer + Send + 'static> Offload<C> {
                     && c.positions.iter().filter(|&&p| p as usize >= old_len).count()
                         == len - old_len
             }
+            // the interface's first: sparse when every entry is among the changed ones (the
+            // consumer has none of its keys yet), so that no interval is expanded whole
+            (Some(c), None) => {
+                c.base.is_none()
+                    && c.gone.is_empty()
+                    && c.positions.len() == len
+                    && c.positions
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &p)| p as usize == i)
+            }
             _ => false,
         };
         match &s.changed {
@@ -436,9 +386,21 @@ impl<C: Consumer + Send + 'static> Consumer for Offload<C> {
             pauses.len(),
         )
     }
+    /// Waits for the consumer to be done with the previous snapshot before this one's entries
+    /// are copied: one interval's copy exists at a time (with at most one spare buffer).
     fn snapshot(&mut self, snap: &Snapshot) -> Result<(), ConsumerError> {
-        let d = self.delta(snap);
-        self.call(Call::Snapshot(Box::new(d)))
+        self.flush();
+        if self.gate.enter(1, 0) {
+            let d = self.delta(snap);
+            if let Some(tx) = &self.tx {
+                let _ = tx.send(Batch {
+                    calls: vec![Call::Snapshot(Box::new(d))],
+                    snapshots: 1,
+                    items: 0,
+                });
+            }
+        }
+        self.error()
     }
     fn evicted(&mut self, iface: &str, finals: &[(QpKey, QpValue)]) {
         self.push(Call::Evicted(iface.to_string(), finals.to_vec()));
@@ -495,16 +457,15 @@ impl<C: Consumer + Send + 'static> Consumer for Offload<C> {
     }
 }
 
-/// The consumer's thread: every call in order, each snapshot rebuilt from the interface's
-/// mirror.
+/// The consumer's thread: every call in order; a snapshot handed over whole is rebuilt, one
+/// handed over as its changes given as a sparse snapshot.
 fn run<C: Consumer>(
     mut consumer: C,
     rx: Receiver<Batch>,
     errors: Sender<ConsumerError>,
-    spare: SyncSender<Compact>,
+    spare: SyncSender<CompactQps>,
     gate: &Gate,
 ) -> C {
-    let mut mirrors: HashMap<String, Vec<(QpKey, QpValue)>> = HashMap::new();
     let report = |r: Result<(), ConsumerError>| {
         if let Err(e) = r {
             let _ = errors.send(e);
@@ -519,39 +480,45 @@ fn run<C: Consumer>(
                 Call::Pauses(i, v) => report(consumer.pauses(&i, &v)),
                 Call::Snapshot(d) => {
                     let d = *d;
-                    let mirror = mirrors.entry(d.iface.clone()).or_default();
-                    // appended entries come in order ([`Offload::delta`] checked)
-                    mirror.resize(d.len, (QpKey::default(), QpValue::ZERO));
-                    if d.full {
-                        d.entries.expand(mirror, |i| i);
+                    let mut changed = d.changed;
+                    let (qps, entries) = if d.full {
+                        let mut qps = vec![(QpKey::default(), QpValue::ZERO); d.len];
+                        for (n, e) in qps.iter_mut().enumerate() {
+                            e.0 = d.entries.expand(n, &mut e.1);
+                        }
+                        (qps, Some(d.entries))
                     } else {
-                        let positions = d.changed.as_ref().map_or(&[][..], |c| &c.positions);
-                        d.entries.expand(mirror, |i| positions[i] as usize);
-                    }
-                    let _ = spare.try_send(d.entries);
-                    let snap = Snapshot {
+                        // the consumer had the base: the changed entries as they came
+                        if let Some(c) = &mut changed {
+                            c.sparse = Some(Box::new(Sparse {
+                                keys: d.len,
+                                values: d.entries,
+                            }));
+                        }
+                        (Vec::new(), None)
+                    };
+                    let mut snap = Snapshot {
                         iface: d.iface,
                         time_ns: d.time_ns,
                         link_speed_bps: d.link_speed_bps,
-                        qps: std::mem::take(mirror),
+                        qps,
                         iface_stats: d.iface_stats,
                         macs: d.macs,
-                        changed: d.changed,
+                        changed,
                     };
                     report(consumer.snapshot(&snap));
-                    *mirrors.get_mut(&snap.iface).expect("made above") = snap.qps;
+                    // back to the producer to be filled again ([`SPARES`] kept at most)
+                    let done = entries
+                        .or_else(|| snap.changed.take().and_then(|c| c.sparse).map(|s| s.values));
+                    if let Some(b) = done {
+                        let _ = spare.try_send(b);
+                    }
                 }
                 Call::Evicted(i, f) => consumer.evicted(&i, &f),
                 Call::Quiet(i, t) => consumer.quiet(&i, t),
                 Call::IntervalDone(t) => consumer.interval_done(t),
-                Call::IfaceGone(i, t) => {
-                    mirrors.remove(&i);
-                    consumer.iface_gone(&i, t)
-                }
-                Call::IfaceRestarted(i, t) => {
-                    mirrors.remove(&i);
-                    consumer.iface_restarted(&i, t)
-                }
+                Call::IfaceGone(i, t) => consumer.iface_gone(&i, t),
+                Call::IfaceRestarted(i, t) => consumer.iface_restarted(&i, t),
                 Call::Nic(i, s, c) => report(consumer.nic(&i, &s, c.as_deref())),
                 Call::Qps(t, inv, p, f) => report(consumer.qps(t, &inv, &p, &f)),
                 Call::IdleKeys(i, now, idle, max, reply) => {
@@ -568,6 +535,7 @@ fn run<C: Consumer>(
 mod tests {
     use super::*;
     use crate::sources::capture::{Replay, ReplayOptions};
+    use crate::sources::snapshot::nonzero_blocks;
     use test_support::corpus;
 
     /// Every call as text, each snapshot with all its entries and its change list.
@@ -581,6 +549,9 @@ mod tests {
         ids: HashMap<u64, usize>,
         /// Snapshots that said their entries' non-zero blocks.
         blocks_said: usize,
+        /// Sparse snapshots, and the entries of each interface's last snapshot.
+        sparse: usize,
+        mirrors: HashMap<String, Vec<(QpKey, QpValue)>>,
     }
 
     impl Record {
@@ -611,27 +582,54 @@ mod tests {
             if self.fail_at == Some(self.snapshots) {
                 return Err(format!("snapshot {} refused", self.snapshots).into());
             }
+            // the snapshot's entries: a sparse one's applied to the last ones of the interface
+            let mirror = self.mirrors.entry(s.iface.clone()).or_default();
+            match s
+                .changed
+                .as_ref()
+                .and_then(|c| c.sparse.as_ref().map(|sp| (c, sp)))
+            {
+                Some((c, sp)) => {
+                    assert!(s.qps.is_empty());
+                    assert_eq!(sp.values.len(), c.positions.len());
+                    mirror.resize(sp.keys, (QpKey::default(), QpValue::ZERO));
+                    for (n, &p) in c.positions.iter().enumerate() {
+                        let e = &mut mirror[p as usize];
+                        e.0 = sp.values.expand(n, &mut e.1);
+                    }
+                    self.sparse += 1;
+                }
+                None => *mirror = s.qps.clone(),
+            }
+            let entries = mirror.clone();
             let changed = s.changed.clone().map(|mut c| {
                 // the non-zero blocks, when said, cover every non-zero block (a superset is
                 // allowed: the collector then reads a zero block), and are not compared
                 if !c.blocks.is_empty() {
                     assert_eq!(c.blocks.len(), c.positions.len());
                     for (&p, &b) in c.positions.iter().zip(&c.blocks) {
-                        let nz = nonzero_blocks(&s.qps[p as usize].1);
+                        let nz = nonzero_blocks(&entries[p as usize].1);
                         assert_eq!(nz & !b, 0, "block of entry {p} not said");
                     }
                     self.blocks_said += 1;
                 }
                 c.blocks.clear();
+                c.sparse = None;
                 c.base = c.base.map(|b| self.ordinal(b) as u64);
                 c.id = self.ordinal(c.id) as u64;
                 c
             });
             self.log.push(format!(
-                "snapshot {} {} {:?} {:?} {:?} {:?}",
-                s.iface, s.time_ns, s.link_speed_bps, s.iface_stats, s.macs, changed
+                "snapshot {} {} {} {:?} {:?} {:?} {:?}",
+                s.iface,
+                s.len(),
+                s.time_ns,
+                s.link_speed_bps,
+                s.iface_stats,
+                s.macs,
+                changed
             ));
-            for (k, v) in &s.qps {
+            for (k, v) in &entries {
                 self.log.push(format!("  {k:?} {v:?}"));
             }
             Ok(())
@@ -732,12 +730,18 @@ mod tests {
                 "{interval_ms} ms: most snapshots handed over as their changes ({} of {n})",
                 off.partial_snapshots()
             );
+            let partial = off.partial_snapshots();
             let (rec, errors) = off.finish();
             assert!(errors.is_empty());
             assert_eq!(inline.blocks_said, 0, "replay's datapath does not say them");
             assert_eq!(
                 rec.blocks_said as u64, n,
                 "the hand-off says them for every snapshot"
+            );
+            assert_eq!(inline.sparse, 0);
+            assert_eq!(
+                rec.sparse as u64, partial,
+                "each handed over as changes is sparse"
             );
             assert!(n > 1, "{interval_ms} ms: several snapshots ({n})");
             assert!(inline.log.iter().any(|l| l.starts_with("event")));
@@ -783,5 +787,71 @@ mod tests {
         assert!(said[0].contains("snapshot 3 refused"), "{said:?}");
         // the consumer went on with the calls after it, as an inline one would
         assert!(rec.snapshots >= 3);
+    }
+
+    /// Snapshots a source hands over whole (no change list; a first one naming some entries
+    /// only; one not following the last) reach the consumer whole, and the ones after them
+    /// sparse again, with the same entries.
+    #[test]
+    fn snapshots_without_a_usable_base_are_handed_over_whole() {
+        let key = |i: u32| QpKey {
+            dest_qp: i,
+            ..QpKey::default()
+        };
+        let value = |i: u32, t: u64| {
+            let mut v = QpValue::ZERO;
+            v.pkts = t * 10 + i as u64;
+            v.dscp_hist[0][(i % 64) as usize] = t as u32;
+            v
+        };
+        // each snapshot's entries: the previous ones, with those at `changed` positions (or
+        // all, without a change list) new, as the contract of a change list says
+        let mut cur: Vec<(QpKey, QpValue)> = Vec::new();
+        let mut snap = |t: u64, n: u32, changed: Option<Changed>| {
+            cur.resize(n as usize, (QpKey::default(), QpValue::ZERO));
+            for i in 0..n {
+                let listed = changed
+                    .as_ref()
+                    .is_none_or(|c| c.positions.contains(&i) || c.base.is_none());
+                if listed || cur[i as usize].0 != key(i) {
+                    cur[i as usize] = (key(i), value(i, t));
+                }
+            }
+            Snapshot {
+                iface: "e0".into(),
+                time_ns: t,
+                link_speed_bps: None,
+                qps: cur.clone(),
+                iface_stats: Default::default(),
+                macs: Vec::new(),
+                changed,
+            }
+        };
+        let ch = |base: Option<u64>, id: u64, positions: Vec<u32>| {
+            Some(Changed {
+                base,
+                id,
+                positions,
+                ..Changed::default()
+            })
+        };
+        let snaps = [
+            snap(1, 3, None),
+            snap(2, 4, ch(None, 901, vec![1, 3])),
+            snap(3, 5, ch(Some(901), 902, vec![0, 2, 4])),
+            snap(4, 5, ch(Some(777), 903, vec![2])),
+            snap(5, 6, ch(Some(903), 904, vec![1, 5])),
+        ];
+        let mut inline = Record::default();
+        let mut off = Offload::start(Record::default()).unwrap();
+        for s in &snaps {
+            inline.snapshot(s).unwrap();
+            off.snapshot(s).unwrap();
+        }
+        assert_eq!(off.partial_snapshots(), 2, "the third and the fifth");
+        let (rec, errors) = off.finish();
+        assert!(errors.is_empty());
+        assert_eq!(rec.sparse, 2);
+        assert_eq!(rec.log, inline.log);
     }
 }

@@ -22,6 +22,19 @@ pub struct Snapshot {
     pub changed: Option<Changed>,
 }
 
+impl Snapshot {
+    /// Keys in the snapshot: `qps`'s, or a sparse snapshot's ([`Changed::sparse`]).
+    pub fn len(&self) -> usize {
+        match self.changed.as_ref().and_then(|c| c.sparse.as_ref()) {
+            Some(s) => s.keys,
+            None => self.qps.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// What changed between two snapshots of one source: snapshot `base` and this one, `id` (ids
 /// are unique in the process). Every entry of `qps` not at one of `positions` holds a key of
 /// snapshot `base` with the same value it had there; every key of `base` not in `qps` is in
@@ -40,6 +53,96 @@ pub struct Changed {
     /// knows them (the live kernel source finds them in the value it has just built); the
     /// collector then reads of the value only its counters and those blocks.
     pub blocks: Vec<u64>,
+    /// A sparse snapshot: `qps` is empty and the entries at `positions` (in their order) are
+    /// here, compactly; the snapshot has `keys` keys, the others unchanged since `base`. Given
+    /// only to a consumer whose last snapshot of the interface was `base` (the offloaded
+    /// outputs' hand-off, [`super::offload`]): the rest of the values are the consumer's own.
+    /// Without a `base` (the interface's first), `positions` are every entry and the consumer
+    /// has no key of the interface yet.
+    pub sparse: Option<Box<Sparse>>,
+}
+
+/// The changed entries of a sparse snapshot ([`Changed::sparse`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sparse {
+    /// Keys in the snapshot (the changed ones and the others).
+    pub keys: usize,
+    pub values: CompactQps,
+}
+
+/// Words of a value before its histograms (its counters), kept whole by [`CompactQps`].
+const HEAD_WORDS: usize = HIST_OFFSET / 8;
+/// Histogram blocks of a value ([`nonzero_blocks`]), 4 words each.
+const BLOCKS: usize = HIST_WORDS / CHUNK;
+const BLOCK_WORDS: usize = CHUNK / 2;
+const _: () = assert!(
+    HEAD_WORDS * 8 == HIST_OFFSET && HEAD_WORDS + BLOCKS * BLOCK_WORDS == size_of::<QpValue>() / 8
+);
+
+/// Entries kept compactly: each key with its counters and the histogram blocks that are not
+/// zero. A value is 1,344 bytes, mostly empty histograms (a key has packets in a few of its 64
+/// DSCP buckets): an entry of a few hundred bytes instead.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompactQps {
+    /// Key, counters, non-zero blocks ([`nonzero_blocks`]), index of its first block.
+    heads: Vec<(QpKey, [u64; HEAD_WORDS], u64, u32)>,
+    blocks: Vec<[u64; BLOCK_WORDS]>,
+}
+
+impl CompactQps {
+    pub fn len(&self) -> usize {
+        self.heads.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.heads.is_empty()
+    }
+    pub fn clear(&mut self) {
+        self.heads.clear();
+        self.blocks.clear();
+    }
+
+    /// Appends `v`; returns its non-zero blocks.
+    pub fn push(&mut self, k: &QpKey, v: &QpValue) -> u64 {
+        let w = value_words(v);
+        let mask = nonzero_blocks(v);
+        let mut head = [0u64; HEAD_WORDS];
+        head.copy_from_slice(&w[..HEAD_WORDS]);
+        self.heads.push((*k, head, mask, self.blocks.len() as u32));
+        let mut m = mask;
+        while m != 0 {
+            let j = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let at = HEAD_WORDS + j * BLOCK_WORDS;
+            let mut b = [0u64; BLOCK_WORDS];
+            b.copy_from_slice(&w[at..at + BLOCK_WORDS]);
+            self.blocks.push(b);
+        }
+        mask
+    }
+
+    /// Entry `n` written whole into `out`; its key.
+    pub fn expand(&self, n: usize, out: &mut QpValue) -> QpKey {
+        let (k, head, mask, first) = &self.heads[n];
+        let w = value_words_mut(out);
+        w[..HEAD_WORDS].copy_from_slice(head);
+        let mut next = *first as usize;
+        for j in 0..BLOCKS {
+            let at = HEAD_WORDS + j * BLOCK_WORDS;
+            let dst = &mut w[at..at + BLOCK_WORDS];
+            if mask & (1 << j) != 0 {
+                dst.copy_from_slice(&self.blocks[next]);
+                next += 1;
+            } else {
+                dst.fill(0);
+            }
+        }
+        *k
+    }
+
+    /// The `first_ns` of entry `n`.
+    pub fn first_ns(&self, n: usize) -> u64 {
+        self.heads[n].1[std::mem::offset_of!(QpValue, first_ns) / 8]
+    }
 }
 
 /// A new snapshot id ([`Changed::id`]), unique in the process.

@@ -465,6 +465,7 @@ impl QpTable {
             positions: touched.iter().map(|&i| c.pos[i as usize]).collect(),
             gone,
             blocks,
+            sparse: None,
         };
         self.cache = c;
         Ok((out, changed))
