@@ -9,10 +9,11 @@
 //!   (the collector keeps every key's last values). The first snapshot of an interface is
 //!   sparse too when it lists every entry as changed (replay's do); one that does not follow
 //!   the last handed over is handed over whole.
-//! - **Bounded**: at most one snapshot is handed over and not yet done (the producer waits
-//!   before it copies the next), and at most [`MAX_ITEMS`] events and pauses. Memory grows
-//!   with keys (one interval's changed entries, compactly, and [`SPARES`] buffer), never with
-//!   packets or intervals; a producer faster than its consumer waits instead of queueing.
+//! - **Bounded**: at most [`MAX_ENTRIES`] changed entries of snapshots are handed over and
+//!   not yet done beyond one snapshot (the producer waits before it copies the next), and at
+//!   most [`MAX_ITEMS`] events and pauses. Memory grows with keys (an interval's changed
+//!   entries, compactly, and [`SPARES`] buffer), never with packets or intervals; a producer
+//!   faster than its consumer waits instead of queueing.
 //! - **Same calls, same order**: the consumer sees the calls an inline consumer sees, in the
 //!   order they were made (events are gathered into batches between the other calls), each
 //!   snapshot with the same ids, change list and values (sparse, and with the changed entries'
@@ -44,11 +45,17 @@ const SPARES: usize = 1;
 /// Events and pauses handed over and not yet done at most (beyond one batch).
 const MAX_ITEMS: usize = 64 * BATCH;
 
-/// What is handed over and not yet done: the producer waits while a snapshot is (before it
-/// hands over another) or while [`MAX_ITEMS`] events and pauses are.
+/// Changed entries of snapshots handed over and not yet done at most, beyond one snapshot
+/// (about 15 MB compactly): a second interval of a few keys is copied while the consumer
+/// writes the first, one of many keys waits for it (its copy would cost memory per key).
+const MAX_ENTRIES: usize = 40_000;
+
+/// What is handed over and not yet done: the producer waits while [`MAX_ENTRIES`] changed
+/// entries of snapshots are (before it copies another) or [`MAX_ITEMS`] events and pauses.
 #[derive(Default)]
 struct InFlight {
-    snapshots: usize,
+    /// Entries of the snapshots handed over and not yet done.
+    entries: usize,
     items: usize,
     /// The consumer's thread ended (normally, or it panicked): nothing more is done.
     closed: bool,
@@ -68,24 +75,24 @@ impl Gate {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits until `snapshots` and `items` more may be in flight, then counts them. False
+    /// Waits until `entries` and `items` more may be in flight, then counts them. False
     /// when the consumer's thread has ended.
-    fn enter(&self, snapshots: usize, items: usize) -> bool {
+    fn enter(&self, entries: usize, items: usize) -> bool {
         let mut st = self.lock();
         while !st.closed
-            && ((snapshots > 0 && st.snapshots > 0)
+            && ((entries > 0 && st.entries > 0 && st.entries + entries > MAX_ENTRIES)
                 || (items > 0 && st.items > 0 && st.items + items > MAX_ITEMS))
         {
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
-        st.snapshots += snapshots;
+        st.entries += entries;
         st.items += items;
         !st.closed
     }
 
-    fn leave(&self, snapshots: usize, items: usize) {
+    fn leave(&self, entries: usize, items: usize) {
         let mut st = self.lock();
-        st.snapshots -= snapshots;
+        st.entries -= entries;
         st.items -= items;
         self.cv.notify_all();
     }
@@ -105,10 +112,10 @@ impl Drop for CloseOnDrop {
     }
 }
 
-/// One hand-over: calls in order, with the snapshots and items among them.
+/// One hand-over: calls in order, with the snapshot entries and items among them.
 struct Batch {
     calls: Vec<Call>,
-    snapshots: usize,
+    entries: usize,
     items: usize,
 }
 
@@ -224,21 +231,20 @@ impl<C: Consumer + Send + 'static> Offload<C> {
         if calls.is_empty() {
             return;
         }
-        let (mut snapshots, mut items) = (0, 0);
-        for c in &calls {
-            match c {
-                Call::Snapshot(_) => snapshots += 1,
-                Call::Events(_, v) => items += v.len(),
-                Call::Pauses(_, v) => items += v.len(),
-                _ => {}
-            }
-        }
+        let items = calls
+            .iter()
+            .map(|c| match c {
+                Call::Events(_, v) => v.len(),
+                Call::Pauses(_, v) => v.len(),
+                _ => 0,
+            })
+            .sum();
         if let Some(tx) = &self.tx
-            && self.gate.enter(snapshots, items)
+            && self.gate.enter(0, items)
         {
             let _ = tx.send(Batch {
                 calls,
-                snapshots,
+                entries: 0,
                 items,
             });
         }
@@ -386,16 +392,23 @@ impl<C: Consumer + Send + 'static> Consumer for Offload<C> {
             pauses.len(),
         )
     }
-    /// Waits for the consumer to be done with the previous snapshot before this one's entries
-    /// are copied: one interval's copy exists at a time (with at most one spare buffer).
+    /// Waits, before this one's entries are copied, until the snapshots in flight leave room
+    /// ([`MAX_ENTRIES`]): an interval of many keys is copied once the consumer is done with
+    /// the previous one.
     fn snapshot(&mut self, snap: &Snapshot) -> Result<(), ConsumerError> {
         self.flush();
-        if self.gate.enter(1, 0) {
+        // at least one: a snapshot without changes is still one in flight
+        let entries = snap
+            .changed
+            .as_ref()
+            .map_or(snap.qps.len(), |c| c.positions.len())
+            .max(1);
+        if self.gate.enter(entries, 0) {
             let d = self.delta(snap);
             if let Some(tx) = &self.tx {
                 let _ = tx.send(Batch {
                     calls: vec![Call::Snapshot(Box::new(d))],
-                    snapshots: 1,
+                    entries,
                     items: 0,
                 });
             }
@@ -526,7 +539,7 @@ fn run<C: Consumer>(
                 }
             }
         }
-        gate.leave(batch.snapshots, batch.items);
+        gate.leave(batch.entries, batch.items);
     }
     consumer
 }
