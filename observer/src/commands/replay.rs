@@ -379,7 +379,8 @@ fn summary(
     m.insert(
         "replay".into(),
         json!({
-            "inputs": args.files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            // in the order read ([`read_order`]: files of one capture by their first packets)
+            "inputs": source.inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             "frames": source.frames,
             "seconds": elapsed,
             "errors": source.errors.iter().map(|e| contract::error::chain(e)).collect::<Vec<_>>(),

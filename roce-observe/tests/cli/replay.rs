@@ -1205,6 +1205,15 @@ print(max((e - s).total_seconds() for s, e in zip(t['interval_start'].to_pylist(
 /// (new keys in every interval, keys quiet for several), ACKs, CE marks answered by CNPs,
 /// PSN-sequence NAKs and go-back-N, DSCP off the policy, PFC frames.
 fn many_keys_capture(path: &Path) {
+    write_recs(path, &many_keys_recs());
+}
+
+fn write_recs(path: &Path, recs: &[corpus::Rec]) {
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    corpus::write_pcap(&mut w, corpus::LINKTYPE_ETHERNET, 65535, true, recs).unwrap();
+}
+
+fn many_keys_recs() -> Vec<corpus::Rec> {
     let t0 = 1_700_000_000_000_000_000u64;
     let mut recs = Vec::new();
     let mut psn = vec![0u32; 3000];
@@ -1269,8 +1278,7 @@ fn many_keys_capture(path: &Path) {
             );
         }
     }
-    let mut w = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    corpus::write_pcap(&mut w, corpus::LINKTYPE_ETHERNET, 65535, true, &recs).unwrap();
+    recs
 }
 
 /// Every file of a tree (relative path, bytes).
@@ -1377,4 +1385,96 @@ fn outputs_on_their_own_thread_are_the_same_bytes() {
         "{with_flows} of {} runs wrote flow logs",
         runs.len()
     );
+}
+
+/// One capture split across files of one stem, as `tcpdump -C` writes them (`cap.pcap`,
+/// `cap.pcap1`, `cap.pcap10`): given in any order (a shell's glob lists `cap.pcap10` before
+/// `cap.pcap2`), they are read in the order of their first packets, so the outputs are those of
+/// the files given in time order; a file of another stem among them keeps its place.
+#[test]
+fn files_of_one_capture_are_read_in_time_order() {
+    let tmp = TempDir::new("replay-order");
+    let recs = many_keys_recs();
+    let n = recs.len();
+    let parts = [
+        ("cap.pcap", 0..n / 3),
+        ("cap.pcap1", n / 3..2 * n / 3),
+        ("cap.pcap10", 2 * n / 3..n),
+    ];
+    let mut paths = Vec::new();
+    for (name, range) in parts {
+        let p = tmp.path().join(name);
+        write_recs(&p, &recs[range]);
+        paths.push(p);
+    }
+    let other = tmp.path().join("other.pcap");
+    write_recs(&other, &recs[..500]);
+    let run = |files: &[&PathBuf], tag: &str| {
+        let out = tmp.path().join(format!("out-{tag}"));
+        let r = Command::new(bin())
+            .args([
+                "replay",
+                "--host",
+                "h",
+                "--json",
+                "--interval",
+                "250ms",
+                "--out",
+            ])
+            .arg(&out)
+            .args(files)
+            .output()
+            .unwrap();
+        assert!(
+            r.status.success(),
+            "{tag}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let mut summary: Value = serde_json::from_slice(&r.stdout).unwrap();
+        summary["replay"]
+            .as_object_mut()
+            .unwrap()
+            .retain(|k, _| k != "seconds" && k != "out");
+        (
+            summary,
+            tree(&out),
+            String::from_utf8_lossy(&r.stderr).into_owned(),
+        )
+    };
+    let [a, b, c] = [&paths[0], &paths[1], &paths[2]];
+    // (given, the same files given in time order within their stem's places)
+    let cases = [
+        ("glob", vec![&other, a, c, b], vec![&other, a, b, c]),
+        ("reversed", vec![c, &other, b, a], vec![a, &other, b, c]),
+    ];
+    let mut in_order = None;
+    for (tag, given, sorted) in cases {
+        let want = run(&sorted, &format!("{tag}-sorted"));
+        let r = run(&given, tag);
+        let inputs: Vec<String> = sorted.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(
+            r.0["replay"]["inputs"],
+            serde_json::json!(inputs),
+            "{tag}: read in time order"
+        );
+        assert_eq!(r.0, want.0, "{tag}: the summary");
+        assert_eq!(
+            r.1.keys().collect::<Vec<_>>(),
+            want.1.keys().collect::<Vec<_>>(),
+            "{tag}: the files written"
+        );
+        for (p, bytes) in &want.1 {
+            assert!(bytes == &r.1[p], "{tag}: {} differs", p.display());
+        }
+        in_order.get_or_insert(want);
+    }
+    let in_order = in_order.unwrap();
+    // one interface "cap" over the three files, and "other"
+    let ifaces: std::collections::BTreeSet<&str> = in_order.0["qps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["iface"].as_str().unwrap())
+        .collect();
+    assert_eq!(ifaces, ["cap", "other"].into(), "one interface per stem");
 }

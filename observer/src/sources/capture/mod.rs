@@ -476,10 +476,7 @@ impl<'o> Replay<'o> {
             source: e,
         })?;
         let size = f.metadata().ok().map(|m| m.len());
-        let stem = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| label.clone());
+        let stem = stem_of(path);
         let fd = f.as_raw_fd();
         self.feed_fd(&label, &stem, f, Some(fd), size)
     }
@@ -618,11 +615,69 @@ impl Progress {
     }
 }
 
+/// The stem that names a file's interfaces (`cap` for `cap.pcap` and for `cap.pcap10`).
+fn stem_of(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// The time of a capture file's first packet; `None` when it has none or cannot be read (its
+/// error is said when it is read).
+fn first_packet_ns(path: &Path) -> Option<u64> {
+    let f = std::fs::File::open(path).ok()?;
+    let mut first = None;
+    let _ = pcap_reader::read_capture(&path.display().to_string(), f, |item| match item {
+        Item::Record(r) if r.ts_ns != 0 => {
+            first = Some(r.ts_ns);
+            // stop reading: only the first packet was wanted
+            Err(ReplayError::Interrupted)
+        }
+        _ => Ok(()),
+    });
+    first
+}
+
+/// The order the inputs are read in: as given, except that regular files of one stem (one
+/// observation point split across files, as `tcpdump -C` writes `cap.pcap`, `cap.pcap1`, ...
+/// `cap.pcap10`, which a shell's glob lists out of order) take their stem's places in the
+/// order of their first packets; files without a readable packet after them, as given. Standard
+/// input and other streams are not looked into (they cannot be read twice).
+pub fn read_order(inputs: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, p) in inputs.iter().enumerate() {
+        if p.as_os_str() != "-" && std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
+            groups.entry(stem_of(p)).or_default().push(i);
+        }
+    }
+    let mut order = inputs.to_vec();
+    for places in groups.values().filter(|g| g.len() > 1) {
+        let mut by_time: Vec<(u64, usize)> = places
+            .iter()
+            .map(|&i| (first_packet_ns(&inputs[i]).unwrap_or(u64::MAX), i))
+            .collect();
+        // stable: files starting at the same time, or without a packet, keep their order
+        by_time.sort_by_key(|&(t, _)| t);
+        for (&place, &(_, i)) in places.iter().zip(&by_time) {
+            if place != i {
+                tracing::info!(
+                    input = %inputs[i].display(),
+                    place = place + 1,
+                    "files of one capture read in the order of their first packets"
+                );
+            }
+            order[place] = inputs[i].clone();
+        }
+    }
+    order
+}
+
 /// The capture source: every input in order (a file, or `-` for standard input), through one
 /// [`Replay`]. An input that fails is recorded and the next one is read; the stop ends reading
 /// between frames.
 pub struct CaptureSource {
     pub opts: ReplayOptions,
+    /// The inputs; after [`Source::run`], in the order they were read ([`read_order`]).
     pub inputs: Vec<std::path::PathBuf>,
     /// After [`Source::run`]: the inputs that failed, ...
     pub errors: Vec<ReplayError>,
@@ -658,6 +713,7 @@ impl Source for CaptureSource {
         opts.stop = Some(stop.clone());
         let mut rp = Replay::new(opts, out);
         rp.evidence = self.evidence.take();
+        self.inputs = read_order(&self.inputs);
         for f in &self.inputs {
             if stop.is_set() {
                 break;
