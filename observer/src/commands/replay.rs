@@ -155,10 +155,13 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     // By default the outputs run on a thread of their own, handed each interval's changes:
     // the packet path does not wait for them (sources/offload.rs).
+    let mut qps = None;
     let collector = match collector {
         Some(c) if !args.inline_outputs => {
             let mut off = Offload::start(c).context("starting the outputs' thread")?;
             let Ok(()) = source.run(&mut off, &stop);
+            // while the outputs' thread writes the last interval: the QPs in summary order
+            qps = Some(QpList::new(&source.snapshots));
             let (c, errors) = off.finish();
             source
                 .errors
@@ -200,7 +203,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         r["output_error"] = json!(contract::error::chain(e));
     }
     // The QPs are serialized from the final values (no JSON tree of every key).
-    let qps = QpList::new(&source.snapshots);
+    let qps = qps.unwrap_or_else(|| QpList::new(&source.snapshots));
     if args.json {
         let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
         SummaryDoc {
