@@ -322,33 +322,48 @@ struct Hist<'a, const N: usize> {
     order: &'a [(String, usize)],
 }
 
+/// A histogram's nonzero buckets in name order, as (name, count). Most histograms of a QP are
+/// empty or have one bucket (one DSCP, one ECN codepoint): a sequential scan first, and only
+/// several buckets need the name order.
+fn hist_entries<'a>(
+    h: &'a [u32],
+    order: &'a [(String, usize)],
+) -> impl Iterator<Item = (&'a str, u32)> + 'a {
+    let mut nonzero = h.iter().enumerate().filter(|(_, n)| **n != 0);
+    let single = match (nonzero.next(), nonzero.next()) {
+        (None, _) => Some(None),
+        (Some((i, _)), None) => Some(order.iter().find(|(_, j)| *j == i)),
+        _ => None,
+    };
+    let (one, all) = match single {
+        Some(e) => (e, &order[..0]),
+        None => (None, order),
+    };
+    one.into_iter()
+        .chain(all.iter().filter(|(_, i)| h[*i] != 0))
+        .map(|(name, i)| (name.as_str(), h[*i]))
+}
+
+/// The opcode histogram's nonzero buckets by name, as (name, count); "other" is the last
+/// nonzero bucket without an opcode (as a tree built in bucket order has it).
+fn opcode_entries(h: &[u32]) -> impl Iterator<Item = (&'static str, u32)> + '_ {
+    ORDERS.opcodes.iter().filter_map(|(name, b)| {
+        let n = match b {
+            Some(b) => h[*b],
+            None => (0..h.len())
+                .rev()
+                .find(|&b| bucket_opcode(b).is_none() && h[b] != 0)
+                .map_or(0, |b| h[b]),
+        };
+        (n != 0).then_some((name.as_str(), n))
+    })
+}
+
 impl<const N: usize> Serialize for Hist<'_, N> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        // Most histograms of a QP are empty or have one bucket (one DSCP, one ECN codepoint):
-        // count first (a sequential scan), then only several buckets need the name order.
-        let (mut count, mut last) = (0, 0);
-        for (i, &n) in self.h.iter().enumerate() {
-            if n != 0 {
-                count += 1;
-                last = i;
-            }
-        }
-        match count {
-            0 => {}
-            1 => {
-                if let Some((name, _)) = self.order.iter().find(|(_, j)| *j == last) {
-                    m.serialize_entry(name.as_str(), &self.h[last])?;
-                }
-            }
-            _ => {
-                for (name, i) in self.order {
-                    let n = self.h[*i];
-                    if n != 0 {
-                        m.serialize_entry(name.as_str(), &n)?;
-                    }
-                }
-            }
+        for (name, n) in hist_entries(self.h, self.order) {
+            m.serialize_entry(name, &n)?;
         }
         m.end()
     }
@@ -382,19 +397,9 @@ struct Opcodes<'a>(&'a QpValue);
 
 impl Serialize for Opcodes<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let h = &self.0.opcode_hist;
         let mut m = s.serialize_map(None)?;
-        for (name, b) in &ORDERS.opcodes {
-            let n = match b {
-                Some(b) => h[*b],
-                None => (0..h.len())
-                    .rev()
-                    .find(|&b| bucket_opcode(b).is_none() && h[b] != 0)
-                    .map_or(0, |b| h[b]),
-            };
-            if n != 0 {
-                m.serialize_entry(name.as_str(), &n)?;
-            }
+        for (name, n) in opcode_entries(&self.0.opcode_hist) {
+            m.serialize_entry(name, &n)?;
         }
         m.end()
     }
@@ -416,23 +421,9 @@ fn write_qp(out: &mut Vec<u8>, iface: &str, k: &QpKey, v: &QpValue) {
     fn hist(out: &mut Vec<u8>, num: &mut itoa::Buffer, h: &[u32], order: &[(String, usize)]) {
         out.push(b'{');
         let mut first = true;
-        let mut nonzero = h.iter().enumerate().filter(|(_, n)| **n != 0);
-        match (nonzero.next(), nonzero.next()) {
-            (None, _) => {}
-            (Some((i, &n)), None) => {
-                if let Some((name, _)) = order.iter().find(|(_, j)| *j == i) {
-                    key(out, &mut first, name);
-                    out.extend_from_slice(num.format(n).as_bytes());
-                }
-            }
-            _ => {
-                for (name, i) in order {
-                    if h[*i] != 0 {
-                        key(out, &mut first, name);
-                        out.extend_from_slice(num.format(h[*i]).as_bytes());
-                    }
-                }
-            }
+        for (name, n) in hist_entries(h, order) {
+            key(out, &mut first, name);
+            out.extend_from_slice(num.format(n).as_bytes());
         }
         out.push(b'}');
     }
@@ -481,21 +472,11 @@ fn write_qp(out: &mut Vec<u8>, iface: &str, k: &QpKey, v: &QpValue) {
             }
             QpField::LastUdpSport => out.extend_from_slice(num.format(v.last_udp_sport).as_bytes()),
             QpField::Opcodes => {
-                let h = &v.opcode_hist;
                 out.push(b'{');
                 let mut first = true;
-                for (name, b) in &o.opcodes {
-                    let n = match b {
-                        Some(b) => h[*b],
-                        None => (0..h.len())
-                            .rev()
-                            .find(|&b| bucket_opcode(b).is_none() && h[b] != 0)
-                            .map_or(0, |b| h[b]),
-                    };
-                    if n != 0 {
-                        key(out, &mut first, name);
-                        out.extend_from_slice(num.format(n).as_bytes());
-                    }
+                for (name, n) in opcode_entries(&v.opcode_hist) {
+                    key(out, &mut first, name);
+                    out.extend_from_slice(num.format(n).as_bytes());
                 }
                 out.push(b'}');
             }
