@@ -1,5 +1,5 @@
 //! Shared between the eBPF programs (`observer-ebpf`) and userspace (`observer`):
-//! the frame parser ([`parse`]), the per-QP state machine ([`qp`]), the map layouts
+//! the frame parser ([`parse`]), the per-QP state machine ([`qp`]), passive latency ([`latency`]), the map layouts
 //! ([`maps`]), the kernel per-QP table ([`qp_table`]), the modify-QP probe's records ([`qp_setup`]) and, in userspace, the ICRC check ([`icrc`])
 //! and the frame builder of the tests, benchmarks and lab (`frames`, feature `frames`).
 //!
@@ -19,6 +19,7 @@ pub mod cursor;
 pub mod frames;
 #[cfg(feature = "icrc")]
 pub mod icrc;
+pub mod latency;
 pub mod maps;
 pub mod parse;
 pub mod qp;
