@@ -279,7 +279,9 @@ fn check_metadata(path: &Path, f: &mut File) -> Result<ParquetMetaData, LoadErro
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FileInfo {
     pub rows: u64,
-    /// The uncompressed size of its column chunks: about what its rows take decoded.
+    /// About what its rows take decoded: per column chunk its uncompressed size, or its values
+    /// at their decoded width when more (a column of nulls is a few bytes in the file and 8
+    /// bytes a row in memory).
     pub bytes: u64,
 }
 
@@ -307,7 +309,16 @@ pub fn open_file(
                 .row_groups()
                 .iter()
                 .flat_map(|g| g.columns())
-                .map(|c| c.uncompressed_size().max(0) as u64)
+                .map(|c| {
+                    use parquet::basic::Type as T;
+                    let width = match c.column_type() {
+                        T::BOOLEAN => 1,
+                        T::INT32 | T::FLOAT | T::BYTE_ARRAY => 4,
+                        T::INT96 => 12,
+                        _ => 8,
+                    };
+                    (c.uncompressed_size().max(0) as u64).max(c.num_values().max(0) as u64 * width)
+                })
                 .sum(),
         };
         let md =
