@@ -169,7 +169,7 @@ enum Cmd {
         emit_sql: Option<PathBuf>,
     },
     /// Run SQL on the tables flows, interfaces, alerts, nic and qps (filtered) and the report's
-    /// views v_flows, v_hist, v_ifaces, v_pfc, v_alerts.
+    /// views v_flows, v_hist, v_latency, v_ifaces, v_pfc, v_alerts.
     Sql {
         /// The query (or `--file`).
         #[arg(required_unless_present = "file")]

@@ -93,8 +93,15 @@ const PFC_KEY: [&str; 4] = ["host", "iface", "dir", "point"];
 const BUCKET: &str = "h";
 
 /// The views' names, in creation order.
-pub const VIEWS: [&str; 7] = [
-    "v_flows", "v_hist", "v_ifaces", "v_pfc", "v_alerts", "v_qps", "v_nic",
+pub const VIEWS: [&str; 8] = [
+    "v_flows",
+    "v_hist",
+    "v_latency",
+    "v_ifaces",
+    "v_pfc",
+    "v_alerts",
+    "v_qps",
+    "v_nic",
 ];
 
 /// One expression of a select list.
@@ -213,12 +220,68 @@ pub fn class_pkts(hist: &str) -> &'static str {
     CLASS_PKTS[i]
 }
 
+/// Whether `name` is a latency histogram of `flows` (samples, not packets: `v_latency`).
+fn is_latency(name: &str) -> bool {
+    name.starts_with(LATENCY_PREFIX)
+}
+
+const LATENCY_PREFIX: &str = "latency_";
+
+/// One row per bucket of every latency histogram of a flows row (docs/latency.md): `kind`
+/// (`ack`, `read`, `nak_resend`, `ce_cnp`), `value` the bucket index, `pkts` its samples.
+fn v_latency() -> View {
+    let f = schema::flows();
+    let branches = f
+        .columns
+        .iter()
+        .filter(|c| c.ty == ColType::Hist && is_latency(&c.name))
+        .map(|h| {
+            let mut items: Vec<Item> = HIST_KEY
+                .iter()
+                .map(|n| item(Expr::Col(named(f, n, &[ColType::Utf8, ColType::Int32])), *n))
+                .collect();
+            items.extend(interval(f));
+            items.push(item(
+                Expr::Str(h.name[LATENCY_PREFIX.len()..].to_string()),
+                "kind",
+            ));
+            items.push(item(Expr::Unnest(h), BUCKET));
+            Select {
+                items,
+                from: Source::Table(f),
+            }
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        !branches.is_empty(),
+        "the flows table has no latency histogram"
+    );
+    let mut items: Vec<Item> = branches[0]
+        .items
+        .iter()
+        .filter(|i| i.alias != BUCKET)
+        .map(|i| item(Expr::Outer(i.alias.clone()), i.alias.clone()))
+        .collect();
+    items.extend(
+        schema::hist_fields()
+            .iter()
+            .map(|x| item(Expr::Field(x.name().clone()), x.name().clone())),
+    );
+    View {
+        name: "v_latency",
+        selects: vec![Select {
+            items,
+            from: Source::Union(branches),
+        }],
+    }
+}
+
 fn v_hist() -> View {
     let f = schema::flows();
     let branches = f
         .columns
         .iter()
-        .filter(|c| c.ty == ColType::Hist)
+        .filter(|c| c.ty == ColType::Hist && !is_latency(&c.name))
         .map(|h| {
             let mut items: Vec<Item> = HIST_KEY
                 .iter()
@@ -342,6 +405,7 @@ pub fn views() -> Vec<View> {
             selects: vec![every_scalar(schema::flows())],
         },
         v_hist(),
+        v_latency(),
         View {
             name: "v_ifaces",
             selects: vec![every_scalar(schema::interfaces())],
@@ -687,6 +751,22 @@ mod tests {
             })
             .collect();
         assert_eq!(unnested, schema::hist_names());
+        let Source::Union(lat) = &by("v_latency").selects[0].from else {
+            panic!("v_latency is a union");
+        };
+        let unnested: Vec<String> = lat
+            .iter()
+            .flat_map(|s| &s.items)
+            .filter_map(|i| match &i.expr {
+                Expr::Unnest(c) => Some(c.name.clone()),
+                _ => None,
+            })
+            .collect();
+        let want: Vec<String> = observer_common::latency::kind::NAMES
+            .iter()
+            .map(|k| format!("latency_{k}"))
+            .collect();
+        assert_eq!(unnested, want);
         assert_eq!(class_pkts("opcodes"), "pkts");
         assert_eq!(class_pkts("dscp_data"), "data_pkts");
         assert_eq!(class_pkts("ecn_ack"), "ack_pkts");

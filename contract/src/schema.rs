@@ -773,11 +773,54 @@ fn flows_table() -> Table {
         };
         c.push(col(h, Hist, "packets", doc));
     }
+    latency_columns(&mut c);
     Table::new(
         "flows",
         "One row per QP key with packets in the interval (keys with no new packet are not written, except a key's last row when it is evicted). Counts are interval deltas. A row group holds whole intervals; min/max statistics are written for `host`, `iface`, `interval_start` and `interval_end` only (the columns whose statistics skip row groups; a per-key column's range over a row group of many keys would skip nothing).",
         c,
     )
+}
+
+/// Passive latency of the key's requests (docs/latency.md), null in a row whose key had no
+/// latency outcome in the interval.
+fn latency_columns(c: &mut Vec<Column>) {
+    use ColType::*;
+    use observer_common::latency::kind;
+    let what = [
+        "request with AckReq to the first ACK, NAK or READ response covering its PSN",
+        "READ request to its first response",
+        "NAK (PSN sequence error) to the requester's first packet at the PSN it names",
+        "first CE-marked packet while none waits to the CNP answering it",
+    ];
+    for (k, name) in kind::NAMES.iter().enumerate() {
+        c.push(added_later(col(
+            format!("latency_{name}"),
+            Hist,
+            "samples",
+            format!(
+                "{}: value = bucket index i of the native-histogram schema 2, samples in (2^((i-1)/4), 2^(i/4)] s, i from -80 (everything up to 2^-20 s = 0.95 µs) to 12 (8 s); pkts = samples ended in the interval",
+                what[k]
+            ),
+        )));
+        c.push(added_later(col(
+            format!("latency_{name}_unmatched"),
+            Int64,
+            "measurements",
+            format!("{name} measurements started and never answered (timed out, a new incarnation, passed over), decided in the interval (those still open at the end are in summary.json)"),
+        )));
+    }
+    c.push(added_later(col(
+        "latency_ambiguous",
+        Int64,
+        "measurements",
+        "ACK and READ measurements excluded by Karn's rule (a PSN up to theirs was sent again while they were open)",
+    )));
+    c.push(added_later(col(
+        "latency_ring_full",
+        Int64,
+        "measurements",
+        "ACK and READ measurements not started: the key's outstanding ring (16 entries) was full",
+    )));
 }
 
 fn per_priority(c: &mut Vec<Column>, what: &str, ty: ColType, unit: &'static str, doc: &str) {
@@ -1432,7 +1475,7 @@ mod tests {
             flows()
                 .columns
                 .iter()
-                .filter(|c| c.name != "point")
+                .filter(|c| c.name != "point" && !c.name.starts_with("latency_"))
                 .all(|c| !c.added_later)
         );
     }

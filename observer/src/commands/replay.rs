@@ -61,6 +61,10 @@ pub struct ReplayArgs {
     /// Do not verify ICRCs (faster; ICRC counts stay 0).
     #[arg(long)]
     pub no_icrc: bool,
+    /// Do not measure passive per-QP latency (docs/latency.md): the latency columns stay null
+    /// and summary.json has no `latency` (what the measurement costs, side by side).
+    #[arg(long)]
+    pub no_latency: bool,
     /// Print the final totals as JSON (`summary::summary_json` form) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -139,6 +143,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         interval_ns: args.interval.as_nanos() as u64,
         link_speed_bps: args.link_speed,
         check_icrc: !args.no_icrc,
+        latency: !args.no_latency,
         progress: std::io::stderr().is_terminal(),
         stop: None,
     };

@@ -8,6 +8,7 @@
 pub mod alerts;
 pub mod deltas;
 pub mod ip_pairs;
+pub mod latency;
 pub mod marking;
 pub mod nic_stage;
 pub mod pause;
@@ -216,6 +217,9 @@ struct IfaceState {
     before_restart: [IfaceStats; dir::COUNT],
     /// Likewise each key's counts of earlier attachments.
     qps_before_restart: HashMap<QpKey, QpValue>,
+    /// Latency outcomes per key since the last interval's rows, and over the run.
+    lat_interval: latency::Pending,
+    lat_run: latency::Pending,
 }
 
 impl IfaceState {
@@ -304,6 +308,8 @@ struct KeyPass {
     ce_total: u64,
     /// The rows' marking for the comparison across interfaces (two interfaces or more).
     marks: Option<marking::Feed>,
+    /// Latency outcomes of the interval per key, taken by the key's row.
+    lat: latency::Pending,
 }
 
 /// The interval's fixed facts, shared by every key.
@@ -333,6 +339,9 @@ impl KeyPass {
     ) {
         let p = cx.policy;
         self.fb.push_nz(k, d, nz, new, evicted, cx.off);
+        if !self.lat.is_empty() {
+            self.fb.push_latency(self.lat.remove(k));
+        }
         if let Some(m) = self.marks.as_mut() {
             m.push(k, d, nz);
         }
@@ -387,6 +396,27 @@ fn account_evicted(
             pair,
         );
         st.retired.insert(k, v);
+    }
+}
+
+/// Keys with latency outcomes in the interval and no packet in it (the ACK of their last
+/// request came after it): a row of zero counts that carries them.
+fn latency_rows(st: &mut IfaceState, sc: &mut deltas::Scratch, cx: &KeyCtx<'_>, kp: &mut KeyPass) {
+    if kp.lat.is_empty() {
+        return;
+    }
+    let mut left: Vec<(QpKey, latency::KeyLatency)> = kp.lat.drain().collect();
+    left.sort_unstable_by_key(|e| e.0);
+    for (k, l) in left {
+        let v = st
+            .prev
+            .get(&k)
+            .or_else(|| st.retired.get(&k))
+            .copied()
+            .unwrap_or(QpValue::ZERO);
+        sc.delta(&v, &v);
+        kp.fb.push_nz(&k, &sc.d, &sc.nz, false, false, cx.off);
+        kp.fb.push_latency(Some(l));
     }
 }
 
@@ -928,6 +958,7 @@ impl Collector {
             ce_data_max: 0,
             ce_total: 0,
             marks: multi.then(|| self.marking.take_feed()),
+            lat: std::mem::take(&mut st.lat_interval),
         };
         let cx = KeyCtx {
             iface: &snap.iface,
@@ -940,6 +971,7 @@ impl Collector {
         let sc = &mut *self.scratch;
         account_evicted(st, sc, &cx, &mut kp);
         account_keys(st, sc, snap, &cx, &mut kp);
+        latency_rows(st, sc, &cx, &mut kp);
         if let Some(f) = kp.marks.take() {
             self.marking.add(&snap.iface, f);
         }
@@ -1195,6 +1227,9 @@ impl Collector {
         let (heads, restarted) = self.summary_snapshots();
         let mut head = self.summary_head(&heads);
         head.extend(std::mem::take(&mut self.summary_extra));
+        if let Some(l) = self.latency_summary() {
+            head.insert("latency".into(), l);
+        }
         let qps = self.summary_qps(&restarted);
         let path = self.cfg.out_dir.join("summary.json");
         let tmp = self.cfg.out_dir.join("summary.json.tmp");
@@ -1227,6 +1262,44 @@ impl Collector {
             }
         }
         (Value::Object(head), first_err)
+    }
+
+    /// summary.json's `latency`: per QP key with latency outcomes over the run (sorted by
+    /// interface and key), the samples, unmatched and percentiles of each kind
+    /// (docs/latency.md); `None` when no key had any.
+    fn latency_summary(&self) -> Option<Value> {
+        let mut qps = Vec::new();
+        for (name, st) in &self.ifaces {
+            let mut keys: Vec<(&QpKey, &latency::KeyLatency)> = st.lat_run.iter().collect();
+            keys.sort_unstable_by_key(|e| *e.0);
+            for (k, l) in keys {
+                let mut o = serde_json::Map::new();
+                o.insert("iface".into(), name.as_str().into());
+                o.insert(
+                    "dir".into(),
+                    dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)].into(),
+                );
+                o.insert(
+                    "src".into(),
+                    contract::addr::ip_of(&k.src_ip).to_string().into(),
+                );
+                o.insert(
+                    "dst".into(),
+                    contract::addr::ip_of(&k.dst_ip).to_string().into(),
+                );
+                o.insert("qp".into(), k.dest_qp.into());
+                if let Value::Object(m) = l.summary_json() {
+                    o.extend(m);
+                }
+                qps.push(Value::Object(o));
+            }
+        }
+        (!qps.is_empty()).then(|| {
+            serde_json::json!({
+                "timeout_s": observer_common::latency::DEFAULT_TIMEOUT_NS as f64 / 1e9,
+                "qps": qps,
+            })
+        })
     }
 
     /// The run's totals but the QPs: the interfaces of `heads` (`summary_json` form), alerts
@@ -1289,6 +1362,15 @@ impl crate::sources::Consumer for Collector {
         pauses: &[PauseEvent],
     ) -> Result<(), crate::sources::ConsumerError> {
         self.on_pauses(iface, pauses);
+        Ok(())
+    }
+    fn latency(
+        &mut self,
+        iface: &str,
+        records: &[observer_common::latency::Record],
+    ) -> Result<(), crate::sources::ConsumerError> {
+        let st = self.ifaces.entry(iface.to_string()).or_default();
+        latency::gather(&mut st.lat_interval, &mut st.lat_run, records);
         Ok(())
     }
     fn snapshot(&mut self, snap: &Snapshot) -> Result<(), crate::sources::ConsumerError> {

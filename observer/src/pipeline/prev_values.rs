@@ -164,6 +164,12 @@ impl PrevStore {
             .collect()
     }
 
+    /// The last value of key `k`, when tracked.
+    pub fn get(&self, k: &QpKey) -> Option<&QpValue> {
+        let s = *self.index.get(k)? as usize;
+        self.alive[s].then(|| &self.vals[s])
+    }
+
     pub fn contains(&self, k: &QpKey) -> bool {
         self.index.contains_key(k)
     }

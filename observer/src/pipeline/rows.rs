@@ -247,6 +247,8 @@ pub struct FlowsBuilder {
     last_valid: Vec<bool>,
     hists: Vec<Hist>,
     buckets: Vec<(u8, i16)>,
+    /// Each row's latency outcomes ([`FlowsBuilder::push_latency`]), when any row has some.
+    latency: Vec<Option<super::latency::KeyLatency>>,
 }
 
 impl FlowsBuilder {
@@ -292,6 +294,7 @@ impl FlowsBuilder {
             last_valid: v(rows),
             hists: (0..10).map(|_| Hist::default()).collect(),
             buckets: bucket_table(),
+            latency: Vec::new(),
         }
     }
 
@@ -401,8 +404,83 @@ impl FlowsBuilder {
         }
     }
 
+    /// The latency outcomes of the row just pushed (`None`: none in the interval; rows without
+    /// a call have none).
+    pub fn push_latency(&mut self, l: Option<super::latency::KeyLatency>) {
+        if l.is_none() && self.latency.is_empty() {
+            return;
+        }
+        let row = self.rows.saturating_sub(1);
+        if self.latency.len() < row {
+            self.latency.resize(row, None);
+        }
+        self.latency.truncate(row);
+        self.latency.push(l);
+    }
+
+    /// The latency columns (contract::schema's `latency_*`): a histogram and the unmatched
+    /// count per kind, then the ambiguous and ring-full counts; null where a row has none.
+    fn latency_columns(&self, n: usize) -> Vec<ArrayRef> {
+        use observer_common::latency::{index_of, kind};
+        if self.latency.iter().all(Option::is_none) {
+            let schema = contract::schema::flows().arrow_schema();
+            return (0..kind::COUNT * 2 + 2)
+                .map(|i| {
+                    let f = schema.field(schema.fields().len() - (kind::COUNT * 2 + 2) + i);
+                    arrow::array::new_null_array(f.data_type(), n)
+                })
+                .collect();
+        }
+        let at = |r: usize| self.latency.get(r).and_then(|l| l.as_ref());
+        let valid: Vec<bool> = (0..n).map(|r| at(r).is_some()).collect();
+        let count = |f: &dyn Fn(&super::latency::KeyLatency) -> u64| -> ArrayRef {
+            Arc::new(Int64Array::new(
+                (0..n)
+                    .map(|r| at(r).map_or(0, |l| f(l) as i64))
+                    .collect::<Vec<_>>()
+                    .into(),
+                nulls(valid.clone()),
+            ))
+        };
+        let mut cols = Vec::new();
+        for k in 0..kind::COUNT {
+            let mut offsets = Vec::with_capacity(n + 1);
+            offsets.push(0i32);
+            let (mut values, mut samples) = (Vec::new(), Vec::new());
+            for r in 0..n {
+                if let Some(l) = at(r) {
+                    for &(b, c) in &l.hist[k] {
+                        values.push(index_of(b as usize));
+                        samples.push(c as i64);
+                    }
+                }
+                offsets.push(values.len() as i32);
+            }
+            let st = StructArray::new(
+                hist_fields(),
+                vec![
+                    Arc::new(Int16Array::from(values)) as ArrayRef,
+                    Arc::new(Int64Array::from(samples)),
+                ],
+                None,
+            );
+            let field = Arc::new(Field::new("item", DataType::Struct(hist_fields()), false));
+            cols.push(Arc::new(ListArray::new(
+                field,
+                OffsetBuffer::new(offsets.into()),
+                Arc::new(st),
+                nulls(valid.clone()),
+            )) as ArrayRef);
+            cols.push(count(&|l| l.unmatched[k]));
+        }
+        cols.push(count(&|l| l.ambiguous));
+        cols.push(count(&|l| l.ring_full));
+        cols
+    }
+
     pub fn finish(self, schema: &SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
         let n = self.rows;
+        let latency = self.latency_columns(n);
         let ts = |v: Vec<i64>, nulls: Option<NullBuffer>| {
             Arc::new(TimestampMicrosecondArray::new(v.into(), nulls).with_timezone("UTC"))
                 as ArrayRef
@@ -446,6 +524,7 @@ impl FlowsBuilder {
         for h in self.hists {
             cols.push(h.finish(n));
         }
+        cols.extend(latency);
         RecordBatch::try_new(Arc::clone(schema), cols)
     }
 }

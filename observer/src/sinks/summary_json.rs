@@ -858,6 +858,8 @@ pub enum Ty {
     OptStr,
     /// An integer or null.
     OptInt,
+    /// A number or null.
+    OptNum,
     Bool,
     Obj,
     /// An object or null.
@@ -879,6 +881,7 @@ impl Ty {
             Ty::Str => "string",
             Ty::OptStr => "string or null",
             Ty::OptInt => "integer or null",
+            Ty::OptNum => "number or null",
             Ty::Bool => "boolean",
             Ty::Obj => "object",
             Ty::OptObj => "object or null",
@@ -901,6 +904,7 @@ impl Ty {
             Ty::Str => v.is_string(),
             Ty::OptStr => v.is_string() || v.is_null(),
             Ty::OptInt => v.is_u64() || v.is_i64() || v.is_null(),
+            Ty::OptNum => v.is_number() || v.is_null(),
             Ty::Bool => v.is_boolean(),
             Ty::Obj => v.is_object(),
             Ty::OptObj => v.is_object() || v.is_null(),
@@ -1382,6 +1386,7 @@ pub fn fields() -> Vec<Field> {
         .iter()
         .map(|&(p, ty, doc)| field(p.into(), ty, doc.into()))
         .collect();
+    out.extend(latency_fields());
     out.extend(
         ALERTMANAGER_FIELDS
             .iter()
@@ -1431,6 +1436,100 @@ pub fn fields() -> Vec<Field> {
         ));
     }
     out
+}
+
+/// The `latency` section (docs/latency.md), one block of fields per kind.
+fn latency_fields() -> Vec<Field> {
+    use observer_common::latency::kind;
+    let f = |p: &str, ty: Ty, doc: &str| Field {
+        path: p.into(),
+        ty,
+        doc: doc.into(),
+    };
+    let mut v = vec![
+        f(
+            "latency",
+            Ty::Obj,
+            "passive per-QP latency over the run ([latency.md](latency.md)); absent when no key had a latency outcome",
+        ),
+        f(
+            "latency.timeout_s",
+            Ty::Num,
+            "the time after which an open measurement is unmatched, seconds",
+        ),
+        f(
+            "latency.qps",
+            Ty::Objs,
+            "one object per requester key (the direction of the requests) with outcomes, by interface, then key",
+        ),
+        f("latency.qps[].iface", Ty::Str, "the interface"),
+        f("latency.qps[].dir", Ty::Str, "`ingress` or `egress`"),
+        f(
+            "latency.qps[].src",
+            Ty::Str,
+            "key source address (the requester)",
+        ),
+        f(
+            "latency.qps[].dst",
+            Ty::Str,
+            "key destination address (the responder)",
+        ),
+        f(
+            "latency.qps[].qp",
+            Ty::Int,
+            "BTH destination QP (the responder's)",
+        ),
+    ];
+    let what = [
+        "ACK round trip: a request with AckReq to the first ACK, NAK or READ response covering its PSN",
+        "READ request to its first response",
+        "NAK (PSN sequence error) to the requester's first packet at the PSN it names",
+        "first CE-marked packet while none waits to the CNP answering it",
+    ];
+    for (k, name) in kind::NAMES.iter().enumerate() {
+        let p = format!("latency.qps[].{name}");
+        v.push(f(
+            &p,
+            Ty::Obj,
+            &format!(
+                "{}; absent without samples, unmatched or open measurements",
+                what[k]
+            ),
+        ));
+        v.push(f(&format!("{p}.samples"), Ty::Int, "samples"));
+        v.push(f(
+            &format!("{p}.unmatched"),
+            Ty::Int,
+            "measurements started and never answered (timed out, a new incarnation, passed over)",
+        ));
+        v.push(f(
+            &format!("{p}.open"),
+            Ty::Int,
+            "measurements still open when the observation ended (their answer may have come after it): neither samples nor unmatched",
+        ));
+        for (q, text) in [
+            ("p50", "median"),
+            ("p99", "99th percentile"),
+            ("p999", "99.9th percentile"),
+        ] {
+            v.push(f(
+                &format!("{p}.{q}_us"),
+                Ty::OptNum,
+                &format!("{text}, µs: the upper edge of the histogram bucket holding it (within 19 % above the true value); null without samples"),
+            ));
+        }
+    }
+    v.push(f(
+        "latency.qps[].ambiguous",
+        Ty::Int,
+        "ACK and READ measurements excluded by Karn's rule; absent when 0",
+    ));
+    v.push(f(
+        "latency.qps[].ring_full",
+        Ty::Int,
+        "ACK and READ measurements not started: the key's ring of 16 was full; absent when 0",
+    ));
+    v
 }
 
 /// docs/summary-json.md, generated from [`fields`].

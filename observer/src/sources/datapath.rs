@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use observer_common::icrc;
+use observer_common::latency;
 use observer_common::maps::{
     Event, IfaceStats, MacKey, PauseEvent, PfcCounters, Policy, QpKey, QpValue, dir,
 };
@@ -15,6 +16,7 @@ use observer_common::qp::{self, Plain};
 
 use crate::sources::Snapshot;
 use crate::sources::kernel::MAX_MACS;
+use crate::sources::latency::LatencyTracker;
 use crate::sources::snapshot::{Changed, next_snapshot_id};
 
 /// Hasher of the per-QP and per-MAC maps: foldhash (randomly seeded), several times faster than
@@ -209,6 +211,8 @@ pub struct Datapath {
     /// key when it was a RoCE packet.
     pub last_offense: u32,
     pub last_key: Option<QpKey>,
+    /// Passive latency (docs/latency.md), `None` when off.
+    pub latency: Option<LatencyTracker>,
 }
 
 impl Datapath {
@@ -229,6 +233,27 @@ impl Datapath {
             offenses: false,
             last_offense: 0,
             last_key: None,
+            latency: Some(LatencyTracker::new(latency::DEFAULT_TIMEOUT_NS)),
+        }
+    }
+
+    /// Latency outcomes since the last call.
+    pub fn take_latency(&mut self) -> Vec<latency::Record> {
+        self.latency
+            .as_mut()
+            .map(|l| l.take_records())
+            .unwrap_or_default()
+    }
+
+    /// Whether latency outcomes wait to be taken.
+    pub fn has_latency(&self) -> bool {
+        self.latency.as_ref().is_some_and(|l| !l.records.is_empty())
+    }
+
+    /// The end of the observation at `t_ns`: every open latency measurement is `Open`.
+    pub fn close_latency(&mut self, t_ns: u64) {
+        if let Some(l) = self.latency.as_mut() {
+            l.close_all(&self.qps.entries, t_ns, latency::Outcome::Open);
         }
     }
 
@@ -294,6 +319,10 @@ impl Datapath {
                 if out.psn == qp::PsnStep::Contended {
                     self.iface[d].psn_contended += 1;
                 }
+                if let Some(l) = self.latency.as_mut() {
+                    l.on_packet(&self.qps.entries, i, &f, out.psn, ts_ns);
+                }
+                let v = &mut self.qps.entries[i].1;
                 let mut icrc_bad = false;
                 if self.check_icrc {
                     match icrc::verify(bytes, &f) {
@@ -385,6 +414,17 @@ impl Datapath {
     /// Removes key `k` (as a kernel eviction does; tests). Positions move, so the next lent
     /// snapshot has no base: its consumer compares every key.
     pub fn remove(&mut self, k: &QpKey) -> Option<QpValue> {
+        if let Some(l) = self.latency.as_mut() {
+            let t = self
+                .qps
+                .entries
+                .iter()
+                .map(|e| e.1.last_ns)
+                .max()
+                .unwrap_or(0);
+            l.close_all(&self.qps.entries, t, latency::Outcome::Unmatched);
+            l.reset();
+        }
         let v = self.qps.remove(k)?;
         self.touched.clear();
         self.dirty.clear();

@@ -13,6 +13,7 @@ pub mod capture;
 pub mod datapath;
 pub mod host_qps;
 pub mod kernel;
+pub mod latency;
 pub mod offload;
 pub mod paced;
 pub mod snapshot;
@@ -38,6 +39,15 @@ pub trait Consumer {
     /// PFC / PAUSE frames of `iface` with their times, in arrival order (for the pause time and
     /// the XOFF peak, which counters cannot give).
     fn pauses(&mut self, _iface: &str, _pauses: &[PauseEvent]) -> Result<(), ConsumerError> {
+        Ok(())
+    }
+    /// Passive latency outcomes of `iface` (docs/latency.md), in the order decided, each before
+    /// the snapshot of the interval it was decided in.
+    fn latency(
+        &mut self,
+        _iface: &str,
+        _records: &[observer_common::latency::Record],
+    ) -> Result<(), ConsumerError> {
         Ok(())
     }
     /// One interval's cumulative state of one interface.

@@ -139,6 +139,7 @@ enum Call {
     Begin(String, u64, Option<u64>),
     Events(String, Vec<Event>),
     Pauses(String, Vec<PauseEvent>),
+    Latency(String, Vec<observer_common::latency::Record>),
     Snapshot(Box<Delta>),
     Evicted(String, Vec<(QpKey, QpValue)>),
     Quiet(String, u64),
@@ -236,6 +237,7 @@ impl<C: Consumer + Send + 'static> Offload<C> {
             .map(|c| match c {
                 Call::Events(_, v) => v.len(),
                 Call::Pauses(_, v) => v.len(),
+                Call::Latency(_, v) => v.len(),
                 _ => 0,
             })
             .sum();
@@ -280,6 +282,7 @@ impl<C: Consumer + Send + 'static> Offload<C> {
         match (pending.last_mut(), c) {
             (Some(Call::Events(i, v)), Call::Events(j, w)) if *i == j => v.extend(w),
             (Some(Call::Pauses(i, v)), Call::Pauses(j, w)) if *i == j => v.extend(w),
+            (Some(Call::Latency(i, v)), Call::Latency(j, w)) if *i == j => v.extend(w),
             (_, c) => pending.push(c),
         }
         self.pending_items += n;
@@ -392,6 +395,16 @@ impl<C: Consumer + Send + 'static> Consumer for Offload<C> {
             pauses.len(),
         )
     }
+    fn latency(
+        &mut self,
+        iface: &str,
+        records: &[observer_common::latency::Record],
+    ) -> Result<(), ConsumerError> {
+        self.gather(
+            Call::Latency(iface.to_string(), records.to_vec()),
+            records.len(),
+        )
+    }
     /// Waits, before this one's entries are copied, until the snapshots in flight leave room
     /// ([`MAX_ENTRIES`]): an interval of many keys is copied once the consumer is done with
     /// the previous one.
@@ -491,6 +504,7 @@ fn run<C: Consumer>(
                 Call::Begin(i, t, s) => consumer.begin(&i, t, s),
                 Call::Events(i, v) => report(consumer.events(&i, &v)),
                 Call::Pauses(i, v) => report(consumer.pauses(&i, &v)),
+                Call::Latency(i, v) => report(consumer.latency(&i, &v)),
                 Call::Snapshot(d) => {
                     let d = *d;
                     let mut changed = d.changed;

@@ -7,6 +7,7 @@
 mod collector_lifecycle;
 mod collector_netns;
 mod collector_semantics;
+mod latency;
 mod marking_netns;
 mod monitoring;
 mod nic_command;

@@ -77,6 +77,8 @@ pub struct ReplayOptions {
     pub interval_ns: u64,
     pub link_speed_bps: Option<u64>,
     pub check_icrc: bool,
+    /// Measure passive per-QP latency (docs/latency.md).
+    pub latency: bool,
     /// Draw a progress bar on stderr (files only).
     pub progress: bool,
     /// Stop reading when set (checked every frame, and when a read is interrupted).
@@ -91,6 +93,7 @@ impl Default for ReplayOptions {
             interval_ns: 1_000_000_000,
             link_speed_bps: None,
             check_icrc: true,
+            latency: true,
             progress: false,
             stop: None,
         }
@@ -160,6 +163,9 @@ pub struct Replay<'o> {
     pub frames: u64,
     /// Where the frames that broke a rule are written (`replay --evidence`), when asked.
     pub evidence: Option<crate::sinks::evidence::Evidence>,
+    /// Whether the end of the next input ends the observation: latency measurements still
+    /// open then are counted open (a later file of the same capture could still answer them).
+    pub close_latency_at_end: bool,
 }
 
 impl<'o> Replay<'o> {
@@ -173,6 +179,7 @@ impl<'o> Replay<'o> {
             event_counts: HashMap::new(),
             frames: 0,
             evidence: None,
+            close_latency_at_end: true,
         }
     }
 
@@ -182,6 +189,9 @@ impl<'o> Replay<'o> {
         }
         let mut dp = Datapath::new(self.opts.policy, self.opts.max_qps);
         dp.check_icrc = self.opts.check_icrc;
+        if !self.opts.latency {
+            dp.latency = None;
+        }
         dp.offenses = self.evidence.is_some();
         self.dps.push(Dp {
             name: name.clone(),
@@ -318,6 +328,17 @@ impl<'o> Replay<'o> {
         if stats.frames > 0 {
             stats.snapshots += self.emit(&f.used, f.last_ts)?;
         }
+        // At the end of the observation (the last input) the latency measurements still open
+        // are counted as such (summary.json), after the last rows.
+        if self.close_latency_at_end {
+            for k in 0..f.used.len() {
+                let di = f.used[k];
+                self.dps[di].dp.close_latency(f.last_ts);
+                if self.dps[di].dp.has_latency() {
+                    self.hand_over_events(di)?;
+                }
+            }
+        }
         tracing::info!(
             input = label,
             frames = stats.frames,
@@ -425,7 +446,7 @@ impl<'o> Replay<'o> {
         }
         d.last_ns = d.last_ns.max(ts);
         d.unsnapped = true;
-        if !d.dp.events.is_empty() || !d.dp.pauses.is_empty() {
+        if !d.dp.events.is_empty() || !d.dp.pauses.is_empty() || d.dp.has_latency() {
             self.hand_over_events(di)?;
         }
         f.stats.frames += 1;
@@ -452,6 +473,12 @@ impl<'o> Replay<'o> {
         if !ev.is_empty() {
             self.out
                 .events(&d.name, &ev)
+                .map_err(ReplayError::Consumer)?;
+        }
+        let lat = d.dp.take_latency();
+        if !lat.is_empty() {
+            self.out
+                .latency(&d.name, &lat)
                 .map_err(ReplayError::Consumer)?;
         }
         let pauses = d.dp.take_pauses();
@@ -714,10 +741,11 @@ impl Source for CaptureSource {
         let mut rp = Replay::new(opts, out);
         rp.evidence = self.evidence.take();
         self.inputs = read_order(&self.inputs);
-        for f in &self.inputs {
+        for (n, f) in self.inputs.iter().enumerate() {
             if stop.is_set() {
                 break;
             }
+            rp.close_latency_at_end = n + 1 == self.inputs.len();
             match rp.feed_path(f) {
                 Ok(st) if st.interrupted => {
                     tracing::warn!(input = %f.display(), frames = st.frames, "stopped early: everything read so far is accounted");
