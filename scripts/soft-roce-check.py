@@ -48,7 +48,7 @@ FIELDS = [
     "ip.frag_offset", "ip.dsfield.dscp", "ip.dsfield.ecn", "ipv6.tclass", "udp.srcport",
     "udp.dstport", "udp.length", "infiniband.bth.opcode", "infiniband.bth.tver",
     "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.aeth.syndrome",
-    "infiniband.bth.padcnt",
+    "infiniband.bth.padcnt", "infiniband.bth.a",
 ]
 # The RETH DMA length: Wireshark 4.0 calls it infiniband.reth.dmalen, later ones dma_length.
 DMALEN_NAMES = ["infiniband.reth.dma_length", "infiniband.reth.dmalen"]
@@ -480,6 +480,8 @@ EXPECT = {
     "rc_pingpong": ("sends both ways", lambda q: bool(data_keys(q)) and bool(data_keys(q, "egress"))),
     "loss_write": ("gaps and retransmissions in, NAK sequence errors out", lambda q: all_data(q, lambda x: x["psn_gaps"] > 0 and x["psn_retrans"] > 0) and sum(x["nak_psn_seq_err"] for k, x in q.items() if k[0] == "egress") > 0),
     "delay_write": ("5 ms of delay, no loss: no gap", lambda q: all_data(q, lambda x: x["psn_gaps"] == 0 and x["data_pkts"] > 0)),
+    "delay_ack2": ("2 ms of delay on the ACKs, no loss: no gap", lambda q: all_data(q, lambda x: x["psn_gaps"] == 0 and x["data_pkts"] > 0)),
+    "delay_ack20": ("20 ms of delay on the ACKs, no loss: no gap", lambda q: all_data(q, lambda x: x["psn_gaps"] == 0 and x["data_pkts"] > 0)),
     "qps_write": ("data DSCP 26 ECT(0) (traffic class 106)", lambda q: all_data(q, lambda x: x["dscp"]["data"] == {"26": x["data_pkts"]} and x["ecn"]["data"] == {"2": x["data_pkts"]})),
     # rdma_cm: the WRITE QP carries the ToS; perftest's own SEND exchange and the CM's MADs (QP 1)
     # are other keys, partly set up before the ToS.
@@ -782,6 +784,277 @@ def err_report(d, env):
     return lines, problems
 
 
+# Passive latency (docs/latency.md), written again from the page: the histogram buckets of
+# Prometheus native histograms of schema 2 (observer_common::latency), positions 0..92 for the
+# indices -80..12, edges 1e9 * 2^(i/4) ns rounded down, computed as the Rust constant does.
+LAT_KINDS = ["ack", "read", "nak_resend", "ce_cnp"]
+LAT_MIN_INDEX, LAT_BUCKETS, LAT_RING = -80, 93, 16
+LAT_TIMEOUT_NS = 4_294_967_296
+
+
+def lat_edges():
+    roots = [1.0, 1.189207115002721, math.sqrt(2), 1.681792830507429]
+    out = []
+    for b in range(LAT_BUCKETS):
+        i = LAT_MIN_INDEX + b
+        q, r = i // 4, i % 4
+        x = 1e9 * roots[r]
+        for _ in range(-q if q < 0 else 0):
+            x /= 2.0
+        for _ in range(q if q > 0 else 0):
+            x *= 2.0
+        out.append(int(x))
+    return out
+
+
+LAT_UPPER = lat_edges()
+
+
+def lat_bucket(ns):
+    for b, e in enumerate(LAT_UPPER):
+        if ns <= e:
+            return b
+    return LAT_BUCKETS - 1
+
+
+def latency_reference(rows):
+    """Per requester key (src, dst, qp): {"buckets": [sorted positions per kind], "unmatched":
+    [per kind], "ambiguous", "ring_full", "samples": [ACK samples, ns]} by docs/latency.md; the
+    capture's pairs by PSN as the page says (the one key of the reverse address pair whose open
+    range holds the acknowledged PSN, or whose CE waits, for a CNP)."""
+    st = {}      # key -> open state
+    res = defaultdict(lambda: {"buckets": [[] for _ in LAT_KINDS], "unmatched": [0] * 4,
+                               "ambiguous": 0, "ring_full": 0, "samples": [], "open": [0] * 4})
+    pair = {}
+    maxpsn, last_ns = {}, {}
+
+    def state(k):
+        return st.setdefault(k, {"entries": [], "nak": None, "ce": None})
+
+    def end(k, kind, t0, t, amb):
+        r = res[k]
+        if amb:
+            r["ambiguous"] += 1
+        elif t - t0 > LAT_TIMEOUT_NS:
+            r["unmatched"][kind] += 1
+        else:
+            r["buckets"][kind].append(lat_bucket(t - t0))
+            if kind == 0:
+                r["samples"].append(t - t0)
+
+    def close(k, how="unmatched"):
+        o = state(k)
+        for e in o["entries"]:
+            res[k][how][1 if e[2] else 0] += 1
+        o["entries"] = []
+        if o["nak"]:
+            res[k][how][2] += 1
+        if o["ce"] is not None:
+            res[k][how][3] += 1
+        o["nak"], o["ce"] = None, None
+
+    def expire(k, t):
+        o = state(k)
+        while o["entries"] and t - o["entries"][0][1] > LAT_TIMEOUT_NS:
+            e = o["entries"].pop(0)
+            res[k]["unmatched"][1 if e[2] else 0] += 1
+        if o["nak"] and t - o["nak"][1] > LAT_TIMEOUT_NS:
+            o["nak"] = None
+            res[k]["unmatched"][2] += 1
+        if o["ce"] is not None and t - o["ce"] > LAT_TIMEOUT_NS:
+            o["ce"] = None
+            res[k]["unmatched"][3] += 1
+
+    for r in rows:
+        if not is_roce(r):
+            continue
+        v6 = last(r, "ip.src") is None
+        src = last(r, "ipv6.src" if v6 else "ip.src")
+        dst = last(r, "ipv6.dst" if v6 else "ip.dst")
+        k = (src, dst, lnum(r, "infiniband.bth.destqp"))
+        op = lnum(r, "infiniband.bth.opcode")
+        psn = lnum(r, "infiniband.bth.psn") & 0xFFFFFF
+        t = r["frame.time_epoch"][0]
+        a, _, b = t.partition(".")
+        t = int(a) * 10**9 + int((b + "000000000")[:9])
+        ecn = (lnum(r, "ipv6.tclass") & 3) if v6 else lnum(r, "ip.dsfield.ecn")
+        # the PSN analysis's step (metrics.md), over every data-class packet of the key
+        step = None
+        if class_of(op) == "data":
+            mx = maxpsn.get(k)
+            d = None if mx is None else signed24(psn - mx)
+            idle = k in last_ns and t > last_ns[k] + 10_000_000_000
+            if mx is None:
+                step = "first"
+            elif (idle and d != 1) or abs(d) >= 1 << 22:
+                step = "reborn"
+            elif d >= 1:
+                step = "ahead"
+            else:
+                step = "not_ahead"
+            if step != "not_ahead":
+                maxpsn[k] = psn
+        last_ns[k] = t
+        if op in range(0x0D, 0x13) or op == 0x81:
+            # a response: the key it answers
+            j = pair.get(k)
+            if j is None:
+                rev = [c for c in st if c[0] == k[1] and c[1] == k[0] and c != k]
+                if op == 0x81:
+                    cands = [c for c in rev if st[c]["ce"] is not None]
+                else:
+                    cands = [c for c in rev if st[c]["entries"] and signed24(psn - st[c]["entries"][0][0]) >= 0
+                             and signed24(psn - maxpsn.get(c, psn)) <= 0]
+                if len(cands) != 1:
+                    continue
+                j = cands[0]
+                for x in (j, k):
+                    if x in pair:
+                        pair.pop(pair.pop(x), None)
+                pair[k], pair[j] = j, k
+            o = state(j)
+            if op == 0x81:
+                if o["ce"] is not None:
+                    end(j, 3, o["ce"], t, False)
+                    o["ce"] = None
+                continue
+            syn = lnum(r, "infiniband.aeth.syndrome")
+            if op in (0x0D, 0x10):
+                incl, read_first = False, True
+            elif op in (0x0E, 0x0F):
+                incl, read_first = False, False
+            elif syn is None:
+                continue
+            elif syn & 0x60 == 0:
+                incl, read_first = True, False
+            elif syn & 0x60 == 0x60:
+                if syn & 0x1F == 0 and o["nak"] is None:
+                    o["nak"] = (psn, t)
+                incl, read_first = False, False
+            elif syn & 0x60 == 0x20:
+                incl, read_first = False, False
+            else:
+                continue
+            while o["entries"]:
+                p, t0, rd, amb = o["entries"][0]
+                dd = signed24(p - psn)
+                if not (dd < 0 or (dd == 0 and (incl or (read_first and rd)))):
+                    break
+                o["entries"].pop(0)
+                if rd and dd < 0:
+                    res[j]["unmatched"][1] += 1
+                else:
+                    end(j, 1 if rd else 0, t0, t, amb)
+            continue
+        # a request of this key
+        if step == "reborn":
+            pair.pop(pair.pop(k, None), None)
+        o = st.get(k)
+        if o is None:
+            if not (op == READ_REQUEST or lnum(r, "infiniband.bth.a") or ecn == 3):
+                continue
+            o = state(k)
+        if step == "reborn":
+            close(k)
+        expire(k, t)
+        if o["nak"] and o["nak"][0] == psn:
+            end(k, 2, o["nak"][1], t, False)
+            o["nak"] = None
+        if ecn == 3 and o["ce"] is None:
+            o["ce"] = t
+        if step == "not_ahead":
+            o["entries"] = [(p, t0, rd, amb or signed24(p - psn) >= 0) for p, t0, rd, amb in o["entries"]]
+        elif step is not None and (op == READ_REQUEST or lnum(r, "infiniband.bth.a")):
+            if len(o["entries"]) >= LAT_RING:
+                res[k]["ring_full"] += 1
+            else:
+                o["entries"].append((psn, t, op == READ_REQUEST, False))
+    # open at the end: counted as such (summary.json), in no interval's row
+    for k in list(st):
+        close(k, "open")
+    out = {}
+    for k, v in res.items():
+        v["buckets"] = [sorted(b) for b in v["buckets"]]
+        if any(v["buckets"]) or any(v["unmatched"]) or v["ambiguous"] or v["ring_full"] or any(v["open"]):
+            out[k] = v
+    return out
+
+
+def latency_replayed(d):
+    """The replay's flows latency columns summed per key, in latency_reference's form."""
+    import pyarrow.parquet as pq
+    out = {}
+    for f in sorted(glob.glob(os.path.join(d, "replay", "flows", "**", "*.parquet"), recursive=True)):
+        for r in pq.read_table(f).to_pylist():
+            if r.get("latency_ambiguous") is None:
+                continue
+            v = out.setdefault((r["src"], r["dst"], r["qp"]), {
+                "buckets": [[] for _ in LAT_KINDS], "unmatched": [0] * 4, "ambiguous": 0, "ring_full": 0})
+            for i, kind in enumerate(LAT_KINDS):
+                for b in r["latency_" + kind] or []:
+                    v["buckets"][i] += [b["value"] - LAT_MIN_INDEX] * b["pkts"]
+                v["unmatched"][i] += r["latency_%s_unmatched" % kind]
+            v["ambiguous"] += r["latency_ambiguous"]
+            v["ring_full"] += r["latency_ring_full"]
+    for v in out.values():
+        v["buckets"] = [sorted(b) for b in v["buckets"]]
+    return {k: v for k, v in out.items()
+            if any(v["buckets"]) or any(v["unmatched"]) or v["ambiguous"] or v["ring_full"]}
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[(len(xs) - 1) // 2] if xs else None
+
+
+# What each case's latency shows (replay of the capture of va<i>, the responder's side): the
+# ACK round trip there is the responder's turnaround, plus the delay netem adds to its ACKs
+# on va<i> (tcpdump sees a frame sent after the qdisc), not the delay added on vb<i>.
+LAT_BOUND_NS = 10_000_000  # the turnaround of rxe under TCG, and scheduling, at the median
+LAT_EXPECT = {
+    "write_dscp26": ("ACK round trip, no delay added: median below 2 ms",
+                     lambda v: v["samples"] and median(v["samples"]) < 2_000_000),
+    "delay_ack2": ("ACK round trip with 2 ms added to the ACKs: every sample 2 ms or more, median within 2 ms + 10 ms",
+                   lambda v: v["samples"] and min(v["samples"]) >= 2_000_000 and median(v["samples"]) <= 2_000_000 + LAT_BOUND_NS),
+    "delay_ack20": ("ACK round trip with 20 ms added to the ACKs: every sample 20 ms or more, median within 20 ms + 10 ms",
+                    lambda v: v["samples"] and min(v["samples"]) >= 20_000_000 and median(v["samples"]) <= 20_000_000 + LAT_BOUND_NS),
+    "delay_write": ("5 ms added before this point is not in the responder's figure: median below 5 ms",
+                    lambda v: v["samples"] and median(v["samples"]) < 5_000_000),
+    "read_dscp26": ("READ latency measured", lambda v: len(v["buckets"][1]) > 0),
+    "loss_write": ("NAK to resend measured, resent PSNs excluded (Karn)",
+                   lambda v: len(v["buckets"][2]) > 0 and v["ambiguous"] > 0),
+}
+
+
+def latency_report(d, rows, name):
+    """Replay's latency against the reference from tshark's frame times: (lines, problems)."""
+    lines, problems = [], []
+    ref = latency_reference(rows)
+    got = latency_replayed(d)
+    for k, v in sorted(ref.items()):
+        s = v["samples"]
+        lines.append("  latency %s -> %s qp %d: ACK %d samples%s, READ %d, NAK->resend %d, CE->CNP %d, unmatched %s, open at the end %s, ambiguous %d, ring full %d" % (
+            k[0], k[1], k[2], len(v["buckets"][0]),
+            " (median %.3f ms, max %.3f ms)" % (median(s) / 1e6, max(s) / 1e6) if s else "",
+            len(v["buckets"][1]), len(v["buckets"][2]), len(v["buckets"][3]), v["unmatched"], v["open"], v["ambiguous"], v["ring_full"]))
+    strip = {k: {f: v[f] for f in ("buckets", "unmatched", "ambiguous", "ring_full")} for k, v in ref.items()}
+    strip = {k: v for k, v in strip.items()
+             if any(v["buckets"]) or any(v["unmatched"]) or v["ambiguous"] or v["ring_full"]}
+    if strip != got:
+        for k in sorted(set(strip) | set(got)):
+            if strip.get(k) != got.get(k):
+                problems.append("latency of %s: replay %s, tshark reference %s" % (
+                    k, json.dumps(got.get(k))[:300], json.dumps(strip.get(k))[:300]))
+    lines.append("  latency replay == tshark reference: %s" % ("yes" if not problems else "NO"))
+    desc, pred = LAT_EXPECT.get(name, (None, None))
+    if desc:
+        ok = bool(ref) and all(pred(v) for v in ref.values() if v["buckets"][0] or v["buckets"][1])
+        lines.append("  latency (%s): %s" % (desc, "seen" if ok else "NOT SEEN"))
+        if not ok:
+            problems.append("latency not as expected: %s" % desc)
+    return lines, problems
+
+
 def run_replay(binary, d):
     out = os.path.join(d, "replay")
     subprocess.run(["rm", "-rf", out], check=True)
@@ -848,6 +1121,12 @@ def check_case(binary, d, dmalen_field):
     lines.append("  live == replay: %s" % ("yes" if not m_lr else "NO, %d differences" % len(m_lr)))
     for m in m_lr[:8]:
         lines.append("    " + m)
+    try:
+        ll, lat_problems = latency_report(d, rows, name)
+    except Exception as e:  # pyarrow missing, a file unreadable: the case fails, named
+        ll, lat_problems = [], ["latency: %r" % e]
+    lines += ll
+    problems += lat_problems
     desc, pred = EXPECT.get(name, ("", lambda q: True))
     ok_expect = pred(ref)
     if desc:

@@ -10,7 +10,9 @@
 # watches va<i> live (XDP ingress + tc egress, --plain, with its NIC source reading rxa<i>'s counters) while tcpdump captures va<i>, and
 # real RC traffic runs between them: perftest servers in rxo-a, clients (requesters) in rxo-b.
 # Faults are made on rxo-b's side (netem loss or 5 ms delay on vb<i>'s egress, nftables re-marking in rxo-b's
-# output hook), so both observers of va<i> see the same frames.
+# output hook), so both observers of va<i> see the same frames; the delay_ack cases delay va<i>'s
+# own egress (the responder's ACKs: 2 ms, 20 ms), which the live observer's tc egress sees
+# before the delay and tcpdump after it (the frames are the same, their times not).
 #
 # The observers of all cases are started together first: loading and verifying the eBPF programs
 # is what takes long under TCG (30 s to a minute each), so they load while the earlier cases
@@ -27,7 +29,7 @@ set -uo pipefail
 BIN="${1:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
 RES="${2:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
 shift 2
-ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write delay_write remark_write qps_write qps_cm qps_err)
+ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write delay_write delay_ack2 delay_ack20 remark_write qps_write qps_cm qps_err)
 [ $# -gt 0 ] && CASES=("$@") || CASES=("${ALL_CASES[@]}")
 
 NSA=rxo-a NSB=rxo-b
@@ -175,7 +177,7 @@ commands() {
     read_dscp26) tool=ib_read_bw args="-n $N -s 4096 --tclass=106 -F" ;;
     atomic_dscp26) tool=ib_atomic_bw args="-n $N --tclass=106 -F" ;;
     loss_write) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
-    delay_write) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
+    delay_write | delay_ack2 | delay_ack20) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
     remark_write) tool=ib_write_bw args="-n $N -s 4096 --tclass=106 -F" ;;
     # The QP inventory while traffic runs (see during_qps): for a duration, not a count, so that
     # the QPs live while it is read; one case out of band (GID exchange over TCP, traffic class
@@ -333,6 +335,16 @@ post_delay_write() {
   ip netns exec "$NSB" tc -s qdisc show dev "vb$2" >"$1/netem.txt" 2>&1
   ip netns exec "$NSB" tc qdisc del dev "vb$2" root
 }
+# Delay on the responder's ACKs (va<i>'s egress, rxo-a): inside the ACK round trip the capture
+# of va<i> shows (tcpdump sees a sent frame after the qdisc), so replay's latency is the
+# responder's turnaround plus the delay (docs/latency.md).
+pre_delay_ack2() { ip netns exec "$NSA" tc qdisc add dev "va$2" root netem delay 2ms; }
+post_delay_ack2() {
+  ip netns exec "$NSA" tc -s qdisc show dev "va$2" >"$1/netem.txt" 2>&1
+  ip netns exec "$NSA" tc qdisc del dev "va$2" root
+}
+pre_delay_ack20() { ip netns exec "$NSA" tc qdisc add dev "va$2" root netem delay 20ms; }
+post_delay_ack20() { post_delay_ack2 "$@"; }
 pre_remark_write() {
   ip netns exec "$NSB" nft -f - <<EOF
 table ip remark {
