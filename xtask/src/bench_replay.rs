@@ -506,6 +506,7 @@ fn replay3(bin: &Path, dir: &Path, file: &Path, args: &[&str]) -> anyhow::Result
 /// The many-keys cases: one capture per entry of `keys`, timed and printed as a table.
 fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> anyhow::Result<()> {
     let mut rows = Vec::new();
+    let mut lat_rows = Vec::new();
     for &k in keys {
         let file = dir.join(format!("many-{k}.pcap"));
         eprintln!("generating {packets} packets over {k} QP keys...");
@@ -520,6 +521,9 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
         let no_out = replay3(bin, dir, &file, &["--no-out"])?;
         // the outputs on the packets' thread (before they had their own): the same bytes
         let inline = replay3(bin, dir, &file, &["--out", out, "--inline-outputs"])?;
+        // Passive latency's cost (docs/latency.md): the same commands without it, same run
+        let no_lat = replay3(bin, dir, &file, &["--out", out, "--no-latency"])?;
+        let no_out_no_lat = replay3(bin, dir, &file, &["--no-out", "--no-latency"])?;
         // The same capture cut into 500 intervals instead of 10: memory must not grow with them.
         let short = replay3(bin, dir, &file, &["--out", out, "--interval", "20ms"])?;
         // Beyond the default --max-qps (65536, as the kernel table) the default command tracks
@@ -540,6 +544,7 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
             std::fs::remove_file(&file)?;
         }
         rows.push((k, st, default, no_out, inline, short, tshark, all, max_qps));
+        lat_rows.push((k, no_lat, no_out_no_lat));
     }
     let mpps = |secs: f64| packets as f64 / secs / 1e6;
     println!();
@@ -621,6 +626,20 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
             "{k} keys, memory against intervals: peak RSS {:.1} MB with 10 intervals, {:.1} MB with 500",
             default.rss_kib as f64 / 1024.0,
             short.rss_kib as f64 / 1024.0
+        );
+    }
+    for ((k, _, default, no_out, ..), (_, no_lat, no_out_no_lat)) in rows.iter().zip(&lat_rows) {
+        let ns = |r: &Run| r.cpu * 1e9 / packets as f64;
+        println!(
+            "{k} keys, passive latency's cost: the packet path (--no-out) {:.1} ns per packet against {:.1} without it \
+             (--no-latency, same run): {:.3}x; the default command {:.1} against {:.1} ns per packet (cpu): {:.3}x \
+             (goal at most 1.10x)",
+            ns(no_out),
+            ns(no_out_no_lat),
+            no_out.cpu / no_out_no_lat.cpu,
+            ns(default),
+            ns(no_lat),
+            default.cpu / no_lat.cpu,
         );
     }
     // many keys against the smallest key count of the same run, every key tracked (goal: the
