@@ -211,7 +211,7 @@ pub struct Datapath {
     /// key when it was a RoCE packet.
     pub last_offense: u32,
     pub last_key: Option<QpKey>,
-    /// Passive latency (docs/latency.md), `None` when off.
+    /// Passive latency (docs/latency.md), `None` when off (the default).
     pub latency: Option<LatencyTracker>,
 }
 
@@ -233,8 +233,15 @@ impl Datapath {
             offenses: false,
             last_offense: 0,
             last_key: None,
-            latency: Some(LatencyTracker::new(latency::DEFAULT_TIMEOUT_NS)),
+            latency: None,
         }
+    }
+
+    /// Measures passive latency (docs/latency.md); its outcomes wait for
+    /// [`Datapath::take_latency`] (a source that never takes them must not turn it on).
+    pub fn with_latency(mut self, timeout_ns: u64) -> Datapath {
+        self.latency = Some(LatencyTracker::new(timeout_ns));
+        self
     }
 
     /// Latency outcomes since the last call.

@@ -245,7 +245,8 @@ mod tests {
     }
 
     fn run(frames: &[(u64, Vec<u8>)]) -> (Vec<Record>, u64) {
-        let mut dp = Datapath::new(Policy::NONE, 1024);
+        let mut dp = Datapath::new(Policy::NONE, 1024)
+            .with_latency(observer_common::latency::DEFAULT_TIMEOUT_NS);
         for (t, f) in frames {
             dp.process(f, f.len() as u32, *t, 0);
         }

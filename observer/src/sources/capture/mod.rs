@@ -189,8 +189,8 @@ impl<'o> Replay<'o> {
         }
         let mut dp = Datapath::new(self.opts.policy, self.opts.max_qps);
         dp.check_icrc = self.opts.check_icrc;
-        if !self.opts.latency {
-            dp.latency = None;
+        if self.opts.latency {
+            dp = dp.with_latency(observer_common::latency::DEFAULT_TIMEOUT_NS);
         }
         dp.offenses = self.evidence.is_some();
         self.dps.push(Dp {
