@@ -28,6 +28,9 @@ pub enum Rule {
     CeWithoutCnp,
     PfcWithoutEcn,
     MtuBelowExpected,
+    /// A QP's requests wait: the 99th percentile of its ACK round trip or READ latency in an
+    /// interval is over the policy's `latency_p99_us` (docs/latency.md).
+    LatencyHigh,
     /// One QP's marking (DSCP, PCP or ECN of a class) changed between two observation points
     /// of one process, to a value the policy does not expect ([`super::marking`]).
     MarkingChanged,
@@ -68,7 +71,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in documentation order.
-    pub const ALL: [Rule; 32] = [
+    pub const ALL: [Rule; 33] = [
         Rule::DscpMismatch,
         Rule::PcpMismatch,
         Rule::NotEct,
@@ -81,6 +84,7 @@ impl Rule {
         Rule::CeWithoutCnp,
         Rule::PfcWithoutEcn,
         Rule::MtuBelowExpected,
+        Rule::LatencyHigh,
         Rule::MarkingChanged,
         Rule::QpMapFull,
         Rule::EventsLost,
@@ -117,6 +121,7 @@ impl Rule {
             Rule::CeWithoutCnp => "ce_without_cnp",
             Rule::PfcWithoutEcn => "pfc_without_ecn",
             Rule::MtuBelowExpected => "mtu_below_expected",
+            Rule::LatencyHigh => "latency_high",
             Rule::MarkingChanged => "marking_changed",
             Rule::QpMapFull => "qp_map_full",
             Rule::EventsLost => "events_lost",
@@ -175,6 +180,7 @@ impl Rule {
             Rule::DscpMismatch | Rule::PcpMismatch | Rule::NotEct => "QP key and class",
             Rule::PsnGap | Rule::GoBackN | Rule::IcrcBad | Rule::MtuBelowExpected => "QP key",
             Rule::MarkingChanged => "QP key, class, field and the two points",
+            Rule::LatencyHigh => "QP key and latency (ack or read)",
             Rule::PfcWrongPriority | Rule::PfcStorm => "interface, direction and priority",
             Rule::Pause8023x | Rule::QpMapFull | Rule::EventsLost => "interface and direction",
             Rule::CeWithoutCnp => "interface and IP pair",

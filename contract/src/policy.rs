@@ -62,6 +62,11 @@ pub struct Thresholds {
     /// in one interval (the same rule, class and cause, e.g. DSCP 0) are one alert naming them,
     /// not one alert each; 0: never aggregated.
     pub aggregate_keys: u64,
+    /// `latency_high`: a QP's ACK round trip or READ latency whose 99th percentile in an
+    /// interval is over this, nanoseconds (0: off) ...
+    pub latency_p99_ns: u64,
+    /// ... over at least this many samples of the interval.
+    pub latency_min_samples: u64,
 }
 
 impl Default for Thresholds {
@@ -74,6 +79,8 @@ impl Default for Thresholds {
             resolve_after_ns: 300_000_000_000,
             qp_stall_ns: 10_000_000_000,
             aggregate_keys: 4,
+            latency_p99_ns: 1_000_000,
+            latency_min_samples: 100,
         }
     }
 }
@@ -213,6 +220,8 @@ impl PolicyConfig {
         let _ = writeln!(s, "resolve_after_s = {}", t.resolve_after_ns as f64 / 1e9);
         let _ = writeln!(s, "aggregate_keys = {}", t.aggregate_keys);
         let _ = writeln!(s, "qp_stall_s = {}", t.qp_stall_ns as f64 / 1e9);
+        let _ = writeln!(s, "latency_p99_us = {}", t.latency_p99_ns as f64 / 1e3);
+        let _ = writeln!(s, "latency_min_samples = {}", t.latency_min_samples);
         let _ = writeln!(
             s,
             "qp_incarnation_idle_s = {}",
@@ -415,18 +424,37 @@ fn apply_thresholds(
     if let Some(v) = &t.aggregate_keys {
         th.aggregate_keys = int_in(v, "thresholds.aggregate_keys", 0, 1_000_000, invalid)? as u64;
     }
+    if let Some(v) = &t.latency_p99_us {
+        // at most the histograms' top edge (8 s)
+        th.latency_p99_ns = (amount(v, "thresholds.latency_p99_us", "microseconds", invalid)?
+            .min(8e6)
+            * 1e3) as u64;
+    }
+    if let Some(v) = &t.latency_min_samples {
+        th.latency_min_samples = at_least_one(v, "thresholds.latency_min_samples")?;
+    }
     Ok(())
 }
 
 /// A duration in seconds: an integer or a finite float, 0 or more.
 fn seconds(v: &Spanned<toml::Value>, key: &str, invalid: &Invalid) -> Result<f64, PolicyError> {
+    amount(v, key, "seconds", invalid)
+}
+
+/// An amount of `unit`: an integer or a finite float, 0 or more.
+fn amount(
+    v: &Spanned<toml::Value>,
+    key: &str,
+    unit: &str,
+    invalid: &Invalid,
+) -> Result<f64, PolicyError> {
     match v.get_ref() {
         toml::Value::Integer(i) if *i >= 0 => Ok(*i as f64),
         toml::Value::Float(f) if *f >= 0.0 && f.is_finite() => Ok(*f),
         v2 => Err(invalid(
             key,
             v.span(),
-            format!("expected seconds (a number >= 0), found {}", show(v2)),
+            format!("expected {unit} (a number >= 0), found {}", show(v2)),
         )),
     }
 }
@@ -495,6 +523,8 @@ struct RawThresholds {
     qp_stall_s: Option<Spanned<toml::Value>>,
     qp_incarnation_idle_s: Option<Spanned<toml::Value>>,
     aggregate_keys: Option<Spanned<toml::Value>>,
+    latency_p99_us: Option<Spanned<toml::Value>>,
+    latency_min_samples: Option<Spanned<toml::Value>>,
 }
 
 #[cfg(test)]
@@ -698,6 +728,8 @@ tags = true
                 resolve_after_ns: 300_000_000_000,
                 qp_stall_ns: 10_000_000_000,
                 aggregate_keys: 0,
+                latency_p99_ns: 1_000_000,
+                latency_min_samples: 100,
             }
         );
         let cases = [

@@ -55,6 +55,7 @@ pub mod rule {
     pub const CE_WITHOUT_CNP: &str = Rule::CeWithoutCnp.name();
     pub const PFC_WITHOUT_ECN: &str = Rule::PfcWithoutEcn.name();
     pub const MTU_BELOW_EXPECTED: &str = Rule::MtuBelowExpected.name();
+    pub const LATENCY_HIGH: &str = Rule::LatencyHigh.name();
     pub const MARKING_CHANGED: &str = Rule::MarkingChanged.name();
     pub const QP_MAP_FULL: &str = Rule::QpMapFull.name();
     pub const EVENTS_LOST: &str = Rule::EventsLost.name();
@@ -62,10 +63,10 @@ pub mod rule {
     pub const IFACE_GONE: &str = Rule::IfaceGone.name();
     /// Every packet rule's name, in documentation order (the NIC and configuration rules
     /// follow in `Rule::ALL`).
-    pub const ALL: [&str; 16] = {
-        let mut a = [""; 16];
+    pub const ALL: [&str; 17] = {
+        let mut a = [""; 17];
         let mut i = 0;
-        while i < 16 {
+        while i < 17 {
             a[i] = Rule::ALL[i].name();
             i += 1;
         }
@@ -340,7 +341,11 @@ impl KeyPass {
         let p = cx.policy;
         self.fb.push_nz(k, d, nz, new, evicted, cx.off);
         if !self.lat.is_empty() {
-            self.fb.push_latency(self.lat.remove(k));
+            let l = self.lat.remove(k);
+            if let Some(l) = &l {
+                rules::latency_high(cx.iface, k, l, &p.thresholds, cx.end, &mut self.cands);
+            }
+            self.fb.push_latency(l);
         }
         if let Some(m) = self.marks.as_mut() {
             m.push(k, d, nz);
@@ -416,6 +421,14 @@ fn latency_rows(st: &mut IfaceState, sc: &mut deltas::Scratch, cx: &KeyCtx<'_>, 
             .unwrap_or(QpValue::ZERO);
         sc.delta(&v, &v);
         kp.fb.push_nz(&k, &sc.d, &sc.nz, false, false, cx.off);
+        rules::latency_high(
+            cx.iface,
+            &k,
+            &l,
+            &cx.policy.thresholds,
+            cx.end,
+            &mut kp.cands,
+        );
         kp.fb.push_latency(Some(l));
     }
 }

@@ -513,6 +513,55 @@ pub fn qp_interval_nz(
     }
 }
 
+/// `latency_high` (docs/latency.md): the key's ACK round trip or READ latency of the interval,
+/// when it has at least `latency_min_samples` samples and the bucket holding its 99th
+/// percentile starts above `latency_p99_ns` (the p99 is certainly over it: a bucket spans 19 %).
+pub fn latency_high(
+    iface: &str,
+    k: &QpKey,
+    l: &super::latency::KeyLatency,
+    th: &contract::policy::Thresholds,
+    t_ns: u64,
+    out: &mut Vec<Alert>,
+) {
+    use observer_common::latency::{UPPER_NS, kind};
+    if th.latency_p99_ns == 0 {
+        return;
+    }
+    for (k_i, what) in [(kind::ACK, "ACK round trip"), (kind::READ, "READ latency")] {
+        let k_i = k_i as usize;
+        let n = l.samples(k_i);
+        if n < th.latency_min_samples.max(1) {
+            continue;
+        }
+        let Some(p99) = l.quantile_ns(k_i, 99, 100) else {
+            continue;
+        };
+        let b = observer_common::latency::bucket(p99);
+        let lower = if b == 0 { 0 } else { UPPER_NS[b - 1] };
+        if lower < th.latency_p99_ns {
+            continue;
+        }
+        let p50 = l.quantile_ns(k_i, 1, 2).unwrap_or(0);
+        let mut key = AlertKey::qp(iface, k);
+        key.other = Some(kind::NAMES[k_i].to_string());
+        out.push(Alert::candidate(
+            Rule::LatencyHigh,
+            key,
+            t_ns,
+            format!(
+                "{what} p99 {:.1}-{:.1} µs over {n} samples (p50 up to {:.1} µs)",
+                lower as f64 / 1e3,
+                p99 as f64 / 1e3,
+                p50 as f64 / 1e3
+            ),
+            format!("p99 at most {:.1} µs", th.latency_p99_ns as f64 / 1e3),
+            n,
+            "interval",
+        ));
+    }
+}
+
 /// One interface direction's interval delta, as the interface rules see it.
 pub struct IfaceInterval<'a> {
     pub iface: &'a str,
@@ -1154,6 +1203,68 @@ mod tests {
     /// `mtu_below_expected` reads the path MTU off FIRST / MIDDLE packets only, and a payload
     /// below the smallest RoCE MTU's is no path MTU (never "RoCE MTU 0"); `icrc_bad` counts the
     /// key's packets whose ICRC failed.
+    #[test]
+    fn latency_high_when_the_p99_bucket_starts_above_the_threshold() {
+        use crate::pipeline::latency::KeyLatency;
+        use observer_common::latency::{Outcome, Record, kind};
+        let k = QpKey::default();
+        let th = contract::policy::Thresholds {
+            latency_p99_ns: 1_000_000,
+            latency_min_samples: 100,
+            ..Default::default()
+        };
+        let run = |slow: u64, n: u64, kind: u8| {
+            let mut l = KeyLatency::default();
+            for i in 0..n {
+                let v = if i < slow { 2_000_000 } else { 10_000 };
+                l.add(&Record::new(k, 0, kind, Outcome::Sample(v)));
+            }
+            let mut out = Vec::new();
+            latency_high("e0", &k, &l, &th, 7, &mut out);
+            out
+        };
+        // 2 slow samples of 100: the p99 (rank 99) is fast
+        assert!(run(1, 100, kind::ACK).is_empty());
+        let a = run(2, 100, kind::ACK);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].rule, Rule::LatencyHigh);
+        assert_eq!(a[0].key.other.as_deref(), Some("ack"));
+        assert_eq!(a[0].count, 100);
+        assert!(
+            a[0].observed.starts_with("ACK round trip p99 "),
+            "{}",
+            a[0].observed
+        );
+        assert_eq!(
+            run(2, 100, kind::READ)[0].key.other.as_deref(),
+            Some("read")
+        );
+        // too few samples; NAK to resend and CE to CNP are not judged; 0 turns it off
+        assert!(run(99, 99, kind::ACK).is_empty());
+        assert!(run(100, 100, kind::NAK).is_empty());
+        let mut l = KeyLatency::default();
+        l.add(&Record::new(k, 0, kind::ACK, Outcome::Sample(5_000_000)));
+        let mut out = Vec::new();
+        let off = contract::policy::Thresholds {
+            latency_p99_ns: 0,
+            latency_min_samples: 1,
+            ..Default::default()
+        };
+        latency_high("e0", &k, &l, &off, 7, &mut out);
+        assert!(out.is_empty());
+        // a p99 bucket that only ends above the threshold is not certainly over it
+        let edge = observer_common::latency::UPPER_NS[60];
+        let near = contract::policy::Thresholds {
+            latency_p99_ns: edge - 1,
+            latency_min_samples: 1,
+            ..Default::default()
+        };
+        let mut l = KeyLatency::default();
+        l.add(&Record::new(k, 0, kind::ACK, Outcome::Sample(edge)));
+        latency_high("e0", &k, &l, &near, 7, &mut out);
+        assert!(out.is_empty());
+    }
+
     #[test]
     fn path_mtu_only_from_full_packets_and_bad_icrc_per_key() {
         let p = Policy::NONE;

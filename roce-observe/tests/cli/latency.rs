@@ -481,8 +481,17 @@ fn latency_samples_equal_a_reference_from_tsharks_frame_times() {
     let dir = TempDir::new("latency-replay");
     let cap = write_capture(dir.path());
     let out = dir.join("out");
+    // latency_high on any interval whose ACK p99 is certainly over 10 ms (the 40 ms waits)
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[thresholds]\nlatency_p99_us = 10000\nlatency_min_samples = 1\n",
+    )
+    .unwrap();
     let st = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
-        .args(["replay", "--interval", "5ms", "--out"])
+        .args(["replay", "--interval", "5ms", "--policy"])
+        .arg(&policy)
+        .arg("--out")
         .arg(&out)
         .arg(&cap)
         .env("RUST_BACKTRACE", "0")
@@ -581,6 +590,46 @@ fn latency_samples_equal_a_reference_from_tsharks_frame_times() {
             assert_eq!(q["ack"][field].as_f64(), Some(want_us), "{field} of {q}");
         }
     }
+    // latency_high: one alert per requester key (its ACKs; the READ is fast), then held down
+    let alerts: Vec<Value> = std::fs::read_to_string(out.join("alerts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|a: &Value| a["rule"] == "latency_high")
+        .collect();
+    let first: Vec<(String, u64, String)> = alerts
+        .iter()
+        .filter(|a| a["summary"] == false)
+        .map(|a| {
+            assert_eq!(a["subject"], "ack", "{a}");
+            assert!(
+                a["observed"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("ACK round trip p99 "),
+                "{a}"
+            );
+            (
+                a["src"].as_str().unwrap().into(),
+                a["qp"].as_u64().unwrap(),
+                a["dst"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        first,
+        vec![
+            ("10.88.0.1".to_string(), 0x201, "10.88.0.2".to_string()),
+            ("10.88.0.1".to_string(), 0x202, "10.88.0.2".to_string()),
+            ("10.88.0.3".to_string(), 0x203, "10.88.0.1".to_string()),
+        ],
+        "{alerts:?}"
+    );
+    assert_eq!(
+        s["alerts"]["latency_high"].as_u64(),
+        Some(alerts.len() as u64)
+    );
+
     // the turnarounds given: 20 µs to 2 ms, and 40 ms pauses; p50 within them, p999 the pauses
     let p50 = lat[0]["ack"]["p50_us"].as_f64().unwrap();
     assert!((20.0..2_000.0 * 1.19).contains(&p50), "{p50}");
