@@ -230,21 +230,48 @@ const LATENCY_PREFIX: &str = "latency_";
 /// One row per bucket of every latency histogram of a flows row (docs/latency.md): `kind`
 /// (`ack`, `read`, `nak_resend`, `ce_cnp`), `value` the bucket index, `pkts` its samples.
 fn v_latency() -> View {
+    hist_union("v_latency", true, |_, h, items| {
+        items.push(item(
+            Expr::Str(h.name[LATENCY_PREFIX.len()..].to_string()),
+            "kind",
+        ));
+    })
+}
+
+/// One row per bucket of every packet histogram of a flows row, with the class's packets.
+fn v_hist() -> View {
+    hist_union("v_hist", false, |f, h, items| {
+        items.push(item(Expr::Str(h.name.clone()), "hist"));
+        let count = named(f, class_pkts(&h.name), &[ColType::Int64]);
+        items.push(item(Expr::Col(count), "class_pkts"));
+        items.extend(
+            HIST_EXTRA
+                .iter()
+                .map(|n| item(Expr::Col(named(f, n, &[ColType::Int32])), *n)),
+        );
+    })
+}
+
+/// A view unnesting the flows table's histogram columns (the latency ones, or the others):
+/// per column a select of the key, `t0` / `t1`, what `label` adds and the unnested bucket,
+/// all of them as one UNION ALL.
+fn hist_union(
+    name: &'static str,
+    latency: bool,
+    label: impl Fn(&'static Table, &'static Column, &mut Vec<Item>),
+) -> View {
     let f = schema::flows();
     let branches = f
         .columns
         .iter()
-        .filter(|c| c.ty == ColType::Hist && is_latency(&c.name))
+        .filter(|c| c.ty == ColType::Hist && is_latency(&c.name) == latency)
         .map(|h| {
             let mut items: Vec<Item> = HIST_KEY
                 .iter()
                 .map(|n| item(Expr::Col(named(f, n, &[ColType::Utf8, ColType::Int32])), *n))
                 .collect();
             items.extend(interval(f));
-            items.push(item(
-                Expr::Str(h.name[LATENCY_PREFIX.len()..].to_string()),
-                "kind",
-            ));
+            label(f, h, &mut items);
             items.push(item(Expr::Unnest(h), BUCKET));
             Select {
                 items,
@@ -254,7 +281,7 @@ fn v_latency() -> View {
         .collect::<Vec<_>>();
     assert!(
         !branches.is_empty(),
-        "the flows table has no latency histogram"
+        "{name}: the flows table has no such histogram"
     );
     let mut items: Vec<Item> = branches[0]
         .items
@@ -268,55 +295,7 @@ fn v_latency() -> View {
             .map(|x| item(Expr::Field(x.name().clone()), x.name().clone())),
     );
     View {
-        name: "v_latency",
-        selects: vec![Select {
-            items,
-            from: Source::Union(branches),
-        }],
-    }
-}
-
-fn v_hist() -> View {
-    let f = schema::flows();
-    let branches = f
-        .columns
-        .iter()
-        .filter(|c| c.ty == ColType::Hist && !is_latency(&c.name))
-        .map(|h| {
-            let mut items: Vec<Item> = HIST_KEY
-                .iter()
-                .map(|n| item(Expr::Col(named(f, n, &[ColType::Utf8, ColType::Int32])), *n))
-                .collect();
-            items.extend(interval(f));
-            items.push(item(Expr::Str(h.name.clone()), "hist"));
-            let count = named(f, class_pkts(&h.name), &[ColType::Int64]);
-            items.push(item(Expr::Col(count), "class_pkts"));
-            items.extend(
-                HIST_EXTRA
-                    .iter()
-                    .map(|n| item(Expr::Col(named(f, n, &[ColType::Int32])), *n)),
-            );
-            items.push(item(Expr::Unnest(h), BUCKET));
-            Select {
-                items,
-                from: Source::Table(f),
-            }
-        })
-        .collect::<Vec<_>>();
-    assert!(!branches.is_empty(), "the flows table has no histogram");
-    let mut items: Vec<Item> = branches[0]
-        .items
-        .iter()
-        .filter(|i| i.alias != BUCKET)
-        .map(|i| item(Expr::Outer(i.alias.clone()), i.alias.clone()))
-        .collect();
-    items.extend(
-        schema::hist_fields()
-            .iter()
-            .map(|x| item(Expr::Field(x.name().clone()), x.name().clone())),
-    );
-    View {
-        name: "v_hist",
+        name,
         selects: vec![Select {
             items,
             from: Source::Union(branches),

@@ -109,26 +109,40 @@ pub const UPPER_NS: [u64; BUCKETS] = {
     t
 };
 
+/// Per power of two 2^e (e in 0..64): the first bucket position whose edge is at least 2^e
+/// ns (the last position when none is).
+const FIRST_AT_POW2: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut e = 0;
+    while e < 64 {
+        let p = 1u64 << e;
+        let mut b = 0;
+        while b < BUCKETS - 1 && UPPER_NS[b] < p {
+            b += 1;
+        }
+        t[e] = b as u8;
+        e += 1;
+    }
+    t
+};
+
 /// The bucket position (0..[`BUCKETS`]) of a sample of `ns` nanoseconds; above the top edge:
-/// the top bucket (timeouts keep samples below it).
+/// the top bucket (timeouts keep samples below it). From the sample's power of two, then at
+/// most a few edges (4 buckets per doubling): no search over the table.
 #[inline]
 pub fn bucket(ns: u64) -> usize {
-    // the first edge >= ns, by a bounded binary search (7 steps)
-    let (mut lo, mut hi) = (0usize, BUCKETS - 1);
-    if ns > UPPER_NS[hi] {
-        return hi;
+    if ns <= UPPER_NS[0] {
+        return 0;
     }
+    let e = (63 - ns.leading_zeros()) as usize;
+    // every bucket before `b` ends below 2^e <= ns
+    let mut b = FIRST_AT_POW2[e & 63] as usize;
     let mut n = 0;
-    while lo < hi && n < 8 {
-        let mid = (lo + hi) / 2;
-        if UPPER_NS[mid] >= ns {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
+    while b < BUCKETS - 1 && UPPER_NS[b] < ns && n < 8 {
+        b += 1;
         n += 1;
     }
-    lo
+    b
 }
 
 /// The bucket index (as Prometheus numbers it, and the flows table's `value`) of position `b`.
@@ -451,6 +465,17 @@ pub struct Record {
 }
 
 impl Record {
+    /// The outcome this record holds.
+    pub fn outcome(&self) -> Outcome {
+        match self.outcome {
+            0 => Outcome::Sample(self.value_ns),
+            1 => Outcome::Unmatched,
+            2 => Outcome::Ambiguous,
+            3 => Outcome::RingFull,
+            _ => Outcome::Open,
+        }
+    }
+
     pub fn new(key: crate::maps::QpKey, t_ns: u64, kind: u8, o: Outcome) -> Record {
         Record {
             key,
@@ -533,6 +558,23 @@ mod tests {
             assert_eq!(bucket(edge), b);
             if b + 1 < BUCKETS {
                 assert_eq!(bucket(edge + 1), b + 1);
+            }
+        }
+        // against a plain search, over every edge's neighbourhood and powers of two
+        let plain = |ns: u64| {
+            UPPER_NS
+                .iter()
+                .position(|&e| e >= ns)
+                .unwrap_or(BUCKETS - 1)
+        };
+        for &e in UPPER_NS.iter() {
+            for v in [e - 1, e, e + 1] {
+                assert_eq!(bucket(v), plain(v), "{v}");
+            }
+        }
+        for p in 0..64 {
+            for v in [(1u64 << p) - 1, 1 << p, (1u64 << p) + 1] {
+                assert_eq!(bucket(v), plain(v), "{v}");
             }
         }
         assert_eq!(index_of(80), 0);

@@ -309,8 +309,10 @@ struct KeyPass {
     ce_total: u64,
     /// The rows' marking for the comparison across interfaces (two interfaces or more).
     marks: Option<marking::Feed>,
-    /// Latency outcomes of the interval per key, taken by the key's row.
+    /// Latency outcomes of the interval per key, taken by the key's row ...
     lat: latency::Pending,
+    /// ... and added to the run's.
+    lat_run: latency::Pending,
 }
 
 /// The interval's fixed facts, shared by every key.
@@ -343,6 +345,7 @@ impl KeyPass {
         if !self.lat.is_empty() {
             let l = self.lat.remove(k);
             if let Some(l) = &l {
+                self.lat_run.entry(*k).or_default().merge(l);
                 rules::latency_high(cx.iface, k, l, &p.thresholds, cx.end, &mut self.cands);
             }
             self.fb.push_latency(l);
@@ -429,6 +432,7 @@ fn latency_rows(st: &mut IfaceState, sc: &mut deltas::Scratch, cx: &KeyCtx<'_>, 
             cx.end,
             &mut kp.cands,
         );
+        kp.lat_run.entry(k).or_default().merge(&l);
         kp.fb.push_latency(Some(l));
     }
 }
@@ -972,6 +976,7 @@ impl Collector {
             ce_total: 0,
             marks: multi.then(|| self.marking.take_feed()),
             lat: std::mem::take(&mut st.lat_interval),
+            lat_run: std::mem::take(&mut st.lat_run),
         };
         let cx = KeyCtx {
             iface: &snap.iface,
@@ -985,6 +990,9 @@ impl Collector {
         account_evicted(st, sc, &cx, &mut kp);
         account_keys(st, sc, snap, &cx, &mut kp);
         latency_rows(st, sc, &cx, &mut kp);
+        // the interval's map is empty now: kept, with its capacity, for the next one
+        st.lat_interval = std::mem::take(&mut kp.lat);
+        st.lat_run = std::mem::take(&mut kp.lat_run);
         if let Some(f) = kp.marks.take() {
             self.marking.add(&snap.iface, f);
         }
@@ -1240,9 +1248,11 @@ impl Collector {
         let (heads, restarted) = self.summary_snapshots();
         let mut head = self.summary_head(&heads);
         head.extend(std::mem::take(&mut self.summary_extra));
-        if let Some(l) = self.latency_summary() {
-            head.insert("latency".into(), l);
-        }
+        let lat_owned = self.latency_qps();
+        let lat: Vec<latency::LatencyQp<'_>> = lat_owned
+            .iter()
+            .map(|(iface, key, lat)| latency::LatencyQp { iface, key, lat })
+            .collect();
         let qps = self.summary_qps(&restarted);
         let path = self.cfg.out_dir.join("summary.json");
         let tmp = self.cfg.out_dir.join("summary.json.tmp");
@@ -1251,6 +1261,7 @@ impl Collector {
             crate::sinks::summary_json::SummaryDoc {
                 head: &head,
                 qps: &qps,
+                latency: &lat,
             }
             .write(&mut w)?;
             w.into_inner().map_err(|e| e.into_error())?;
@@ -1273,46 +1284,33 @@ impl Collector {
                     first_err.get_or_insert(e.into());
                 }
             }
+            if !lat.is_empty() {
+                match serde_json::to_value(&lat) {
+                    Ok(v) => {
+                        head.insert("latency".into(), v);
+                    }
+                    Err(e) => {
+                        first_err.get_or_insert(e.into());
+                    }
+                }
+            }
         }
         (Value::Object(head), first_err)
     }
 
-    /// summary.json's `latency`: per QP key with latency outcomes over the run (sorted by
-    /// interface and key), the samples, unmatched and percentiles of each kind
-    /// (docs/latency.md); `None` when no key had any.
-    fn latency_summary(&self) -> Option<Value> {
-        let mut qps = Vec::new();
-        for (name, st) in &self.ifaces {
-            let mut keys: Vec<(&QpKey, &latency::KeyLatency)> = st.lat_run.iter().collect();
-            keys.sort_unstable_by_key(|e| *e.0);
-            for (k, l) in keys {
-                let mut o = serde_json::Map::new();
-                o.insert("iface".into(), name.as_str().into());
-                o.insert(
-                    "dir".into(),
-                    dir::NAMES[(k.dir as usize).min(dir::COUNT - 1)].into(),
-                );
-                o.insert(
-                    "src".into(),
-                    contract::addr::ip_of(&k.src_ip).to_string().into(),
-                );
-                o.insert(
-                    "dst".into(),
-                    contract::addr::ip_of(&k.dst_ip).to_string().into(),
-                );
-                o.insert("qp".into(), k.dest_qp.into());
-                if let Value::Object(m) = l.summary_json() {
-                    o.extend(m);
-                }
-                qps.push(Value::Object(o));
+    /// summary.json's `latency`: every QP key with latency outcomes over the run (with those
+    /// of an interval not yet written), sorted by interface and key (docs/latency.md).
+    fn latency_qps(&mut self) -> Vec<(String, QpKey, latency::KeyLatency)> {
+        let mut out = Vec::new();
+        for (name, st) in &mut self.ifaces {
+            for (k, l) in st.lat_interval.drain() {
+                st.lat_run.entry(k).or_default().merge(&l);
             }
+            let mut keys: Vec<(QpKey, latency::KeyLatency)> = st.lat_run.drain().collect();
+            keys.sort_unstable_by_key(|e| e.0);
+            out.extend(keys.into_iter().map(|(k, l)| (name.clone(), k, l)));
         }
-        (!qps.is_empty()).then(|| {
-            serde_json::json!({
-                "timeout_s": observer_common::latency::DEFAULT_TIMEOUT_NS as f64 / 1e9,
-                "qps": qps,
-            })
-        })
+        out
     }
 
     /// The run's totals but the QPs: the interfaces of `heads` (`summary_json` form), alerts

@@ -449,8 +449,8 @@ impl FlowsBuilder {
             let (mut values, mut samples) = (Vec::new(), Vec::new());
             for r in 0..n {
                 if let Some(l) = at(r) {
-                    for &(b, c) in &l.hist[k] {
-                        values.push(index_of(b as usize));
+                    for (b, c) in l.buckets(k) {
+                        values.push(index_of(b));
                         samples.push(c as i64);
                     }
                 }
@@ -471,10 +471,10 @@ impl FlowsBuilder {
                 Arc::new(st),
                 nulls(valid.clone()),
             )) as ArrayRef);
-            cols.push(count(&|l| l.unmatched[k]));
+            cols.push(count(&|l| l.unmatched[k].into()));
         }
-        cols.push(count(&|l| l.ambiguous));
-        cols.push(count(&|l| l.ring_full));
+        cols.push(count(&|l| l.ambiguous.into()));
+        cols.push(count(&|l| l.ring_full.into()));
         cols
     }
 

@@ -617,31 +617,43 @@ impl Serialize for QpList<'_> {
 pub struct SummaryDoc<'a> {
     pub head: &'a Map<String, Value>,
     pub qps: &'a QpList<'a>,
+    /// The `latency` section's QPs (absent when empty; docs/latency.md).
+    pub latency: &'a [crate::pipeline::latency::LatencyQp<'a>],
 }
 
 impl Serialize for SummaryDoc<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serialize_doc(self.head, self.qps, s)
+        let lat = (!self.latency.is_empty()).then_some(self.latency);
+        serialize_doc(self.head, self.qps, lat, s)
     }
 }
 
-/// `head` with `qps` at its sorted place.
-fn serialize_doc<S: Serializer, Q: Serialize + ?Sized>(
+/// `head` with `qps` and, when given, `latency` at their sorted places.
+fn serialize_doc<S: Serializer, Q: Serialize + ?Sized, L: Serialize + ?Sized>(
     head: &Map<String, Value>,
     qps: &Q,
+    latency: Option<&L>,
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    let mut m = s.serialize_map(Some(head.len() + 1))?;
+    let mut m = s.serialize_map(Some(head.len() + 2))?;
     let mut qps_done = false;
+    let mut lat_done = latency.is_none();
     for (k, v) in head {
-        if k == "qps" {
+        if k == "qps" || (k == "latency" && latency.is_some()) {
             continue;
+        }
+        if !lat_done && k.as_str() > "latency" {
+            m.serialize_entry("latency", &latency)?;
+            lat_done = true;
         }
         if !qps_done && k.as_str() > "qps" {
             m.serialize_entry("qps", qps)?;
             qps_done = true;
         }
         m.serialize_entry(k, v)?;
+    }
+    if !lat_done {
+        m.serialize_entry("latency", &latency)?;
     }
     if !qps_done {
         m.serialize_entry("qps", qps)?;
@@ -651,6 +663,32 @@ fn serialize_doc<S: Serializer, Q: Serialize + ?Sized>(
 
 /// Stands in for the QPs while the rest of a document is written ([`SummaryDoc::write`]).
 const QPS_MARKER: &str = "\u{1}qps\u{1}";
+/// Likewise for the latency section's QPs.
+const LATENCY_MARKER: &str = "\u{1}latency\u{1}";
+
+/// A top-level array as the summary's formatter writes it: `[]`, or each element (rendered
+/// compactly by `one`) on its own line indented by four spaces and the closing bracket by two.
+fn write_records<W: std::io::Write, T>(
+    w: &mut W,
+    items: &[T],
+    mut one: impl FnMut(&mut Vec<u8>, &T) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    if items.is_empty() {
+        return w.write_all(b"[]");
+    }
+    let mut buf = Vec::with_capacity(1 << 16);
+    buf.push(b'[');
+    for (i, x) in items.iter().enumerate() {
+        buf.extend_from_slice(if i == 0 { b"\n    " } else { b",\n    " });
+        one(&mut buf, x)?;
+        if buf.len() >= 1 << 16 {
+            w.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    buf.extend_from_slice(b"\n  ]");
+    w.write_all(&buf)
+}
 
 /// QPs rendered at a time, half on each of two threads ([`SummaryDoc::write`]).
 const QP_WINDOW: usize = 4096;
@@ -663,18 +701,37 @@ impl SummaryDoc<'_> {
     pub fn write<W: std::io::Write>(&self, mut w: W) -> std::io::Result<()> {
         let mut head = Vec::with_capacity(1 << 16);
         let mut ser = serde_json::Serializer::with_formatter(&mut head, RecordLines::default());
-        serialize_doc(self.head, QPS_MARKER, &mut ser)?;
-        // the marker as the value of the top level's "qps" (a key of the top level is
-        // unique; deeper levels are written without the space after the colon)
-        let marked = format!("\n  \"qps\": {}", serde_json::to_string(QPS_MARKER)?);
-        let at = head
-            .windows(marked.len())
-            .position(|x| x == marked.as_bytes())
-            .ok_or_else(|| std::io::Error::other("summary: the QPs' place not found"))?;
-        let value_at = at + marked.len() - serde_json::to_string(QPS_MARKER)?.len();
-        w.write_all(&head[..value_at])?;
+        let lat = (!self.latency.is_empty()).then_some(LATENCY_MARKER);
+        serialize_doc(self.head, QPS_MARKER, lat, &mut ser)?;
+        // each marker as the value of its top-level key (a key of the top level is unique;
+        // deeper levels are written without the space after the colon): (key, marker)'s
+        // byte range in `head`, in document order ("latency" sorts before "qps")
+        let place = |key: &str, marker: &str| -> std::io::Result<(usize, usize)> {
+            let marked = format!("\n  \"{key}\": {}", serde_json::to_string(marker)?);
+            let at = head
+                .windows(marked.len())
+                .position(|x| x == marked.as_bytes())
+                .ok_or_else(|| {
+                    std::io::Error::other(format!("summary: the place of {key} not found"))
+                })?;
+            Ok((
+                at + marked.len() - serde_json::to_string(marker)?.len(),
+                at + marked.len(),
+            ))
+        };
+        let mut from = 0;
+        if lat.is_some() {
+            let (value_at, end) = place("latency", LATENCY_MARKER)?;
+            w.write_all(&head[from..value_at])?;
+            write_records(&mut w, self.latency, |out, q| {
+                serde_json::to_writer(&mut *out, q).map_err(std::io::Error::other)
+            })?;
+            from = end;
+        }
+        let (value_at, end) = place("qps", QPS_MARKER)?;
+        w.write_all(&head[from..value_at])?;
         self.write_qps(&mut w)?;
-        w.write_all(&head[at + marked.len()..])
+        w.write_all(&head[end..])
     }
 
     /// The QP array as the summary's formatter writes it at the second level: `[]`, or each
@@ -1449,33 +1506,23 @@ fn latency_fields() -> Vec<Field> {
     let mut v = vec![
         f(
             "latency",
-            Ty::Obj,
-            "passive per-QP latency over the run ([latency.md](latency.md)); absent when no key had a latency outcome",
-        ),
-        f(
-            "latency.timeout_s",
-            Ty::Num,
-            "the time after which an open measurement is unmatched, seconds",
-        ),
-        f(
-            "latency.qps",
             Ty::Objs,
-            "one object per requester key (the direction of the requests) with outcomes, by interface, then key",
+            "passive per-QP latency over the run ([latency.md](latency.md)): one object per requester key (the direction of the requests) with outcomes, by interface, then key; absent when no key had one",
         ),
-        f("latency.qps[].iface", Ty::Str, "the interface"),
-        f("latency.qps[].dir", Ty::Str, "`ingress` or `egress`"),
+        f("latency[].iface", Ty::Str, "the interface"),
+        f("latency[].dir", Ty::Str, "`ingress` or `egress`"),
         f(
-            "latency.qps[].src",
+            "latency[].src",
             Ty::Str,
             "key source address (the requester)",
         ),
         f(
-            "latency.qps[].dst",
+            "latency[].dst",
             Ty::Str,
             "key destination address (the responder)",
         ),
         f(
-            "latency.qps[].qp",
+            "latency[].qp",
             Ty::Int,
             "BTH destination QP (the responder's)",
         ),
@@ -1487,7 +1534,7 @@ fn latency_fields() -> Vec<Field> {
         "first CE-marked packet while none waits to the CNP answering it",
     ];
     for (k, name) in kind::NAMES.iter().enumerate() {
-        let p = format!("latency.qps[].{name}");
+        let p = format!("latency[].{name}");
         v.push(f(
             &p,
             Ty::Obj,
@@ -1520,12 +1567,12 @@ fn latency_fields() -> Vec<Field> {
         }
     }
     v.push(f(
-        "latency.qps[].ambiguous",
+        "latency[].ambiguous",
         Ty::Int,
         "ACK and READ measurements excluded by Karn's rule; absent when 0",
     ));
     v.push(f(
-        "latency.qps[].ring_full",
+        "latency[].ring_full",
         Ty::Int,
         "ACK and READ measurements not started: the key's ring of 16 was full; absent when 0",
     ));
@@ -1904,10 +1951,37 @@ mod tests {
                 head.insert(format!("z{h}"), json!([1, {"qps": [QPS_MARKER]}]));
             }
             head.insert(QPS_MARKER.into(), json!(QPS_MARKER));
+            head.insert("latency_x".into(), json!({"latency": LATENCY_MARKER}));
             let list = QpList::new(&snaps);
+            // a latency section of n / 7 keys (none for the smallest)
+            use crate::pipeline::latency::{KeyLatency, LatencyQp};
+            use observer_common::latency::{Outcome, Record};
+            let keys: Vec<QpKey> = (0..n / 7).map(|i| key(i, 0)).collect();
+            let lats: Vec<KeyLatency> = (0..n / 7)
+                .map(|i| {
+                    let mut l = KeyLatency::default();
+                    for j in 0..(i % 5) as u64 {
+                        let r =
+                            Record::new(key(i, 0), 0, (j % 4) as u8, Outcome::Sample(j * 99_991));
+                        l.add(&r);
+                    }
+                    l.add(&Record::new(key(i, 0), 0, 0, Outcome::Open));
+                    l
+                })
+                .collect();
+            let lat: Vec<LatencyQp<'_>> = keys
+                .iter()
+                .zip(&lats)
+                .map(|(key, lat)| LatencyQp {
+                    iface: "e\u{1}0",
+                    key,
+                    lat,
+                })
+                .collect();
             let doc = SummaryDoc {
                 head: &head,
                 qps: &list,
+                latency: &lat,
             };
             let mut reference = Vec::new();
             write_summary(&mut reference, &doc).unwrap();
@@ -1949,6 +2023,7 @@ mod tests {
         let doc = SummaryDoc {
             head: &head,
             qps: &list,
+            latency: &[],
         };
         assert_eq!(
             serde_json::to_string_pretty(&doc).unwrap(),

@@ -252,9 +252,15 @@ impl Datapath {
             .unwrap_or_default()
     }
 
-    /// Whether latency outcomes wait to be taken.
-    pub fn has_latency(&self) -> bool {
-        self.latency.as_ref().is_some_and(|l| !l.records.is_empty())
+    /// The latency outcomes waiting, to be handed over and cleared (the buffer keeps its
+    /// capacity); `None` when latency is off.
+    pub fn latency_records(&mut self) -> Option<&mut Vec<latency::Record>> {
+        self.latency.as_mut().map(|l| &mut l.records)
+    }
+
+    /// Latency outcomes waiting.
+    pub fn latency_pending(&self) -> usize {
+        self.latency.as_ref().map_or(0, |l| l.records.len())
     }
 
     /// The end of the observation at `t_ns`: every open latency measurement is `Open`.

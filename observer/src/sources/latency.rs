@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use observer_common::latency::{self, Outcome, Record, Requester};
+
 use observer_common::maps::{QpKey, QpValue};
 use observer_common::parse::{Frame, OPCODE_RC_READ_REQUEST};
 use observer_common::qp::PsnStep;
@@ -23,9 +24,11 @@ pub struct LatencyTracker {
     free: Vec<u32>,
     /// Per key position: the position + 1 of the reverse key it is paired with, 0 none.
     pair_of: Vec<u32>,
+    /// Per key position: listed in `by_ips` (once, whatever its requester does).
+    indexed: Vec<bool>,
     /// Keys with a requester, by (source, destination) address: the pairing candidates.
     by_ips: HashMap<([u8; 16], [u8; 16]), Vec<u32>, FastHash>,
-    /// Outcomes since the last [`LatencyTracker::take_records`].
+    /// Outcomes since they were last handed over (the source clears it).
     pub records: Vec<Record>,
     /// Responses that more than one key of the reverse address pair could have been
     /// answering (no pair made; their entries end as `unmatched` later).
@@ -40,12 +43,14 @@ impl LatencyTracker {
             reqs: Vec::new(),
             free: Vec::new(),
             pair_of: Vec::new(),
+            indexed: Vec::new(),
             by_ips: HashMap::default(),
             records: Vec::new(),
             ambiguous_pairs: 0,
         }
     }
 
+    /// Outcomes since the last call.
     pub fn take_records(&mut self) -> Vec<Record> {
         std::mem::take(&mut self.records)
     }
@@ -55,6 +60,7 @@ impl LatencyTracker {
             let n = (i + 1).max(self.req_of.len() * 2).max(64);
             self.req_of.resize(n, 0);
             self.pair_of.resize(n, 0);
+            self.indexed.resize(n, false);
         }
     }
 
@@ -85,12 +91,10 @@ impl LatencyTracker {
                 0 => return,
                 r => r,
             };
-            let key = entries[j].0;
-            let (timeout, recs) = (self.timeout_ns, &mut self.records);
-            let rq = &mut self.reqs[r as usize - 1];
-            rq.on_response(f, t, timeout, &mut |k, o| {
-                recs.push(Record::new(key, t, k, o))
-            });
+            let timeout = self.timeout_ns;
+            let mut sink = self.sink(entries, j, t);
+            let rq = &mut sink.reqs[r as usize - 1];
+            rq.on_response(f, t, timeout, &mut |k, o| sink.out.add(k, o));
             if rq.is_idle() {
                 self.release(j);
             }
@@ -106,33 +110,44 @@ impl LatencyTracker {
             0 => return,
             r => r,
         };
-        let key = entries[i].0;
-        let (timeout, recs) = (self.timeout_ns, &mut self.records);
-        let rq = &mut self.reqs[r as usize - 1];
-        rq.on_request(f, step, t, timeout, &mut |k, o| {
-            recs.push(Record::new(key, t, k, o))
-        });
+        let timeout = self.timeout_ns;
+        let mut sink = self.sink(entries, i, t);
+        let rq = &mut sink.reqs[r as usize - 1];
+        rq.on_request(f, step, t, timeout, &mut |k, o| sink.out.add(k, o));
         if rq.is_idle() {
             self.release(i);
         }
     }
 
+    /// The requesters and where the outcomes of the key at position `i`, decided at `t`, go.
+    fn sink<'a>(&'a mut self, entries: &[(QpKey, QpValue)], i: usize, t: u64) -> Split<'a> {
+        Split {
+            reqs: &mut self.reqs,
+            out: Outcomes {
+                records: &mut self.records,
+                key: entries[i].0,
+                t,
+            },
+        }
+    }
+
     fn acquire(&mut self, entries: &[(QpKey, QpValue)], i: usize) -> u32 {
         let r = match self.free.pop() {
-            Some(r) => {
-                self.reqs[r as usize - 1] = Requester::EMPTY;
-                r
-            }
+            // released only when idle: nothing open, nothing to reset
+            Some(r) => r,
             None => {
                 self.reqs.push(Requester::EMPTY);
                 self.reqs.len() as u32
             }
         };
         self.req_of[i] = r;
-        let k = &entries[i].0;
-        let v = self.by_ips.entry((k.src_ip, k.dst_ip)).or_default();
-        if !v.contains(&(i as u32)) {
-            v.push(i as u32);
+        if !self.indexed[i] {
+            self.indexed[i] = true;
+            let k = &entries[i].0;
+            self.by_ips
+                .entry((k.src_ip, k.dst_ip))
+                .or_default()
+                .push(i as u32);
         }
         r
     }
@@ -157,16 +172,14 @@ impl LatencyTracker {
         // a CNP names no PSN: its key is the one with a CE mark waiting
         let cnp = f.bth.opcode == 0x81;
         let k = &entries[i].0;
-        let cands = self.by_ips.get_mut(&(k.dst_ip, k.src_ip))?;
+        let cands = self.by_ips.get(&(k.dst_ip, k.src_ip))?;
         let a = f.bth.psn & 0xff_ffff;
         let mut found = None;
         let mut n = 0;
-        // candidates whose requester was released since are dropped from the list here
-        let req_of = &self.req_of;
-        cands.retain(|&j| req_of.get(j as usize).is_some_and(|&r| r != 0));
+        // a key stays listed once it had a requester; those with nothing open are skipped
         for &j in cands.iter() {
             let j = j as usize;
-            if j == i {
+            if j == i || self.req_of[j] == 0 {
                 continue;
             }
             let rq = &self.reqs[self.req_of[j] as usize - 1];
@@ -191,16 +204,13 @@ impl LatencyTracker {
     /// Every open measurement ends as `how` at `t` (`Open`: the end of the observation;
     /// `Unmatched`: the positions moving).
     pub fn close_all(&mut self, entries: &[(QpKey, QpValue)], t: u64, how: Outcome) {
-        for (i, (key, _)) in entries.iter().enumerate().take(self.req_of.len()) {
+        for i in 0..self.req_of.len().min(entries.len()) {
             let r = self.req_of[i];
             if r == 0 {
                 continue;
             }
-            let key = *key;
-            let recs = &mut self.records;
-            self.reqs[r as usize - 1].close(how, &mut |k, o: Outcome| {
-                recs.push(Record::new(key, t, k, o))
-            });
+            let mut sink = self.sink(entries, i, t);
+            sink.reqs[r as usize - 1].close(how, &mut |k, o| sink.out.add(k, o));
             self.release(i);
         }
     }
@@ -209,9 +219,30 @@ impl LatencyTracker {
     pub fn reset(&mut self) {
         self.req_of.clear();
         self.pair_of.clear();
+        self.indexed.clear();
         self.by_ips.clear();
         self.reqs.clear();
         self.free.clear();
+    }
+}
+
+/// The tracker's parts one packet's measurement writes: the requesters, and its outcomes.
+struct Split<'a> {
+    reqs: &'a mut Vec<Requester>,
+    out: Outcomes<'a>,
+}
+
+/// Where the outcomes of one key go: records for the outputs.
+struct Outcomes<'a> {
+    records: &'a mut Vec<Record>,
+    key: QpKey,
+    t: u64,
+}
+
+impl Outcomes<'_> {
+    #[inline]
+    fn add(&mut self, k: u8, o: Outcome) {
+        self.records.push(Record::new(self.key, self.t, k, o));
     }
 }
 
@@ -252,7 +283,8 @@ mod tests {
         }
         dp.close_latency(1_000_000);
         let amb = dp.latency.as_ref().unwrap().ambiguous_pairs;
-        (dp.take_latency(), amb)
+        let recs = dp.take_latency();
+        (recs, amb)
     }
 
     /// Two connections of one address pair: each ACK is paired with the requests whose open

@@ -41,8 +41,8 @@ pub trait Consumer {
     fn pauses(&mut self, _iface: &str, _pauses: &[PauseEvent]) -> Result<(), ConsumerError> {
         Ok(())
     }
-    /// Passive latency outcomes of `iface` (docs/latency.md), in the order decided, each before
-    /// the snapshot of the interval it was decided in.
+    /// Passive latency outcomes of `iface` (docs/latency.md), in the order decided, before the
+    /// snapshot of the interval they were decided in.
     fn latency(
         &mut self,
         _iface: &str,

@@ -100,6 +100,9 @@ impl Default for ReplayOptions {
     }
 }
 
+/// Latency outcomes handed over at a time (and before each snapshot).
+const LATENCY_BATCH: usize = 4096;
+
 struct Dp {
     name: String,
     dp: Datapath,
@@ -218,6 +221,8 @@ impl<'o> Replay<'o> {
             .filter(|&b| b > 0)
             .map_or(0, |b| (65_535u128 * 512 * 1_000_000_000 / b as u128) as u64);
         for &i in idxs {
+            // the interval's latency outcomes before its snapshot
+            self.hand_over_latency(i)?;
             let d = &mut self.dps[i];
             // Cost follows active interfaces: one without a frame since its last snapshot (and
             // no pause running past it) has nothing new; its interval is skipped, not written
@@ -334,9 +339,7 @@ impl<'o> Replay<'o> {
             for k in 0..f.used.len() {
                 let di = f.used[k];
                 self.dps[di].dp.close_latency(f.last_ts);
-                if self.dps[di].dp.has_latency() {
-                    self.hand_over_events(di)?;
-                }
+                self.hand_over_latency(di)?;
             }
         }
         tracing::info!(
@@ -446,8 +449,12 @@ impl<'o> Replay<'o> {
         }
         d.last_ns = d.last_ns.max(ts);
         d.unsnapped = true;
-        if !d.dp.events.is_empty() || !d.dp.pauses.is_empty() || d.dp.has_latency() {
+        if !d.dp.events.is_empty() || !d.dp.pauses.is_empty() {
             self.hand_over_events(di)?;
+        }
+        // latency outcomes in batches (their interval's snapshot takes the rest first)
+        if self.dps[di].dp.latency_pending() >= LATENCY_BATCH {
+            self.hand_over_latency(di)?;
         }
         f.stats.frames += 1;
         if f.stats.frames & 0xffff == 0
@@ -475,12 +482,6 @@ impl<'o> Replay<'o> {
                 .events(&d.name, &ev)
                 .map_err(ReplayError::Consumer)?;
         }
-        let lat = d.dp.take_latency();
-        if !lat.is_empty() {
-            self.out
-                .latency(&d.name, &lat)
-                .map_err(ReplayError::Consumer)?;
-        }
         let pauses = d.dp.take_pauses();
         if pauses.is_empty() {
             return Ok(());
@@ -488,6 +489,20 @@ impl<'o> Replay<'o> {
         self.out
             .pauses(&d.name, &pauses)
             .map_err(ReplayError::Consumer)
+    }
+
+    /// The latency outcomes datapath `di` decided since the last call, handed to the consumer.
+    fn hand_over_latency(&mut self, di: usize) -> Result<(), ReplayError> {
+        let d = &mut self.dps[di];
+        let Some(recs) = d.dp.latency_records() else {
+            return Ok(());
+        };
+        if recs.is_empty() {
+            return Ok(());
+        }
+        let r = self.out.latency(&d.name, recs);
+        recs.clear();
+        r.map_err(ReplayError::Consumer)
     }
 
     /// Replays a file, or standard input for `-`.
