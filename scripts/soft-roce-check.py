@@ -1058,7 +1058,7 @@ def latency_report(d, rows, name):
 def run_replay(binary, d):
     out = os.path.join(d, "replay")
     subprocess.run(["rm", "-rf", out], check=True)
-    p = subprocess.run([binary, "replay", "--out", out, os.path.join(d, "capture.pcap")],
+    p = subprocess.run([binary, "replay", "--latency", "--out", out, os.path.join(d, "capture.pcap")],
                        capture_output=True, text=True)
     with open(os.path.join(d, "replay.log"), "w") as f:
         f.write(p.stdout + p.stderr)

@@ -521,9 +521,9 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
         let no_out = replay3(bin, dir, &file, &["--no-out"])?;
         // the outputs on the packets' thread (before they had their own): the same bytes
         let inline = replay3(bin, dir, &file, &["--out", out, "--inline-outputs"])?;
-        // Passive latency's cost (docs/latency.md): the same commands without it, same run
-        let no_lat = replay3(bin, dir, &file, &["--out", out, "--no-latency"])?;
-        let no_out_no_lat = replay3(bin, dir, &file, &["--no-out", "--no-latency"])?;
+        // Passive latency's cost (docs/latency.md): the same commands with it, same run
+        let lat = replay3(bin, dir, &file, &["--out", out, "--latency"])?;
+        let no_out_lat = replay3(bin, dir, &file, &["--no-out", "--latency"])?;
         // The same capture cut into 500 intervals instead of 10: memory must not grow with them.
         let short = replay3(bin, dir, &file, &["--out", out, "--interval", "20ms"])?;
         // Beyond the default --max-qps (65536, as the kernel table) the default command tracks
@@ -544,7 +544,7 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
             std::fs::remove_file(&file)?;
         }
         rows.push((k, st, default, no_out, inline, short, tshark, all, max_qps));
-        lat_rows.push((k, no_lat, no_out_no_lat));
+        lat_rows.push((k, lat, no_out_lat));
     }
     let mpps = |secs: f64| packets as f64 / secs / 1e6;
     println!();
@@ -628,18 +628,20 @@ fn many_keys(bin: &Path, dir: &Path, packets: u64, keys: &[u32], keep: bool) -> 
             short.rss_kib as f64 / 1024.0
         );
     }
-    for ((k, _, default, no_out, ..), (_, no_lat, no_out_no_lat)) in rows.iter().zip(&lat_rows) {
+    for ((k, _, default, no_out, ..), (_, lat, no_out_lat)) in rows.iter().zip(&lat_rows) {
         let ns = |r: &Run| r.cpu * 1e9 / packets as f64;
         println!(
-            "{k} keys, passive latency's cost: the packet path (--no-out) {:.1} ns per packet against {:.1} without it \
-             (--no-latency, same run): {:.3}x; the default command {:.1} against {:.1} ns per packet (cpu): {:.3}x \
+            "{k} keys, passive latency's cost: the packet path (--no-out) {:.1} ns per packet with --latency against {:.1} without it \
+             (same run): {:.3}x; the default command {:.1} against {:.1} ns per packet (cpu): {:.3}x, peak RSS {:.1} against {:.1} MB \
              (goal at most 1.10x)",
+            ns(no_out_lat),
             ns(no_out),
-            ns(no_out_no_lat),
-            no_out.cpu / no_out_no_lat.cpu,
+            no_out_lat.cpu / no_out.cpu,
+            ns(lat),
             ns(default),
-            ns(no_lat),
-            default.cpu / no_lat.cpu,
+            lat.cpu / default.cpu,
+            lat.rss_kib as f64 / 1024.0,
+            default.rss_kib as f64 / 1024.0,
         );
     }
     // many keys against the smallest key count of the same run, every key tracked (goal: the

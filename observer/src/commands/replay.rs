@@ -61,10 +61,11 @@ pub struct ReplayArgs {
     /// Do not verify ICRCs (faster; ICRC counts stay 0).
     #[arg(long)]
     pub no_icrc: bool,
-    /// Do not measure passive per-QP latency (docs/latency.md): the latency columns stay null
-    /// and summary.json has no `latency` (what the measurement costs, side by side).
+    /// Measure passive per-QP latency (docs/latency.md): the flows table's latency columns,
+    /// summary.json's `latency`, the `latency_high` alert. Off by default until its cost is
+    /// within 10 % (docs/benchmarks.md).
     #[arg(long)]
-    pub no_latency: bool,
+    pub latency: bool,
     /// Print the final totals as JSON (`summary::summary_json` form) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -143,7 +144,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         interval_ns: args.interval.as_nanos() as u64,
         link_speed_bps: args.link_speed,
         check_icrc: !args.no_icrc,
-        latency: !args.no_latency,
+        latency: args.latency,
         progress: std::io::stderr().is_terminal(),
         stop: None,
     };

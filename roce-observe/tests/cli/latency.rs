@@ -489,7 +489,7 @@ fn latency_samples_equal_a_reference_from_tsharks_frame_times() {
     )
     .unwrap();
     let st = Command::new(env!("CARGO_BIN_EXE_roce-observe"))
-        .args(["replay", "--interval", "5ms", "--policy"])
+        .args(["replay", "--latency", "--interval", "5ms", "--policy"])
         .arg(&policy)
         .arg("--out")
         .arg(&out)

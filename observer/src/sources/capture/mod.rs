@@ -93,7 +93,7 @@ impl Default for ReplayOptions {
             interval_ns: 1_000_000_000,
             link_speed_bps: None,
             check_icrc: true,
-            latency: true,
+            latency: false,
             progress: false,
             stop: None,
         }
