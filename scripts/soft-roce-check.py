@@ -142,6 +142,14 @@ def path_mtu(rows):
     return max(seen) if len(seen) == 1 else (max(seen) if seen else None)
 
 
+def addrs(r):
+    """(IPv6?, source, destination, destination QP, time in ns) of a RoCE row."""
+    v6 = last(r, "ip.src") is None
+    a, _, b = r["frame.time_epoch"][0].partition(".")
+    return (v6, last(r, "ipv6.src" if v6 else "ip.src"), last(r, "ipv6.dst" if v6 else "ip.dst"),
+            lnum(r, "infiniband.bth.destqp"), int(a) * 10**9 + int((b + "000000000")[:9]))
+
+
 def derive(rows, ipa, dmalen_field):
     """Per-QP totals by metrics.md from tshark's rows; key (dir, src, dst, qp)."""
     pmtu = path_mtu(rows)
@@ -150,10 +158,7 @@ def derive(rows, ipa, dmalen_field):
     for r in rows:
         if not is_roce(r):
             continue
-        v6 = last(r, "ip.src") is None
-        src = last(r, "ipv6.src" if v6 else "ip.src")
-        dst = last(r, "ipv6.dst" if v6 else "ip.dst")
-        qpn = lnum(r, "infiniband.bth.destqp")
+        v6, src, dst, qpn, ts = addrs(r)
         d = "egress" if src == ipa else "ingress"
         roce[d] += 1
         q = qps.setdefault((d, src, dst, qpn), {
@@ -175,9 +180,6 @@ def derive(rows, ipa, dmalen_field):
         else:
             dscp, ecn = lnum(r, "ip.dsfield.dscp"), lnum(r, "ip.dsfield.ecn")
         pcp = (r["ieee8021ad.priority"] or r["vlan.priority"] or ["none"])[0]
-        t = r["frame.time_epoch"][0]
-        a, _, b = t.partition(".")
-        ts = int(a) * 10**9 + int((b + "000000000")[:9])
         udp_payload = lnum(r, "udp.length") - 8
         q["pkts"] += 1
         q["bytes_l2"] += lnum(r, "frame.len")
@@ -868,15 +870,10 @@ def latency_reference(rows):
     for r in rows:
         if not is_roce(r):
             continue
-        v6 = last(r, "ip.src") is None
-        src = last(r, "ipv6.src" if v6 else "ip.src")
-        dst = last(r, "ipv6.dst" if v6 else "ip.dst")
-        k = (src, dst, lnum(r, "infiniband.bth.destqp"))
+        v6, src, dst, qpn, t = addrs(r)
+        k = (src, dst, qpn)
         op = lnum(r, "infiniband.bth.opcode")
         psn = lnum(r, "infiniband.bth.psn") & 0xFFFFFF
-        t = r["frame.time_epoch"][0]
-        a, _, b = t.partition(".")
-        t = int(a) * 10**9 + int((b + "000000000")[:9])
         ecn = (lnum(r, "ipv6.tclass") & 3) if v6 else lnum(r, "ip.dsfield.ecn")
         # the PSN analysis's step (metrics.md), over every data-class packet of the key
         step = None
