@@ -961,7 +961,7 @@ def latency_reference(rows):
             o["ce"] = t
         if step == "not_ahead":
             o["entries"] = [(p, t0, rd, amb or signed24(p - psn) >= 0) for p, t0, rd, amb in o["entries"]]
-        elif step is not None and (op == READ_REQUEST or lnum(r, "infiniband.bth.a")):
+        elif step is not None and op < 0x20 and (op == READ_REQUEST or lnum(r, "infiniband.bth.a")):
             if len(o["entries"]) >= LAT_RING:
                 res[k]["ring_full"] += 1
             else:

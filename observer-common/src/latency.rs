@@ -352,7 +352,8 @@ impl Requester {
                     n += 1;
                 }
             }
-            PsnStep::First | PsnStep::Ahead(_) | PsnStep::Reborn => {
+            // only RC requests are acknowledged (UC and UD, QP 1's MADs among them, never)
+            PsnStep::First | PsnStep::Ahead(_) | PsnStep::Reborn if f.bth.opcode < 0x20 => {
                 let read = f.bth.opcode == OPCODE_RC_READ_REQUEST;
                 if read || f.bth.ack_req != 0 {
                     let k = if read { kind::READ } else { kind::ACK };
@@ -366,7 +367,7 @@ impl Requester {
                     }
                 }
             }
-            PsnStep::None | PsnStep::Contended => {}
+            _ => {}
         }
     }
 
@@ -609,6 +610,17 @@ mod tests {
                 (kind::ACK, Outcome::Sample(17_000)),
             ]
         );
+    }
+
+    #[test]
+    fn unreliable_requests_start_nothing() {
+        // UD SEND ONLY (a MAD) and UC SEND ONLY with AckReq: nothing acknowledges them
+        let v = run(&[
+            (1_000, true, frame(0x64, 10, true), PsnStep::First),
+            (2_000, true, frame(0x24, 11, true), PsnStep::Ahead(1)),
+            (3_000, false, ack(11, 0), PsnStep::None),
+        ]);
+        assert!(v.is_empty());
     }
 
     #[test]

@@ -352,7 +352,8 @@ fn reference(
                 // a READ consumes its responses' PSNs (2 here)
                 let last = if p.op == 0x0c { p.psn + 1 } else { p.psn };
                 o.max = Some(last);
-                if p.op == 0x0c || p.ack_req {
+                // RC requests only: UC and UD are never acknowledged
+                if p.op < 0x20 && (p.op == 0x0c || p.ack_req) {
                     o.entries.push((p.psn, p.t, p.op == 0x0c, false));
                 }
             } else {
