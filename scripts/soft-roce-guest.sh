@@ -71,6 +71,19 @@ wait_for() {
   return 1
 }
 
+# wait_listening NS PORT SECS: until namespace NS has a TCP listener or an rdma_cm listener on
+# PORT (a server's readiness: its banner goes to a file, flushed only when it exits); at most
+# SECS seconds.
+wait_listening() {
+  local ns="$1" port="$2" secs="$3" i
+  for ((i = 0; i < secs * 5; i++)); do
+    ip netns exec "$ns" ss -ltnH "sport = :$port" 2>/dev/null | grep -q . && return 0
+    rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q ":$port\b" && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
 # wait_intervals LOG N SECS: waits until roce-observe's LOG has N more interval lines than now;
 # at most SECS seconds.
 wait_intervals() {
@@ -389,7 +402,14 @@ run_case() {
     # shellcheck disable=SC2086
     timeout "$tt" ip netns exec "$NSA" $server >"$d/server.log" 2>&1 &
     local srv=$!
-    sleep 2
+    # the client once the server listens (a fixed wait once lost the race under a slow VM:
+    # rdma_cm rejected the client, which then crashed); its port: -p, else perftest's 18515
+    local port
+    port=$(sed -n 's/.* -p \([0-9][0-9]*\).*/\1/p' <<<"$server")
+    wait_listening "$NSA" "${port:-18515}" 30 ||
+      log "case $name: nothing listens on port ${port:-18515} after 30 s; the client starts anyway"
+    echo "server_listening_s=$((SECONDS - ts))" >>"$d/case.env"
+    sleep 0.5
     local during=""
     if declare -F "during_$name" >/dev/null; then
       "during_$name" "$d" "$i" &
