@@ -786,12 +786,6 @@ fn flows_table() -> Table {
 fn latency_columns(c: &mut Vec<Column>) {
     use ColType::*;
     use observer_common::latency::kind;
-    let what = [
-        "request with AckReq to the first ACK, NAK or READ response covering its PSN",
-        "READ request to its first response",
-        "NAK (PSN sequence error) to the requester's first packet at the PSN it names",
-        "first CE-marked packet while none waits to the CNP answering it",
-    ];
     for (k, name) in kind::NAMES.iter().enumerate() {
         c.push(added_later(col(
             format!("latency_{name}"),
@@ -799,7 +793,7 @@ fn latency_columns(c: &mut Vec<Column>) {
             "samples",
             format!(
                 "{}: value = bucket index i of the native-histogram schema 2, samples in (2^((i-1)/4), 2^(i/4)] s, i from -80 (everything up to 2^-20 s = 0.95 µs) to 12 (8 s); pkts = samples ended in the interval",
-                what[k]
+                kind::DOCS[k]
             ),
         )));
         c.push(added_later(col(

@@ -26,6 +26,13 @@ pub mod kind {
     pub const COUNT: usize = 4;
     /// Column and field names.
     pub const NAMES: [&str; COUNT] = ["ack", "read", "nak_resend", "ce_cnp"];
+    /// What each measures, for the outputs' documentation.
+    pub const DOCS: [&str; COUNT] = [
+        "ACK round trip: a request with AckReq to the first ACK, NAK or READ response covering its PSN",
+        "READ request to its first response",
+        "NAK (PSN sequence error) to the requester's first packet at the PSN it names",
+        "first CE-marked packet while none waits to the CNP answering it",
+    ];
 }
 
 /// What became of one started measurement.

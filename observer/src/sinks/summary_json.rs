@@ -1527,12 +1527,6 @@ fn latency_fields() -> Vec<Field> {
             "BTH destination QP (the responder's)",
         ),
     ];
-    let what = [
-        "ACK round trip: a request with AckReq to the first ACK, NAK or READ response covering its PSN",
-        "READ request to its first response",
-        "NAK (PSN sequence error) to the requester's first packet at the PSN it names",
-        "first CE-marked packet while none waits to the CNP answering it",
-    ];
     for (k, name) in kind::NAMES.iter().enumerate() {
         let p = format!("latency[].{name}");
         v.push(f(
@@ -1540,7 +1534,7 @@ fn latency_fields() -> Vec<Field> {
             Ty::Obj,
             &format!(
                 "{}; absent without samples, unmatched or open measurements",
-                what[k]
+                kind::DOCS[k]
             ),
         ));
         v.push(f(&format!("{p}.samples"), Ty::Int, "samples"));
