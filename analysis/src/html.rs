@@ -27,7 +27,7 @@ use plotters::prelude::*;
 
 use crate::engine::{Engine, EngineError, quote, render};
 use crate::path::{Expect, PathReport};
-use crate::report::{Figures, Report, Row, Verdict, compare, rates, rows};
+use crate::report::{Figures, LatencyKey, Report, Row, Verdict, compare, fmt_ns, rates, rows};
 use crate::time::fmt_us;
 
 /// The page's queries: (name, text).
@@ -256,7 +256,7 @@ const STYLE: &str = "body{font-family:sans-serif;margin:1.5em;color:#222;max-wid
 h1{font-size:1.5em}h2{font-size:1.25em;border-bottom:1px solid #ccc;margin-top:1.6em}\
 h3{font-size:1.05em;margin-bottom:.3em}table{border-collapse:collapse;margin:.4em 0 1em}\
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;font-size:.9em}\
-td.n{text-align:right;font-variant-numeric:tabular-nums}\
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
 .Fail{background:#f8d0d0}.Warn{background:#fbeec0}.Info{background:#dde8f6}.Pass{background:#d6efd6}\
 .bad{background:#f8d0d0}.charts{display:flex;flex-wrap:wrap;gap:8px}\
 figure.chart{margin:0;border:1px solid #ddd;max-width:100%}figcaption{font-size:.85em;padding:2px 6px}\
@@ -285,6 +285,7 @@ pub fn render_page(p: &Page) -> Result<String, HtmlError> {
     checks(&mut s, r);
     path_section(&mut s, &p.path);
     worst(&mut s, r);
+    latency_section(&mut s, r)?;
     charts(&mut s, p)?;
     baseline_section(&mut s, r, p.baseline);
     alerts_section(&mut s, r, p.alerts, p.limits.max_alerts);
@@ -476,6 +477,164 @@ fn worst(s: &mut String, r: &Report) {
     if !any {
         s.push_str("<p class=\"note\">No check fired.</p>\n");
     }
+}
+
+/// The latency section: per kind its distribution (a bar per bucket on a log time axis) and
+/// quantiles, then the worst keys by p99 over the run and in one interval. A note alone when
+/// the trees have no latency sample.
+fn latency_section(s: &mut String, r: &Report) -> Result<(), HtmlError> {
+    let l = &r.latency;
+    s.push_str("<h2 id=\"latency\">Latency per QP</h2>\n");
+    if l.kinds.is_empty() {
+        s.push_str("<p class=\"note\">No latency samples in these trees: <code>roce-observe replay --latency</code> measures them (docs/latency.md).</p>\n");
+        return Ok(());
+    }
+    let _ = writeln!(
+        s,
+        "<p class=\"note\">Passive latency of the requester keys (docs/latency.md), every key and interval summed. A quantile is the upper edge of the bucket holding it (the true value is at most that, within 19 %). <span data-ambiguous=\"{}\">{}</span> ACK / READ measurements excluded by Karn's rule, <span data-ring-full=\"{}\">{}</span> not started (ring of outstanding requests full).</p>",
+        l.ambiguous, l.ambiguous, l.ring_full, l.ring_full
+    );
+    s.push_str("<div class=\"scroll\"><table class=\"latency\"><tr><th>kind</th><th>samples</th><th>p50</th><th>p99</th><th>p999</th><th>unmatched</th></tr>\n");
+    let ns = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+    for k in &l.kinds {
+        let _ = writeln!(
+            s,
+            "<tr data-kind=\"{}\" data-samples=\"{}\" data-p50-ns=\"{}\" data-p99-ns=\"{}\" data-p999-ns=\"{}\" data-unmatched=\"{}\"><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            esc(&k.kind),
+            k.samples,
+            ns(k.p50_ns),
+            ns(k.p99_ns),
+            ns(k.p999_ns),
+            k.unmatched,
+            esc(&k.kind),
+            k.samples,
+            esc(&fmt_ns(k.p50_ns)),
+            esc(&fmt_ns(k.p99_ns)),
+            esc(&fmt_ns(k.p999_ns)),
+            k.unmatched
+        );
+    }
+    s.push_str("</table></div>\n<div class=\"charts\">\n");
+    for k in l.kinds.iter().filter(|k| !k.buckets.is_empty()) {
+        let svg = latency_chart(&k.kind, &k.buckets)?;
+        let _ = writeln!(
+            s,
+            "<figure class=\"chart\" data-latency-chart=\"{}\" data-buckets=\"{}\">{svg}<figcaption>{}: samples per bucket ({} in all)</figcaption></figure>",
+            esc(&k.kind),
+            k.buckets.len(),
+            esc(&k.kind),
+            k.samples
+        );
+    }
+    s.push_str("</div>\n");
+    let table = |s: &mut String, id: &str, title: &str, rows: &[LatencyKey]| {
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "<h3>{}</h3><div class=\"scroll\"><table class=\"{id}\"><tr><th>kind</th><th>key</th><th>p99</th><th>p50</th><th>p999</th><th>samples</th><th>from</th><th>to</th></tr>",
+            esc(title)
+        );
+        for w in rows {
+            let _ = writeln!(
+                s,
+                "<tr data-kind=\"{}\" data-subject=\"{}\" data-t0-us=\"{}\" data-p99-ns=\"{}\" data-samples=\"{}\"><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&w.kind),
+                esc(&w.name()),
+                w.t0_us,
+                ns(w.p99_ns),
+                w.samples,
+                esc(&w.kind),
+                esc(&w.name()),
+                esc(&fmt_ns(w.p99_ns)),
+                esc(&fmt_ns(w.p50_ns)),
+                esc(&fmt_ns(w.p999_ns)),
+                w.samples,
+                esc(&fmt_us(w.t0_us)),
+                esc(&fmt_us(w.t1_us))
+            );
+        }
+        s.push_str("</table></div>\n");
+    };
+    table(
+        s,
+        "latency-qps",
+        "Worst QPs by p99 over the run (those with the policy's minimum of samples first)",
+        &l.worst_qps,
+    );
+    table(
+        s,
+        "latency-intervals",
+        "Worst QPs by p99 in one interval (with the policy's minimum of samples)",
+        &l.worst_intervals,
+    );
+    Ok(())
+}
+
+/// A latency distribution as an SVG bar chart: one bar per bucket from its lower to its upper
+/// edge on a log2 time axis (x = log2 of seconds, labelled in time), its height the samples.
+fn latency_chart(kind: &str, buckets: &[(i64, i64)]) -> Result<String, HtmlError> {
+    let name = format!("latency {kind}");
+    let err = |e: &dyn std::fmt::Display| HtmlError::Chart {
+        chart: name.clone(),
+        msg: e.to_string(),
+    };
+    // bucket index i covers (2^((i-1)/4), 2^(i/4)] s: on the axis ((i-1)/4, i/4]
+    let lo = buckets.iter().map(|b| b.0).min().unwrap_or(0) - 1;
+    let hi = buckets.iter().map(|b| b.0).max().unwrap_or(0);
+    let (x0, x1) = ((lo - 2) as f64 / 4.0, (hi + 2) as f64 / 4.0);
+    let y_max = buckets.iter().map(|b| b.1).max().unwrap_or(0).max(1) as f64 * 1.1;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (CHART_W, CHART_H)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let mut c = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(32)
+            .y_label_area_size(56)
+            .build_cartesian_2d(x0..x1, 0f64..y_max)
+            .map_err(|e| err(&e))?;
+        c.configure_mesh()
+            .x_desc("latency (log scale)")
+            .y_desc("samples")
+            .x_labels(6)
+            .y_labels(5)
+            .label_style(("sans-serif", 11))
+            .light_line_style(RGBColor(238, 238, 238))
+            .y_label_formatter(&|v| short(*v))
+            .x_label_formatter(&|v| log2_seconds(*v))
+            .draw()
+            .map_err(|e| err(&e))?;
+        let col = PALETTE[0];
+        c.draw_series(buckets.iter().map(|&(i, n)| {
+            Rectangle::new(
+                [((i - 1) as f64 / 4.0, 0.0), (i as f64 / 4.0, n as f64)],
+                col.filled(),
+            )
+        }))
+        .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}
+
+/// An axis label for x = log2 of seconds: `1 µs`, `250 µs`, `4 ms`, `1 s`.
+fn log2_seconds(x: f64) -> String {
+    let v = 2f64.powf(x);
+    let (v, unit) = if v < 1e-3 {
+        (v * 1e6, "µs")
+    } else if v < 1.0 {
+        (v * 1e3, "ms")
+    } else {
+        (v, "s")
+    };
+    let t = if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    };
+    format!("{} {unit}", t.trim_end_matches(".0"))
 }
 
 /// One line of a chart.

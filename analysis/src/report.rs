@@ -14,6 +14,7 @@ use arrow::array::{Array, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
 use contract::policy::PolicyConfig;
+use observer_common::latency;
 use observer_common::maps::{ANY, PCP_IF_TAGGED, class};
 use observer_common::parse::PCP_NONE;
 use serde::{Deserialize, Serialize};
@@ -21,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::{Engine, EngineError, render};
 
 /// The query templates: (name, text).
-pub const CHECK_SQL: [(&str, &str); 10] = [
+pub const CHECK_SQL: [(&str, &str); 11] = [
     ("marking", include_str!("../sql/checks/marking.sql")),
     (
         "ce_without_cnp",
@@ -41,10 +42,14 @@ pub const CHECK_SQL: [(&str, &str); 10] = [
     ("mtu", include_str!("../sql/checks/mtu.sql")),
     ("map_full", include_str!("../sql/checks/map_full.sql")),
     ("host_qps", include_str!("../sql/checks/host_qps.sql")),
+    (
+        "latency_high",
+        include_str!("../sql/checks/latency_high.sql"),
+    ),
 ];
 pub const SUBJECTS_SQL: &str = include_str!("../sql/report/subjects.sql");
 pub const INTERVALS_SQL: &str = include_str!("../sql/report/intervals.sql");
-pub const REPORT_SQL: [(&str, &str); 7] = [
+pub const REPORT_SQL: [(&str, &str); 11] = [
     ("totals", include_str!("../sql/report/totals.sql")),
     ("ifaces", include_str!("../sql/report/ifaces.sql")),
     ("payloads", include_str!("../sql/report/payloads.sql")),
@@ -52,6 +57,19 @@ pub const REPORT_SQL: [(&str, &str); 7] = [
     ("timeline", include_str!("../sql/report/timeline.sql")),
     ("host_qps", include_str!("../sql/report/host_qps.sql")),
     ("off_values", include_str!("../sql/report/off_values.sql")),
+    (
+        "latency_kinds",
+        include_str!("../sql/report/latency_kinds.sql"),
+    ),
+    (
+        "latency_lost",
+        include_str!("../sql/report/latency_lost.sql"),
+    ),
+    ("latency_qps", include_str!("../sql/report/latency_qps.sql")),
+    (
+        "latency_intervals",
+        include_str!("../sql/report/latency_intervals.sql"),
+    ),
 ];
 
 /// The policy's predicate over `v_hist` (hist, value) for packets whose marking it does not
@@ -100,6 +118,20 @@ pub fn params(p: &PolicyConfig, top: usize, limit: usize) -> BTreeMap<&'static s
         0
     };
     m.insert("mtu_payload", mtu.to_string());
+    // latency_high: the first bucket index certainly at or over the threshold (past the top
+    // one when the rule is off: nothing fires)
+    let first = match t.latency_p99_ns {
+        0 => latency::BUCKETS,
+        ns => latency::first_starting_at(ns),
+    };
+    m.insert(
+        "latency_min_index",
+        (latency::MIN_INDEX as i64 + first as i64).to_string(),
+    );
+    m.insert(
+        "latency_min_samples",
+        t.latency_min_samples.max(1).to_string(),
+    );
     m.insert("top", top.max(1).to_string());
     m.insert("limit", limit.max(1).to_string());
     m
@@ -445,6 +477,10 @@ pub struct Figures {
     /// and in baselines written before it was recorded).
     #[serde(default)]
     pub host_qps: u64,
+    /// Latency samples of every kind (0 in trees replayed without `--latency` and in baselines
+    /// written before it was recorded).
+    #[serde(default)]
+    pub latency_samples: i64,
 }
 
 fn rdma_priority_default() -> usize {
@@ -467,6 +503,183 @@ pub struct Report {
     /// `report --qp`: the selected keys' rows, interval by interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Vec<Row>>,
+    /// The passive latency per kind and the worst QPs by p99 (empty without samples).
+    pub latency: LatencyReport,
+}
+
+/// The latency of the trees' requester keys (docs/latency.md): per kind the distribution of
+/// every key and interval summed, and the worst keys by p99 over the run and in one interval.
+/// Quantiles are bucket upper edges (the true value is at most that, within 19 %).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LatencyReport {
+    pub kinds: Vec<LatencyKind>,
+    /// ACK and READ measurements excluded by Karn's rule, and not started for a full ring.
+    pub ambiguous: i64,
+    pub ring_full: i64,
+    /// Per kind, the keys with the highest p99 over the run (those with at least the policy's
+    /// `latency_min_samples` first).
+    pub worst_qps: Vec<LatencyKey>,
+    /// Per kind, the (key, interval) pairs with the highest p99 in the interval, among those
+    /// with at least `latency_min_samples`.
+    pub worst_intervals: Vec<LatencyKey>,
+}
+
+/// One kind's distribution.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencyKind {
+    pub kind: String,
+    pub samples: i64,
+    /// Measurements that ended unanswered (timed out, a new incarnation, passed over).
+    pub unmatched: i64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub p999_ns: Option<u64>,
+    /// (bucket index, samples) in ascending index, the empty buckets left out.
+    pub buckets: Vec<(i64, i64)>,
+}
+
+/// A requester key's latency of one kind over the run (`t0` / `t1`: its first and last
+/// interval) or in one interval.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencyKey {
+    pub kind: String,
+    pub host: Option<String>,
+    pub iface: Option<String>,
+    pub dir: Option<String>,
+    pub src: Option<String>,
+    pub dst: Option<String>,
+    pub qp: Option<i64>,
+    pub t0_us: i64,
+    pub t1_us: i64,
+    pub samples: i64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub p999_ns: Option<u64>,
+    /// The keys ranked (over the run: every key with a sample of the kind; 0 per interval).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub keys: i64,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+/// The upper edge in nanoseconds of bucket index `v` (a query's quantile column).
+fn edge_ns(v: Option<i64>) -> Option<u64> {
+    let i = i16::try_from(v?).ok()?;
+    latency::position_of(i).map(|b| latency::UPPER_NS[b])
+}
+
+impl LatencyKey {
+    fn of(r: &Row, over_run: bool) -> LatencyKey {
+        let (t0, t1) = if over_run {
+            ("first_t0", "last_t1")
+        } else {
+            ("t0", "t1")
+        };
+        LatencyKey {
+            kind: string(r, "kind").unwrap_or_default(),
+            host: string(r, "host"),
+            iface: string(r, "iface"),
+            dir: string(r, "dir"),
+            src: string(r, "src"),
+            dst: string(r, "dst"),
+            qp: opt_int(r, "qp"),
+            t0_us: int(r, t0),
+            t1_us: int(r, t1),
+            samples: int(r, "samples"),
+            p50_ns: edge_ns(opt_int(r, "p50")),
+            p99_ns: edge_ns(opt_int(r, "p99")),
+            p999_ns: edge_ns(opt_int(r, "p999")),
+            keys: if over_run { int(r, "keys") } else { 0 },
+        }
+    }
+
+    /// `h1/eth0/egress 10.0.0.1 -> 10.0.0.2 qp 0x000201`, as a check's subject names it.
+    pub fn name(&self) -> String {
+        Subject {
+            part: String::new(),
+            host: self.host.clone(),
+            iface: self.iface.clone(),
+            dir: self.dir.clone(),
+            src: self.src.clone(),
+            dst: self.dst.clone(),
+            qp: self.qp,
+            violations: 0,
+            figure: 0,
+            peak: 0,
+            context: 0,
+            first_us: 0,
+            last_us: 0,
+            values: Vec::new(),
+        }
+        .name()
+    }
+}
+
+/// A latency in nanoseconds as read: `850 ns`, `12.3 µs`, `4.57 ms`, `1.19 s`; `-` for none.
+pub fn fmt_ns(v: Option<u64>) -> String {
+    let Some(v) = v else { return "-".into() };
+    let x = v as f64;
+    if v < 1_000 {
+        format!("{v} ns")
+    } else if v < 1_000_000 {
+        format!("{:.1} µs", x / 1e3)
+    } else if v < 1_000_000_000 {
+        format!("{:.2} ms", x / 1e6)
+    } else {
+        format!("{:.2} s", x / 1e9)
+    }
+}
+
+/// The latency section from its four queries.
+fn latency_report(
+    kinds: &[Row],
+    lost: Option<&Row>,
+    qps: &[Row],
+    intervals: &[Row],
+) -> LatencyReport {
+    let mut by_kind: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+    for r in kinds {
+        by_kind
+            .entry(string(r, "kind").unwrap_or_default())
+            .or_default()
+            .push((int(r, "value"), int(r, "samples")));
+    }
+    let lost_of = |k: &str| lost.map_or(0, |r| int(r, &format!("{k}_unmatched")));
+    let mut out = LatencyReport {
+        ambiguous: lost.map_or(0, |r| int(r, "ambiguous")),
+        ring_full: lost.map_or(0, |r| int(r, "ring_full")),
+        ..LatencyReport::default()
+    };
+    // every kind in its documented order, those without a sample nor a lost measurement left out
+    for k in latency::kind::NAMES {
+        let buckets = by_kind.remove(k).unwrap_or_default();
+        let unmatched = lost_of(k);
+        if buckets.is_empty() && unmatched == 0 {
+            continue;
+        }
+        let pos: Vec<(usize, u64)> = buckets
+            .iter()
+            .filter_map(|&(i, n)| {
+                let b = latency::position_of(i16::try_from(i).ok()?)?;
+                Some((b, n.max(0) as u64))
+            })
+            .collect();
+        let q = |num, den| latency::quantile_upper_ns(pos.iter().copied(), num, den);
+        out.kinds.push(LatencyKind {
+            kind: k.to_string(),
+            samples: buckets.iter().map(|b| b.1).sum(),
+            unmatched,
+            p50_ns: q(1, 2),
+            p99_ns: q(99, 100),
+            p999_ns: q(999, 1000),
+            buckets,
+        });
+    }
+    out.worst_qps = qps.iter().map(|r| LatencyKey::of(r, true)).collect();
+    out.worst_intervals = intervals.iter().map(|r| LatencyKey::of(r, false)).collect();
+    out
 }
 
 /// Which check a part belongs to, its verdict when it fires, and its words.
@@ -477,7 +690,7 @@ struct CheckDef {
     fires: Verdict,
 }
 
-const CHECKS: [CheckDef; 14] = [
+const CHECKS: [CheckDef; 15] = [
     CheckDef {
         name: "data marking",
         query: "marking",
@@ -562,6 +775,12 @@ const CHECKS: [CheckDef; 14] = [
         parts: &["qp_error"],
         fires: Verdict::Fail,
     },
+    CheckDef {
+        name: "QP latency",
+        query: "latency_high",
+        parts: &["latency_ack", "latency_read"],
+        fires: Verdict::Warn,
+    },
 ];
 
 /// Rule names in the alerts of a part (for the text).
@@ -586,6 +805,8 @@ fn part_words(part: &str) -> String {
         "qp_lossy" => "packets sent by host QPs into a priority without PFC".into(),
         "owner_off_policy" => "host QPs off the policy or lossy, per owner and read".into(),
         "qp_error" => "reads of host QPs in ERR or SQE".into(),
+        "latency_ack" => "ACK round-trip samples at or over the p99 threshold".into(),
+        "latency_read" => "READ latency samples at or over the p99 threshold".into(),
         p => p.into(),
     }
 }
@@ -708,6 +929,13 @@ pub fn report(
     if let Some(r) = one("host_qps", &prm)?.pop() {
         f.host_qps = int(&r, "host_qps") as u64;
     }
+    let lat = latency_report(
+        &one("latency_kinds", &prm)?,
+        one("latency_lost", &prm)?.first(),
+        &one("latency_qps", &prm)?,
+        &one("latency_intervals", &prm)?,
+    );
+    f.latency_samples = lat.kinds.iter().map(|k| k.samples).sum();
     let mut ran: BTreeMap<&str, CheckRows> = BTreeMap::new();
     let mut checks = Vec::new();
     for d in &CHECKS {
@@ -748,6 +976,7 @@ pub fn report(
         first_us: opt_int(&totals, "first_t0"),
         last_us: opt_int(&totals, "last_t1"),
         timeline,
+        latency: lat,
     })
 }
 
@@ -891,6 +1120,11 @@ fn judge(mut c: Check, d: &CheckDef, f: &Figures, p: &PolicyConfig) -> Check {
              docs/qps.md)"
                 .into()
         }
+        "QP latency" if !fired && f.latency_samples == 0 => {
+            c.verdict = Verdict::Info;
+            "no latency samples in these trees (replay --latency measures them; docs/latency.md)"
+                .into()
+        }
         _ if fired => parts.join("; "),
         "data marking" => format!(
             "{} data packets, DSCP {} as expected",
@@ -934,6 +1168,16 @@ fn judge(mut c: Check, d: &CheckDef, f: &Figures, p: &PolicyConfig) -> Check {
         ),
         "host QPs not in error" => format!("{} host QPs, none in ERR or SQE", f.host_qps),
         "PFC with ECN" => "no interval with XOFF and RoCE but no CE mark".into(),
+        "QP latency" if p.thresholds.latency_p99_ns == 0 => {
+            "not checked (policy: latency_p99_us = 0)".into()
+        }
+        "QP latency" => format!(
+            "{} latency samples; no key's ACK round trip or READ latency p99 in an interval at \
+             or over {} (with at least {} samples)",
+            f.latency_samples,
+            fmt_ns(Some(p.thresholds.latency_p99_ns)),
+            p.thresholds.latency_min_samples
+        ),
         "path MTU" if p.expected_mtu == 0 => "not checked".into(),
         "path MTU" => format!(
             "no multi-packet message below RoCE MTU {} (largest UDP payload per QP -> QPs: {:?})",
@@ -1054,6 +1298,7 @@ pub fn render_text(r: &Report, top: usize) -> String {
             );
         }
     }
+    latency_text(&mut s, &r.latency, top);
     if !f.alerts.is_empty() {
         let _ = writeln!(s, "alerts: {:?}", f.alerts);
     }
@@ -1091,6 +1336,63 @@ pub fn render_text(r: &Report, top: usize) -> String {
         }
     }
     s
+}
+
+/// The latency section of the text report: per kind its distribution's quantiles, then the
+/// `top` worst keys by p99 over the run and in one interval. Nothing without samples.
+fn latency_text(s: &mut String, l: &LatencyReport, top: usize) {
+    use crate::time::fmt_us;
+    use std::fmt::Write;
+    if l.kinds.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "latency (bucket upper edges; {} excluded by Karn's rule, {} not started: ring full):",
+        l.ambiguous, l.ring_full
+    );
+    for k in &l.kinds {
+        let _ = writeln!(
+            s,
+            "      {:<10} {} samples, p50 {}, p99 {}, p999 {}; {} unmatched",
+            k.kind,
+            k.samples,
+            fmt_ns(k.p50_ns),
+            fmt_ns(k.p99_ns),
+            fmt_ns(k.p999_ns),
+            k.unmatched
+        );
+        for w in l.worst_qps.iter().filter(|w| w.kind == k.kind).take(top) {
+            let _ = writeln!(
+                s,
+                "        worst QP   {}: p99 {}, p50 {}, p999 {} over {} samples, {} .. {}",
+                w.name(),
+                fmt_ns(w.p99_ns),
+                fmt_ns(w.p50_ns),
+                fmt_ns(w.p999_ns),
+                w.samples,
+                fmt_us(w.t0_us),
+                fmt_us(w.t1_us)
+            );
+        }
+        for w in l
+            .worst_intervals
+            .iter()
+            .filter(|w| w.kind == k.kind)
+            .take(top)
+        {
+            let _ = writeln!(
+                s,
+                "        interval   {} .. {} {}: p99 {}, p50 {} over {} samples",
+                fmt_us(w.t0_us),
+                fmt_us(w.t1_us),
+                w.name(),
+                fmt_ns(w.p99_ns),
+                fmt_ns(w.p50_ns),
+                w.samples
+            );
+        }
+    }
 }
 
 /// One difference between a baseline and a run.

@@ -152,6 +152,19 @@ pub fn bucket(ns: u64) -> usize {
     b
 }
 
+/// The first bucket position whose lower edge (the upper edge of the position before it; 0 for
+/// the first) is at least `ns`: a quantile in that bucket or above is certainly `ns` or more.
+/// [`BUCKETS`] when no bucket starts that high. The `latency_high` rule and its report check
+/// both judge with it.
+pub fn first_starting_at(ns: u64) -> usize {
+    if ns == 0 {
+        return 0;
+    }
+    (1..BUCKETS)
+        .find(|&b| UPPER_NS[b - 1] >= ns)
+        .unwrap_or(BUCKETS)
+}
+
 /// The bucket index (as Prometheus numbers it, and the flows table's `value`) of position `b`.
 #[inline]
 pub const fn index_of(b: usize) -> i16 {
@@ -543,6 +556,26 @@ mod tests {
             }
         }
         v
+    }
+
+    #[test]
+    fn the_first_bucket_starting_at_a_threshold() {
+        assert_eq!(first_starting_at(0), 0);
+        assert_eq!(first_starting_at(1), 1);
+        assert_eq!(first_starting_at(953), 1);
+        assert_eq!(first_starting_at(954), 2);
+        // 1 ms: 2^-10 s = 976.56 µs ends position 40, 2^-9.75 s = 1161.3 µs position 41
+        assert_eq!(UPPER_NS[40], 976_562);
+        assert_eq!(first_starting_at(1_000_000), 42);
+        assert_eq!(first_starting_at(UPPER_NS[41]), 42);
+        assert_eq!(first_starting_at(UPPER_NS[41] + 1), 43);
+        assert_eq!(first_starting_at(UPPER_NS[BUCKETS - 2]), BUCKETS - 1);
+        assert_eq!(first_starting_at(UPPER_NS[BUCKETS - 2] + 1), BUCKETS);
+        // every sample in the bucket found is at least the threshold, one below may not be
+        for th in [5_000u64, 1_000_000, 123_456_789] {
+            let b = first_starting_at(th);
+            assert!(UPPER_NS[b - 1] >= th && UPPER_NS[b - 2] < th, "{th}");
+        }
     }
 
     #[test]

@@ -100,6 +100,8 @@ fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
     let qdir = base.join("queries");
     write_logs(&tree, &FAULTS);
     crate::support::write_host_qps(&tree, "t");
+    // latency histograms, the latency_high check firing (its default thresholds)
+    crate::support::write_latency(&tree, "t");
     crate::support::write_nic(
         &tree,
         "t",
@@ -201,6 +203,17 @@ fn the_report_queries_give_the_same_rows_on_duckdb_and_spark() {
     assert!(!ours["marking.subjects.sql"].is_empty() && !ours["go_back_n.subjects.sql"].is_empty());
     assert!(!ours["host_qps.subjects.sql"].is_empty() && !ours["view.v_qps.sql"].is_empty());
     assert!(!ours["hosts.sql"].is_empty() && !ours["view.v_nic.sql"].is_empty());
+    for q in [
+        "latency_high.subjects.sql",
+        "latency_high.intervals.sql",
+        "latency_kinds.sql",
+        "latency_lost.sql",
+        "latency_qps.sql",
+        "latency_intervals.sql",
+        "view.v_latency.sql",
+    ] {
+        assert!(!ours[q].is_empty(), "{q}: no rows to compare");
+    }
     assert_eq!(
         ours["hosts.sql"][0]["rdma_drops"], 9,
         "{:?}",

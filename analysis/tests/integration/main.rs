@@ -11,5 +11,6 @@ mod faults;
 mod hosts;
 mod html;
 mod lab_path;
+mod latency;
 mod path;
 mod report_sql;

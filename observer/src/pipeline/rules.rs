@@ -538,10 +538,10 @@ pub fn latency_high(
             continue;
         };
         let b = observer_common::latency::bucket(p99);
-        let lower = if b == 0 { 0 } else { UPPER_NS[b - 1] };
-        if lower < th.latency_p99_ns {
+        if b < observer_common::latency::first_starting_at(th.latency_p99_ns) {
             continue;
         }
+        let lower = if b == 0 { 0 } else { UPPER_NS[b - 1] };
         let p50 = l.quantile_ns(k_i, 1, 2).unwrap_or(0);
         let mut key = AlertKey::qp(iface, k);
         key.other = Some(kind::NAMES[k_i].to_string());

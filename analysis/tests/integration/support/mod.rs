@@ -281,3 +281,127 @@ pub fn write_logs_with(
     }
     col.finish().unwrap()
 }
+
+/// One connection of [`write_latency`]'s traffic: the requester (`src` -> `dst`, its QP `qp`;
+/// the answers come back to QP `qp + 0x100`) and, per interval, its requests as (latency in
+/// ns, how many), sent one after the other, each answered before the next.
+pub struct LatConn {
+    pub src: [u8; 4],
+    pub dst: [u8; 4],
+    pub qp: u32,
+    pub read: bool,
+    pub intervals: [&'static [(u64, u32)]; 2],
+}
+
+/// [`write_latency`]'s connections: what the latency report and check see in them.
+/// - c1: 150 ACKed WRITEs at 2 ms in each of the two intervals (its p99 over 1 ms in both);
+/// - c2: 150 at 50 µs in each (fast);
+/// - c3: 97 at 50 µs and 3 at 2 ms in the first (100 samples: the rank-99 sample is slow), 99
+///   and 1 in the second (it is fast);
+/// - c4: 99 at 2 ms in the first (under the 100 samples the default policy asks for);
+/// - c5: 120 READs of one response packet at 5 ms in the first.
+pub const LAT_CONNS: [LatConn; 5] = [
+    LatConn {
+        src: [10, 9, 0, 1],
+        dst: [10, 9, 0, 2],
+        qp: 0x301,
+        read: false,
+        intervals: [&[(2_000_000, 150)], &[(2_000_000, 150)]],
+    },
+    LatConn {
+        src: [10, 9, 0, 3],
+        dst: [10, 9, 0, 4],
+        qp: 0x302,
+        read: false,
+        intervals: [&[(50_000, 150)], &[(50_000, 150)]],
+    },
+    LatConn {
+        src: [10, 9, 0, 5],
+        dst: [10, 9, 0, 6],
+        qp: 0x303,
+        read: false,
+        intervals: [
+            &[(50_000, 97), (2_000_000, 3)],
+            &[(50_000, 99), (2_000_000, 1)],
+        ],
+    },
+    LatConn {
+        src: [10, 9, 0, 7],
+        dst: [10, 9, 0, 8],
+        qp: 0x304,
+        read: false,
+        intervals: [&[(2_000_000, 99)], &[]],
+    },
+    LatConn {
+        src: [10, 9, 0, 9],
+        dst: [10, 9, 0, 10],
+        qp: 0x305,
+        read: true,
+        intervals: [&[(5_000_000, 120)], &[]],
+    },
+];
+
+/// The start of [`write_latency`]'s first interval (ns); its intervals are 1 s long.
+pub const LAT_T0: u64 = 1_710_000_000_000_000_000;
+
+/// [`LAT_CONNS`]' traffic through the real datapath with latency on (as `replay --latency`)
+/// and the collector, into `out` as host `host`, interface `lat0`: two 1 s intervals from
+/// [`LAT_T0`]. Its summary.json.
+pub fn write_latency(out: &Path, host: &str) -> serde_json::Value {
+    use corpus::Roce;
+    use observer::sources::Consumer;
+    let policy = PolicyConfig::profile("nvidia").unwrap();
+    let mut col = Collector::new(CollectorConfig::new(
+        out.to_path_buf(),
+        host,
+        "replay",
+        policy.clone(),
+    ))
+    .unwrap();
+    col.quiet_stderr();
+    let mut frames: Vec<(u64, Vec<u8>)> = Vec::new();
+    for c in &LAT_CONNS {
+        let mut psn = 100;
+        for (iv, reqs) in c.intervals.iter().enumerate() {
+            // 10 ms into the interval, one request every 6 ms: every answer inside it
+            let mut t = LAT_T0 + iv as u64 * 1_000_000_000 + 10_000_000;
+            for &(lat, n) in reqs.iter() {
+                for _ in 0..n {
+                    let (req, resp) = if c.read {
+                        (
+                            Roce::v4(c.src, c.dst, c.qp, psn).read(512),
+                            Roce::v4(c.dst, c.src, c.qp + 0x100, psn).read_response(0x10, 512),
+                        )
+                    } else {
+                        (
+                            Roce::v4(c.src, c.dst, c.qp, psn),
+                            Roce::v4(c.dst, c.src, c.qp + 0x100, psn).ack(0x1f),
+                        )
+                    };
+                    frames.push((t, req.frame()));
+                    frames.push((t + lat, resp.frame()));
+                    psn += 1;
+                    t += 6_000_000;
+                }
+            }
+            assert!(t < LAT_T0 + (iv as u64 + 1) * 1_000_000_000);
+        }
+    }
+    frames.sort_by_key(|f| f.0);
+    let mut dp = Datapath::new(policy.expected, 10_000)
+        .with_latency(observer_common::latency::DEFAULT_TIMEOUT_NS);
+    col.on_snapshot(&dp.snapshot("lat0", LAT_T0, None)).unwrap();
+    let mut next = LAT_T0 + 1_000_000_000;
+    let mut frames = frames.into_iter().peekable();
+    while next <= LAT_T0 + 2_000_000_000 {
+        while let Some((t, f)) = frames.next_if(|f| f.0 < next) {
+            dp.process(&f, f.len() as u32, t, 0);
+            col.on_events("lat0", &dp.take_events());
+        }
+        col.latency("lat0", &dp.take_latency()).unwrap();
+        col.on_snapshot(&dp.snapshot("lat0", next, None)).unwrap();
+        next += 1_000_000_000;
+    }
+    assert!(frames.next().is_none());
+    col.finish().unwrap()
+}
