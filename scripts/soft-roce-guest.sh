@@ -457,6 +457,15 @@ run_case() {
   echo "case_s=$((SECONDS - t0))" >>"$d/case.env"
   echo "$st" >"$d/status"
   log "case $name: $st ($((SECONDS - t0)) s)"
+  # A case that failed: what its tools printed, into the log CI shows (their files stay in the
+  # guest's results, which CI does not keep).
+  if [ "$st" != ok ]; then
+    local f
+    for f in client.log server.log; do
+      [ -s "$d/$f" ] || { log "case $name: $f empty"; continue; }
+      tail -n 15 "$d/$f" | sed "s/^/[guest] case $name: $f: /" | tee -a "$INFO" >&2
+    done
+  fi
   [ "$st" = ok ]
 }
 
