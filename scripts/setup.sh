@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for building and testing roce-observe on a fresh Debian 12 machine.
 # Installs: Debian packages (LLVM 22 for bpf-linker, tshark, tcpreplay, nftables, iproute2,
+# tcpdump for the lab's latency scenarios,
 # Prometheus and Alertmanager with promtool for the monitoring tests, tmux for the terminal
 # view's tests, Debian's JDK runtime for Apache Spark in the cross-engine SQL test, Chromium
 # and a font for the HTML report's browser test),
@@ -18,7 +19,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 APT_PKGS=(llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev libxml2-dev libffi-dev pkg-config
-  build-essential tshark tcpreplay nftables iproute2 ethtool libpcap-dev
+  build-essential tshark tcpreplay tcpdump nftables iproute2 ethtool libpcap-dev
   prometheus prometheus-alertmanager tmux default-jre-headless chromium fonts-dejavu-core
   debootstrap)
 missing=()

@@ -55,6 +55,15 @@ pub fn build_report(
         alerts: alert_checks(spec, o),
         all_alerts: o.alerts.clone().unwrap_or_default(),
         self_checks,
+        latency: match (spec.reply_delay, &o.latency) {
+            (Some(d), Some(l)) => crate::latency::checks(d, l),
+            (Some(_), None) => vec![crate::report::SelfCheck {
+                what: "latency measured".into(),
+                ok: false,
+                detail: "no capture was replayed".into(),
+            }],
+            _ => Vec::new(),
+        },
         info: info_lines(&sums, o),
         path: view.render(),
         secs: 0.0,

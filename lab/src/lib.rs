@@ -4,9 +4,10 @@
 //! crafted PFC/PAUSE frames, roce-observe running on the hosts' interfaces, and a table of what
 //! was injected beside what was observed. Exits non-zero when they disagree.
 //!
-//! Scenarios: `clean`, `lossy`, `bleached`, `congested`, `pfc-storm`, and with 802.1Q-tagged
-//! frames `pcp-remark`, `dscp-remap`, `ecn-bleach`; `all` (each in turn, each on a fresh
-//! fabric). The report includes the path view: `roce-analyze path`'s comparison of the two
+//! Scenarios: `clean`, `lossy`, `bleached`, `congested`, `pfc-storm`, with 802.1Q-tagged
+//! frames `pcp-remark`, `dscp-remap`, `ecn-bleach`, and `delay`, `delay20` (the passive latency
+//! of h1's capture against the responder's delay: [`latency`]); `all` (each in turn, each on a
+//! fresh fabric). The report includes the path view: `roce-analyze path`'s comparison of the two
 //! observers' output. Everything it creates lives in `ro-lab-{h1,sw,h2}-<pid>[-n]` namespaces
 //! and is deleted on exit, on Ctrl-C / SIGTERM (the run stops and unwinds) and on failure.
 //!
@@ -16,6 +17,7 @@
 pub mod command;
 pub mod compare;
 pub mod faults;
+pub mod latency;
 pub mod observe;
 pub mod path_view;
 pub mod rc;
@@ -39,8 +41,10 @@ use topo::{H1_IP, H1_MAC, H2_IP, H2_MAC, Topology};
 use contract::vendor::Vendor;
 use observer::pipeline::{PolicyConfig, rule};
 
-pub const SCENARIOS: [&str; 8] = [
+pub const SCENARIOS: [&str; 10] = [
     "clean",
+    "delay",
+    "delay20",
     "lossy",
     "bleached",
     "congested",
@@ -55,7 +59,8 @@ pub const LAB_VID: u16 = 100;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LabArgs {
-    /// clean, lossy, bleached, congested, pfc-storm, pcp-remark, dscp-remap, ecn-bleach or all.
+    /// clean, delay, delay20, lossy, bleached, congested, pfc-storm, pcp-remark, dscp-remap,
+    /// ecn-bleach or all.
     #[arg(long, default_value = "all")]
     pub scenario: String,
     /// Who observes: the live roce-observe binary, or the labelled userspace fallback.
@@ -124,7 +129,7 @@ pub enum LabError {
     #[error("the lab needs root (network namespaces, nftables, AF_PACKET, BPF)")]
     NotRoot,
     #[error(
-        "unknown scenario {0:?} (known: clean, lossy, bleached, congested, pfc-storm, pcp-remark, dscp-remap, ecn-bleach, all)"
+        "unknown scenario {0:?} (known: clean, delay, delay20, lossy, bleached, congested, pfc-storm, pcp-remark, dscp-remap, ecn-bleach, all)"
     )]
     UnknownScenario(String),
     #[error("topology: {what}")]
@@ -254,6 +259,9 @@ pub struct ScenarioSpec {
     pub pfc: Option<PfcPlan>,
     /// Index of a QP whose receive queue runs dry (RNR NAKs).
     pub rnr_qp: Option<usize>,
+    /// The passive latency is measured (h1's port captured by tcpdump, replayed with latency
+    /// on) with the responder's replies held this long (zero: no delay).
+    pub reply_delay: Option<Duration>,
     /// Alert rules that must fire / must stay silent.
     pub must_fire: Vec<&'static str>,
     pub must_not_fire: Vec<&'static str>,
@@ -346,7 +354,10 @@ pub fn spec(name: &str, v: &contract::vendor::Profile) -> Result<ScenarioSpec, L
         ..Default::default()
     };
     match name {
-        "clean" => {}
+        // the latency at h1 with no delay, 2 ms and 20 ms added to the way back
+        "clean" => s.reply_delay = Some(Duration::ZERO),
+        "delay" => s.reply_delay = Some(Duration::from_millis(2)),
+        "delay20" => s.reply_delay = Some(Duration::from_millis(20)),
         "lossy" => {
             s.nft.loss_pct = 2;
             s.must_fire = vec![rule::PSN_GAP, rule::GO_BACK_N];
@@ -443,6 +454,7 @@ pub fn rc_config(args: &LabArgs, spec: &ScenarioSpec) -> Result<RcConfig, LabErr
         ack_timeout: Duration::from_micros(4096 * 64),
         rnr_timer: Duration::from_millis(2),
         cnp_interval: Duration::from_micros(args.cnp_interval_us),
+        reply_delay: spec.reply_delay.unwrap_or_default(),
         marking,
         deadline: Duration::from_secs(30),
         h1: Endpoint {
@@ -528,13 +540,27 @@ pub fn run_scenario(args: &LabArgs, name: &str, run_no: usize) -> Result<Scenari
         ObserverMode::Live => start_live_observers(args, &topo, &out.dir, policy_file.as_deref())?,
         ObserverMode::Userspace => Vec::new(),
     };
+    // The latency scenarios: h1's port captured by tcpdump (kernel time stamps) meanwhile.
+    let tcpdump = match spec.reply_delay {
+        Some(_) => Some(latency::Tcpdump::start(
+            &topo.h1,
+            topo::H1_IF,
+            &out.dir.join("h1-capture.pcap"),
+        )?),
+        None => None,
+    };
     let traffic = traffic::TrafficRun::new(args, &spec, &cfg, &topo, &out.dir, &policy);
     let (mut truth, captured) = traffic.run()?;
     truth.nft = faults::read_counters(&topo.sw)?;
-    let observed = match args.observer {
+    let lat = match tcpdump {
+        Some(t) => Some(latency::measure(&t.stop()?)?),
+        None => None,
+    };
+    let mut observed = match args.observer {
         ObserverMode::Userspace => observe::collect_userspace(captured, &out.dir)?,
         ObserverMode::Live => observe::collect_live(live)?,
     };
+    observed.latency = lat;
     drop(topo);
     let mut r = build_report(args, &spec, &cfg, &truth, &observed, &policy);
     if out.kept {

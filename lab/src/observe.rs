@@ -68,6 +68,8 @@ pub struct Observed {
     pub capture_drops: u64,
     /// The observers' output (live mode), for the report when something fails.
     pub logs: Vec<String>,
+    /// The latency scenarios: what the replay of h1's capture measured.
+    pub latency: Option<crate::latency::LatencySeen>,
 }
 
 /// A running live observer; killed on drop if still running.

@@ -112,6 +112,9 @@ pub struct RcConfig {
     pub ack_timeout: Duration,
     pub rnr_timer: Duration,
     pub cnp_interval: Duration,
+    /// The responder holds every reply (ACK, NAK, CNP) this long before sending it: the delay
+    /// scenarios' path delay on the way back (the host kernel has no netem).
+    pub reply_delay: Duration,
     pub marking: Marking,
     /// Give up (error) when the transfer takes longer.
     pub deadline: Duration,
@@ -688,6 +691,9 @@ pub fn run_responder(
     let mut buf = vec![0u8; 16384];
     let mut drops = 0u64;
     let mut done_at: Option<Instant> = None;
+    // Replies held for `reply_delay`, in the order made (one delay for all: due in order).
+    let mut held: std::collections::VecDeque<(Instant, u16, Reply)> =
+        std::collections::VecDeque::new();
     loop {
         if stop_requested() {
             return Err(LabError::Interrupted);
@@ -702,6 +708,11 @@ pub fn run_responder(
         if now.duration_since(start) > cfg.deadline + Duration::from_secs(5) {
             return Err(LabError::Traffic("responder ran past its deadline".into()));
         }
+        while held.front().is_some_and(|h| h.0 <= now) {
+            let (_, sport, reply) = held.pop_front().expect("a held reply");
+            tx.send(sport, reply)?;
+        }
+        // (a held reply leaves at most about a millisecond after it is due: poll's resolution)
         sock.wait(1);
         while let Some((n, pkttype)) = sock.recv(&mut buf) {
             if pkttype == PACKET_OUTGOING {
@@ -716,8 +727,13 @@ pub fn run_responder(
             let Some(q) = qps.get_mut(&rx.dest_qp) else {
                 continue;
             };
-            for reply in q.on_data(cfg, &rx, Instant::now()) {
-                tx.send(q.plan.udp_sport, reply)?;
+            let at = Instant::now();
+            for reply in q.on_data(cfg, &rx, at) {
+                if cfg.reply_delay.is_zero() {
+                    tx.send(q.plan.udp_sport, reply)?;
+                } else {
+                    held.push_back((at + cfg.reply_delay, q.plan.udp_sport, reply));
+                }
             }
         }
         drops += sock.drops() as u64;

@@ -43,7 +43,8 @@ impl AlertCheck {
     }
 }
 
-/// A check of the lab's own ground truth (not of the observer).
+/// A check that holds or not, with what it read: of the lab's own ground truth
+/// (`self_checks`), or of the passive latency measured ([`ScenarioReport::latency`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelfCheck {
     pub what: String,
@@ -60,6 +61,9 @@ pub struct ScenarioReport {
     pub alerts: Vec<AlertCheck>,
     pub all_alerts: BTreeMap<String, u64>,
     pub self_checks: Vec<SelfCheck>,
+    /// The latency scenarios: the ACK round trips of h1's capture, replayed with latency on,
+    /// against the responder's delay (`crate::latency`).
+    pub latency: Vec<SelfCheck>,
     pub info: Vec<(String, String)>,
     /// The path view: `roce-analyze path`'s comparison of the observers' output, for people.
     pub path: Vec<String>,
@@ -71,6 +75,7 @@ impl ScenarioReport {
         self.rows.iter().all(Row::agrees)
             && self.alerts.iter().all(AlertCheck::agrees)
             && self.self_checks.iter().all(|c| c.ok)
+            && self.latency.iter().all(|c| c.ok)
     }
 
     pub fn disagreements(&self) -> Vec<String> {
@@ -95,6 +100,9 @@ impl ScenarioReport {
         }
         for c in self.self_checks.iter().filter(|c| !c.ok) {
             v.push(format!("lab self-check {}: {}", c.what, c.detail));
+        }
+        for c in self.latency.iter().filter(|c| !c.ok) {
+            v.push(format!("latency {}: {}", c.what, c.detail));
         }
         v
     }
@@ -160,6 +168,21 @@ impl ScenarioReport {
                 if c.ok { "ok" } else { "FAIL" },
                 c.detail
             );
+        }
+        if !self.latency.is_empty() {
+            let _ = writeln!(
+                s,
+                "latency (tcpdump on h1-eth0, replayed with latency on; docs/latency.md):"
+            );
+            for c in &self.latency {
+                let _ = writeln!(
+                    s,
+                    "  {:<50} {}  {}",
+                    c.what,
+                    if c.ok { "ok" } else { "FAIL" },
+                    c.detail
+                );
+            }
         }
         if !self.path.is_empty() {
             let _ = writeln!(

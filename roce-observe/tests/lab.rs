@@ -99,7 +99,10 @@ fn assert_fault_present(name: &str, r: &lab::report::ScenarioReport) {
             assert_eq!(row(r, "data packets dropped"), 0);
             assert_eq!(row(r, "resent"), 0);
             assert_eq!(row(r, "CNPs"), 0);
+            assert_latency_measured(r, "0.000 ms");
         }
+        "delay" => assert_latency_measured(r, "2.000 ms"),
+        "delay20" => assert_latency_measured(r, "20.000 ms"),
         "lossy" => {
             assert!(row(r, "data packets dropped") > 0);
             assert!(row(r, "NAKs") > 0);
@@ -155,6 +158,20 @@ fn assert_fault_present(name: &str, r: &lab::report::ScenarioReport) {
     }
 }
 
+/// The latency scenarios measured the ACK round trips of h1's capture against the responder's
+/// delay (what they checked is in the report; `ok()` requires every check to hold).
+fn assert_latency_measured(r: &lab::report::ScenarioReport, delay: &str) {
+    assert_eq!(r.latency.len(), 3, "{:#?}", r.latency);
+    assert!(r.latency.iter().all(|c| c.ok), "{:#?}", r.latency);
+    assert!(
+        r.latency
+            .iter()
+            .any(|c| c.what == format!("every ACK round trip at least the delay ({delay})")),
+        "{:#?}",
+        r.latency
+    );
+}
+
 macro_rules! lab_tests {
     ($($fn_user:ident, $fn_live:ident, $name:literal, $n:literal;)*) => {$(
         #[test]
@@ -181,6 +198,8 @@ macro_rules! lab_tests {
 
 lab_tests! {
     userspace_clean, live_clean, "clean", 1;
+    userspace_delay, live_delay, "delay", 9;
+    userspace_delay20, live_delay20, "delay20", 10;
     userspace_lossy, live_lossy, "lossy", 2;
     userspace_bleached, live_bleached, "bleached", 3;
     userspace_congested, live_congested, "congested", 4;
