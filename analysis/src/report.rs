@@ -481,6 +481,12 @@ pub struct Figures {
     /// written before it was recorded).
     #[serde(default)]
     pub latency_samples: i64,
+    /// The p99 of every ACK round trip and READ latency of the trees (a bucket's upper edge,
+    /// µs; 0 without samples, in trees replayed without `--latency` and in older baselines).
+    #[serde(default)]
+    pub latency_ack_p99_us: f64,
+    #[serde(default)]
+    pub latency_read_p99_us: f64,
 }
 
 fn rdma_priority_default() -> usize {
@@ -936,6 +942,15 @@ pub fn report(
         &one("latency_intervals", &prm)?,
     );
     f.latency_samples = lat.kinds.iter().map(|k| k.samples).sum();
+    let p99_us = |k: &str| {
+        lat.kinds
+            .iter()
+            .find(|x| x.kind == k)
+            .and_then(|x| x.p99_ns)
+            .map_or(0.0, |ns| ns as f64 / 1e3)
+    };
+    f.latency_ack_p99_us = p99_us("ack");
+    f.latency_read_p99_us = p99_us("read");
     let mut ran: BTreeMap<&str, CheckRows> = BTreeMap::new();
     let mut checks = Vec::new();
     for d in &CHECKS {
@@ -1427,8 +1442,14 @@ pub fn rates(f: &Figures) -> Vec<(&'static str, f64)> {
             f.pfc_xoff.iter().sum::<i64>() as f64
                 - f.pfc_xoff.get(f.rdma_priority).copied().unwrap_or(0) as f64,
         ),
+        (LATENCY_FIGURES[0], f.latency_ack_p99_us),
+        (LATENCY_FIGURES[1], f.latency_read_p99_us),
     ]
 }
+
+/// The latency figures of [`rates`]: compared only when both runs measured them (0: no
+/// samples).
+const LATENCY_FIGURES: [&str; 2] = ["ACK round trip p99 µs", "READ latency p99 µs"];
 
 /// Figures of `now` worse than `base` by more than `tolerance` (relative) and `slack` (absolute).
 /// Largest baseline file read: a baseline is a few kilobytes, and a path such as `/dev/zero`
@@ -1488,6 +1509,9 @@ pub fn compare(base: &Figures, now: &Figures, tolerance: f64, slack: f64) -> Vec
     rates(base)
         .into_iter()
         .zip(rates(now))
+        .filter(|((figure, b), (_, n))| {
+            !(LATENCY_FIGURES.contains(figure) && (*b == 0.0 || *n == 0.0))
+        })
         .filter(|((_, b), (_, n))| *n > b * (1.0 + tolerance) + slack)
         .map(|((figure, b), (_, n))| Regression {
             figure,

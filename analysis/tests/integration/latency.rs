@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use observer_common::latency::{self, UPPER_NS};
 use serde_json::Value;
 
-use crate::support::{LAT_CONNS, LatConn, run, tmp, write_latency};
+use crate::support::{LAT_CONNS, LatConn, run, tmp, write_latency, write_latency_times};
 
 fn ip(a: [u8; 4]) -> String {
     format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3])
@@ -357,4 +357,56 @@ fn a_tree_without_latency_says_so() {
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("No latency samples in these trees"));
     assert!(!html.contains("data-latency-chart"));
+}
+
+#[test]
+fn compare_flags_a_p99_that_got_worse_and_skips_runs_without_latency() {
+    let (_d, dir) = tmp("analyze-latency-compare");
+    let (fast, slow, none) = (dir.join("fast"), dir.join("slow"), dir.join("none"));
+    write_latency(&fast, "h1");
+    // every latency 3x: the ACK p99 from 2.32 ms to the bucket of 6 ms, the READ's from 5.5
+    // to the bucket of 15 ms
+    write_latency_times(&slow, "h1", 3);
+    crate::support::write_logs(&none, &["clean"]);
+    let golden = dir.join("golden.json");
+    let out = run(&[
+        "baseline".as_ref(),
+        fast.as_os_str(),
+        "-o".as_ref(),
+        golden.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b: Value = serde_json::from_slice(&std::fs::read(&golden).unwrap()).unwrap();
+    let edge_us = |ns: u64| UPPER_NS[latency::bucket(ns)] as f64 / 1e3;
+    assert_eq!(
+        b["latency_ack_p99_us"].as_f64(),
+        Some(edge_us(2_000_000)),
+        "{b}"
+    );
+    assert_eq!(
+        b["latency_read_p99_us"].as_f64(),
+        Some(edge_us(5_000_000)),
+        "{b}"
+    );
+    let cmp = |tree: &std::path::Path| {
+        let o = run(&["compare".as_ref(), golden.as_os_str(), tree.as_os_str()]);
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let (code, text) = cmp(&slow);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("ACK round trip p99 µs"), "{text}");
+    assert!(text.contains("READ latency p99 µs"), "{text}");
+    let (code, text) = cmp(&fast);
+    assert_eq!(code, Some(0), "the same run: {text}");
+    // a tree without latency samples is not a latency regression
+    let (code, text) = cmp(&none);
+    assert!(!text.contains("WORSE"), "{text}");
+    assert_eq!(code, Some(0), "{text}");
 }

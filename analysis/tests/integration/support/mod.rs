@@ -348,6 +348,12 @@ pub const LAT_T0: u64 = 1_710_000_000_000_000_000;
 /// and the collector, into `out` as host `host`, interface `lat0`: two 1 s intervals from
 /// [`LAT_T0`]. Its summary.json.
 pub fn write_latency(out: &Path, host: &str) -> serde_json::Value {
+    write_latency_times(out, host, 1)
+}
+
+/// [`write_latency`] with every latency `mul` times as long (the requests as often: with `mul`
+/// over 1 a few are outstanding at once).
+pub fn write_latency_times(out: &Path, host: &str, mul: u64) -> serde_json::Value {
     use corpus::Roce;
     use observer::sources::Consumer;
     let policy = PolicyConfig::profile("nvidia").unwrap();
@@ -379,7 +385,7 @@ pub fn write_latency(out: &Path, host: &str) -> serde_json::Value {
                         )
                     };
                     frames.push((t, req.frame()));
-                    frames.push((t + lat, resp.frame()));
+                    frames.push((t + lat * mul, resp.frame()));
                     psn += 1;
                     t += 6_000_000;
                 }
