@@ -976,7 +976,17 @@ pub fn report(
     f.cnp_off_dscp = part_figure(&checks, "dscp_cnp");
     checks.push(exclusions(&f));
     let timeline = match timeline_limit {
-        Some(_) => Some(one("timeline", &prm)?),
+        Some(_) => Some(
+            one("timeline", &prm)?
+                .into_iter()
+                .map(|mut r| {
+                    // the ACK p99's bucket as its upper edge, µs (null without samples)
+                    let us = edge_ns(opt_int(&r, "ack_p99_index")).map(|ns| ns as f64 / 1e3);
+                    r.insert("ack_p99_us".into(), serde_json::json!(us));
+                    r
+                })
+                .collect(),
+        ),
         None => None,
     };
     let ifc = int(&ifaces, "intervals");
@@ -1321,8 +1331,18 @@ pub fn render_text(r: &Report, top: usize) -> String {
         let _ = writeln!(s, "\ntimeline ({} rows):", t.len());
         let _ = writeln!(
             s,
-            "{:<24} {:<40} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8}",
-            "interval start", "key", "pkts", "data", "ce", "cnp", "gaps", "retr", "naks", "off-pol"
+            "{:<24} {:<40} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>10}",
+            "interval start",
+            "key",
+            "pkts",
+            "data",
+            "ce",
+            "cnp",
+            "gaps",
+            "retr",
+            "naks",
+            "off-pol",
+            "ack p99"
         );
         for row in t {
             let key = format!(
@@ -1334,9 +1354,10 @@ pub fn render_text(r: &Report, top: usize) -> String {
                 string(row, "dst").unwrap_or_default(),
                 int(row, "qp")
             );
+            let p99 = col_float(row, "ack_p99_us").map(|us| (us * 1e3).round() as u64);
             let _ = writeln!(
                 s,
-                "{:<24} {:<40} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8}",
+                "{:<24} {:<40} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>10}",
                 fmt_us(int(row, "t0")),
                 key,
                 int(row, "pkts"),
@@ -1346,7 +1367,8 @@ pub fn render_text(r: &Report, top: usize) -> String {
                 int(row, "psn_gaps"),
                 int(row, "psn_retrans"),
                 int(row, "naks"),
-                int(row, "off_policy")
+                int(row, "off_policy"),
+                fmt_ns(p99)
             );
         }
     }

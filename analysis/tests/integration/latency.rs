@@ -287,6 +287,50 @@ fn the_report_judges_latency_and_ranks_the_worst_qps_by_p99() {
     assert!(line.ends_with("p99 2.32 ms"), "{line}");
     assert!(text.contains(&line), "{text}");
 
+    // One key's timeline (report --qp): its intervals' ACK samples and p99
+    let out = run(&[
+        "report".as_ref(),
+        "--json".as_ref(),
+        "--qp".as_ref(),
+        "0x303".as_ref(),
+        tree.as_os_str(),
+    ]);
+    let tr: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = tr["timeline"].as_array().expect("a timeline");
+    let c3 = LAT_CONNS.iter().find(|c| c.qp == 0x303).unwrap();
+    let got: Vec<(u64, f64)> = rows
+        .iter()
+        .filter(|r| r["src"] == ip(c3.src))
+        .map(|r| {
+            (
+                r["ack_samples"].as_u64().unwrap(),
+                r["ack_p99_us"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, f64)> = (0..2)
+        .map(|iv| {
+            let s = samples(c3, Some(iv));
+            (s.len() as u64, quantile(&s, 99, 100).unwrap() as f64 / 1e3)
+        })
+        .collect();
+    assert_eq!(got, want, "{tr}");
+    assert_eq!(rows.len(), 2, "{tr}");
+    let out = run(&[
+        "report".as_ref(),
+        "--qp".as_ref(),
+        "0x303".as_ref(),
+        tree.as_os_str(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ack p99"), "{text}");
+    assert!(
+        text.contains(&analysis::report::fmt_ns(Some(
+            UPPER_NS[latency::bucket(2_000_000)]
+        ))),
+        "{text}"
+    );
+
     // The HTML page: the kinds' table and a distribution chart per kind, the worst tables
     let page = dir.join("report.html");
     let out = run(&[
