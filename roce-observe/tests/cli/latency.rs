@@ -164,14 +164,20 @@ fn traffic() -> Vec<(u64, Vec<u8>)> {
                 2 => &[0x06, 0x08],
                 _ => &[0x06, 0x07, 0x08],
             };
-            for (i, &op) in ops.iter().enumerate() {
-                let last = i + 1 == ops.len();
-                let mut r = pkt(c.a, c.b, c.qb, op, psn)
-                    .ack_req(last)
+            // packet i of the message, at PSN p: AckReq on its last, a RETH on its first
+            let message_pkt = |i: usize, op: u8, p: u32| {
+                let r = pkt(c.a, c.b, c.qb, op, p)
+                    .ack_req(i + 1 == ops.len())
                     .payload_pattern(1024, 0, 1);
                 if op == 0x0a || op == 0x06 {
-                    r = r.reth(0x1000, 0x1234, 1024 * n);
+                    r.reth(0x1000, 0x1234, 1024 * n)
+                } else {
+                    r
                 }
+            };
+            for (i, &op) in ops.iter().enumerate() {
+                let last = i + 1 == ops.len();
+                let mut r = message_pkt(i, op, psn);
                 if ce && last {
                     r = r.mark(26, 3);
                 }
@@ -191,13 +197,7 @@ fn traffic() -> Vec<(u64, Vec<u8>)> {
             if ci == 2 && m == 200 {
                 // the last message resent (a timeout): its ACK cannot be timed (Karn)
                 for (i, &op) in ops.iter().enumerate() {
-                    let p = psn - n + i as u32;
-                    let mut r = pkt(c.a, c.b, c.qb, op, p)
-                        .ack_req(i + 1 == ops.len())
-                        .payload_pattern(1024, 0, 1);
-                    if op == 0x0a || op == 0x06 {
-                        r = r.reth(0x1000, 0x1234, 1024 * n);
-                    }
+                    let r = message_pkt(i, op, psn - n + i as u32);
                     out.push((end + 5_000 + i as u64 * 1_000, r.build()));
                 }
             }
