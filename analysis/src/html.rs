@@ -23,6 +23,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use contract::policy::PolicyConfig;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::engine::{Engine, EngineError, quote, render};
@@ -575,37 +576,18 @@ fn latency_section(s: &mut String, r: &Report) -> Result<(), HtmlError> {
 /// A latency distribution as an SVG bar chart: one bar per bucket from its lower to its upper
 /// edge on a log2 time axis (x = log2 of seconds, labelled in time), its height the samples.
 fn latency_chart(kind: &str, buckets: &[(i64, i64)]) -> Result<String, HtmlError> {
-    let name = format!("latency {kind}");
-    let err = |e: &dyn std::fmt::Display| HtmlError::Chart {
-        chart: name.clone(),
-        msg: e.to_string(),
-    };
     // bucket index i covers (2^((i-1)/4), 2^(i/4)] s: on the axis ((i-1)/4, i/4]
     let lo = buckets.iter().map(|b| b.0).min().unwrap_or(0) - 1;
     let hi = buckets.iter().map(|b| b.0).max().unwrap_or(0);
-    let (x0, x1) = ((lo - 2) as f64 / 4.0, (hi + 2) as f64 / 4.0);
     let y_max = buckets.iter().map(|b| b.1).max().unwrap_or(0).max(1) as f64 * 1.1;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (CHART_W, CHART_H)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| err(&e))?;
-        let mut c = ChartBuilder::on(&root)
-            .margin(8)
-            .x_label_area_size(32)
-            .y_label_area_size(56)
-            .build_cartesian_2d(x0..x1, 0f64..y_max)
-            .map_err(|e| err(&e))?;
-        c.configure_mesh()
-            .x_desc("latency (log scale)")
-            .y_desc("samples")
-            .x_labels(6)
-            .y_labels(5)
-            .label_style(("sans-serif", 11))
-            .light_line_style(RGBColor(238, 238, 238))
-            .y_label_formatter(&|v| short(*v))
-            .x_label_formatter(&|v| log2_seconds(*v))
-            .draw()
-            .map_err(|e| err(&e))?;
+    let axes = Axes {
+        x: (lo - 2) as f64 / 4.0..(hi + 2) as f64 / 4.0,
+        y: 0.0..y_max,
+        x_desc: "latency (log scale)",
+        y_desc: "samples",
+        x_label: &|v| log2_seconds(*v),
+    };
+    svg_chart(&format!("latency {kind}"), &axes, |c| {
         let col = PALETTE[0];
         c.draw_series(buckets.iter().map(|&(i, n)| {
             Rectangle::new(
@@ -613,10 +595,9 @@ fn latency_chart(kind: &str, buckets: &[(i64, i64)]) -> Result<String, HtmlError
                 col.filled(),
             )
         }))
-        .map_err(|e| err(&e))?;
-        root.present().map_err(|e| err(&e))?;
-    }
-    Ok(svg)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    })
 }
 
 /// An axis label for x = log2 of seconds: `1 µs`, `250 µs`, `4 ms`, `1 s`.
@@ -662,17 +643,55 @@ const CHART_H: u32 = 220;
 
 /// A line chart as an SVG element (plotters' SVG backend): x seconds since the run's start.
 fn chart(name: &str, y_desc: &str, x_max: f64, lines: &[Line]) -> Result<String, HtmlError> {
-    let err = |e: &dyn std::fmt::Display| HtmlError::Chart {
-        chart: name.to_string(),
-        msg: e.to_string(),
-    };
     let y_max = lines
         .iter()
         .flat_map(|l| l.pts.iter().map(|p| p.1))
         .filter(|v| v.is_finite())
         .fold(0.0f64, f64::max);
-    let y_top = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
-    let x_top = if x_max > 0.0 { x_max } else { 1.0 };
+    let axes = Axes {
+        x: 0.0..if x_max > 0.0 { x_max } else { 1.0 },
+        y: 0.0..if y_max > 0.0 { y_max * 1.1 } else { 1.0 },
+        x_desc: "s since the interface's first interval",
+        y_desc,
+        x_label: &|v| short(*v),
+    };
+    svg_chart(name, &axes, |c| {
+        for l in lines {
+            let col = l.color;
+            c.draw_series(LineSeries::new(l.pts.iter().copied(), col.stroke_width(2)))
+                .map_err(|e| e.to_string())?;
+            // Dots on the points while they are few (a lone point has no line to show it).
+            if l.pts.len() <= MAX_DOTS {
+                c.draw_series(l.pts.iter().map(|&p| Circle::new(p, 2, col.filled())))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A chart's axes: their ranges, descriptions and the x labels' form (y labels: [`short`]).
+struct Axes<'a> {
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+    x_desc: &'a str,
+    y_desc: &'a str,
+    x_label: &'a dyn Fn(&f64) -> String,
+}
+
+/// The chart area of every chart of the page (plotters' SVG backend, [`CHART_W`] x
+/// [`CHART_H`], its mesh and labels), `draw` drawing the series; the SVG element.
+fn svg_chart(
+    name: &str,
+    axes: &Axes,
+    draw: impl FnOnce(
+        &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    ) -> Result<(), String>,
+) -> Result<String, HtmlError> {
+    let err = |e: &dyn std::fmt::Display| HtmlError::Chart {
+        chart: name.to_string(),
+        msg: e.to_string(),
+    };
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (CHART_W, CHART_H)).into_drawing_area();
@@ -681,29 +700,20 @@ fn chart(name: &str, y_desc: &str, x_max: f64, lines: &[Line]) -> Result<String,
             .margin(8)
             .x_label_area_size(32)
             .y_label_area_size(56)
-            .build_cartesian_2d(0f64..x_top, 0f64..y_top)
+            .build_cartesian_2d(axes.x.clone(), axes.y.clone())
             .map_err(|e| err(&e))?;
         c.configure_mesh()
-            .x_desc("s since the interface's first interval")
-            .y_desc(y_desc)
+            .x_desc(axes.x_desc)
+            .y_desc(axes.y_desc)
             .x_labels(6)
             .y_labels(5)
             .label_style(("sans-serif", 11))
             .light_line_style(RGBColor(238, 238, 238))
             .y_label_formatter(&|v| short(*v))
-            .x_label_formatter(&|v| short(*v))
+            .x_label_formatter(axes.x_label)
             .draw()
             .map_err(|e| err(&e))?;
-        for l in lines {
-            let col = l.color;
-            c.draw_series(LineSeries::new(l.pts.iter().copied(), col.stroke_width(2)))
-                .map_err(|e| err(&e))?;
-            // Dots on the points while they are few (a lone point has no line to show it).
-            if l.pts.len() <= MAX_DOTS {
-                c.draw_series(l.pts.iter().map(|&p| Circle::new(p, 2, col.filled())))
-                    .map_err(|e| err(&e))?;
-            }
-        }
+        draw(&mut c).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)

@@ -399,21 +399,31 @@ impl Subject {
 
     /// `h1/eth0/egress 10.0.0.1 -> 10.0.0.2 qp 0x000201`, or the parts it has.
     pub fn name(&self) -> String {
-        let mut s = [&self.host, &self.iface, &self.dir]
-            .iter()
-            .filter_map(|x| x.as_deref())
-            .collect::<Vec<_>>()
-            .join("/");
-        match (&self.src, &self.dst) {
-            (Some(a), Some(b)) => s += &format!(" {a} -> {b}"),
-            (Some(a), None) => s += &format!(" {a}"),
-            _ => {}
-        }
-        if let Some(q) = self.qp {
-            s += &format!(" qp 0x{q:06x}");
-        }
-        s
+        key_name(
+            [&self.host, &self.iface, &self.dir],
+            [&self.src, &self.dst],
+            self.qp,
+        )
     }
+}
+
+/// A subject's or key's name from its parts: `h1/eth0/egress 10.0.0.1 -> 10.0.0.2 qp
+/// 0x000201`, the parts it lacks left out.
+fn key_name(place: [&Option<String>; 3], pair: [&Option<String>; 2], qp: Option<i64>) -> String {
+    let mut s = place
+        .iter()
+        .filter_map(|x| x.as_deref())
+        .collect::<Vec<_>>()
+        .join("/");
+    match pair {
+        [Some(a), Some(b)] => s += &format!(" {a} -> {b}"),
+        [Some(a), None] => s += &format!(" {a}"),
+        _ => {}
+    }
+    if let Some(q) = qp {
+        s += &format!(" qp 0x{q:06x}");
+    }
+    s
 }
 
 /// An interval (over every host) in which a rule fired.
@@ -603,23 +613,11 @@ impl LatencyKey {
 
     /// `h1/eth0/egress 10.0.0.1 -> 10.0.0.2 qp 0x000201`, as a check's subject names it.
     pub fn name(&self) -> String {
-        Subject {
-            part: String::new(),
-            host: self.host.clone(),
-            iface: self.iface.clone(),
-            dir: self.dir.clone(),
-            src: self.src.clone(),
-            dst: self.dst.clone(),
-            qp: self.qp,
-            violations: 0,
-            figure: 0,
-            peak: 0,
-            context: 0,
-            first_us: 0,
-            last_us: 0,
-            values: Vec::new(),
-        }
-        .name()
+        key_name(
+            [&self.host, &self.iface, &self.dir],
+            [&self.src, &self.dst],
+            self.qp,
+        )
     }
 }
 
