@@ -43,6 +43,23 @@ fn quantile(s: &[u64], num: usize, den: usize) -> Option<u64> {
     Some(UPPER_NS[latency::bucket(s[rank - 1])])
 }
 
+/// `roce-analyze html TREE -o DIR/report.html`, which must succeed; the page.
+fn html_page(tree: &std::path::Path, dir: &std::path::Path) -> String {
+    let page = dir.join("report.html");
+    let out = run(&[
+        "html".as_ref(),
+        tree.as_os_str(),
+        "-o".as_ref(),
+        page.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(&page).unwrap()
+}
+
 fn check<'a>(r: &'a Value, name: &str) -> &'a Value {
     r["checks"]
         .as_array()
@@ -332,19 +349,7 @@ fn the_report_judges_latency_and_ranks_the_worst_qps_by_p99() {
     );
 
     // The HTML page: the kinds' table and a distribution chart per kind, the worst tables
-    let page = dir.join("report.html");
-    let out = run(&[
-        "html".as_ref(),
-        tree.as_os_str(),
-        "-o".as_ref(),
-        page.as_os_str(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let html = std::fs::read_to_string(&page).unwrap();
+    let html = html_page(&tree, &dir);
     for k in ["ack", "read"] {
         let got = &r["latency"]["kinds"]
             .as_array()
@@ -386,19 +391,7 @@ fn a_tree_without_latency_says_so() {
         "{c}"
     );
     assert_eq!(r["latency"]["kinds"], serde_json::json!([]));
-    let page = dir.join("report.html");
-    let out = run(&[
-        "html".as_ref(),
-        dir.as_os_str(),
-        "-o".as_ref(),
-        page.as_os_str(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let html = std::fs::read_to_string(&page).unwrap();
+    let html = html_page(&dir, &dir);
     assert!(html.contains("No latency samples in these trees"));
     assert!(!html.contains("data-latency-chart"));
 }
