@@ -1471,6 +1471,11 @@ pub fn rates(f: &Figures) -> Vec<(&'static str, f64)> {
 /// samples).
 const LATENCY_FIGURES: [&str; 2] = ["ACK round trip p99 µs", "READ latency p99 µs"];
 
+/// The least relative tolerance of the latency figures: a p99 is a bucket's upper edge, the
+/// next edge 2^(1/4) = 1.19 times higher, so a p99 one bucket up is within the histograms'
+/// resolution.
+const LATENCY_TOLERANCE: f64 = 0.2;
+
 /// Figures of `now` worse than `base` by more than `tolerance` (relative) and `slack` (absolute).
 /// Largest baseline file read: a baseline is a few kilobytes, and a path such as `/dev/zero`
 /// must not be read until memory runs out.
@@ -1530,9 +1535,12 @@ pub fn compare(base: &Figures, now: &Figures, tolerance: f64, slack: f64) -> Vec
         .into_iter()
         .zip(rates(now))
         .filter(|((figure, b), (_, n))| {
-            !(LATENCY_FIGURES.contains(figure) && (*b == 0.0 || *n == 0.0))
+            if !LATENCY_FIGURES.contains(figure) {
+                return *n > b * (1.0 + tolerance) + slack;
+            }
+            // bucket edges, 19 % apart: one bucket up is within the quantization, two are not
+            *b != 0.0 && *n != 0.0 && *n > b * (1.0 + tolerance.max(LATENCY_TOLERANCE)) + slack
         })
-        .filter(|((_, b), (_, n))| *n > b * (1.0 + tolerance) + slack)
         .map(|((figure, b), (_, n))| Regression {
             figure,
             baseline: b,

@@ -89,6 +89,13 @@ impl Tcpdump {
         let mut c = self.child.take().expect("a running tcpdump");
         // the last frames through its buffer first (it stops reading at the signal)
         std::thread::sleep(Duration::from_millis(300));
+        if let Ok(Some(st)) = c.try_wait() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            return Err(LabError::Observer(format!(
+                "tcpdump exited during the traffic ({st}): {}",
+                text.trim()
+            )));
+        }
         // SAFETY: kill(2) on the child's pid.
         unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
         let t0 = Instant::now();

@@ -702,6 +702,10 @@ pub fn run_responder(
         if done.load(Ordering::SeqCst) {
             let t = *done_at.get_or_insert(now);
             if now.duration_since(t) > Duration::from_millis(100) {
+                // what is still held leaves now: every reply counted is sent
+                while let Some((_, sport, reply)) = held.pop_front() {
+                    tx.send(sport, reply)?;
+                }
                 break;
             }
         }
