@@ -3,6 +3,7 @@
 # scripts/soft-roce-test.sh, which runs this and then scripts/soft-roce-check.py).
 #
 #   soft-roce-guest.sh BIN RESULTS [CASE...]
+#   soft-roce-guest.sh --list              the cases run when none is named
 #
 # Two network namespaces, rxo-a and rxo-b. Case number i gets its own veth pair (va<i>
 # 10.77.<i>.1 in rxo-a, vb<i> 10.77.<i>.2 in rxo-b) with an rxe device on each end (rxa<i>,
@@ -26,10 +27,12 @@
 # Exit status: 0 when every case ran (their checks are the host's), 1 otherwise.
 set -uo pipefail
 
+ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write delay_write delay_ack2 delay_ack20 remark_write qps_write qps_cm qps_err)
+# `soft-roce-guest.sh --list`: the cases, one a line (what the host runs when it names none).
+[ "${1:-}" = --list ] && { printf '%s\n' "${ALL_CASES[@]}"; exit 0; }
 BIN="${1:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
 RES="${2:?usage: soft-roce-guest.sh BIN RESULTS [CASE...]}"
 shift 2
-ALL_CASES=(write_dscp26 write_tc0 send_dscp46 read_dscp26 atomic_dscp26 rc_pingpong loss_write delay_write delay_ack2 delay_ack20 remark_write qps_write qps_cm qps_err)
 [ $# -gt 0 ] && CASES=("$@") || CASES=("${ALL_CASES[@]}")
 
 NSA=rxo-a NSB=rxo-b
