@@ -108,10 +108,11 @@ bounding=$(for c in $caps; do printf ',+%s' "$(echo "${c#CAP_}" | tr 'A-Z' 'a-z'
 ip netns add "$ns"
 ip -n "$ns" link add veth-a type veth peer name veth-b
 ip -n "$ns" link set lo up; ip -n "$ns" link set veth-a up; ip -n "$ns" link set veth-b up
-sed -i 's/^ROCE_OBSERVE_OPTS=.*/ROCE_OBSERVE_OPTS="--iface veth-b --duration 3s"/' "$root/etc/default/roce-observe"
+sed -i 's/^ROCE_OBSERVE_OPTS=.*/ROCE_OBSERVE_OPTS="--iface veth-b --duration 90s"/' "$root/etc/default/roce-observe"
 # systemd's $VAR expansion splits on white space, as the shell's unquoted expansion does
+# (it execs: call it in a subshell, `$(...)` or `&`)
 run_in_root() {
-  ip netns exec "$ns" unshare -m --propagation private sh -c '
+  exec ip netns exec "$ns" unshare -m --propagation private sh -c '
     r="$1"; shift
     mount --rbind /sys "$r/sys" && mount -t proc proc "$r/proc" && mount --rbind /dev "$r/dev" || exit 99
     exec chroot "$r" setpriv --bounding-set="-all'"$bounding"'" --inh-caps=-all sh -c "$*"
@@ -136,11 +137,24 @@ for psn in range(20):
     sk.send(bytes([2, 0, 0, 0, 0, 0xb, 2, 0, 0, 0, 0, 0xa]) + b"\x08\x00" + ip + udp)
 '
 }
-( sleep 1.5; send_roce ) &
-sender=$!
-out=$(run_in_root ". /etc/default/roce-observe; exec $exec_start" 2>&1)
+# The frames once it has attached (a fixed wait lost the race on a loaded machine, where
+# loading the programs took longer), then SIGINT, its usual stop; --duration bounds the run.
+# (run_in_root execs, and so does every step after it: $! is roce-observe's own pid)
+run_in_root ". /etc/default/roce-observe; exec $exec_start" >"$work/observe.log" 2>&1 &
+obs=$!
+for ((i = 0; i < 300; i++)); do
+  grep -q "attached ingress" "$work/observe.log" && break
+  kill -0 "$obs" 2>/dev/null || break
+  sleep 0.2
+done
+if grep -q "attached ingress" "$work/observe.log"; then
+  send_roce || bad "sending RoCE frames into the namespace"
+  sleep 1
+  kill -INT "$obs" 2>/dev/null
+fi
+wait "$obs"
 rc=$?
-wait "$sender" || bad "sending RoCE frames into the namespace"
+out=$(cat "$work/observe.log")
 check "the unit's ExecStart runs (exit $rc) under its CapabilityBoundingSet only" test "$rc" = 0
 check "it attached to the veth" grep -q "attached ingress" <<<"$out"
 check "it wrote summary.json under /var/lib/roce-observe/flows" test -s "$root/var/lib/roce-observe/flows/summary.json"

@@ -1008,15 +1008,19 @@ def median(xs):
 # ACK round trip there is the responder's turnaround, plus the delay netem adds to its ACKs
 # on va<i> (tcpdump sees a frame sent after the qdisc), not the delay added on vb<i>.
 LAT_BOUND_NS = 10_000_000  # the turnaround of rxe under TCG, and scheduling, at the median
+# Every bound is the delay added at this point plus LAT_BOUND_NS: the turnaround alone moves
+# between 0.1 and 3 ms from run to run under TCG (more while other observers still load), so
+# no tighter figure holds. Whether a delay is in the figure is told by every sample, not by the
+# median: with it, none is below the delay.
 LAT_EXPECT = {
-    "write_dscp26": ("ACK round trip, no delay added: median below 2 ms",
-                     lambda v: v["samples"] and median(v["samples"]) < 2_000_000),
+    "write_dscp26": ("ACK round trip, no delay added: median within 10 ms",
+                     lambda v: v["samples"] and median(v["samples"]) <= LAT_BOUND_NS),
     "delay_ack2": ("ACK round trip with 2 ms added to the ACKs: every sample 2 ms or more, median within 2 ms + 10 ms",
                    lambda v: v["samples"] and min(v["samples"]) >= 2_000_000 and median(v["samples"]) <= 2_000_000 + LAT_BOUND_NS),
     "delay_ack20": ("ACK round trip with 20 ms added to the ACKs: every sample 20 ms or more, median within 20 ms + 10 ms",
                     lambda v: v["samples"] and min(v["samples"]) >= 20_000_000 and median(v["samples"]) <= 20_000_000 + LAT_BOUND_NS),
-    "delay_write": ("5 ms added before this point is not in the responder's figure: median below 5 ms",
-                    lambda v: v["samples"] and median(v["samples"]) < 5_000_000),
+    "delay_write": ("5 ms added before this point is not in the responder's figure: some samples below 5 ms, median within 10 ms",
+                    lambda v: v["samples"] and min(v["samples"]) < 5_000_000 and median(v["samples"]) <= LAT_BOUND_NS),
     "read_dscp26": ("READ latency measured", lambda v: len(v["buckets"][1]) > 0),
     "loss_write": ("NAK to resend measured, resent PSNs excluded (Karn)",
                    lambda v: len(v["buckets"][2]) > 0 and v["ambiguous"] > 0),
