@@ -16,16 +16,13 @@ use crate::sources::datapath::FastHash;
 /// One interface's latency state, indexed by the datapath's key positions.
 pub struct LatencyTracker {
     timeout_ns: u64,
-    /// Per key position: its [`Requester`] in `reqs` + 1, 0 when nothing is open.
-    req_of: Vec<u32>,
+    /// Per key position, what the tracker knows of it (one place, so that a packet reads one
+    /// cache line of it).
+    slots: Vec<Slot>,
     reqs: Vec<Requester>,
     /// Requesters whose entries closed, for reuse (memory follows the keys with something
     /// open, not every key seen).
     free: Vec<u32>,
-    /// Per key position: the position + 1 of the reverse key it is paired with, 0 none.
-    pair_of: Vec<u32>,
-    /// Per key position: listed in `by_ips` (once, whatever its requester does).
-    indexed: Vec<bool>,
     /// Keys with a requester, by (source, destination) address: the pairing candidates.
     by_ips: HashMap<([u8; 16], [u8; 16]), Vec<u32>, FastHash>,
     /// Outcomes since they were last handed over (the source clears it).
@@ -35,15 +32,24 @@ pub struct LatencyTracker {
     pub ambiguous_pairs: u64,
 }
 
+/// One key position's latency state.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    /// Its [`Requester`] in `reqs` + 1, 0 when nothing is open.
+    req: u32,
+    /// The position + 1 of the reverse key it is paired with, 0 none.
+    pair: u32,
+    /// Listed in `by_ips` (once, whatever its requester does).
+    indexed: bool,
+}
+
 impl LatencyTracker {
     pub fn new(timeout_ns: u64) -> LatencyTracker {
         LatencyTracker {
             timeout_ns: timeout_ns.min(latency::MAX_TIMEOUT_NS),
-            req_of: Vec::new(),
+            slots: Vec::new(),
             reqs: Vec::new(),
             free: Vec::new(),
-            pair_of: Vec::new(),
-            indexed: Vec::new(),
             by_ips: HashMap::default(),
             records: Vec::new(),
             ambiguous_pairs: 0,
@@ -55,13 +61,18 @@ impl LatencyTracker {
         std::mem::take(&mut self.records)
     }
 
+    #[inline]
     fn grow(&mut self, i: usize) {
-        if i >= self.req_of.len() {
-            let n = (i + 1).max(self.req_of.len() * 2).max(64);
-            self.req_of.resize(n, 0);
-            self.pair_of.resize(n, 0);
-            self.indexed.resize(n, false);
+        if i >= self.slots.len() {
+            self.grow_to(i);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow_to(&mut self, i: usize) {
+        let n = (i + 1).max(self.slots.len() * 2).max(64);
+        self.slots.resize(n, Slot::default());
     }
 
     /// One RoCE packet of the key at position `i` (`entries` the datapath's keys, its value
@@ -78,14 +89,14 @@ impl LatencyTracker {
         let op = f.bth.opcode;
         self.grow(i);
         if latency::is_response(op) {
-            let j = match self.pair_of[i] {
+            let j = match self.slots[i].pair {
                 0 => match self.find_pair(entries, i, f) {
                     Some(j) => j,
                     None => return,
                 },
                 p => p as usize - 1,
             };
-            let r = match self.req_of[j] {
+            let r = match self.slots[j].req {
                 // a NAK opens a measurement of its own: nothing else need be open
                 0 if f.has_aeth != 0 && f.aeth_syndrome() == 0x60 => self.acquire(entries, j),
                 0 => return,
@@ -103,7 +114,7 @@ impl LatencyTracker {
         if step == PsnStep::Reborn {
             self.unpair(i);
         }
-        let r = match self.req_of[i] {
+        let r = match self.slots[i].req {
             0 if op == OPCODE_RC_READ_REQUEST || f.bth.ack_req != 0 || f.ecn == 3 => {
                 self.acquire(entries, i)
             }
@@ -120,12 +131,12 @@ impl LatencyTracker {
     }
 
     /// The requesters and where the outcomes of the key at position `i`, decided at `t`, go.
-    fn sink<'a>(&'a mut self, entries: &[(QpKey, QpValue)], i: usize, t: u64) -> Split<'a> {
+    fn sink<'a>(&'a mut self, entries: &'a [(QpKey, QpValue)], i: usize, t: u64) -> Split<'a> {
         Split {
             reqs: &mut self.reqs,
             out: Outcomes {
                 records: &mut self.records,
-                key: entries[i].0,
+                key: &entries[i].0,
                 t,
             },
         }
@@ -140,9 +151,9 @@ impl LatencyTracker {
                 self.reqs.len() as u32
             }
         };
-        self.req_of[i] = r;
-        if !self.indexed[i] {
-            self.indexed[i] = true;
+        self.slots[i].req = r;
+        if !self.slots[i].indexed {
+            self.slots[i].indexed = true;
             let k = &entries[i].0;
             self.by_ips
                 .entry((k.src_ip, k.dst_ip))
@@ -153,16 +164,16 @@ impl LatencyTracker {
     }
 
     fn release(&mut self, i: usize) {
-        let r = std::mem::take(&mut self.req_of[i]);
+        let r = std::mem::take(&mut self.slots[i].req);
         if r != 0 {
             self.free.push(r);
         }
     }
 
     fn unpair(&mut self, i: usize) {
-        let p = std::mem::take(&mut self.pair_of[i]);
-        if p != 0 && self.pair_of.get(p as usize - 1) == Some(&(i as u32 + 1)) {
-            self.pair_of[p as usize - 1] = 0;
+        let p = std::mem::take(&mut self.slots[i].pair);
+        if p != 0 && self.slots.get(p as usize - 1).map(|s| s.pair) == Some(i as u32 + 1) {
+            self.slots[p as usize - 1].pair = 0;
         }
     }
 
@@ -179,10 +190,10 @@ impl LatencyTracker {
         // a key stays listed once it had a requester; those with nothing open are skipped
         for &j in cands.iter() {
             let j = j as usize;
-            if j == i || self.req_of[j] == 0 {
+            if j == i || self.slots[j].req == 0 {
                 continue;
             }
-            let rq = &self.reqs[self.req_of[j] as usize - 1];
+            let rq = &self.reqs[self.slots[j].req as usize - 1];
             let max = entries[j].1.psn_max().unwrap_or(0);
             if (cnp && rq.ce_waiting()) || (!cnp && rq.covers(a, max)) {
                 found = Some(j);
@@ -196,16 +207,16 @@ impl LatencyTracker {
         let j = found?;
         self.unpair(j);
         self.unpair(i);
-        self.pair_of[i] = j as u32 + 1;
-        self.pair_of[j] = i as u32 + 1;
+        self.slots[i].pair = j as u32 + 1;
+        self.slots[j].pair = i as u32 + 1;
         Some(j)
     }
 
     /// Every open measurement ends as `how` at `t` (`Open`: the end of the observation;
     /// `Unmatched`: the positions moving).
     pub fn close_all(&mut self, entries: &[(QpKey, QpValue)], t: u64, how: Outcome) {
-        for i in 0..self.req_of.len().min(entries.len()) {
-            let r = self.req_of[i];
+        for i in 0..self.slots.len().min(entries.len()) {
+            let r = self.slots[i].req;
             if r == 0 {
                 continue;
             }
@@ -217,9 +228,7 @@ impl LatencyTracker {
 
     /// Forgets every position (the datapath's keys moved); open measurements were closed.
     pub fn reset(&mut self) {
-        self.req_of.clear();
-        self.pair_of.clear();
-        self.indexed.clear();
+        self.slots.clear();
         self.by_ips.clear();
         self.reqs.clear();
         self.free.clear();
@@ -235,14 +244,15 @@ struct Split<'a> {
 /// Where the outcomes of one key go: records for the outputs.
 struct Outcomes<'a> {
     records: &'a mut Vec<Record>,
-    key: QpKey,
+    /// Borrowed: most packets decide nothing, and a key is 40 bytes.
+    key: &'a QpKey,
     t: u64,
 }
 
 impl Outcomes<'_> {
     #[inline]
     fn add(&mut self, k: u8, o: Outcome) {
-        self.records.push(Record::new(self.key, self.t, k, o));
+        self.records.push(Record::new(*self.key, self.t, k, o));
     }
 }
 
