@@ -67,12 +67,17 @@ unran() {
   UNRAN=()
   for c in "${WANT[@]}"; do [ -f "$RES/$c/status" ] || UNRAN+=("$c"); done
 }
-start=$SECONDS
-vm_rc=0
-"$VM" 7 --timeout "$TIMEOUT" --mem 3G --rwdir "$RES" -- \
-  bash "$ROOT/scripts/soft-roce-guest.sh" "$BIN" "$RES" "${WANT[@]}" || vm_rc=$?
-vm_s=$((SECONDS - start))
-echo "soft-roce: VM run $vm_s s ($(awk "BEGIN{printf \"%.1f\", $vm_s/60}") min), exit $vm_rc" >&2
+# guest WHICH CASE...: one VM running the guest script on CASE...; sets vm_rc.
+guest() {
+  local which="$1" start=$SECONDS s
+  shift
+  vm_rc=0
+  "$VM" 7 --timeout "$TIMEOUT" --mem 3G --rwdir "$RES" -- \
+    bash "$ROOT/scripts/soft-roce-guest.sh" "$BIN" "$RES" "$@" || vm_rc=$?
+  s=$((SECONDS - start))
+  echo "soft-roce: ${which}VM run $s s ($(awk "BEGIN{printf \"%.1f\", $s/60}") min), exit $vm_rc" >&2
+}
+guest "" "${WANT[@]}"
 unran
 # A guest that ended before every case had run (under TCG a kernel now and then oopses, as vm.sh
 # says of boots; its console's tail is printed above) runs the cases it never finished once more,
@@ -81,12 +86,7 @@ unran
 if [ "$vm_rc" != 0 ] && [ "$vm_rc" != 124 ] && [ ${#UNRAN[@]} -gt 0 ]; then
   echo "soft-roce: the VM ended (exit $vm_rc) before ${#UNRAN[@]} of ${#WANT[@]} cases had run (${UNRAN[*]}); running them once more in a new VM (the first guest's log: $RES/guest-1.txt)" >&2
   mv "$RES/guest.txt" "$RES/guest-1.txt" 2>/dev/null
-  start=$SECONDS
-  vm_rc=0
-  "$VM" 7 --timeout "$TIMEOUT" --mem 3G --rwdir "$RES" -- \
-    bash "$ROOT/scripts/soft-roce-guest.sh" "$BIN" "$RES" "${UNRAN[@]}" || vm_rc=$?
-  vm_s=$((SECONDS - start))
-  echo "soft-roce: second VM run $vm_s s ($(awk "BEGIN{printf \"%.1f\", $vm_s/60}") min), exit $vm_rc" >&2
+  guest "second " "${UNRAN[@]}"
 fi
 if [ "$vm_rc" = 124 ] || [ "$vm_rc" = 125 ]; then
   # The VM did not come back, or never ran the guest script: no case result to check.
