@@ -1,5 +1,5 @@
 //! `cargo xtask bench-replay [--packets N] [--keys 20000,200000] [--many-packets N]
-//! [--only friendly|many] [--keep]`: replay throughput against tshark (`--generate FILE KEYS`:
+//! [--only friendly|many|files] [--keep]`: replay throughput against tshark (`--generate FILE KEYS`:
 //! only write one many-keys capture of `--many-packets`, given before it, for profiling).
 //!
 //! Two sets of cases. "many" (the realistic one, a GPU cluster's mirror port): for each of
@@ -167,7 +167,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                     .map(|k| k.trim().parse::<u32>().map(|k| k.max(2)))
                     .collect::<Result<_, _>>()?
             }
-            "--only" => only = Some(it.next().context("--only friendly|many")?.clone()),
+            "--only" => only = Some(it.next().context("--only friendly|many|files")?.clone()),
             "--keep" => keep = true,
             "--generate" => {
                 // Only writes one many-keys capture (for profiling): --generate FILE KEYS.
@@ -178,7 +178,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 return Ok(());
             }
             other => bail!(
-                "unknown option {other} (options: --packets N, --keys N,N, --many-packets N, --only friendly|many, --keep)"
+                "unknown option {other} (options: --packets N, --keys N,N, --many-packets N, --only friendly|many|files, --keep)"
             ),
         }
     }
@@ -187,6 +187,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let bin = build_binary(&dir)?;
     if only.as_deref().is_none_or(|o| o == "many") {
         many_keys(&bin, &dir, many_packets, &keys, keep)?;
+    }
+    if only.as_deref().is_none_or(|o| o == "files") {
+        two_files(&bin, &dir, many_packets, &[64, 20_000])?;
     }
     if only.as_deref().is_none_or(|o| o == "friendly") {
         let inputs = generate_inputs(&dir, packets)?;
@@ -197,6 +200,74 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         println!("captures kept in {}", dir.display());
     } else {
         std::fs::remove_dir_all(&dir)?;
+    }
+    Ok(())
+}
+
+/// Two captures of separate observation points in one command (two stems read at once,
+/// `--readers 2`) against one of them alone, and against the two read one after another
+/// (`--readers 1`), with the outputs and with `--no-out`; for each of `keys` (a capture of
+/// `packets` generated as the many-keys case's, copied under a second name). Goal: the two at
+/// least 1.7x the rate of one, by wall time.
+fn two_files(bin: &Path, dir: &Path, packets: u64, keys: &[u32]) -> anyhow::Result<()> {
+    let out = dir.join("out");
+    let out = out.to_str().context("temporary directory not UTF-8")?;
+    let mut lines = Vec::new();
+    for &k in keys {
+        let (a, b) = (
+            dir.join(format!("point-a-{k}.pcap")),
+            dir.join(format!("point-b-{k}.pcap")),
+        );
+        eprintln!("generating {packets} packets over {k} QP keys, twice...");
+        generate_many(&a, packets, k / 2, 10)?;
+        std::fs::copy(&a, &b)?;
+        for f in [&a, &b] {
+            std::io::copy(&mut std::fs::File::open(f)?, &mut std::io::sink())?;
+        }
+        eprintln!("timing one and two captures ({k} keys)...");
+        for (what, base) in [
+            ("outputs on", vec!["--out", out]),
+            ("--no-out", vec!["--no-out"]),
+        ] {
+            let one = replay3_files(bin, dir, &[&a], &base)?;
+            let mut two_args = base.clone();
+            two_args.extend(["--readers", "2"]);
+            let two = replay3_files(bin, dir, &[&a, &b], &two_args)?;
+            let mut seq_args = base.clone();
+            seq_args.extend(["--readers", "1"]);
+            let seq = replay3_files(bin, dir, &[&a, &b], &seq_args)?;
+            let rate = |r: &Run, n: f64| n * packets as f64 / r.wall / 1e6;
+            let ratio = rate(&two, 2.0) / rate(&one, 1.0);
+            lines.push(format!(
+                concat!(
+                    "{:>6} keys, {:<10}: one {:.3} s ({:.2} Mpps), two at once {:.3} s ({:.2} Mpps, ",
+                    "{:.2} cores, {:.1} MB), one after another {:.3} s ({:.2} Mpps): two at once ",
+                    "{:.2}x the rate of one (goal >= 1.7x: {}), {:.2}x one after another"
+                ),
+                k,
+                what,
+                one.wall,
+                rate(&one, 1.0),
+                two.wall,
+                rate(&two, 2.0),
+                two.cpu / two.wall,
+                two.rss_kib as f64 / 1024.0,
+                seq.wall,
+                rate(&seq, 2.0),
+                ratio,
+                if ratio >= 1.7 { "met" } else { "not met" },
+                seq.wall / two.wall,
+            ));
+        }
+        let _ = std::fs::remove_file(&a);
+        let _ = std::fs::remove_file(&b);
+    }
+    println!(
+        "\nTwo captures of separate points in one command (median of 3, wall time; load {:.2}):",
+        load_average()
+    );
+    for l in lines {
+        println!("{l}");
     }
     Ok(())
 }
@@ -491,12 +562,17 @@ fn generate_many(path: &Path, packets: u64, conns: u32, secs: u64) -> anyhow::Re
 /// Median of 3 runs of `roce-observe replay` with `args` before the file, each with a fresh
 /// output directory.
 fn replay3(bin: &Path, dir: &Path, file: &Path, args: &[&str]) -> anyhow::Result<Run> {
+    replay3_files(bin, dir, &[file], args)
+}
+
+/// [`replay3`] of several files in one command.
+fn replay3_files(bin: &Path, dir: &Path, files: &[&Path], args: &[&str]) -> anyhow::Result<Run> {
     let out_dir = dir.join("out");
     let mut runs = Vec::new();
     for _ in 0..3 {
         let _ = std::fs::remove_dir_all(&out_dir);
         let mut c = Command::new(bin);
-        c.current_dir(dir).arg("replay").args(args).arg(file);
+        c.current_dir(dir).arg("replay").args(args).args(files);
         runs.push(timed(&mut c)?);
     }
     let _ = std::fs::remove_dir_all(&out_dir);

@@ -21,6 +21,10 @@
 //! - **Errors** of the consumer come back at the producer's next call (the consumer's thread
 //!   goes on with the calls after it, as an inline consumer does), or from [`Offload::finish`].
 //! - A panic of the consumer's thread is carried to the thread that calls [`Offload::finish`].
+//! - **Lanes** ([`Offload::start_lanes`]): several producers on threads of their own (replay's
+//!   readers of separate observation points), whose calls the consumer does one lane after
+//!   another, as if one producer had made them; a later lane is bounded by [`AHEAD_ENTRIES`]
+//!   and paced ([`Pace`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -50,6 +54,13 @@ const MAX_ITEMS: usize = 64 * BATCH;
 /// writes the first, one of many keys waits for it (its copy would cost memory per key).
 const MAX_ENTRIES: usize = 40_000;
 
+/// Changed entries a lane after the first ([`Offload::start_lanes`]) may hand over beyond
+/// one snapshot while the consumer is still on an earlier lane (about 24 MB compactly): a
+/// second capture is read beside the first for as many intervals as this holds, then its
+/// reader waits for the outputs. It binds only where the consumer is the slower side (many
+/// changed keys an interval), where reading further ahead would gain nothing.
+const AHEAD_ENTRIES: usize = 65_536;
+
 /// What is handed over and not yet done: the producer waits while [`MAX_ENTRIES`] changed
 /// entries of snapshots are (before it copies another) or [`MAX_ITEMS`] events and pauses.
 #[derive(Default)]
@@ -61,15 +72,26 @@ struct InFlight {
     closed: bool,
 }
 
-#[derive(Default)]
 struct Gate {
     state: Mutex<InFlight>,
     cv: Condvar,
     /// An error waits in the error channel (read at every call: cheaper than the channel).
     error: AtomicBool,
+    /// Changed entries in flight at most beyond one snapshot ([`MAX_ENTRIES`], or
+    /// [`AHEAD_ENTRIES`] for a lane after the first).
+    max_entries: usize,
 }
 
 impl Gate {
+    fn new(max_entries: usize) -> Gate {
+        Gate {
+            state: Mutex::new(InFlight::default()),
+            cv: Condvar::new(),
+            error: AtomicBool::new(false),
+            max_entries,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, InFlight> {
         // the counts stay consistent when a holder panicked: each update is one statement
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -80,7 +102,7 @@ impl Gate {
     fn enter(&self, entries: usize, items: usize) -> bool {
         let mut st = self.lock();
         while !st.closed
-            && ((entries > 0 && st.entries > 0 && st.entries + entries > MAX_ENTRIES)
+            && ((entries > 0 && st.entries > 0 && st.entries + entries > self.max_entries)
                 || (items > 0 && st.items > 0 && st.items + items > MAX_ITEMS))
         {
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -103,12 +125,91 @@ impl Gate {
     }
 }
 
-/// Closes the gate when the consumer's thread ends, also by a panic.
-struct CloseOnDrop(Arc<Gate>);
+/// Closes the lanes' gates when the consumer's thread ends, also by a panic.
+struct CloseOnDrop(Vec<Arc<Gate>>);
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
-        self.0.close();
+        for g in &self.0 {
+            g.close();
+        }
+    }
+}
+
+/// Which lanes' producers may read ahead now: those within `free` lanes after the one the
+/// consumer does, always; the others only while the consumer waits for its lane's next call
+/// (its thread idle). On 2 cores with the outputs on, a second reader would otherwise take CPU
+/// from the outputs' thread, the slower side with many keys; a reader waiting here costs none.
+pub struct Pace {
+    st: Mutex<PaceState>,
+    cv: Condvar,
+    free: usize,
+}
+
+struct PaceState {
+    /// The lane the consumer does.
+    current: usize,
+    /// The consumer is doing a call (not waiting for one).
+    busy: bool,
+}
+
+impl Pace {
+    fn new(free: usize) -> Pace {
+        Pace {
+            st: Mutex::new(PaceState {
+                current: 0,
+                busy: false,
+            }),
+            cv: Condvar::new(),
+            free,
+        }
+    }
+
+    fn set(&self, f: impl FnOnce(&mut PaceState)) {
+        f(&mut self.st.lock().unwrap_or_else(|p| p.into_inner()));
+        self.cv.notify_all();
+    }
+
+    /// Waits while `lane` may not read ahead: it is more than `free` lanes after the
+    /// consumer's and the consumer is busy. Bounded: after [`PACE_WAIT_MAX`] it goes on.
+    fn wait_turn(&self, lane: usize) {
+        let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+        let deadline = std::time::Instant::now() + PACE_WAIT_MAX;
+        while lane > st.current + self.free && st.busy {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self
+                .cv
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// The longest one [`Pacer::wait`] waits (the consumer is busy for one call at a time, an
+/// interval's rows at the most).
+const PACE_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A lane's producer's side of [`Pace`], for its reader to call between frames.
+#[derive(Clone)]
+pub struct Pacer {
+    pace: Arc<Pace>,
+    lane: usize,
+}
+
+impl Pacer {
+    /// Returns when this lane may read on.
+    pub fn wait(&self) {
+        self.pace.wait_turn(self.lane);
+    }
+}
+
+impl std::fmt::Debug for Pacer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pacer(lane {}, {} free)", self.lane, self.pace.free)
     }
 }
 
@@ -151,15 +252,17 @@ enum Call {
     IdleKeys(String, u64, u64, usize, SyncSender<Vec<QpKey>>),
 }
 
-/// The producer's end: a [`Consumer`] whose calls run on the consumer's thread.
-pub struct Offload<C: Consumer + Send + 'static> {
+/// The producer's end of one lane: a [`Consumer`] whose calls run on the consumer's thread.
+pub struct Producer {
     tx: Option<Sender<Batch>>,
     gate: Arc<Gate>,
     /// Buffers of snapshot entries the consumer's thread is done with, to be filled again
     /// (a fresh buffer of an interval's values costs its page faults, every interval).
     spare: Receiver<CompactQps>,
-    errors: Receiver<ConsumerError>,
-    worker: Option<JoinHandle<C>>,
+    errors: Option<Receiver<ConsumerError>>,
+    /// Where the error channel goes when this end is dropped: the errors of its last calls
+    /// reach [`Offload::finish`].
+    returned: Arc<Mutex<Vec<Receiver<ConsumerError>>>>,
     /// Calls not yet handed over (events and pauses, in order), and how many events and
     /// pauses they hold. In a cell: [`Consumer::idle_keys`] hands them over from `&self`.
     pending: RefCell<Vec<Call>>,
@@ -169,40 +272,142 @@ pub struct Offload<C: Consumer + Send + 'static> {
     sent: HashMap<String, (u64, usize)>,
     /// Snapshots handed over as their changed entries only.
     partial: u64,
+    /// This lane's number and the consumer's pace.
+    lane: usize,
+    pace: Arc<Pace>,
+}
+
+/// The consumer's end of one lane.
+struct Lane {
+    rx: Receiver<Batch>,
+    errors: Sender<ConsumerError>,
+    spare: SyncSender<CompactQps>,
+    gate: Arc<Gate>,
+}
+
+fn lane(
+    n: usize,
+    max_entries: usize,
+    returned: &Arc<Mutex<Vec<Receiver<ConsumerError>>>>,
+    pace: &Arc<Pace>,
+) -> (Producer, Lane) {
+    let (tx, rx) = channel::<Batch>();
+    let (etx, errors) = channel();
+    let (spare_tx, spare) = sync_channel(SPARES);
+    let gate = Arc::new(Gate::new(max_entries));
+    let p = Producer {
+        tx: Some(tx),
+        gate: gate.clone(),
+        spare,
+        errors: Some(errors),
+        returned: returned.clone(),
+        pending: RefCell::new(Vec::new()),
+        pending_items: 0,
+        sent: HashMap::new(),
+        partial: 0,
+        lane: n,
+        pace: pace.clone(),
+    };
+    let l = Lane {
+        rx,
+        errors: etx,
+        spare: spare_tx,
+        gate,
+    };
+    (p, l)
+}
+
+/// The consumer on its thread, and the producer's end of its first lane (the calls of
+/// [`Offload::start`]: `&mut *offload` is the [`Consumer`]).
+pub struct Offload<C: Consumer + Send + 'static> {
+    own: Option<Producer>,
+    worker: Option<JoinHandle<C>>,
+    returned: Arc<Mutex<Vec<Receiver<ConsumerError>>>>,
+}
+
+impl<C: Consumer + Send + 'static> std::ops::Deref for Offload<C> {
+    type Target = Producer;
+    fn deref(&self) -> &Producer {
+        self.own
+            .as_ref()
+            .expect("an offload started with its own lane")
+    }
+}
+
+impl<C: Consumer + Send + 'static> std::ops::DerefMut for Offload<C> {
+    fn deref_mut(&mut self) -> &mut Producer {
+        self.own
+            .as_mut()
+            .expect("an offload started with its own lane")
+    }
 }
 
 impl<C: Consumer + Send + 'static> Offload<C> {
-    /// Starts `consumer`'s thread.
+    /// Starts `consumer`'s thread with one lane, the offload's own.
     pub fn start(consumer: C) -> std::io::Result<Offload<C>> {
-        let (tx, rx) = channel::<Batch>();
-        let (etx, errors) = channel();
-        let (spare_tx, spare) = sync_channel(SPARES);
-        let gate = Arc::new(Gate::default());
-        let g = gate.clone();
+        let (mut off, mut lanes) = Offload::start_lanes(consumer, 1, 0)?;
+        off.own = lanes.pop();
+        Ok(off)
+    }
+
+    /// Starts `consumer`'s thread with `n` lanes (at least one), each a [`Producer`] for a
+    /// thread of its own. The consumer does every call of the first lane, then every call of
+    /// the second (once its producer has been dropped), and so on: the calls it sees are those
+    /// of the lanes one after another, as if one producer had made them. A lane after the
+    /// first runs ahead of the consumer by at most [`AHEAD_ENTRIES`] changed entries (its
+    /// producer then waits), so that separate inputs are read in parallel with bounded memory.
+    /// The `free` lanes after the consumer's read ahead at will, the later ones while the
+    /// consumer waits for a call ([`Producer::pacer`]; with C cores, C - 2: the consumer's lane
+    /// and the consumer take two).
+    pub fn start_lanes(
+        consumer: C,
+        n: usize,
+        free: usize,
+    ) -> std::io::Result<(Offload<C>, Vec<Producer>)> {
+        Offload::start_lanes_with(consumer, n, AHEAD_ENTRIES, free)
+    }
+
+    /// [`Offload::start_lanes`] with `ahead` for [`AHEAD_ENTRIES`].
+    fn start_lanes_with(
+        consumer: C,
+        n: usize,
+        ahead: usize,
+        free: usize,
+    ) -> std::io::Result<(Offload<C>, Vec<Producer>)> {
+        let returned = Arc::new(Mutex::new(Vec::new()));
+        let pace = Arc::new(Pace::new(free));
+        let (producers, lanes): (Vec<_>, Vec<_>) = (0..n.max(1))
+            .map(|i| {
+                lane(
+                    i,
+                    if i == 0 { MAX_ENTRIES } else { ahead },
+                    &returned,
+                    &pace,
+                )
+            })
+            .unzip();
+        let gates = lanes.iter().map(|l| l.gate.clone()).collect();
         let worker = std::thread::Builder::new()
             .name("outputs".into())
             .spawn(move || {
-                let _close = CloseOnDrop(g.clone());
-                run(consumer, rx, etx, spare_tx, &g)
+                let _close = CloseOnDrop(gates);
+                run(consumer, lanes, &pace)
             })?;
-        Ok(Offload {
-            tx: Some(tx),
-            gate,
-            spare,
-            errors,
-            worker: Some(worker),
-            pending: RefCell::new(Vec::new()),
-            pending_items: 0,
-            sent: HashMap::new(),
-            partial: 0,
-        })
+        Ok((
+            Offload {
+                own: None,
+                worker: Some(worker),
+                returned,
+            },
+            producers,
+        ))
     }
 
-    /// Waits for every call handed over, then gives the consumer back with the errors it
-    /// returned that no call has reported yet.
+    /// Waits for every call handed over (the producers of [`Offload::start_lanes`] must have
+    /// been dropped), then gives the consumer back with the errors it returned that no call
+    /// has reported yet.
     pub fn finish(mut self) -> (C, Vec<ConsumerError>) {
-        self.flush();
-        drop(self.tx.take());
+        drop(self.own.take());
         let worker = self
             .worker
             .take()
@@ -211,8 +416,20 @@ impl<C: Consumer + Send + 'static> Offload<C> {
             Ok(c) => c,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        let errors = self.errors.try_iter().collect();
+        let returned =
+            std::mem::take(&mut *self.returned.lock().unwrap_or_else(|p| p.into_inner()));
+        let errors = returned.iter().flat_map(|r| r.try_iter()).collect();
         (consumer, errors)
+    }
+}
+
+impl Producer {
+    /// What this lane's reader calls between frames to read ahead only when it may ([`Pace`]).
+    pub fn pacer(&self) -> Pacer {
+        Pacer {
+            pace: self.pace.clone(),
+            lane: self.lane,
+        }
     }
 
     /// Snapshots handed over as their changed entries only (the others whole).
@@ -267,9 +484,10 @@ impl<C: Consumer + Send + 'static> Offload<C> {
         if !self.gate.error.load(Ordering::Acquire) {
             return Ok(());
         }
-        match self.errors.try_recv() {
-            Ok(e) => Err(e),
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
+        match self.errors.as_ref().map(|r| r.try_recv()) {
+            Some(Ok(e)) => Err(e),
+            None => Ok(()),
+            Some(Err(TryRecvError::Empty | TryRecvError::Disconnected)) => {
                 self.gate.error.store(false, Ordering::Release);
                 Ok(())
             }
@@ -372,14 +590,29 @@ impl<C: Consumer + Send + 'static> Offload<C> {
 impl<C: Consumer + Send + 'static> Drop for Offload<C> {
     fn drop(&mut self) {
         // without `finish` (an error on the way): the consumer's thread ends with the hand-off
-        drop(self.tx.take());
+        drop(self.own.take());
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
     }
 }
 
-impl<C: Consumer + Send + 'static> Consumer for Offload<C> {
+/// A lane's end: its pending calls handed over, its channel closed (the consumer goes on with
+/// the next lane), its error channel kept for [`Offload::finish`].
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.flush();
+        drop(self.tx.take());
+        if let Some(r) = self.errors.take() {
+            self.returned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(r);
+        }
+    }
+}
+
+impl Consumer for Producer {
     fn begin(&mut self, iface: &str, start_ns: u64, link_speed_bps: Option<u64>) {
         self.push(Call::Begin(iface.to_string(), start_ns, link_speed_bps));
     }
@@ -485,20 +718,43 @@ impl<C: Consumer + Send + 'static> Consumer for Offload<C> {
 
 /// The consumer's thread: every call in order; a snapshot handed over whole is rebuilt, one
 /// handed over as its changes given as a sparse snapshot.
-fn run<C: Consumer>(
-    mut consumer: C,
-    rx: Receiver<Batch>,
-    errors: Sender<ConsumerError>,
-    spare: SyncSender<CompactQps>,
-    gate: &Gate,
-) -> C {
+fn run<C: Consumer>(mut consumer: C, lanes: Vec<Lane>, pace: &Pace) -> C {
+    for (n, l) in lanes.into_iter().enumerate() {
+        pace.set(|st| st.current = n);
+        run_lane(&mut consumer, l, pace);
+    }
+    consumer
+}
+
+/// Every call of one lane, until its producer is dropped.
+fn run_lane<C: Consumer>(consumer: &mut C, lane: Lane, pace: &Pace) {
+    let Lane {
+        rx,
+        errors,
+        spare,
+        gate,
+    } = lane;
     let report = |r: Result<(), ConsumerError>| {
         if let Err(e) = r {
             let _ = errors.send(e);
             gate.error.store(true, Ordering::Release);
         }
     };
-    for batch in rx {
+    loop {
+        let batch = match rx.try_recv() {
+            Ok(b) => b,
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {
+                // idle: a later lane's reader may use the core meanwhile
+                pace.set(|st| st.busy = false);
+                let b = rx.recv();
+                pace.set(|st| st.busy = true);
+                match b {
+                    Ok(b) => b,
+                    Err(_) => break,
+                }
+            }
+        };
         for call in batch.calls {
             match call {
                 Call::Begin(i, t, s) => consumer.begin(&i, t, s),
@@ -555,7 +811,6 @@ fn run<C: Consumer>(
         }
         gate.leave(batch.entries, batch.items);
     }
-    consumer
 }
 
 #[cfg(test)]
@@ -751,7 +1006,7 @@ mod tests {
             let mut inline = Record::default();
             let (n, answer) = replay(&mut inline, &data, interval_ms);
             let mut off = Offload::start(Record::default()).unwrap();
-            assert_eq!(replay(&mut off, &data, interval_ms), (n, answer));
+            assert_eq!(replay(&mut *off, &data, interval_ms), (n, answer));
             assert!(
                 off.partial_snapshots() > n / 2,
                 "{interval_ms} ms: most snapshots handed over as their changes ({} of {n})",
@@ -804,7 +1059,7 @@ mod tests {
             ..Record::default()
         })
         .unwrap();
-        let fed = Replay::new(opts, &mut off).feed_slice("two.pcapng", "two", &data);
+        let fed = Replay::new(opts, &mut *off).feed_slice("two.pcapng", "two", &data);
         let (rec, later) = off.finish();
         let mut said: Vec<String> = later.iter().map(|e| e.to_string()).collect();
         if let Err(e) = fed {
@@ -880,5 +1135,134 @@ mod tests {
         assert!(errors.is_empty());
         assert_eq!(rec.sparse, 2);
         assert_eq!(rec.log, inline.log);
+    }
+
+    /// Lanes: the consumer does the first lane's calls, then the second's, whatever order
+    /// their threads made them in; a later lane runs ahead by at most [`AHEAD_ENTRIES`]
+    /// changed entries (its producer waits, memory does not grow), and an error of a lane's
+    /// last call reaches [`Offload::finish`].
+    #[test]
+    fn lanes_are_done_in_order_and_a_later_one_waits() {
+        let snap = |iface: &str, t: u64, n: usize| Snapshot {
+            iface: iface.into(),
+            time_ns: t,
+            link_speed_bps: None,
+            qps: (0..n)
+                .map(|i| {
+                    let mut v = QpValue::ZERO;
+                    v.pkts = t + i as u64;
+                    (
+                        QpKey {
+                            dest_qp: i as u32,
+                            ..QpKey::default()
+                        },
+                        v,
+                    )
+                })
+                .collect(),
+            iface_stats: Default::default(),
+            macs: Vec::new(),
+            changed: None,
+        };
+        let rec = Record {
+            // the last snapshot of all: the second lane's last call
+            fail_at: Some(1 + 40),
+            ..Record::default()
+        };
+        const AHEAD: usize = 64;
+        let (off, mut lanes) = Offload::start_lanes_with(rec, 2, AHEAD, 0).unwrap();
+        let second = lanes.pop().unwrap();
+        let mut first = lanes.pop().unwrap();
+        let gate = second.gate.clone();
+        // the second lane: 40 snapshots of AHEAD / 8 entries, five times its bound
+        let per = AHEAD / 8;
+        let t = std::thread::spawn(move || {
+            let mut second = second;
+            for n in 0..40 {
+                second.snapshot(&snap("b", 100 + n, per)).unwrap();
+            }
+            second.quiet("b", 999);
+        });
+        // while the first lane is open, the second waits at its bound
+        let mut waited = 0;
+        while gate.lock().entries + per <= AHEAD && waited < 2000 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            waited += 1;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let in_flight = gate.lock().entries;
+        assert!(in_flight <= AHEAD + per, "{in_flight} entries in flight");
+        assert!(in_flight + per > AHEAD, "it filled its bound: {in_flight}");
+        assert!(!t.is_finished(), "the second lane's producer waits");
+        first.begin("a", 1, None);
+        first.snapshot(&snap("a", 1, 3)).unwrap();
+        first.quiet("a", 2);
+        drop(first);
+        t.join().unwrap();
+        let (rec, errors) = off.finish();
+        assert_eq!(
+            errors.len(),
+            1,
+            "the failed last snapshot, reported at the end"
+        );
+        let heads: Vec<&str> = rec
+            .log
+            .iter()
+            .filter_map(|l| l.split(' ').nth(1).filter(|w| !w.is_empty()))
+            .collect();
+        let first_b = heads.iter().position(|h| *h == "b").unwrap();
+        assert!(first_b > 0, "the first lane first: {:?}", &rec.log[..3]);
+        assert!(
+            heads[first_b..].iter().all(|h| *h == "b"),
+            "then only the second lane: {heads:?}"
+        );
+        assert_eq!(rec.snapshots, 41);
+    }
+
+    /// Pace: the consumer's lane and the `free` lanes after it read on at once; a later lane
+    /// waits while the consumer is busy and goes on once it waits for a call, or once the
+    /// consumer reaches a lane near it.
+    #[test]
+    fn a_lane_beyond_the_free_ones_reads_while_the_consumer_waits() {
+        use std::time::{Duration, Instant};
+        let pace = Arc::new(Pace::new(1));
+        pace.set(|st| st.busy = true);
+        let t = Instant::now();
+        pace.wait_turn(0);
+        pace.wait_turn(1);
+        assert!(
+            t.elapsed() < Duration::from_millis(200),
+            "the consumer's lane and the free one"
+        );
+        for release in ["idle", "current"] {
+            pace.set(|st| {
+                st.busy = true;
+                st.current = 0;
+            });
+            let p = pace.clone();
+            let waiter = std::thread::spawn(move || {
+                let t = Instant::now();
+                p.wait_turn(2);
+                t.elapsed()
+            });
+            std::thread::sleep(Duration::from_millis(150));
+            assert!(
+                !waiter.is_finished(),
+                "{release}: lane 2 waits while the consumer is busy"
+            );
+            match release {
+                "idle" => pace.set(|st| st.busy = false),
+                _ => pace.set(|st| st.current = 1),
+            }
+            let waited = waiter.join().unwrap();
+            assert!(
+                waited >= Duration::from_millis(150),
+                "{release}: {waited:?}"
+            );
+            assert!(
+                waited < PACE_WAIT_MAX,
+                "{release}: released, not timed out: {waited:?}"
+            );
+        }
     }
 }

@@ -83,7 +83,13 @@ pub struct ReplayOptions {
     pub progress: bool,
     /// Stop reading when set (checked every frame, and when a read is interrupted).
     pub stop: Option<Stop>,
+    /// Waited for every [`PACE_FRAMES`] frames: a reader ahead of the outputs reads on only
+    /// when it may ([`crate::sources::offload::Pace`]).
+    pub pace: Option<crate::sources::offload::Pacer>,
 }
+
+/// Frames between two calls of [`ReplayOptions::pace`].
+const PACE_FRAMES: u64 = 1024;
 
 impl Default for ReplayOptions {
     fn default() -> Self {
@@ -96,6 +102,7 @@ impl Default for ReplayOptions {
             latency: false,
             progress: false,
             stop: None,
+            pace: None,
         }
     }
 }
@@ -397,6 +404,11 @@ impl<'o> Replay<'o> {
         if self.opts.stop.as_ref().is_some_and(Stop::is_set) {
             return Err(ReplayError::Interrupted);
         }
+        if let Some(p) = &self.opts.pace
+            && f.stats.frames.is_multiple_of(PACE_FRAMES)
+        {
+            p.wait();
+        }
         let Some(decl) = f.ifmap.get(r.iface) else {
             return Ok(());
         };
@@ -680,38 +692,104 @@ fn first_packet_ns(path: &Path) -> Option<u64> {
     first
 }
 
-/// The order the inputs are read in: as given, except that regular files of one stem (one
-/// observation point split across files, as `tcpdump -C` writes `cap.pcap`, `cap.pcap1`, ...
-/// `cap.pcap10`, which a shell's glob lists out of order) take their stem's places in the
-/// order of their first packets; files without a readable packet after them, as given. Standard
-/// input and other streams are not looked into (they cannot be read twice).
-pub fn read_order(inputs: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
-    let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
+/// The stem an input's interfaces are named by: its file stem, `stdin` for `-`. Inputs of one
+/// stem feed the same interfaces, so they are one unit, read one after another.
+fn unit_of(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "stdin".to_string()
+    } else {
+        stem_of(path)
+    }
+}
+
+/// The order the inputs are read in, as units: the inputs of one stem (one observation point,
+/// perhaps split across files, as `tcpdump -C` writes `cap.pcap`, `cap.pcap1`, ...
+/// `cap.pcap10`) together at the place of the first of them, the stems in the order given;
+/// within a stem, regular files in the order of their first packets (a shell's glob lists
+/// `cap.pcap10` before `cap.pcap2`), files without a readable packet after them, and the others
+/// as given. Standard input and other streams are not looked into (they cannot be read twice).
+pub fn read_units(inputs: &[std::path::PathBuf]) -> Vec<Vec<std::path::PathBuf>> {
+    let mut units: Vec<Vec<usize>> = Vec::new();
+    let mut by_stem: HashMap<String, usize> = HashMap::new();
     for (i, p) in inputs.iter().enumerate() {
-        if p.as_os_str() != "-" && std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
-            groups.entry(stem_of(p)).or_default().push(i);
-        }
+        let u = *by_stem.entry(unit_of(p)).or_insert_with(|| {
+            units.push(Vec::new());
+            units.len() - 1
+        });
+        units[u].push(i);
     }
-    let mut order = inputs.to_vec();
-    for places in groups.values().filter(|g| g.len() > 1) {
-        let mut by_time: Vec<(u64, usize)> = places
-            .iter()
-            .map(|&i| (first_packet_ns(&inputs[i]).unwrap_or(u64::MAX), i))
-            .collect();
-        // stable: files starting at the same time, or without a packet, keep their order
-        by_time.sort_by_key(|&(t, _)| t);
-        for (&place, &(_, i)) in places.iter().zip(&by_time) {
-            if place != i {
-                tracing::info!(
-                    input = %inputs[i].display(),
-                    place = place + 1,
-                    "files of one capture read in the order of their first packets"
-                );
+    units
+        .into_iter()
+        .map(|places| {
+            let regular: Vec<usize> = places
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let p = &inputs[i];
+                    p.as_os_str() != "-" && std::fs::metadata(p).is_ok_and(|m| m.is_file())
+                })
+                .collect();
+            let mut order: Vec<usize> = places.clone();
+            if regular.len() > 1 {
+                let mut by_time: Vec<(u64, usize)> = regular
+                    .iter()
+                    .map(|&i| (first_packet_ns(&inputs[i]).unwrap_or(u64::MAX), i))
+                    .collect();
+                // stable: files starting at the same time, or without a packet, keep their order
+                by_time.sort_by_key(|&(t, _)| t);
+                for (&place, &(_, i)) in regular.iter().zip(&by_time) {
+                    if place != i {
+                        tracing::info!(
+                            input = %inputs[i].display(),
+                            place = place + 1,
+                            "files of one capture read in the order of their first packets"
+                        );
+                    }
+                    let at = places.iter().position(|&q| q == place).unwrap_or(0);
+                    order[at] = i;
+                }
             }
-            order[place] = inputs[i].clone();
+            order.into_iter().map(|i| inputs[i].clone()).collect()
+        })
+        .collect()
+}
+
+/// What reading one unit gave ([`CaptureSource::run_units`]).
+#[derive(Default)]
+struct UnitResult {
+    errors: Vec<ReplayError>,
+    frames: u64,
+    event_counts: HashMap<&'static str, u64>,
+    snapshots: Vec<Snapshot>,
+}
+
+/// Every input of `files` (one observation point's) through `rp`, in order; an input that
+/// fails is recorded in `errors` and the next one is read. The last of them ends the
+/// observation of its interfaces: their latency measurements still open are counted open (no
+/// later input names them).
+fn feed_inputs(
+    rp: &mut Replay<'_>,
+    files: &[std::path::PathBuf],
+    stop: &Stop,
+    errors: &mut Vec<ReplayError>,
+) {
+    for (n, f) in files.iter().enumerate() {
+        if stop.is_set() {
+            break;
+        }
+        rp.close_latency_at_end = n + 1 == files.len();
+        match rp.feed_path(f) {
+            Ok(st) if st.interrupted => {
+                tracing::warn!(input = %f.display(), frames = st.frames, "stopped early: everything read so far is accounted");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                // said once, by the command, after the summary (which lists it too)
+                tracing::debug!(error = %contract::error::chain(&e), "replay input failed");
+                errors.push(e);
+            }
         }
     }
-    order
 }
 
 /// The capture source: every input in order (a file, or `-` for standard input), through one
@@ -719,7 +797,7 @@ pub fn read_order(inputs: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
 /// between frames.
 pub struct CaptureSource {
     pub opts: ReplayOptions,
-    /// The inputs; after [`Source::run`], in the order they were read ([`read_order`]).
+    /// The inputs; after [`Source::run`], in the order they were read ([`read_units`]).
     pub inputs: Vec<std::path::PathBuf>,
     /// After [`Source::run`]: the inputs that failed, ...
     pub errors: Vec<ReplayError>,
@@ -744,6 +822,106 @@ impl CaptureSource {
             evidence: None,
         }
     }
+
+    /// The inputs as units ([`read_units`]: the inputs of each stem), `inputs` set to the
+    /// order they are read in.
+    pub fn units(&mut self) -> Vec<Vec<std::path::PathBuf>> {
+        let units = read_units(&self.inputs);
+        self.inputs = units.iter().flatten().cloned().collect();
+        units
+    }
+
+    /// Reads `units` ([`CaptureSource::units`]) on `readers` threads at once, unit `i` through
+    /// its own consumer `outs[i]` (dropped when the unit is done): units name different
+    /// interfaces, so nothing of one reaches another. The readers take the units in order
+    /// (each the next one not yet begun), so the lowest unit not yet done is always being read:
+    /// consumers that do their units' calls in unit order ([`super::offload::Offload::start_lanes`])
+    /// see them as one reader would. The errors, frames, events and final values are then those
+    /// of [`Source::run`] on the same inputs (they are put together in unit order). Refused
+    /// with an evidence capture (its frames would be written in another order): read them with
+    /// [`Source::run`].
+    pub fn run_units<P: Consumer + Send>(
+        &mut self,
+        units: Vec<Vec<std::path::PathBuf>>,
+        outs: Vec<(P, Option<crate::sources::offload::Pacer>)>,
+        readers: usize,
+        stop: &Stop,
+    ) {
+        assert!(
+            self.evidence.is_none(),
+            "an evidence capture is written by one reader"
+        );
+        assert_eq!(units.len(), outs.len(), "one consumer per unit");
+        let n = units.len();
+        type Slot<P> = std::sync::Mutex<Option<(P, Option<crate::sources::offload::Pacer>)>>;
+        let outs: Vec<Slot<P>> = outs
+            .into_iter()
+            .map(|o| std::sync::Mutex::new(Some(o)))
+            .collect();
+        let results: Vec<std::sync::Mutex<UnitResult>> =
+            (0..n).map(|_| Default::default()).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        // A reader: the next unit not yet begun, until none is left.
+        let work = |progress: bool| {
+            let mut opts = self.opts.clone();
+            opts.stop = Some(stop.clone());
+            opts.progress &= progress;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n || stop.is_set() {
+                    break;
+                }
+                let Some((mut out, pace)) =
+                    outs[i].lock().unwrap_or_else(|p| p.into_inner()).take()
+                else {
+                    continue;
+                };
+                let mut res = UnitResult::default();
+                let mut unit_opts = opts.clone();
+                unit_opts.pace = pace;
+                let mut rp = Replay::new(unit_opts, &mut out);
+                feed_inputs(&mut rp, &units[i], stop, &mut res.errors);
+                res.frames = rp.frames;
+                res.event_counts = std::mem::take(&mut rp.event_counts);
+                res.snapshots = rp.into_snapshots();
+                // the unit's consumer is done: its calls end here
+                drop(out);
+                *results[i].lock().unwrap_or_else(|p| p.into_inner()) = res;
+            }
+        };
+        std::thread::scope(|sc| {
+            let mut started = 0;
+            for r in 0..readers.clamp(1, n.max(1)) {
+                let work = &work;
+                // one progress bar: the first reader's (two would draw over each other)
+                match std::thread::Builder::new()
+                    .name(format!("reader-{r}"))
+                    .spawn_scoped(sc, move || work(r == 0))
+                {
+                    Ok(_) => started += 1,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not start a reader thread: fewer inputs are read at once")
+                    }
+                }
+            }
+            if started == 0 {
+                work(true);
+            }
+        });
+        // units no reader began (the stop was set): their consumers end now, in order
+        for o in outs {
+            drop(o.into_inner().unwrap_or_else(|p| p.into_inner()));
+        }
+        for r in results {
+            let r = r.into_inner().unwrap_or_else(|p| p.into_inner());
+            self.errors.extend(r.errors);
+            self.frames += r.frames;
+            for (k, v) in r.event_counts {
+                *self.event_counts.entry(k).or_default() += v;
+            }
+            self.snapshots.extend(r.snapshots);
+        }
+    }
 }
 
 impl Source for CaptureSource {
@@ -755,23 +933,10 @@ impl Source for CaptureSource {
         opts.stop = Some(stop.clone());
         let mut rp = Replay::new(opts, out);
         rp.evidence = self.evidence.take();
-        self.inputs = read_order(&self.inputs);
-        for (n, f) in self.inputs.iter().enumerate() {
-            if stop.is_set() {
-                break;
-            }
-            rp.close_latency_at_end = n + 1 == self.inputs.len();
-            match rp.feed_path(f) {
-                Ok(st) if st.interrupted => {
-                    tracing::warn!(input = %f.display(), frames = st.frames, "stopped early: everything read so far is accounted");
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    // said once, by the command, after the summary (which lists it too)
-                    tracing::debug!(error = %contract::error::chain(&e), "replay input failed");
-                    self.errors.push(e);
-                }
-            }
+        // one observation point (one stem) after another; each ends with its last input
+        let units = self.units();
+        for u in &units {
+            feed_inputs(&mut rp, u, stop, &mut self.errors);
         }
         self.frames = rp.frames;
         self.evidence = rp.evidence.take();
